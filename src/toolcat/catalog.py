@@ -1,0 +1,364 @@
+"""The public API: register toolkits, list the always-on tools, search all of them.
+
+``Catalog`` is the one object the CLI, the MCP server and Python users talk to. It keeps
+the business rules (addresses, versions, cursors, ranking order); storage, search and
+manifest parsing live in the packages below it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from .errors import (
+    AmbiguousNameError,
+    CatalogError,
+    InvalidQueryError,
+    ManifestError,
+    UnknownToolError,
+    UnknownToolkitError,
+)
+from .models import (
+    TOOLKIT_NAME_RE,
+    RegisteredTool,
+    RegistrationResult,
+    SearchHit,
+    SearchResult,
+    Toolkit,
+    ToolkitVersion,
+    ToolPage,
+)
+from .search import bm25
+from .store import reader, writer
+from .store.connection import connect, default_path
+from .store.migrations import migrate
+from .store.reader import Filters
+
+SEARCH_MODES = ("bm25",)
+DEFAULT_LIST_LIMIT = 50
+MAX_LIMIT = 1000
+MAX_QUERY_CHARS = 100_000
+
+
+def parse_address(address: str) -> tuple[str | None, str, str | None]:
+    """Split a tool address into (toolkit, name, version).
+
+    Accepted forms: ``name``, ``toolkit.name``, ``name@version`` and
+    ``toolkit.name@version`` (the last two pin a registered version, active or not).
+    """
+    base, at, version = address.strip().partition("@")
+    toolkit, dot, name = base.partition(".")
+    if not dot:
+        toolkit, name = "", base
+    if (at and not version) or "@" in version or "." in name or not name:
+        raise UnknownToolError(address)
+    return (toolkit or None), name, (version or None)
+
+
+def parse_toolkit_ref(ref: str) -> tuple[str, str | None]:
+    """Split ``toolkit`` or ``toolkit@version``."""
+    name, at, version = ref.strip().partition("@")
+    if not TOOLKIT_NAME_RE.match(name) or (at and not version):
+        raise UnknownToolkitError(f"{ref!r} is not a toolkit name or toolkit@version")
+    return name, (version or None)
+
+
+def encode_cursor(toolkit: str, name: str) -> str:
+    raw = json.dumps([toolkit, name], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[str, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        value = None
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        raise InvalidQueryError(f"invalid cursor {cursor!r}: pass back a next_cursor unchanged")
+    return value[0], value[1]
+
+
+class Catalog:
+    """A catalog of tool definitions stored in one SQLite file.
+
+    Args:
+        path: The catalog file; created (with its parent folders) if missing. Defaults to
+            ``$TOOLCAT_DB``, else ``~/.local/share/toolcat/catalog.db``.
+
+    Raises:
+        CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+        self.path = Path(path) if path is not None else default_path()
+        self._conn = connect(self.path)
+        self._lock = threading.RLock()
+        try:
+            migrate(self._conn)
+        except sqlite3.DatabaseError as e:
+            self._conn.close()
+            raise CatalogError(f"cannot use {str(self.path)!r} as a catalog: {e}") from e
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def close(self) -> None:
+        """Close the catalog file."""
+        self._conn.close()
+
+    def __enter__(self) -> Catalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Catalog({str(self.path)!r})"
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: everything read inside it comes from one revision."""
+        with self._lock:
+            self._conn.execute("BEGIN")
+            try:
+                yield self._conn
+            finally:
+                self._conn.execute("COMMIT")
+
+    @property
+    def revision(self) -> int:
+        """A counter bumped by every change to the catalog."""
+        with self._lock:
+            return reader.revision(self._conn)
+
+    # -- registration ---------------------------------------------------------------------
+
+    def register(
+        self, *sources: Toolkit | str | os.PathLike[str], replace: bool = False
+    ) -> list[RegistrationResult]:
+        """Register toolkits from ``Toolkit`` objects, manifest files or directories of them.
+
+        Everything is validated first and written in one transaction: if any toolkit is
+        invalid or conflicts, nothing is registered. Registering the same version with the
+        same content again changes nothing; a new version becomes the active one.
+
+        Args:
+            sources: ``Toolkit`` objects, manifest paths, or directories of manifests.
+            replace: Overwrite a registered version whose content differs.
+
+        Returns:
+            One result per toolkit: ``added``, ``unchanged`` or ``replaced``.
+
+        Raises:
+            ManifestError: A manifest is malformed (the message names file, toolkit,
+                tool and field).
+            VersionConflictError: A version is registered with other content and
+                ``replace`` is false.
+        """
+        from .registry.manifest import load_manifests
+
+        batch: list[tuple[Toolkit, str | None]] = []
+        for source in sources:
+            if isinstance(source, Toolkit):
+                batch.append((source, None))
+            else:
+                batch.extend(load_manifests([source]))
+        if not batch:
+            raise ManifestError("nothing to register")
+        with self._lock:
+            return writer.register(
+                self._conn, batch, replace=replace, index_fields=bm25.index_fields
+            )
+
+    def deprecate(self, toolkit: str, version: str | None = None) -> int:
+        """Deprecate one version (``toolkit@version`` or ``version=``); returns the revision.
+
+        The active version becomes the newest one not deprecated.
+        """
+        name, pinned = parse_toolkit_ref(toolkit)
+        version = version or pinned
+        if version is None:
+            raise UnknownToolkitError("deprecate needs a version: toolkit@version")
+        with self._lock:
+            return writer.deprecate(self._conn, name, version)
+
+    def remove(self, toolkit: str, version: str | None = None) -> int:
+        """Remove one version of a toolkit (``toolkit@version``) or all of it; returns the
+        number of versions removed."""
+        name, pinned = parse_toolkit_ref(toolkit)
+        with self._lock:
+            removed, _revision = writer.remove(self._conn, name, version or pinned)
+        return removed
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _filters(
+        self, conn: sqlite3.Connection, tags: Iterable[str], toolkit: str | None,
+        include_deferred: bool,
+    ) -> Filters:
+        tag_tuple = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
+        if toolkit is None:
+            return Filters(tags=tag_tuple, include_deferred=include_deferred)
+        name, version = parse_toolkit_ref(toolkit)
+        if version is None:
+            return Filters(tags=tag_tuple, toolkit=name, include_deferred=include_deferred)
+        for row_id, registered, _digest, _deprecated in reader.toolkit_rows(conn, name):
+            if writer.same_version(registered, version):
+                return Filters(tags=tag_tuple, toolkit_id=row_id, include_deferred=include_deferred)
+        raise UnknownToolkitError(f"toolkit {name!r} has no version {version!r}")
+
+    def list(
+        self,
+        *,
+        tags: Iterable[str] = (),
+        toolkit: str | None = None,
+        include_deferred: bool = False,
+        limit: int = DEFAULT_LIST_LIMIT,
+        cursor: str | None = None,
+    ) -> ToolPage:
+        """List mode: the active, non-deferred tools, ordered by toolkit then name.
+
+        Args:
+            tags: Only tools carrying every one of these tags (their own or their toolkit's).
+            toolkit: Only this toolkit (``name`` or a pinned ``name@version``).
+            include_deferred: Include deferred tools too.
+            limit: Page size, 1 to 1000.
+            cursor: ``next_cursor`` from the previous page.
+
+        Returns:
+            A page of tools with the catalog revision and the cursor of the next page
+            (``None`` on the last page).
+        """
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
+        after = decode_cursor(cursor) if cursor else None
+        with self._snapshot() as conn:
+            filters = self._filters(conn, tags, toolkit, include_deferred)
+            tools = reader.list_tools(conn, filters, after, limit + 1)
+            revision = reader.revision(conn)
+        next_cursor = None
+        if len(tools) > limit:
+            tools = tools[:limit]
+            next_cursor = encode_cursor(tools[-1].toolkit, tools[-1].name)
+        return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: str | None = None,
+        k: int = 10,
+        tags: Iterable[str] = (),
+        toolkit: str | None = None,
+        include_deferred: bool = True,
+    ) -> SearchResult:
+        """Search mode: rank every matching tool, deferred ones included.
+
+        Any text is a valid query. A query that names a tool exactly (``name`` or
+        ``toolkit.name``, any case) puts that tool first. An empty query is list mode.
+
+        Args:
+            query: What the agent is looking for, in its own words.
+            mode: ``bm25`` (the default).
+            k: How many hits to return, 1 to 1000.
+            tags: Only tools carrying every one of these tags.
+            toolkit: Only this toolkit (``name`` or ``name@version``).
+            include_deferred: Include deferred tools (the default).
+
+        Returns:
+            Hits best first, with higher-is-better scores, and the catalog revision.
+        """
+        mode = mode or "bm25"
+        if mode not in SEARCH_MODES:
+            raise InvalidQueryError(f"unknown search mode {mode!r}; use one of {SEARCH_MODES}")
+        if not 1 <= k <= MAX_LIMIT:
+            raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
+        text = query[:MAX_QUERY_CHARS]
+        if not text.strip():
+            page = self.list(tags=tags, toolkit=toolkit, include_deferred=False, limit=k)
+            hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
+            return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
+        with self._snapshot() as conn:
+            filters = self._filters(conn, tags, toolkit, include_deferred)
+            ranked = bm25.search(conn, text, filters, k)
+            exact = self._exact_matches(conn, text, filters)
+            tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
+            revision = reader.revision(conn)
+        top = ranked[0][1] if ranked else 0.0
+        ordered: list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
+        exact_ids = {row_id for row_id, _ in exact}
+        ordered += [(tools[i], s) for i, s in ranked if i not in exact_ids and i in tools]
+        hits = [
+            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool)
+            for rank, (tool, score) in enumerate(ordered[:k], 1)
+        ]
+        return SearchResult.model_construct(revision=revision, query=query, mode=mode, hits=hits)
+
+    @staticmethod
+    def _exact_matches(
+        conn: sqlite3.Connection, text: str, filters: Filters
+    ) -> list[tuple[int, RegisteredTool]]:
+        candidate = text.strip()
+        if len(candidate) > 130 or any(c.isspace() for c in candidate):
+            return []
+        toolkit, dot, name = candidate.partition(".")
+        if dot:
+            return reader.find_tools(conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters)
+        return reader.find_tools(conn, candidate, nocase=True, filters=filters)
+
+    def get(self, address: str) -> RegisteredTool:
+        """The tool at ``address``: ``name``, ``toolkit.name``, or either with ``@version``.
+
+        Raises:
+            UnknownToolError: No such tool (close matches are suggested).
+            AmbiguousNameError: A bare name matches tools in several toolkits.
+        """
+        toolkit, name, version = parse_address(address)
+        with self._snapshot() as conn:
+            found = reader.find_tools(conn, name, toolkit=toolkit, active_only=version is None)
+            if version is not None:
+                found = [(i, t) for i, t in found if writer.same_version(t.version, version)]
+            if not found:
+                raise UnknownToolError(address, self._suggest(conn, name))
+        if len(found) > 1:
+            raise AmbiguousNameError(address, [t.id for _, t in found])
+        return found[0][1]
+
+    def _suggest(self, conn: sqlite3.Connection, name: str) -> list[str]:
+        """Close matches for an unknown name: case-insensitive hits, then BM25 over the name."""
+        exact = reader.find_tools(conn, name, nocase=True)
+        if exact:
+            return [t.id for _, t in exact][:5]
+        ranked = bm25.search(conn, name, Filters(), 5)
+        return [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
+
+    def versions(self, toolkit: str) -> list[ToolkitVersion]:
+        """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
+        from packaging.version import InvalidVersion, Version
+
+        name, _ = parse_toolkit_ref(toolkit)
+        with self._lock:
+            found = reader.toolkit_versions(self._conn, name)
+        if not found:
+            raise UnknownToolkitError(f"no toolkit named {name!r}")
+
+        def order(v: ToolkitVersion) -> tuple[int, Version | str]:
+            try:
+                return (0, Version(v.version))
+            except InvalidVersion:
+                return (1, v.version)
+
+        return sorted(found, key=order)
+
+    def toolkits(self) -> list[ToolkitVersion]:
+        """The active version of every toolkit, by name."""
+        with self._lock:
+            return reader.toolkit_versions(self._conn)

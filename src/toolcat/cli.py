@@ -1,0 +1,261 @@
+"""The ``toolcat`` command: a thin click face over ``Catalog``.
+
+Each command opens the catalog, calls one method and renders the answer, as text or (with
+``--json``) in the documented JSON shapes. ``ToolcatError`` becomes one line on stderr and the
+error's exit code, here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .catalog import DEFAULT_LIST_LIMIT, SEARCH_MODES, Catalog
+from .errors import ToolcatError
+from .models import RegisteredTool
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ToolcatGroup(click.Group):
+    """Turns ``ToolcatError`` into one line on stderr and its exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ToolcatError as e:
+            if ctx.meta.get("toolcat.debug"):
+                raise
+            click.echo(f"error: {e}", err=True)
+            ctx.exit(e.exit_code)
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def open_catalog(ctx: click.Context) -> Catalog:
+    path = ctx.find_root().params.get("db")
+    catalog = Catalog(path)
+    ctx.call_on_close(catalog.close)
+    return catalog
+
+
+def one_line(text: str, width: int = 80) -> str:
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= width else first[: width - 1] + "…"
+
+
+def tool_line(tool: RegisteredTool) -> str:
+    deferred = " [deferred]" if tool.defer_loading else ""
+    return f"{tool.id:<36} {one_line(tool.description, 70)}{deferred}"
+
+
+@click.group(cls=ToolcatGroup)
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="TOOLCAT_DB",
+    help="Catalog file. Default: $TOOLCAT_DB, else ~/.local/share/toolcat/catalog.db.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.version_option(package_name="toolcat")
+@click.pass_context
+def cli(ctx: click.Context, db: Path | None, debug: bool) -> None:
+    """A searchable catalog of LLM tool definitions with deferred loading."""
+    ctx.meta["toolcat.debug"] = debug
+
+
+@cli.command()
+@click.pass_context
+def init(ctx: click.Context) -> None:
+    """Create the catalog file (if missing) and print its path."""
+    click.echo(str(open_catalog(ctx).path))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--replace", is_flag=True, help="Overwrite a registered version whose content changed.")
+@json_option
+@click.pass_context
+def register(ctx: click.Context, paths: tuple[Path, ...], replace: bool, as_json: bool) -> None:
+    """Register toolkits from manifest files (YAML, TOML, JSON) or directories of them.
+
+    All or nothing: if any manifest is invalid, nothing is registered.
+    """
+    results = open_catalog(ctx).register(*paths, replace=replace)
+    if as_json:
+        emit_json({"results": [r.model_dump() for r in results]})
+        return
+    for r in results:
+        click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({r.tools} tools)")
+    if results:
+        click.echo(f"revision {results[-1].revision}")
+
+
+@cli.command(name="list")
+@click.option("--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them).")
+@click.option("--toolkit", help="Only this toolkit (name or name@version).")
+@click.option("--include-deferred", is_flag=True, help="Include deferred tools.")
+@click.option("--limit", type=int, default=DEFAULT_LIST_LIMIT, show_default=True, help="Page size.")
+@click.option("--cursor", help="The next_cursor of the previous page.")
+@json_option
+@click.pass_context
+def list_(
+    ctx: click.Context,
+    tags: tuple[str, ...],
+    toolkit: str | None,
+    include_deferred: bool,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List the always-on tools (list mode)."""
+    page = open_catalog(ctx).list(
+        tags=tags, toolkit=toolkit, include_deferred=include_deferred, limit=limit, cursor=cursor
+    )
+    if as_json:
+        emit_json(
+            {
+                "revision": page.revision,
+                "tools": [t.summary() for t in page.tools],
+                "next_cursor": page.next_cursor,
+            }
+        )
+        return
+    for tool in page.tools:
+        click.echo(tool_line(tool))
+    footer = f"{len(page.tools)} tools, revision {page.revision}"
+    if page.next_cursor:
+        footer += f"; more with --cursor {page.next_cursor}"
+    click.echo(footer)
+
+
+@cli.command()
+@click.argument("query")
+@click.option("--mode", type=click.Choice(SEARCH_MODES), help="Ranking mode. Default: bm25.")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="Number of hits.")
+@click.option("--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them).")
+@click.option("--toolkit", help="Only this toolkit (name or name@version).")
+@click.option("--no-deferred", is_flag=True, help="Leave deferred tools out.")
+@json_option
+@click.pass_context
+def search(
+    ctx: click.Context,
+    query: str,
+    mode: str | None,
+    k: int,
+    tags: tuple[str, ...],
+    toolkit: str | None,
+    no_deferred: bool,
+    as_json: bool,
+) -> None:
+    """Search every tool, deferred ones included (search mode)."""
+    result = open_catalog(ctx).search(
+        query, mode=mode, k=k, tags=tags, toolkit=toolkit, include_deferred=not no_deferred
+    )
+    if as_json:
+        emit_json(
+            {
+                "revision": result.revision,
+                "query": result.query,
+                "mode": result.mode,
+                "hits": [
+                    {"rank": h.rank, "score": h.score, "tool": h.tool.summary()}
+                    for h in result.hits
+                ],
+            }
+        )
+        return
+    for hit in result.hits:
+        click.echo(f"{hit.rank:>3}. {hit.score:8.3f}  {tool_line(hit.tool)}")
+    if not result.hits:
+        click.echo("no matching tools")
+
+
+@cli.command()
+@click.argument("name")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, name: str, as_json: bool) -> None:
+    """Show one tool: NAME, TOOLKIT.NAME, or either with @VERSION."""
+    tool = open_catalog(ctx).get(name)
+    if as_json:
+        emit_json(tool.model_dump(mode="json"))
+        return
+    click.echo(f"{tool.id}  (toolkit {tool.toolkit} {tool.version})")
+    click.echo(f"tags: {', '.join(tool.tags) or '-'}")
+    click.echo(f"deferred: {'yes' if tool.defer_loading else 'no'}")
+    if tool.deprecated:
+        click.echo("deprecated: yes")
+    if tool.implementation:
+        click.echo(f"implementation: {tool.implementation}")
+    click.echo("")
+    click.echo(tool.description)
+    click.echo("")
+    click.echo("parameters:")
+    click.echo(json.dumps(tool.parameters, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@click.argument("toolkit")
+@json_option
+@click.pass_context
+def versions(ctx: click.Context, toolkit: str, as_json: bool) -> None:
+    """List every registered version of TOOLKIT, oldest first."""
+    found = open_catalog(ctx).versions(toolkit)
+    if as_json:
+        emit_json({"toolkit": toolkit, "versions": [v.model_dump() for v in found]})
+        return
+    for v in found:
+        state = "active" if v.active else ("deprecated" if v.deprecated else "")
+        click.echo(f"{v.version:<14} {state:<11} {v.tools:>4} tools  {v.registered_at}")
+
+
+@cli.command()
+@json_option
+@click.pass_context
+def toolkits(ctx: click.Context, as_json: bool) -> None:
+    """List the active version of every toolkit."""
+    found = open_catalog(ctx).toolkits()
+    if as_json:
+        emit_json({"toolkits": [v.model_dump() for v in found]})
+        return
+    for v in found:
+        click.echo(f"{v.toolkit:<20} {v.version:<10} {v.tools:>4} tools  {one_line(v.description, 50)}")
+
+
+@cli.command()
+@click.argument("ref", metavar="TOOLKIT@VERSION")
+@click.pass_context
+def deprecate(ctx: click.Context, ref: str) -> None:
+    """Deprecate one version; the newest version not deprecated becomes active."""
+    revision = open_catalog(ctx).deprecate(ref)
+    click.echo(f"deprecated {ref}; revision {revision}")
+
+
+@cli.command()
+@click.argument("ref", metavar="TOOLKIT[@VERSION]")
+@click.pass_context
+def remove(ctx: click.Context, ref: str) -> None:
+    """Remove one version of a toolkit, or (no @VERSION) all of its versions."""
+    removed = open_catalog(ctx).remove(ref)
+    click.echo(f"removed {ref} ({removed} version{'s' if removed != 1 else ''})")
+
+
+def main() -> None:
+    """Console entry point."""
+    cli.main(prog_name="toolcat")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""One error hierarchy for the whole library.
+
+Every error carries a machine-readable ``code`` and a CLI ``exit_code``. Faces (the CLI, the
+MCP server, ``ToolResult``) translate these once; nothing else inspects exception types.
+"""
+
+from __future__ import annotations
+
+
+class ToolcatError(Exception):
+    """Base class of every error toolcat raises on purpose."""
+
+    code = "TOOLCAT_ERROR"
+    exit_code = 1
+
+
+class ManifestError(ToolcatError):
+    """A toolkit definition is malformed. Says which file, toolkit, tool and field."""
+
+    code = "INVALID_MANIFEST"
+    exit_code = 3
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        file: str | None = None,
+        toolkit: str | None = None,
+        tool: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        self.reason = reason
+        self.file = file
+        self.toolkit = toolkit
+        self.tool = tool
+        self.field = field
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.toolkit is not None:
+            where.append(f"toolkit {self.toolkit!r}")
+        if self.tool is not None:
+            where.append(f"tool {self.tool!r}")
+        if self.field is not None:
+            where.append(f"field {self.field!r}")
+        prefix = f"{self.file}: " if self.file else ""
+        location = ", ".join(where)
+        return f"{prefix}{location}: {self.reason}" if location else f"{prefix}{self.reason}"
+
+    def in_file(self, file: str) -> ManifestError:
+        """The same error, located in ``file``."""
+        return ManifestError(
+            self.reason, file=file, toolkit=self.toolkit, tool=self.tool, field=self.field
+        )
+
+
+class NotFoundError(ToolcatError):
+    """Something named does not exist in the catalog."""
+
+    code = "NOT_FOUND"
+    exit_code = 4
+
+
+class UnknownToolError(NotFoundError):
+    """No tool answers to this name. ``suggestions`` lists close matches."""
+
+    code = "UNKNOWN_TOOL"
+
+    def __init__(self, name: str, suggestions: list[str] | None = None) -> None:
+        self.name = name
+        self.suggestions = suggestions or []
+        hint = f" Did you mean: {', '.join(self.suggestions)}?" if self.suggestions else ""
+        super().__init__(f"unknown tool {name!r}.{hint}")
+
+
+class UnknownToolkitError(NotFoundError):
+    """No toolkit (or toolkit version) answers to this name."""
+
+    code = "UNKNOWN_TOOLKIT"
+
+
+class AmbiguousNameError(ToolcatError):
+    """A bare tool name matches tools in several toolkits."""
+
+    code = "AMBIGUOUS_NAME"
+    exit_code = 5
+
+    def __init__(self, name: str, candidates: list[str]) -> None:
+        self.name = name
+        self.candidates = candidates
+        super().__init__(
+            f"tool name {name!r} is ambiguous; use one of: {', '.join(candidates)}"
+        )
+
+
+class VersionConflictError(ToolcatError):
+    """A toolkit version is already registered with different content."""
+
+    code = "VERSION_CONFLICT"
+    exit_code = 6
+
+
+class InvalidQueryError(ToolcatError):
+    """A search or list request cannot be answered as asked (bad mode, cursor, pattern...)."""
+
+    code = "INVALID_QUERY"
+    exit_code = 7
+
+
+class CatalogError(ToolcatError):
+    """The catalog file cannot be used (newer schema, not a catalog, locked too long)."""
+
+    code = "CATALOG_ERROR"
+    exit_code = 8

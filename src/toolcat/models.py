@@ -1,0 +1,325 @@
+"""The data toolcat deals in: tool and toolkit definitions, registered tools, pages and hits.
+
+Definitions (``Tool``, ``Toolkit``) are what an admin writes in a manifest or derives from
+code; they validate strictly (unknown fields are errors, so typos surface). What the catalog
+hands back (``RegisteredTool``, ``ToolPage``, ``SearchResult``...) is built from rows the
+catalog validated on the way in, so it is constructed without validating again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOOLKIT_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+IMPLEMENTATION_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+MAX_TAG_LENGTH = 64
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: equal content gives equal text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def content_hash(value: Any) -> str:
+    """SHA-256 of the canonical JSON of ``value``."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def _check_tags(tags: list[str]) -> list[str]:
+    cleaned: list[str] = []
+    for tag in tags:
+        tag = tag.strip()
+        if not tag or len(tag) > MAX_TAG_LENGTH:
+            raise ValueError(f"tag {tag!r} must be 1-{MAX_TAG_LENGTH} characters")
+        if tag not in cleaned:
+            cleaned.append(tag)
+    return cleaned
+
+
+def check_object_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
+    """Raise ``ValueError`` unless ``schema`` is a valid JSON Schema describing an object."""
+    if schema.get("type") != "object":
+        raise ValueError(f"{what} must be a JSON Schema with type 'object'")
+    import jsonschema  # heavy; only registration validates schemas
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as e:
+        path = "/".join(str(p) for p in e.absolute_path) or "(root)"
+        raise ValueError(f"{what} is not valid JSON Schema at {path}: {e.message}") from None
+    return schema
+
+
+class ToolAnnotations(BaseModel):
+    """Behaviour hints, passed through to clients (MCP names them ``readOnlyHint`` etc.)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str | None = None
+    read_only: bool | None = None
+    destructive: bool | None = None
+    open_world: bool | None = None
+
+
+class Tool(BaseModel):
+    """A tool definition as an admin writes it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    output_schema: dict[str, Any] | None = None
+    tags: list[str] = Field(default_factory=list)
+    defer_loading: bool | None = None
+    idempotent: bool = False
+    streaming: bool = False
+    annotations: ToolAnnotations | None = None
+    implementation: str | None = None
+    examples: list[str] = Field(default_factory=list)
+    search_hint: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TOOL_NAME_RE.match(value):
+            raise ValueError("tool names are 1-64 characters of A-Z, a-z, 0-9, '_' and '-'")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("a tool needs a description: it is what search finds it by")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_object_schema(value, "parameters")
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None:
+            return None
+        import jsonschema
+
+        try:
+            jsonschema.Draft202012Validator.check_schema(value)
+        except jsonschema.SchemaError as e:
+            raise ValueError(f"output_schema is not valid JSON Schema: {e.message}") from None
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        return _check_tags(value)
+
+    @field_validator("implementation")
+    @classmethod
+    def _implementation(cls, value: str | None) -> str | None:
+        if value is not None and not IMPLEMENTATION_RE.match(value):
+            raise ValueError(f"{value!r} is not of the form 'package.module:attribute'")
+        return value
+
+
+class Toolkit(BaseModel):
+    """A named, versioned group of tools: one manifest file."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str = Field(validation_alias=AliasChoices("toolkit", "name"))
+    version: str
+    description: str = ""
+    tags: list[str] = Field(default_factory=list)
+    defer_loading: bool = False
+    module: str | None = None
+    tools: list[Tool]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TOOLKIT_NAME_RE.match(value):
+            raise ValueError("toolkit names are 1-64 characters of a-z, 0-9, '_' and '-'")
+        return value
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> str:
+        from packaging.version import InvalidVersion, Version
+
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str):
+            raise ValueError("version must be a string such as '1.2.0'")
+        try:
+            return str(Version(value))
+        except InvalidVersion:
+            raise ValueError(f"{value!r} is not a PEP 440 version (for example 1.2.0)") from None
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        return _check_tags(value)
+
+    @field_validator("module")
+    @classmethod
+    def _module(cls, value: str | None) -> str | None:
+        if value is not None and not MODULE_RE.match(value):
+            raise ValueError(f"{value!r} is not a dotted module path")
+        return value
+
+    @field_validator("tools")
+    @classmethod
+    def _tools(cls, value: list[Tool]) -> list[Tool]:
+        if not value:
+            raise ValueError("a toolkit needs at least one tool")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toolkit:
+        seen: set[str] = set()
+        for tool in self.tools:
+            if tool.name in seen:
+                raise ToolFieldError(tool.name, "name", "duplicate tool name in this toolkit")
+            seen.add(tool.name)
+            impl = tool.implementation
+            if impl and self.module:
+                module = impl.split(":", 1)[0]
+                if module != self.module and not module.startswith(self.module + "."):
+                    raise ToolFieldError(
+                        tool.name,
+                        "implementation",
+                        f"{impl!r} lies outside the toolkit's module {self.module!r}",
+                    )
+        return self
+
+    def content_hash(self) -> str:
+        """Identifies this definition: equal hashes mean nothing changed."""
+        return content_hash(self.model_dump(mode="json", by_alias=False))
+
+
+class ToolFieldError(ValueError):
+    """Raised by ``Toolkit`` validation to point at one tool's field."""
+
+    def __init__(self, tool: str, field: str, reason: str) -> None:
+        self.tool = tool
+        self.field = field
+        self.reason = reason
+        super().__init__(reason)
+
+
+class RegisteredTool(BaseModel):
+    """A tool as the catalog holds it: its definition plus where it lives.
+
+    ``tags`` are the tool's own tags and its toolkit's; ``defer_loading`` is resolved
+    against the toolkit's default.
+    """
+
+    id: str
+    name: str
+    toolkit: str
+    version: str
+    description: str
+    parameters: dict[str, Any]
+    tags: list[str]
+    defer_loading: bool
+    output_schema: dict[str, Any] | None = None
+    idempotent: bool = False
+    streaming: bool = False
+    annotations: ToolAnnotations | None = None
+    implementation: str | None = None
+    examples: list[str] = Field(default_factory=list)
+    search_hint: str | None = None
+    deprecated: bool = False
+
+    def summary(self) -> dict[str, Any]:
+        """The compact shape used by ``list`` and ``search`` output."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "toolkit": self.toolkit,
+            "version": self.version,
+            "description": self.description,
+            "parameters": self.parameters,
+            "tags": self.tags,
+            "defer_loading": self.defer_loading,
+        }
+
+
+class ToolPage(BaseModel):
+    """One page of list mode. Pass ``next_cursor`` back to get the next page."""
+
+    revision: int
+    tools: list[RegisteredTool]
+    next_cursor: str | None = None
+
+
+class SearchHit(BaseModel):
+    """One ranked search result; higher scores are better."""
+
+    rank: int
+    score: float
+    tool: RegisteredTool
+
+
+class SearchResult(BaseModel):
+    """The answer to a search: ranked hits and the catalog revision they came from."""
+
+    revision: int
+    query: str
+    mode: str
+    hits: list[SearchHit]
+
+
+class ToolkitVersion(BaseModel):
+    """One registered version of a toolkit."""
+
+    toolkit: str
+    version: str
+    description: str
+    tags: list[str]
+    tools: int
+    active: bool
+    deprecated: bool
+    registered_at: str
+    source: str | None = None
+
+
+class RegistrationResult(BaseModel):
+    """What registering one toolkit did."""
+
+    toolkit: str
+    version: str
+    status: Literal["added", "unchanged", "replaced"]
+    tools: int
+    revision: int
+
+
+ErrorCode = Literal[
+    "UNKNOWN_TOOL", "INVALID_ARGUMENTS", "TOOL_DENIED", "IMPORT_FAILED", "TOOL_ERROR", "TIMEOUT"
+]
+
+
+class ToolResult(BaseModel):
+    """The outcome of calling a tool. A failure is a result, never an exception."""
+
+    success: bool
+    data: Any = None
+    error: str | None = None
+    error_code: ErrorCode | None = None
+    duration_ms: float = 0.0
+    truncated: bool = False

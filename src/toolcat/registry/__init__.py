@@ -1,0 +1,1 @@
+"""Turning what admins write (manifests) into validated ``Toolkit`` definitions."""

@@ -1,0 +1,1 @@
+"""Ranking tools for a query: tokenization and BM25 over FTS5."""

@@ -1,0 +1,1 @@
+"""The SQLite system of record: connection settings, migrations, reads and writes."""

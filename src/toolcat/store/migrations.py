@@ -1,0 +1,160 @@
+"""Numbered schema migrations, applied in order when a catalog is opened.
+
+Never edit a migration that has shipped: add a new one. Each runs in its own
+transaction together with the bump of ``schema_version``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import CatalogError
+
+Migration = Callable[[Any], None]  # takes a sqlite_utils.Database
+MIGRATIONS: list[Migration] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append(fn)
+    return fn
+
+
+@migration
+def m001_initial(db: Any) -> None:
+    db.execute(
+        """
+        CREATE TABLE meta (
+            key TEXT PRIMARY KEY,
+            value
+        )
+        """
+    )
+    db["meta"].insert_all(
+        [{"key": "revision", "value": 0}, {"key": "schema_version", "value": 0}]
+    )
+    db.execute(
+        """
+        CREATE TABLE toolkits (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            version TEXT NOT NULL,
+            description TEXT NOT NULL DEFAULT '',
+            tags TEXT NOT NULL DEFAULT '[]',
+            defer_loading INTEGER NOT NULL DEFAULT 0,
+            module TEXT,
+            content_hash TEXT NOT NULL,
+            deprecated INTEGER NOT NULL DEFAULT 0,
+            active INTEGER NOT NULL DEFAULT 0,
+            source TEXT,
+            registered_at TEXT NOT NULL,
+            UNIQUE (name, version)
+        )
+        """
+    )
+    db.execute("CREATE INDEX toolkits_active ON toolkits (active, name)")
+    db.execute(
+        """
+        CREATE TABLE tools (
+            id INTEGER PRIMARY KEY,
+            toolkit_id INTEGER NOT NULL REFERENCES toolkits (id) ON DELETE CASCADE,
+            toolkit TEXT NOT NULL,
+            name TEXT NOT NULL,
+            defer_loading INTEGER NOT NULL,
+            tags TEXT NOT NULL,
+            definition TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            UNIQUE (toolkit_id, name)
+        )
+        """
+    )
+    db.execute("CREATE INDEX tools_order ON tools (toolkit, name)")
+    db.execute("CREATE INDEX tools_name ON tools (name COLLATE NOCASE)")
+    db.execute("CREATE INDEX tools_hash ON tools (content_hash)")
+    db.execute(
+        """
+        CREATE TABLE tool_tags (
+            tag TEXT NOT NULL,
+            tool_id INTEGER NOT NULL REFERENCES tools (id) ON DELETE CASCADE,
+            PRIMARY KEY (tag, tool_id)
+        ) WITHOUT ROWID
+        """
+    )
+    db.execute("CREATE INDEX tool_tags_tool ON tool_tags (tool_id)")
+    db.execute(
+        """
+        CREATE TABLE embeddings (
+            content_hash TEXT NOT NULL,
+            model TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (content_hash, model)
+        )
+        """
+    )
+    # Columns hold text we tokenized ourselves; unicode61 only splits it on spaces.
+    db.execute(
+        """
+        CREATE VIRTUAL TABLE tools_fts USING fts5 (
+            name, hint, description, params, tags,
+            tokenize = 'unicode61 remove_diacritics 0'
+        )
+        """
+    )
+    db.execute("CREATE VIRTUAL TABLE tools_fts_vocab USING fts5vocab (tools_fts, 'row')")
+    db.execute(
+        """
+        CREATE TRIGGER tools_fts_delete AFTER DELETE ON tools BEGIN
+            DELETE FROM tools_fts WHERE rowid = old.id;
+        END
+        """
+    )
+
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The schema version of an open catalog; 0 for an empty file."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:
+        return 0
+    except sqlite3.DatabaseError as e:
+        raise CatalogError(f"not a toolcat catalog: {e}") from e
+    return int(row[0]) if row else 0
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the catalog up to ``SCHEMA_VERSION``. Cheap when it already is."""
+    current = schema_version(conn)
+    if current == SCHEMA_VERSION:
+        return
+    if current > SCHEMA_VERSION:
+        raise CatalogError(
+            f"this catalog has schema version {current}; this toolcat knows up to "
+            f"{SCHEMA_VERSION}. Upgrade toolcat to open it."
+        )
+    if current == 0 and conn.execute(
+        "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+    ).fetchone()[0]:
+        raise CatalogError("this file is an SQLite database but not a toolcat catalog")
+    import sqlite_utils  # only needed to create or upgrade a catalog
+
+    db = sqlite_utils.Database(conn)
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have migrated while we waited for the lock.
+            version = schema_version(conn)
+            if version >= SCHEMA_VERSION:
+                conn.execute("COMMIT")
+                return
+            MIGRATIONS[version](db)
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (version + 1,)
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise

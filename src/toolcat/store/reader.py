@@ -1,0 +1,171 @@
+"""Read queries over the catalog tables, in plain ``sqlite3`` (no sqlite-utils on the read path)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from ..models import RegisteredTool, ToolAnnotations, ToolkitVersion
+
+TOOL_COLUMNS = (
+    "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated"
+)
+TOOL_FROM = "tools t JOIN toolkits k ON k.id = t.toolkit_id"
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Which tools a list or search may return. Applied inside the SQL, before ranking.
+
+    ``toolkit_id`` pins one toolkit version; otherwise only active versions are seen.
+    """
+
+    tags: tuple[str, ...] = ()
+    toolkit: str | None = None
+    toolkit_id: int | None = None
+    include_deferred: bool = True
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """A WHERE expression over ``t`` (tools) and ``k`` (toolkits), and its parameters."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        if self.toolkit_id is not None:
+            clauses.append("t.toolkit_id = ?")
+            params.append(self.toolkit_id)
+        else:
+            clauses.append("k.active = 1")
+            if self.toolkit is not None:
+                clauses.append("t.toolkit = ?")
+                params.append(self.toolkit)
+        if not self.include_deferred:
+            clauses.append("t.defer_loading = 0")
+        for tag in self.tags:
+            clauses.append("EXISTS (SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id)")
+            params.append(tag)
+        return " AND ".join(clauses), params
+
+
+def revision(conn: sqlite3.Connection) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+    return int(row[0])
+
+
+def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
+    """Build a ``RegisteredTool`` from a row selected with ``TOOL_COLUMNS``.
+
+    The definition was validated when it was registered, so it is not validated again.
+    """
+    _id, name, toolkit, version, defer_loading, tags, definition, deprecated = row
+    data = json.loads(definition)
+    annotations = data.get("annotations")
+    return RegisteredTool.model_construct(
+        id=f"{toolkit}.{name}",
+        name=name,
+        toolkit=toolkit,
+        version=version,
+        description=data["description"],
+        parameters=data["parameters"],
+        tags=json.loads(tags),
+        defer_loading=bool(defer_loading),
+        output_schema=data.get("output_schema"),
+        idempotent=data.get("idempotent", False),
+        streaming=data.get("streaming", False),
+        annotations=ToolAnnotations.model_construct(**annotations) if annotations else None,
+        implementation=data.get("implementation"),
+        examples=data.get("examples", []),
+        search_hint=data.get("search_hint"),
+        deprecated=bool(deprecated),
+    )
+
+
+def list_tools(
+    conn: sqlite3.Connection, filters: Filters, after: tuple[str, str] | None, limit: int
+) -> list[RegisteredTool]:
+    """Tools matching ``filters`` in (toolkit, name) order, starting after ``after``."""
+    where, params = filters.sql()
+    if after is not None:
+        where += " AND (t.toolkit, t.name) > (?, ?)"
+        params.extend(after)
+    rows = conn.execute(
+        f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE {where} "
+        "ORDER BY t.toolkit, t.name LIMIT ?",
+        [*params, limit],
+    ).fetchall()
+    return [row_to_tool(row) for row in rows]
+
+
+def tools_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, RegisteredTool]:
+    """Tools with these row ids, keyed by id."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(
+        f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE t.id IN ({marks})", ids
+    ).fetchall()
+    return {row[0]: row_to_tool(row) for row in rows}
+
+
+def find_tools(
+    conn: sqlite3.Connection,
+    name: str,
+    *,
+    toolkit: str | None = None,
+    active_only: bool = True,
+    nocase: bool = False,
+    filters: Filters | None = None,
+) -> list[tuple[int, RegisteredTool]]:
+    """Tools called ``name`` (optionally in ``toolkit``), with their row ids."""
+    clauses = ["t.name = ? COLLATE NOCASE" if nocase else "t.name = ?"]
+    params: list[Any] = [name]
+    if toolkit is not None:
+        clauses.append("t.toolkit = ?")
+        params.append(toolkit)
+    if filters is not None:
+        where, more = filters.sql()
+        clauses.append(where)
+        params.extend(more)
+    elif active_only:
+        clauses.append("k.active = 1")
+    rows = conn.execute(
+        f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE {' AND '.join(clauses)} "
+        "ORDER BY t.toolkit, k.id",
+        params,
+    ).fetchall()
+    return [(row[0], row_to_tool(row)) for row in rows]
+
+
+def toolkit_versions(conn: sqlite3.Connection, name: str | None = None) -> list[ToolkitVersion]:
+    """Registered toolkit versions, one toolkit's or (``name=None``) the active ones of all."""
+    where, params = ("k.name = ?", [name]) if name is not None else ("k.active = 1", [])
+    rows = conn.execute(
+        "SELECT k.name, k.version, k.description, k.tags, k.active, k.deprecated, "
+        "k.registered_at, k.source, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id) "
+        f"FROM toolkits k WHERE {where} ORDER BY k.name, k.id",
+        params,
+    ).fetchall()
+    return [
+        ToolkitVersion.model_construct(
+            toolkit=r[0],
+            version=r[1],
+            description=r[2],
+            tags=json.loads(r[3]),
+            active=bool(r[4]),
+            deprecated=bool(r[5]),
+            registered_at=r[6],
+            source=r[7],
+            tools=r[8],
+        )
+        for r in rows
+    ]
+
+
+def toolkit_rows(conn: sqlite3.Connection, name: str) -> list[tuple[int, str, str, bool]]:
+    """(id, version, content_hash, deprecated) of every registered version of ``name``."""
+    return [
+        (r[0], r[1], r[2], bool(r[3]))
+        for r in conn.execute(
+            "SELECT id, version, content_hash, deprecated FROM toolkits WHERE name = ?", (name,)
+        )
+    ]

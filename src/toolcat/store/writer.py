@@ -1,0 +1,219 @@
+"""Write operations. Each public function is one transaction that bumps the revision.
+
+A registration writes all of a batch's toolkits or none of them: any error rolls the whole
+transaction back, so the catalog is exactly as it was (same rows, same revision).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import UnknownToolkitError, VersionConflictError
+from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
+from .reader import toolkit_rows
+
+IndexFields = Callable[[Tool, Toolkit], Sequence[str]]
+
+
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def bump_revision(conn: sqlite3.Connection) -> int:
+    row = conn.execute(
+        "UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value"
+    ).fetchone()
+    return int(row[0])
+
+
+def same_version(a: str, b: str) -> bool:
+    """PEP 440 equality ("1.2" is "1.2.0"); a string that is no version only equals itself."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def refresh_active(conn: sqlite3.Connection, name: str) -> None:
+    """Mark the toolkit's active version: the newest non-deprecated final release, else the
+    newest non-deprecated pre-release; none when every version is deprecated."""
+    from packaging.version import Version
+
+    candidates = [
+        (Version(version), row_id)
+        for row_id, version, _hash, deprecated in toolkit_rows(conn, name)
+        if not deprecated
+    ]
+    finals = [c for c in candidates if not c[0].is_prerelease] or candidates
+    active_id = max(finals)[1] if finals else None
+    conn.execute("UPDATE toolkits SET active = (id IS ?) WHERE name = ?", (active_id, name))
+
+
+def effective_tags(tool: Tool, toolkit: Toolkit) -> list[str]:
+    """A tool's own tags, then its toolkit's: what tag filters match."""
+    return list(dict.fromkeys([*tool.tags, *toolkit.tags]))
+
+
+def tool_definition(tool: Tool) -> dict[str, Any]:
+    return tool.model_dump(mode="json", exclude_none=True)
+
+
+def register(
+    conn: sqlite3.Connection,
+    batch: Sequence[tuple[Toolkit, str | None]],
+    *,
+    replace: bool,
+    index_fields: IndexFields,
+) -> list[RegistrationResult]:
+    """Register ``(toolkit, source)`` pairs in one transaction."""
+    import sqlite_utils  # write path only: it is slow to import
+
+    db = sqlite_utils.Database(conn)
+    results: list[RegistrationResult] = []
+    with write_transaction(conn):
+        changed = False
+        for toolkit, source in batch:
+            digest = toolkit.content_hash()
+            existing = [
+                row for row in toolkit_rows(conn, toolkit.name)
+                if same_version(row[1], toolkit.version)
+            ]
+            status = "added"
+            if existing:
+                row_id, version, old_digest, _deprecated = existing[0]
+                if old_digest == digest:
+                    results.append(_result(toolkit, "unchanged", 0))
+                    continue
+                if not replace:
+                    raise VersionConflictError(
+                        f"toolkit {toolkit.name!r} version {version} is already registered "
+                        "with different content; bump the version, or pass --replace "
+                        "(replace=True) to overwrite it"
+                    )
+                conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
+                status = "replaced"
+            _insert(db, conn, toolkit, digest, source, index_fields)
+            refresh_active(conn, toolkit.name)
+            results.append(_result(toolkit, status, 0))
+            changed = True
+        revision = bump_revision(conn) if changed else _revision(conn)
+    return [r.model_copy(update={"revision": revision}) for r in results]
+
+
+def _revision(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0])
+
+
+def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
+    return RegistrationResult.model_construct(
+        toolkit=toolkit.name,
+        version=toolkit.version,
+        status=status,
+        tools=len(toolkit.tools),
+        revision=revision,
+    )
+
+
+def _insert(
+    db: Any,
+    conn: sqlite3.Connection,
+    toolkit: Toolkit,
+    digest: str,
+    source: str | None,
+    index_fields: IndexFields,
+) -> None:
+    toolkit_id = db["toolkits"].insert(
+        {
+            "name": toolkit.name,
+            "version": toolkit.version,
+            "description": toolkit.description,
+            "tags": json.dumps(toolkit.tags),
+            "defer_loading": toolkit.defer_loading,
+            "module": toolkit.module,
+            "content_hash": digest,
+            "source": source,
+            "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+    ).last_pk
+    first_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM tools").fetchone()[0]
+    tools, tags, fts = [], [], []
+    for offset, tool in enumerate(toolkit.tools):
+        tool_id = first_id + offset
+        definition = tool_definition(tool)
+        tool_tags = effective_tags(tool, toolkit)
+        defer = toolkit.defer_loading if tool.defer_loading is None else tool.defer_loading
+        tools.append(
+            {
+                "id": tool_id,
+                "toolkit_id": toolkit_id,
+                "toolkit": toolkit.name,
+                "name": tool.name,
+                "defer_loading": defer,
+                "tags": json.dumps(tool_tags),
+                "definition": canonical_json(definition),
+                "content_hash": content_hash(definition),
+            }
+        )
+        tags.extend({"tag": tag, "tool_id": tool_id} for tag in tool_tags)
+        fts.append([tool_id, *index_fields(tool, toolkit)])
+    db["tools"].insert_all(tools, batch_size=500)
+    if tags:
+        db["tool_tags"].insert_all(tags, batch_size=500)
+    conn.executemany(
+        "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        fts,
+    )
+
+
+def deprecate(conn: sqlite3.Connection, name: str, version: str) -> int:
+    """Mark ``name@version`` deprecated; the active version moves to the next newest."""
+    with write_transaction(conn):
+        row_id, deprecated = _find_version(conn, name, version)
+        if deprecated:
+            return _revision(conn)
+        conn.execute("UPDATE toolkits SET deprecated = 1 WHERE id = ?", (row_id,))
+        refresh_active(conn, name)
+        return bump_revision(conn)
+
+
+def remove(conn: sqlite3.Connection, name: str, version: str | None) -> tuple[int, int]:
+    """Remove one version of a toolkit, or every version. Returns (versions removed, revision)."""
+    with write_transaction(conn):
+        if version is None:
+            count = conn.execute("DELETE FROM toolkits WHERE name = ?", (name,)).rowcount
+            if not count:
+                raise UnknownToolkitError(f"no toolkit named {name!r}")
+        else:
+            row_id, _ = _find_version(conn, name, version)
+            conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
+            count = 1
+            refresh_active(conn, name)
+        return count, bump_revision(conn)
+
+
+def _find_version(conn: sqlite3.Connection, name: str, version: str) -> tuple[int, bool]:
+    rows = toolkit_rows(conn, name)
+    if not rows:
+        raise UnknownToolkitError(f"no toolkit named {name!r}")
+    for row_id, registered, _digest, deprecated in rows:
+        if same_version(registered, version):
+            return row_id, deprecated
+    known = ", ".join(sorted(r[1] for r in rows))
+    raise UnknownToolkitError(f"toolkit {name!r} has no version {version!r} (known: {known})")
+
