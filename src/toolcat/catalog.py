@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import contextlib
 import json
 import os
@@ -201,7 +202,10 @@ class Catalog:
     # -- reading --------------------------------------------------------------------------
 
     def _filters(
-        self, conn: sqlite3.Connection, tags: Iterable[str], toolkit: str | None,
+        self,
+        conn: sqlite3.Connection,
+        tags: Iterable[str],
+        toolkit: str | None,
         include_deferred: bool,
     ) -> Filters:
         tag_tuple = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
@@ -293,7 +297,7 @@ class Catalog:
             tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
             revision = reader.revision(conn)
         top = ranked[0][1] if ranked else 0.0
-        ordered: list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
+        ordered: builtins.list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
         exact_ids = {row_id for row_id, _ in exact}
         ordered += [(tools[i], s) for i, s in ranked if i not in exact_ids and i in tools]
         hits = [
@@ -305,13 +309,15 @@ class Catalog:
     @staticmethod
     def _exact_matches(
         conn: sqlite3.Connection, text: str, filters: Filters
-    ) -> list[tuple[int, RegisteredTool]]:
+    ) -> builtins.list[tuple[int, RegisteredTool]]:
         candidate = text.strip()
         if len(candidate) > 130 or any(c.isspace() for c in candidate):
             return []
         toolkit, dot, name = candidate.partition(".")
         if dot:
-            return reader.find_tools(conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters)
+            return reader.find_tools(
+                conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters
+            )
         return reader.find_tools(conn, candidate, nocase=True, filters=filters)
 
     def get(self, address: str) -> RegisteredTool:
@@ -332,7 +338,7 @@ class Catalog:
             raise AmbiguousNameError(address, [t.id for _, t in found])
         return found[0][1]
 
-    def _suggest(self, conn: sqlite3.Connection, name: str) -> list[str]:
+    def _suggest(self, conn: sqlite3.Connection, name: str) -> builtins.list[str]:
         """Close matches for an unknown name: case-insensitive hits, then BM25 over the name."""
         exact = reader.find_tools(conn, name, nocase=True)
         if exact:
@@ -340,7 +346,7 @@ class Catalog:
         ranked = bm25.search(conn, name, Filters(), 5)
         return [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
 
-    def versions(self, toolkit: str) -> list[ToolkitVersion]:
+    def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
         from packaging.version import InvalidVersion, Version
 
@@ -358,7 +364,7 @@ class Catalog:
 
         return sorted(found, key=order)
 
-    def toolkits(self) -> list[ToolkitVersion]:
+    def toolkits(self) -> builtins.list[ToolkitVersion]:
         """The active version of every toolkit, by name."""
         with self._lock:
             return reader.toolkit_versions(self._conn)

@@ -8,7 +8,6 @@ error's exit code, here and nowhere else.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -84,7 +83,9 @@ def init(ctx: click.Context) -> None:
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--replace", is_flag=True, help="Overwrite a registered version whose content changed.")
+@click.option(
+    "--replace", is_flag=True, help="Overwrite a registered version whose content changed."
+)
 @json_option
 @click.pass_context
 def register(ctx: click.Context, paths: tuple[Path, ...], replace: bool, as_json: bool) -> None:
@@ -103,7 +104,9 @@ def register(ctx: click.Context, paths: tuple[Path, ...], replace: bool, as_json
 
 
 @cli.command(name="list")
-@click.option("--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them).")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them)."
+)
 @click.option("--toolkit", help="Only this toolkit (name or name@version).")
 @click.option("--include-deferred", is_flag=True, help="Include deferred tools.")
 @click.option("--limit", type=int, default=DEFAULT_LIST_LIMIT, show_default=True, help="Page size.")
@@ -144,7 +147,9 @@ def list_(
 @click.argument("query")
 @click.option("--mode", type=click.Choice(SEARCH_MODES), help="Ranking mode. Default: bm25.")
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Number of hits.")
-@click.option("--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them).")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them)."
+)
 @click.option("--toolkit", help="Only this toolkit (name or name@version).")
 @click.option("--no-deferred", is_flag=True, help="Leave deferred tools out.")
 @json_option
@@ -231,7 +236,9 @@ def toolkits(ctx: click.Context, as_json: bool) -> None:
         emit_json({"toolkits": [v.model_dump() for v in found]})
         return
     for v in found:
-        click.echo(f"{v.toolkit:<20} {v.version:<10} {v.tools:>4} tools  {one_line(v.description, 50)}")
+        click.echo(
+            f"{v.toolkit:<20} {v.version:<10} {v.tools:>4} tools  {one_line(v.description, 50)}"
+        )
 
 
 @cli.command()
@@ -258,4 +265,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

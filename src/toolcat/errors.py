@@ -89,9 +89,7 @@ class AmbiguousNameError(ToolcatError):
     def __init__(self, name: str, candidates: list[str]) -> None:
         self.name = name
         self.candidates = candidates
-        super().__init__(
-            f"tool name {name!r} is ambiguous; use one of: {', '.join(candidates)}"
-        )
+        super().__init__(f"tool name {name!r} is ambiguous; use one of: {', '.join(candidates)}")
 
 
 class VersionConflictError(ToolcatError):

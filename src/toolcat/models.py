@@ -77,9 +77,7 @@ class Tool(BaseModel):
 
     name: str
     description: str
-    parameters: dict[str, Any] = Field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     output_schema: dict[str, Any] | None = None
     tags: list[str] = Field(default_factory=list)
     defer_loading: bool | None = None

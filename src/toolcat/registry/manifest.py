@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import ManifestError
-from ..models import Toolkit, ToolFieldError
+from ..models import ToolFieldError, Toolkit
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".toml", ".json")
 
@@ -33,9 +34,9 @@ def parse_manifest_text(text: str, suffix: str) -> Any:
             problem = getattr(e, "problem", None) or str(e)
             raise ManifestError(f"invalid YAML{line}: {problem}") from e
     if suffix == ".toml":
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ImportError:  # Python 3.10
+        else:
             import tomli as tomllib
         try:
             return tomllib.loads(text)

@@ -31,9 +31,7 @@ def m001_initial(db: Any) -> None:
         )
         """
     )
-    db["meta"].insert_all(
-        [{"key": "revision", "value": 0}, {"key": "schema_version", "value": 0}]
-    )
+    db["meta"].insert_all([{"key": "revision", "value": 0}, {"key": "schema_version", "value": 0}])
     db.execute(
         """
         CREATE TABLE toolkits (
@@ -135,9 +133,12 @@ def migrate(conn: sqlite3.Connection) -> None:
             f"this catalog has schema version {current}; this toolcat knows up to "
             f"{SCHEMA_VERSION}. Upgrade toolcat to open it."
         )
-    if current == 0 and conn.execute(
-        "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
-    ).fetchone()[0]:
+    if (
+        current == 0
+        and conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
+        ).fetchone()[0]
+    ):
         raise CatalogError("this file is an SQLite database but not a toolcat catalog")
     import sqlite_utils  # only needed to create or upgrade a catalog
 
@@ -151,9 +152,7 @@ def migrate(conn: sqlite3.Connection) -> None:
                 conn.execute("COMMIT")
                 return
             MIGRATIONS[version](db)
-            conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'schema_version'", (version + 1,)
-            )
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version + 1,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

@@ -42,7 +42,9 @@ class Filters:
         if not self.include_deferred:
             clauses.append("t.defer_loading = 0")
         for tag in self.tags:
-            clauses.append("EXISTS (SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id)")
+            clauses.append(
+                "EXISTS (SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id)"
+            )
             params.append(tag)
         return " AND ".join(clauses), params
 
@@ -89,8 +91,7 @@ def list_tools(
         where += " AND (t.toolkit, t.name) > (?, ?)"
         params.extend(after)
     rows = conn.execute(
-        f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE {where} "
-        "ORDER BY t.toolkit, t.name LIMIT ?",
+        f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE {where} ORDER BY t.toolkit, t.name LIMIT ?",
         [*params, limit],
     ).fetchall()
     return [row_to_tool(row) for row in rows]

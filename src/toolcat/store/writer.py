@@ -90,7 +90,8 @@ def register(
         for toolkit, source in batch:
             digest = toolkit.content_hash()
             existing = [
-                row for row in toolkit_rows(conn, toolkit.name)
+                row
+                for row in toolkit_rows(conn, toolkit.name)
                 if same_version(row[1], toolkit.version)
             ]
             status = "added"
@@ -137,21 +138,27 @@ def _insert(
     source: str | None,
     index_fields: IndexFields,
 ) -> None:
-    toolkit_id = db["toolkits"].insert(
-        {
-            "name": toolkit.name,
-            "version": toolkit.version,
-            "description": toolkit.description,
-            "tags": json.dumps(toolkit.tags),
-            "defer_loading": toolkit.defer_loading,
-            "module": toolkit.module,
-            "content_hash": digest,
-            "source": source,
-            "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        }
-    ).last_pk
+    toolkit_id = (
+        db["toolkits"]
+        .insert(
+            {
+                "name": toolkit.name,
+                "version": toolkit.version,
+                "description": toolkit.description,
+                "tags": json.dumps(toolkit.tags),
+                "defer_loading": toolkit.defer_loading,
+                "module": toolkit.module,
+                "content_hash": digest,
+                "source": source,
+                "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            }
+        )
+        .last_pk
+    )
     first_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM tools").fetchone()[0]
-    tools, tags, fts = [], [], []
+    tools: list[dict[str, Any]] = []
+    tags: list[dict[str, Any]] = []
+    fts: list[list[Any]] = []
     for offset, tool in enumerate(toolkit.tools):
         tool_id = first_id + offset
         definition = tool_definition(tool)
@@ -216,4 +223,3 @@ def _find_version(conn: sqlite3.Connection, name: str, version: str) -> tuple[in
             return row_id, deprecated
     known = ", ".join(sorted(r[1] for r in rows))
     raise UnknownToolkitError(f"toolkit {name!r} has no version {version!r} (known: {known})")
-

@@ -1,0 +1,42 @@
+# Two entry points: `make demo` (install, build the sample catalog, show it off) and
+# `make test` (install dev tools, lint, type-check, run the tests). Both create .venv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_DB := .demo/catalog.db
+TOOLCAT := $(BIN)/toolcat --db $(DEMO_DB)
+
+.PHONY: demo test install dev lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+
+dev: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+
+demo: install
+	rm -rf .demo && mkdir -p .demo
+	$(TOOLCAT) register data/toolkits
+	@echo; echo '$$ toolcat list --tag filesystem --tag read-only'
+	$(TOOLCAT) list --tag filesystem --tag read-only
+	@echo; echo '$$ toolcat search "remove an old file"   # finds a deferred tool'
+	$(TOOLCAT) search "remove an old file" -k 3
+	@echo; echo '$$ toolcat show files.delete_file'
+	$(TOOLCAT) show files.delete_file
+
+lint: dev
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/pytest -q
+
+bench: install
+	$(BIN)/python scripts/bench_catalog.py
+
+clean:
+	rm -rf $(VENV) .demo .bench build dist src/*.egg-info

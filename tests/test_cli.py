@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tests.helpers import ROOT, SAMPLE_TOOLKITS, table_snapshot, toolkit_data, write_manifest
+from toolcat.cli import cli
+
+TOOL_KEYS = [
+    "id",
+    "name",
+    "toolkit",
+    "version",
+    "description",
+    "parameters",
+    "tags",
+    "defer_loading",
+]
+
+
+def run(db: Path, *args: str, code: int = 0) -> Any:
+    result = CliRunner().invoke(cli, ["--db", str(db), *args])
+    assert result.exit_code == code, (result.output, result.stderr)
+    return result
+
+
+def run_json(db: Path, *args: str) -> Any:
+    return json.loads(run(db, *args, "--json").stdout)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "cat.db"
+    run(path, "register", str(SAMPLE_TOOLKITS))
+    return path
+
+
+def test_register_prints_each_toolkit(tmp_path: Path) -> None:
+    out = run(tmp_path / "x.db", "register", str(SAMPLE_TOOLKITS)).stdout
+    assert "added     files 1.0.0 (8 tools)" in out
+    assert out.strip().endswith("revision 1")
+    again = run_json(tmp_path / "x.db", "register", str(SAMPLE_TOOLKITS))
+    assert {r["status"] for r in again["results"]} == {"unchanged"}
+
+
+def test_list_json_shape_and_pagination(db: Path) -> None:
+    first = run_json(db, "list", "--limit", "5")
+    assert list(first) == ["revision", "tools", "next_cursor"]
+    assert first["revision"] == 1
+    assert all(list(t) == TOOL_KEYS for t in first["tools"])
+    assert first["tools"][0]["id"] == f"{first['tools'][0]['toolkit']}.{first['tools'][0]['name']}"
+    second = run_json(db, "list", "--limit", "5", "--cursor", first["next_cursor"])
+    assert {t["id"] for t in first["tools"]}.isdisjoint(t["id"] for t in second["tools"])
+    tagged = run_json(
+        db, "list", "--tag", "filesystem", "--tag", "destructive", "--include-deferred"
+    )
+    assert {t["id"] for t in tagged["tools"]} == {
+        "files.write_file",
+        "files.move_file",
+        "files.delete_file",
+    }
+    assert run_json(db, "list", "--toolkit", "time")["tools"][0]["toolkit"] == "time"
+
+
+def test_search_json_shape(db: Path) -> None:
+    out = run_json(db, "search", "delete a file", "-k", "3")
+    assert list(out) == ["revision", "query", "mode", "hits"]
+    assert (out["query"], out["mode"], out["revision"]) == ("delete a file", "bm25", 1)
+    assert [list(h) for h in out["hits"]] == [["rank", "score", "tool"]] * 3
+    assert out["hits"][0]["tool"]["id"] == "files.delete_file"
+    assert out["hits"][0]["tool"]["defer_loading"] is True
+    assert list(out["hits"][0]["tool"]) == TOOL_KEYS
+    no_deferred = run_json(db, "search", "delete a file", "--no-deferred")
+    assert all(not h["tool"]["defer_loading"] for h in no_deferred["hits"])
+    filtered = run_json(db, "search", "convert", "--tag", "math", "--toolkit", "math")
+    assert filtered["hits"][0]["tool"]["id"] == "math.convert_units"
+
+
+def test_text_output(db: Path) -> None:
+    assert "files.delete_file" in run(db, "search", "remove an old file").stdout
+    listing = run(db, "list").stdout
+    assert "files.read_file" in listing and "files.delete_file" not in listing
+    shown = run(db, "show", "files.delete_file").stdout
+    assert "deferred: yes" in shown and '"path"' in shown
+    assert "1.0.0" in run(db, "versions", "files").stdout
+    assert "files" in run(db, "toolkits").stdout
+    assert run(db, "search", "zzzzqqq").stdout.strip() == "no matching tools"
+
+
+def test_show_json_has_the_full_definition(db: Path) -> None:
+    tool = run_json(db, "show", "read_file")
+    assert tool["implementation"] == "toolcat.samples.files:read_file"
+    assert tool["examples"] and tool["annotations"]["read_only"] is True
+    assert all(k in tool for k in TOOL_KEYS)
+
+
+def test_versions_deprecate_and_remove(db: Path, tmp_path: Path) -> None:
+    write_manifest(tmp_path, toolkit_data(version="1.0.0"), name="w1")
+    write_manifest(tmp_path, toolkit_data(version="2.0.0"), name="w2")
+    run(db, "register", str(tmp_path / "w1.yaml"), str(tmp_path / "w2.yaml"))
+    versions = run_json(db, "versions", "weather")["versions"]
+    assert [(v["version"], v["active"]) for v in versions] == [("1.0.0", False), ("2.0.0", True)]
+    assert "deprecated weather@2.0.0" in run(db, "deprecate", "weather@2.0.0").stdout
+    assert run_json(db, "show", "weather.get_forecast")["version"] == "1.0.0"
+    assert "removed weather@1.0.0" in run(db, "remove", "weather@1.0.0").stdout
+    assert "removed weather (1 version)" in run(db, "remove", "weather").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "pattern"),
+    [
+        (["show", "nope"], 4, r"^error: unknown tool 'nope'"),
+        (["show", "read-file"], 4, r"Did you mean: files\.read_file"),
+        (["versions", "nope"], 4, r"^error: no toolkit named 'nope'"),
+        (["deprecate", "files"], 4, r"needs a version"),
+        (["remove", "files@7"], 4, r"has no version '7'"),
+        (["list", "--cursor", "bogus"], 7, r"invalid cursor"),
+        (["list", "--limit", "0"], 7, r"limit must be"),
+        (["search", "x", "-k", "0"], 7, r"k must be"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(
+    db: Path, args: list[str], code: int, pattern: str
+) -> None:
+    result = run(db, *args, code=code)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(pattern, lines[0]), lines
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_manifest_via_cli_changes_nothing(db: Path, tmp_path: Path) -> None:
+    bad = toolkit_data()
+    bad["tools"][0]["parameters"] = {"type": "array"}
+    path = write_manifest(tmp_path, bad)
+    before = table_snapshot(db)
+    result = run(db, "register", str(path), code=3)
+    assert result.stderr.strip() == (
+        f"error: {path}: toolkit 'weather', tool 'get_forecast', field 'parameters': "
+        "parameters must be a JSON Schema with type 'object'"
+    )
+    assert table_snapshot(db) == before
+
+
+def test_version_conflict_via_cli(db: Path, tmp_path: Path) -> None:
+    run(db, "register", str(write_manifest(tmp_path, toolkit_data())))
+    changed = write_manifest(tmp_path, toolkit_data(description="changed"))
+    assert "--replace" in run(db, "register", str(changed), code=6).stderr
+    assert "replaced" in run(db, "register", str(changed), "--replace").stdout
+
+
+def test_debug_shows_the_traceback(db: Path) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(db), "--debug", "show", "nope"])
+    assert result.exit_code != 0
+    assert result.exception is not None and type(result.exception).__name__ == "UnknownToolError"
+
+
+def test_toolcat_db_environment_variable(tmp_path: Path) -> None:
+    env_db = tmp_path / "env.db"
+    result = CliRunner().invoke(cli, ["init"], env={"TOOLCAT_DB": str(env_db)})
+    assert result.exit_code == 0 and result.stdout.strip() == str(env_db)
+    assert env_db.exists()
+
+
+def test_every_command_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name, command in cli.commands.items():
+        assert command.help, name
+        assert f"toolcat {name}" in readme, f"README does not mention `toolcat {name}`"

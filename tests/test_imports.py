@@ -1,0 +1,50 @@
+"""`import toolcat`, `toolcat --help`, list mode and BM25 search stay light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from toolcat import Catalog
+
+HEAVY = [
+    "torch",
+    "sentence_transformers",
+    "numpy",
+    "mcp",
+    "sqlite_utils",
+    "jsonschema",
+    "toolcat.samples",
+]
+
+SCRIPTS = {
+    "import": "import toolcat",
+    "help": (
+        "from toolcat.cli import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass"
+    ),
+    "list": "import toolcat\ntoolcat.Catalog(DB).list(tags=['read-only'])",
+    "search": "import toolcat\ntoolcat.Catalog(DB).search('convert units', mode='bm25')",
+    "show": "import toolcat\ntoolcat.Catalog(DB).get('files.read_file')",
+}
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+def test_read_paths_import_nothing_heavy(tmp_path: Path, name: str) -> None:
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    code = (
+        f"DB = {str(db)!r}\n{SCRIPTS[name]}\n"
+        "import sys, json\nprint(json.dumps(sorted(sys.modules)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    modules = set(json.loads(out.strip().splitlines()[-1]))
+    loaded = [m for m in HEAVY if m in modules or any(x.startswith(m + ".") for x in modules)]
+    assert loaded == []
