@@ -214,3 +214,21 @@ def test_default_path_honours_toolcat_db(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     with Catalog() as cat:
         assert cat.path == tmp_path / "xdg" / "toolcat" / "catalog.db"
+
+
+def test_search_index_follows_the_active_version(catalog: Catalog) -> None:
+    v1 = toolkit_data(version="1.0.0")
+    v1["tools"][0]["description"] = "Barometric forecast for a city."
+    catalog.register(Toolkit.model_validate(v1))
+    assert catalog.search("barometric").hits[0].tool.version == "1.0.0"
+    catalog.register(Toolkit.model_validate(toolkit_data(version="2.0.0")))
+    assert catalog.search("barometric").hits == []  # only active versions are indexed
+    assert catalog.search("forecast", toolkit="weather@2.0.0").hits
+    with pytest.raises(InvalidQueryError, match="active versions only"):
+        catalog.search("forecast", toolkit="weather@1.0.0")
+    catalog.deprecate("weather@2.0.0")
+    assert catalog.search("barometric").hits[0].tool.version == "1.0.0"
+    catalog.remove("weather@1.0.0")
+    assert catalog.search("forecast").hits == []
+    conn = catalog._conn
+    assert conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0] == 0

@@ -102,6 +102,7 @@ class Catalog:
         self.path = Path(path) if path is not None else default_path()
         self._conn = connect(self.path)
         self._lock = threading.RLock()
+        self._term_stats = bm25.TermStats()
         try:
             migrate(self._conn)
         except sqlite3.DatabaseError as e:
@@ -175,9 +176,7 @@ class Catalog:
         if not batch:
             raise ManifestError("nothing to register")
         with self._lock:
-            return writer.register(
-                self._conn, batch, replace=replace, index_fields=bm25.index_fields
-            )
+            return writer.register(self._conn, batch, replace=replace)
 
     def deprecate(self, toolkit: str, version: str | None = None) -> int:
         """Deprecate one version (``toolkit@version`` or ``version=``); returns the revision.
@@ -292,10 +291,18 @@ class Catalog:
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred)
-            ranked = bm25.search(conn, text, filters, k)
+            if filters.toolkit_id is not None and not reader.is_active_toolkit(
+                conn, filters.toolkit_id
+            ):
+                raise InvalidQueryError(
+                    f"search covers active versions only; {toolkit} is not active. "
+                    "List its tools with list(toolkit=...) instead."
+                )
+            revision = reader.revision(conn)
+            self._term_stats.refresh(conn, revision)
+            ranked = bm25.search(conn, text, filters, k, self._term_stats)
             exact = self._exact_matches(conn, text, filters)
             tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
-            revision = reader.revision(conn)
         top = ranked[0][1] if ranked else 0.0
         ordered: builtins.list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
         exact_ids = {row_id for row_id, _ in exact}
@@ -343,7 +350,8 @@ class Catalog:
         exact = reader.find_tools(conn, name, nocase=True)
         if exact:
             return [t.id for _, t in exact][:5]
-        ranked = bm25.search(conn, name, Filters(), 5)
+        self._term_stats.refresh(conn, reader.revision(conn))
+        ranked = bm25.search(conn, name, Filters(), 5, self._term_stats)
         return [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:

@@ -53,7 +53,9 @@ def test_fts5_ranking_agrees_with_rank_bm25(corpus_catalog: Catalog, query: str)
     terms = list(dict.fromkeys(tokenize(query)))
     expected = oracle.get_scores(terms)
     conn = corpus_catalog._conn
-    ranked = bm25.search(conn, query, Filters(), k=len(CORPUS), weights=(1, 1, 1, 1, 1))
+    stats = bm25.TermStats()
+    stats.refresh(conn, corpus_catalog.revision)
+    ranked = bm25.search(conn, query, Filters(), len(CORPUS), stats, weights=(1, 1, 1, 1, 1))
     got = {row_id: score for row_id, score in ranked}
     # Terms in more than half the documents are pruned by design; none are, here.
     assert len(got) == sum(1 for s in expected if s > 0)
@@ -162,8 +164,11 @@ def test_common_terms_are_pruned_but_a_query_of_only_common_terms_still_works(
     tools.append(Tool(name="special", description="get the rare thing"))
     catalog.register(Toolkit(name="kit", version="1", tools=tools))
     conn = catalog._conn
-    assert bm25.query_terms(conn, "get rare") == ["rare"]
-    assert bm25.query_terms(conn, "get") == ["get"]
-    assert bm25.query_terms(conn, "nothing matches this") == []
+    stats = bm25.TermStats()
+    stats.refresh(conn, catalog.revision)
+    assert bm25.query_terms(conn, "get rare", stats) == ["rare"]
+    assert bm25.query_terms(conn, "get", stats) == ["get"]
+    assert bm25.query_terms(conn, "nothing matches this", stats) == []
+    assert stats.doc_freq == {"get": 11, "rare": 1, "noth": 0, "match": 0}
     assert catalog.search("get rare").hits[0].tool.name == "special"
     assert len(catalog.search("get", k=50).hits) == 11

@@ -7,54 +7,56 @@ text becomes a list of quoted terms joined by OR, so no user input is ever FTS5 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from ..models import Tool, Toolkit
 from ..store.reader import Filters
-from .tokenize import tokenize, tokenize_all
+from .tokenize import tokenize
 
-COLUMNS = ("name", "hint", "description", "params", "tags")
 # name > search hint/examples > description > parameters > tags/toolkit (DESIGN.md);
 # the values were chosen with `toolcat eval` (see README, "Choosing the BM25 weights").
 DEFAULT_WEIGHTS: tuple[float, ...] = (4.0, 2.0, 1.5, 1.0, 0.5)
 MAX_QUERY_TERMS = 32
-MAX_SCHEMA_DEPTH = 4
 
 
-def schema_texts(schema: Any, depth: int = 0) -> Iterator[str]:
-    """Parameter names, descriptions and string enum values of a JSON Schema, nested ones too."""
-    if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
-        return
-    properties = schema.get("properties")
-    if isinstance(properties, dict):
-        for name, prop in properties.items():
-            yield str(name)
-            if isinstance(prop, dict):
-                description = prop.get("description")
-                if isinstance(description, str):
-                    yield description
-                enum = prop.get("enum")
-                if isinstance(enum, list):
-                    yield " ".join(v for v in enum if isinstance(v, str))
-                yield from schema_texts(prop, depth + 1)
-    items = schema.get("items")
-    if isinstance(items, dict):
-        yield from schema_texts(items, depth + 1)
+class TermStats:
+    """Document frequencies and the document count, cached for one catalog revision.
+
+    FTS5's fts5vocab lookups cost about 30 µs a term; agents repeat words, so a catalog keeps
+    one of these and it forgets everything when the revision moves.
+    """
+
+    def __init__(self) -> None:
+        self.revision = -1
+        self.n_docs = 0
+        self.doc_freq: dict[str, int] = {}
+
+    def refresh(self, conn: sqlite3.Connection, revision: int) -> None:
+        if revision != self.revision:
+            self.revision = revision
+            self.n_docs = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
+            self.doc_freq = {}
+
+    def lookup(self, conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, int]:
+        """Document frequency of each term (0 when absent), from the cache or the index."""
+        missing = [t for t in terms if t not in self.doc_freq]
+        for start in range(0, len(missing), 500):
+            chunk = missing[start : start + 500]
+            found = dict(
+                conn.execute(
+                    "SELECT term, doc FROM tools_fts_vocab "
+                    f"WHERE term IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+            )
+            if len(self.doc_freq) > 100_000:
+                self.doc_freq.clear()
+            self.doc_freq.update({t: found.get(t, 0) for t in chunk})
+        return {t: self.doc_freq.get(t, 0) for t in terms}
 
 
-def index_fields(tool: Tool, toolkit: Toolkit) -> tuple[str, str, str, str, str]:
-    """The text of each FTS5 column for one tool, already tokenized."""
-    return (
-        " ".join(tokenize(tool.name)),
-        " ".join(tokenize_all([tool.search_hint, *tool.examples])),
-        " ".join(tokenize(tool.description)),
-        " ".join(tokenize_all(schema_texts(tool.parameters))),
-        " ".join(tokenize_all([*tool.tags, *toolkit.tags, toolkit.name, toolkit.description])),
-    )
-
-
-def query_terms(conn: sqlite3.Connection, text: str, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
+def query_terms(
+    conn: sqlite3.Connection, text: str, stats: TermStats, max_terms: int = MAX_QUERY_TERMS
+) -> list[str]:
     """The terms worth asking FTS5 for, rarest first.
 
     Terms the index lacks cannot match and are dropped. Terms found in more than half of the
@@ -64,20 +66,9 @@ def query_terms(conn: sqlite3.Connection, text: str, max_terms: int = MAX_QUERY_
     terms = list(dict.fromkeys(tokenize(text)))
     if not terms:
         return []
-    doc_freq: dict[str, int] = {}
-    for start in range(0, len(terms), 500):
-        chunk = terms[start : start + 500]
-        marks = ",".join("?" * len(chunk))
-        doc_freq.update(
-            conn.execute(
-                f"SELECT term, doc FROM tools_fts_vocab WHERE term IN ({marks})", chunk
-            ).fetchall()
-        )
-    present = sorted((t for t in terms if t in doc_freq), key=lambda t: doc_freq[t])
-    if not present:
-        return []
-    n_docs = conn.execute("SELECT count(*) FROM tools").fetchone()[0]
-    useful = [t for t in present if doc_freq[t] * 2 <= n_docs] or present
+    doc_freq = stats.lookup(conn, terms)
+    present = sorted((t for t in terms if doc_freq[t]), key=lambda t: doc_freq[t])
+    useful = [t for t in present if doc_freq[t] * 2 <= stats.n_docs] or present
     return useful[:max_terms]
 
 
@@ -91,18 +82,28 @@ def search(
     text: str,
     filters: Filters,
     k: int,
+    stats: TermStats,
     weights: Sequence[float] = DEFAULT_WEIGHTS,
 ) -> list[tuple[int, float]]:
-    """The ``k`` best tools for ``text`` as (tool row id, score), best first; higher is better."""
-    terms = query_terms(conn, text)
+    """The ``k`` best tools for ``text`` as (tool row id, score), best first; higher is better.
+
+    ``stats`` must have been refreshed for the catalog's current revision.
+    """
+    terms = query_terms(conn, text, stats)
     if not terms:
         return []
-    where, params = filters.sql()
     bm25 = f"bm25(tools_fts, {', '.join(str(float(w)) for w in weights)})"
-    rows = conn.execute(
-        f"SELECT t.id, {bm25} AS score FROM tools_fts "
-        "JOIN tools t ON t.id = tools_fts.rowid JOIN toolkits k ON k.id = t.toolkit_id "
-        f"WHERE tools_fts MATCH ? AND {where} ORDER BY score LIMIT ?",
-        [match_expression(terms), *params, k],
-    ).fetchall()
-    return [(row[0], -row[1]) for row in rows]
+    if not filters.narrows:
+        sql = (
+            f"SELECT rowid, {bm25} AS score FROM tools_fts WHERE tools_fts MATCH ? "
+            "ORDER BY score LIMIT ?"
+        )
+        params: list[object] = [match_expression(terms), k]
+    else:
+        where, more = filters.sql(active_only=False)
+        sql = (
+            f"SELECT t.id, {bm25} AS score FROM tools_fts JOIN tools t ON t.id = tools_fts.rowid "
+            f"WHERE tools_fts MATCH ? AND {where} ORDER BY score LIMIT ?"
+        )
+        params = [match_expression(terms), *more, k]
+    return [(row[0], -row[1]) for row in conn.execute(sql, params).fetchall()]

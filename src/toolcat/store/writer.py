@@ -9,15 +9,14 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from ..errors import UnknownToolkitError, VersionConflictError
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
+from ..search.documents import index_fields
 from .reader import toolkit_rows
-
-IndexFields = Callable[[Tool, Toolkit], Sequence[str]]
 
 
 @contextlib.contextmanager
@@ -49,9 +48,18 @@ def same_version(a: str, b: str) -> bool:
         return a == b
 
 
-def refresh_active(conn: sqlite3.Connection, name: str) -> None:
-    """Mark the toolkit's active version: the newest non-deprecated final release, else the
-    newest non-deprecated pre-release; none when every version is deprecated."""
+def refresh_active(
+    conn: sqlite3.Connection, name: str, fresh: tuple[int, Toolkit, int] | None = None
+) -> None:
+    """Mark the toolkit's active version and keep the search index on it.
+
+    Active is the newest non-deprecated final release, else the newest non-deprecated
+    pre-release; none when every version is deprecated. Only active versions are in the
+    FTS5 index, so old versions never slow search down or need filtering out.
+
+    ``fresh`` is (toolkit row id, toolkit, first tool row id) of a version just inserted, so
+    its index text comes from the models in hand instead of being read back.
+    """
     from packaging.version import Version
 
     candidates = [
@@ -61,7 +69,42 @@ def refresh_active(conn: sqlite3.Connection, name: str) -> None:
     ]
     finals = [c for c in candidates if not c[0].is_prerelease] or candidates
     active_id = max(finals)[1] if finals else None
+    old = conn.execute("SELECT id FROM toolkits WHERE name = ? AND active = 1", (name,)).fetchone()
+    old_id = old[0] if old else None
+    if old_id == active_id:
+        return
     conn.execute("UPDATE toolkits SET active = (id IS ?) WHERE name = ?", (active_id, name))
+    if old_id is not None:
+        conn.execute(
+            "DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE toolkit_id = ?)",
+            (old_id,),
+        )
+    if active_id is None:
+        return
+    if fresh is not None and fresh[0] == active_id:
+        _, toolkit, first_id = fresh
+        tools = list(enumerate(toolkit.tools, first_id))
+    else:
+        toolkit, tools = _stored_toolkit(conn, active_id)
+    conn.executemany(
+        "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(tool_id, *index_fields(tool, toolkit)) for tool_id, tool in tools],
+    )
+
+
+def _stored_toolkit(
+    conn: sqlite3.Connection, toolkit_id: int
+) -> tuple[Toolkit, list[tuple[int, Tool]]]:
+    """A registered toolkit version and its tools with their row ids, as stored."""
+    name, description, tags = conn.execute(
+        "SELECT name, description, tags FROM toolkits WHERE id = ?", (toolkit_id,)
+    ).fetchone()
+    toolkit = Toolkit.model_construct(name=name, description=description, tags=json.loads(tags))
+    rows = conn.execute(
+        "SELECT id, definition FROM tools WHERE toolkit_id = ? ORDER BY id", (toolkit_id,)
+    )
+    return toolkit, [(i, Tool.model_construct(**json.loads(d))) for i, d in rows.fetchall()]
 
 
 def effective_tags(tool: Tool, toolkit: Toolkit) -> list[str]:
@@ -78,7 +121,6 @@ def register(
     batch: Sequence[tuple[Toolkit, str | None]],
     *,
     replace: bool,
-    index_fields: IndexFields,
 ) -> list[RegistrationResult]:
     """Register ``(toolkit, source)`` pairs in one transaction."""
     import sqlite_utils  # write path only: it is slow to import
@@ -108,8 +150,8 @@ def register(
                     )
                 conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
                 status = "replaced"
-            _insert(db, conn, toolkit, digest, source, index_fields)
-            refresh_active(conn, toolkit.name)
+            toolkit_id, first_tool_id = _insert(db, conn, toolkit, digest, source)
+            refresh_active(conn, toolkit.name, (toolkit_id, toolkit, first_tool_id))
             results.append(_result(toolkit, status, 0))
             changed = True
         revision = bump_revision(conn) if changed else _revision(conn)
@@ -136,8 +178,8 @@ def _insert(
     toolkit: Toolkit,
     digest: str,
     source: str | None,
-    index_fields: IndexFields,
-) -> None:
+) -> tuple[int, int]:
+    """Insert a toolkit version's rows; returns (toolkit row id, first tool row id)."""
     toolkit_id = (
         db["toolkits"]
         .insert(
@@ -158,7 +200,6 @@ def _insert(
     first_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM tools").fetchone()[0]
     tools: list[dict[str, Any]] = []
     tags: list[dict[str, Any]] = []
-    fts: list[list[Any]] = []
     for offset, tool in enumerate(toolkit.tools):
         tool_id = first_id + offset
         definition = tool_definition(tool)
@@ -177,15 +218,10 @@ def _insert(
             }
         )
         tags.extend({"tag": tag, "tool_id": tool_id} for tag in tool_tags)
-        fts.append([tool_id, *index_fields(tool, toolkit)])
     db["tools"].insert_all(tools, batch_size=500)
     if tags:
         db["tool_tags"].insert_all(tags, batch_size=500)
-    conn.executemany(
-        "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        fts,
-    )
+    return toolkit_id, first_id
 
 
 def deprecate(conn: sqlite3.Connection, name: str, version: str) -> int:

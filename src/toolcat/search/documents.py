@@ -1,0 +1,48 @@
+"""What each tool contributes to the BM25 index: the text of each FTS5 column.
+
+Columns, in weight order (DESIGN.md): the name; the search hint and example queries; the
+description; parameter names, descriptions and enum values; tags, toolkit name and description.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..models import Tool, Toolkit
+from .tokenize import tokenize, tokenize_all
+
+COLUMNS = ("name", "hint", "description", "params", "tags")
+MAX_SCHEMA_DEPTH = 4
+
+
+def schema_texts(schema: Any, depth: int = 0) -> Iterator[str]:
+    """Parameter names, descriptions and string enum values of a JSON Schema, nested ones too."""
+    if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
+        return
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for name, prop in properties.items():
+            yield str(name)
+            if isinstance(prop, dict):
+                description = prop.get("description")
+                if isinstance(description, str):
+                    yield description
+                enum = prop.get("enum")
+                if isinstance(enum, list):
+                    yield " ".join(v for v in enum if isinstance(v, str))
+                yield from schema_texts(prop, depth + 1)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        yield from schema_texts(items, depth + 1)
+
+
+def index_fields(tool: Tool, toolkit: Toolkit) -> tuple[str, str, str, str, str]:
+    """The text of each FTS5 column for one tool, already tokenized."""
+    return (
+        " ".join(tokenize(tool.name)),
+        " ".join(tokenize_all([tool.search_hint, *tool.examples])),
+        " ".join(tokenize(tool.description)),
+        " ".join(tokenize_all(schema_texts(tool.parameters))),
+        " ".join(tokenize_all([*tool.tags, *toolkit.tags, toolkit.name, toolkit.description])),
+    )
