@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,12 @@ def test_search_index_follows_the_active_version(catalog: Catalog) -> None:
     assert catalog.search("forecast").hits == []
     conn = catalog._conn
     assert conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0] == 0
+
+
+def test_registered_definitions_are_stored_exactly_as_written(catalog: Catalog) -> None:
+    data = toolkit_data()
+    original = json.dumps(data["tools"][0]["parameters"], sort_keys=True)
+    catalog.register(Toolkit.model_validate(data))
+    assert json.dumps(data["tools"][0]["parameters"], sort_keys=True) == original
+    stored = catalog.get("weather.get_forecast").parameters
+    assert json.dumps(stored, sort_keys=True) == original

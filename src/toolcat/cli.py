@@ -8,6 +8,7 @@ error's exit code, here and nowhere else.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,7 +40,9 @@ def json_option(fn: F) -> F:
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    """Indented for a person at a terminal, compact (and faster) for a program."""
+    indent = 2 if sys.stdout.isatty() else None
+    click.echo(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
 def open_catalog(ctx: click.Context) -> Catalog:

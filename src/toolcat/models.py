@@ -1,5 +1,8 @@
 """The data toolcat deals in: tool and toolkit definitions, registered tools, pages and hits.
 
+Every model sets ``defer_build``: pydantic then builds a model's validator on first use
+instead of at import, which keeps ``import toolcat`` (and a cold ``toolcat list``) fast.
+
 Definitions (``Tool``, ``Toolkit``) are what an admin writes in a manifest or derives from
 code; they validate strictly (unknown fields are errors, so typos surface). What the catalog
 hands back (``RegisteredTool``, ``ToolPage``, ``SearchResult``...) is built from rows the
@@ -62,7 +65,8 @@ def check_json_schema(schema: Any, what: str) -> None:
     if _meta_validator is None:
         from ._draft7 import DRAFT7_META_SCHEMA
 
-        _meta_validator = fastjsonschema.compile(DRAFT7_META_SCHEMA)
+        # use_default=False: by default the compiled validator writes defaults into the data
+        _meta_validator = fastjsonschema.compile(DRAFT7_META_SCHEMA, use_default=False)
     try:
         _meta_validator(schema)
     except fastjsonschema.JsonSchemaValueException as e:
@@ -82,7 +86,7 @@ def check_object_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
 class ToolAnnotations(BaseModel):
     """Behaviour hints, passed through to clients (MCP names them ``readOnlyHint`` etc.)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     title: str | None = None
     read_only: bool | None = None
@@ -93,7 +97,7 @@ class ToolAnnotations(BaseModel):
 class Tool(BaseModel):
     """A tool definition as an admin writes it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     name: str
     description: str
@@ -151,7 +155,7 @@ class Tool(BaseModel):
 class Toolkit(BaseModel):
     """A named, versioned group of tools: one manifest file."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     name: str = Field(validation_alias=AliasChoices("toolkit", "name"))
     version: str
@@ -241,6 +245,8 @@ class RegisteredTool(BaseModel):
     against the toolkit's default.
     """
 
+    model_config = ConfigDict(defer_build=True)
+
     id: str
     name: str
     toolkit: str
@@ -275,6 +281,8 @@ class RegisteredTool(BaseModel):
 class ToolPage(BaseModel):
     """One page of list mode. Pass ``next_cursor`` back to get the next page."""
 
+    model_config = ConfigDict(defer_build=True)
+
     revision: int
     tools: list[RegisteredTool]
     next_cursor: str | None = None
@@ -282,6 +290,8 @@ class ToolPage(BaseModel):
 
 class SearchHit(BaseModel):
     """One ranked search result; higher scores are better."""
+
+    model_config = ConfigDict(defer_build=True)
 
     rank: int
     score: float
@@ -291,6 +301,8 @@ class SearchHit(BaseModel):
 class SearchResult(BaseModel):
     """The answer to a search: ranked hits and the catalog revision they came from."""
 
+    model_config = ConfigDict(defer_build=True)
+
     revision: int
     query: str
     mode: str
@@ -299,6 +311,8 @@ class SearchResult(BaseModel):
 
 class ToolkitVersion(BaseModel):
     """One registered version of a toolkit."""
+
+    model_config = ConfigDict(defer_build=True)
 
     toolkit: str
     version: str
@@ -314,6 +328,8 @@ class ToolkitVersion(BaseModel):
 class RegistrationResult(BaseModel):
     """What registering one toolkit did."""
 
+    model_config = ConfigDict(defer_build=True)
+
     toolkit: str
     version: str
     status: Literal["added", "unchanged", "replaced"]
@@ -328,6 +344,8 @@ ErrorCode = Literal[
 
 class ToolResult(BaseModel):
     """The outcome of calling a tool. A failure is a result, never an exception."""
+
+    model_config = ConfigDict(defer_build=True)
 
     success: bool
     data: Any = None
