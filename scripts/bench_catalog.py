@@ -54,7 +54,11 @@ def tool_pool() -> tuple[list[dict[str, Any]], list[str]]:
                         "parameters": raw["parameters"]
                         if raw["parameters"].get("type") == "object"
                         else {"type": "object", "properties": {}},
-                        "tags": [t[:64] for t in raw.get("tags", [])[:5] if isinstance(t, str) and t.strip()],
+                        "tags": [
+                            t[:64]
+                            for t in raw.get("tags", [])[:5]
+                            if isinstance(t, str) and t.strip()
+                        ],
                     }
                 )
             for line in (source / "queries.jsonl").read_text().splitlines()[:300]:
@@ -121,6 +125,19 @@ def timed(fn: Any, runs: list[Any]) -> list[float]:
     return samples
 
 
+def agreement(queries: list[str], fast: Any, exact: Any) -> dict[str, float]:
+    """How often the two-phase ranking agrees with scoring every matching row."""
+    top1 = overlap = 0.0
+    for q in queries:
+        a, b = [r for r, _ in fast(q)], [r for r, _ in exact(q)]
+        top1 += a[:1] == b[:1]
+        overlap += len(set(a) & set(b)) / max(len(b), 1)
+    return {
+        "two_phase_top1_agreement": round(top1 / len(queries), 3),
+        "two_phase_top10_overlap": round(overlap / len(queries), 3),
+    }
+
+
 def raw_fts(conn: sqlite3.Connection, query: str) -> None:
     """The plain FTS5 query our search starts from: every query term ORed, top 10."""
     from toolcat.search.tokenize import tokenize
@@ -134,7 +151,9 @@ def raw_fts(conn: sqlite3.Connection, query: str) -> None:
         ).fetchall()
 
 
-def bench_size(size: int, pool: list[dict[str, Any]], queries: list[str], workdir: Path) -> dict[str, Any]:
+def bench_size(
+    size: int, pool: list[dict[str, Any]], queries: list[str], workdir: Path
+) -> dict[str, Any]:
     db = workdir / f"catalog-{size}.db"
     raw = make_toolkits(pool, size)
     start = time.perf_counter()
@@ -150,6 +169,11 @@ def bench_size(size: int, pool: list[dict[str, Any]], queries: list[str], workdi
         conn = sqlite3.connect(db)
         stats = bm25.TermStats()
         stats.refresh(conn, catalog.revision)
+        short = [" ".join(q.split()[:4]) for q in qs]
+
+        def one_phase(q: str) -> list[tuple[int, float]]:
+            return bm25.search(conn, q, Filters(), 10, stats, exact_postings=10**12)
+
         result: dict[str, Any] = {
             "tools": size,
             "register_s": round(written - start, 3),
@@ -165,7 +189,12 @@ def bench_size(size: int, pool: list[dict[str, Any]], queries: list[str], workdi
                 timed(lambda q: catalog.search(q, k=10, tags=["odd"]), qs)
             ),
             "raw_fts5": percentiles(timed(lambda q: raw_fts(conn, q), qs)),
-            "bm25_module": percentiles(timed(lambda q: bm25.search(conn, q, Filters(), 10, stats), qs)),
+            "bm25_module": percentiles(
+                timed(lambda q: bm25.search(conn, q, Filters(), 10, stats), qs)
+            ),
+            "bm25_one_phase": percentiles(timed(lambda q: one_phase(q), qs)),
+            "short_queries": percentiles(timed(lambda q: catalog.search(q, k=10), short)),
+            **agreement(qs, lambda q: bm25.search(conn, q, Filters(), 10, stats), one_phase),
         }
         conn.close()
     result["search_over_raw_fts5"] = round(

@@ -172,3 +172,28 @@ def test_common_terms_are_pruned_but_a_query_of_only_common_terms_still_works(
     assert stats.doc_freq == {"get": 11, "rare": 1, "noth": 0, "match": 0}
     assert catalog.search("get rare").hits[0].tool.name == "special"
     assert len(catalog.search("get", k=50).hits) == 11
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_two_phase_rescoring_gives_fts5_scores(corpus_catalog: Catalog, query: str) -> None:
+    conn = corpus_catalog._conn
+    stats = bm25.TermStats()
+    stats.refresh(conn, corpus_catalog.revision)
+    assert stats.n_docs == len(CORPUS)
+    weights = (4.0, 2.0, 1.5, 1.0, 0.5)
+    exact = dict(bm25.search(conn, query, Filters(), len(CORPUS), stats, weights))
+    # A budget of one posting forces the two-phase path: candidates come from the rarest
+    # term alone, and each is rescored in Python with every term.
+    two_phase = bm25.search(conn, query, Filters(), 5, stats, weights, exact_postings=1)
+    assert two_phase
+    for row_id, score in two_phase:
+        assert math.isclose(exact[row_id], score, rel_tol=1e-9)
+    assert two_phase[0][0] == max(exact, key=lambda r: exact[r])
+
+
+def test_index_totals_match_a_count(corpus_catalog: Catalog) -> None:
+    conn = corpus_catalog._conn
+    rows, tokens = bm25.index_totals(conn)
+    texts = conn.execute("SELECT name, hint, description, params, tags FROM tools_fts").fetchall()
+    assert rows == len(CORPUS)
+    assert tokens == sum(len(col.split()) for row in texts for col in row)

@@ -2,10 +2,18 @@
 
 Index text is tokenized by ``tokenize`` before it reaches FTS5, and so is every query: user
 text becomes a list of quoted terms joined by OR, so no user input is ever FTS5 syntax.
+
+FTS5 scores every row that matches any term, at about 1 µs a row. When a query's terms have
+more than ``EXACT_POSTINGS`` postings in all (long queries on large catalogs), search runs in
+two phases: FTS5 ranks candidates by the rarest terms alone, within that budget, and the
+best ``CANDIDATES`` are rescored with every term by ``bm25_scores``, which computes exactly
+what FTS5's ``bm25()`` would. Tools that match only common terms can be missed that way; the
+README gives the measured cost (top-1 agreement with the one-phase ranking).
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Sequence
 
@@ -16,6 +24,10 @@ from .tokenize import tokenize
 # the values were chosen with `toolcat eval` (see README, "Choosing the BM25 weights").
 DEFAULT_WEIGHTS: tuple[float, ...] = (4.0, 2.0, 1.5, 1.0, 0.5)
 MAX_QUERY_TERMS = 32
+EXACT_POSTINGS = 8000
+CANDIDATES = 100
+K1 = 1.2
+B = 0.75
 
 
 class TermStats:
@@ -28,12 +40,13 @@ class TermStats:
     def __init__(self) -> None:
         self.revision = -1
         self.n_docs = 0
+        self.total_tokens = 0
         self.doc_freq: dict[str, int] = {}
 
     def refresh(self, conn: sqlite3.Connection, revision: int) -> None:
         if revision != self.revision:
             self.revision = revision
-            self.n_docs = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
+            self.n_docs, self.total_tokens = index_totals(conn)
             self.doc_freq = {}
 
     def lookup(self, conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, int]:
@@ -52,6 +65,72 @@ class TermStats:
                 self.doc_freq.clear()
             self.doc_freq.update({t: found.get(t, 0) for t in chunk})
         return {t: self.doc_freq.get(t, 0) for t in terms}
+
+
+def _varints(blob: bytes) -> list[int]:
+    """Decode SQLite-format varints (big-endian 7-bit groups; a 9th byte carries 8 bits)."""
+    values: list[int] = []
+    i = 0
+    while i < len(blob):
+        value = 0
+        for n in range(9):
+            byte = blob[i]
+            i += 1
+            if n == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        values.append(value)
+    return values
+
+
+def index_totals(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, tokens in all columns) of the FTS5 index, read from its "averages" record.
+
+    That record (id 1 of ``tools_fts_data``) holds the row count then one token total per
+    column, as varints; it is what FTS5's own ``bm25()`` uses, so reading it is exact and
+    costs no scan.
+    """
+    row = conn.execute("SELECT block FROM tools_fts_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0, 0
+    values = _varints(row[0])
+    return values[0], sum(values[1:])
+
+
+def bm25_scores(
+    documents: Sequence[tuple[int, Sequence[str]]],
+    terms: Sequence[str],
+    doc_freq: dict[str, int],
+    stats: TermStats,
+    weights: Sequence[float],
+) -> dict[int, float]:
+    """FTS5's ``bm25()`` (negated: higher is better) for tokenized documents.
+
+    Each document is (row id, column texts); a term's frequency is the weighted count of
+    its occurrences over the columns, the document length the unweighted token count.
+    """
+    avgdl = stats.total_tokens / stats.n_docs if stats.n_docs else 1.0
+    idf = {}
+    for term in terms:
+        value = math.log((stats.n_docs - doc_freq[term] + 0.5) / (doc_freq[term] + 0.5))
+        idf[term] = value if value > 0 else 1e-6
+    wanted = set(terms)
+    scores: dict[int, float] = {}
+    for row_id, columns in documents:
+        freq: dict[str, float] = {}
+        length = 0
+        for weight, text in zip(weights, columns):
+            tokens = text.split()
+            length += len(tokens)
+            for token in tokens:
+                if token in wanted:
+                    freq[token] = freq.get(token, 0.0) + weight
+        norm = K1 * (1 - B + B * length / avgdl)
+        scores[row_id] = sum(idf[t] * f * (K1 + 1) / (f + norm) for t, f in freq.items())
+    return scores
 
 
 def query_terms(
@@ -77,6 +156,30 @@ def match_expression(terms: Sequence[str]) -> str:
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
 
+def _fts_rank(
+    conn: sqlite3.Connection,
+    terms: Sequence[str],
+    filters: Filters,
+    limit: int,
+    weights: Sequence[float],
+) -> list[tuple[int, float]]:
+    bm25 = f"bm25(tools_fts, {', '.join(str(float(w)) for w in weights)})"
+    if not filters.narrows:
+        sql = (
+            f"SELECT rowid, {bm25} AS score FROM tools_fts WHERE tools_fts MATCH ? "
+            "ORDER BY score LIMIT ?"
+        )
+        params: list[object] = [match_expression(terms), limit]
+    else:
+        where, more = filters.sql(active_only=False)
+        sql = (
+            f"SELECT t.id, {bm25} AS score FROM tools_fts JOIN tools t ON t.id = tools_fts.rowid "
+            f"WHERE tools_fts MATCH ? AND {where} ORDER BY score LIMIT ?"
+        )
+        params = [match_expression(terms), *more, limit]
+    return [(row[0], -row[1]) for row in conn.execute(sql, params).fetchall()]
+
+
 def search(
     conn: sqlite3.Connection,
     text: str,
@@ -84,6 +187,7 @@ def search(
     k: int,
     stats: TermStats,
     weights: Sequence[float] = DEFAULT_WEIGHTS,
+    exact_postings: int = EXACT_POSTINGS,
 ) -> list[tuple[int, float]]:
     """The ``k`` best tools for ``text`` as (tool row id, score), best first; higher is better.
 
@@ -92,18 +196,25 @@ def search(
     terms = query_terms(conn, text, stats)
     if not terms:
         return []
-    bm25 = f"bm25(tools_fts, {', '.join(str(float(w)) for w in weights)})"
-    if not filters.narrows:
-        sql = (
-            f"SELECT rowid, {bm25} AS score FROM tools_fts WHERE tools_fts MATCH ? "
-            "ORDER BY score LIMIT ?"
-        )
-        params: list[object] = [match_expression(terms), k]
-    else:
-        where, more = filters.sql(active_only=False)
-        sql = (
-            f"SELECT t.id, {bm25} AS score FROM tools_fts JOIN tools t ON t.id = tools_fts.rowid "
-            f"WHERE tools_fts MATCH ? AND {where} ORDER BY score LIMIT ?"
-        )
-        params = [match_expression(terms), *more, k]
-    return [(row[0], -row[1]) for row in conn.execute(sql, params).fetchall()]
+    doc_freq = stats.lookup(conn, terms)
+    rare: list[str] = []
+    postings = 0
+    for term in terms:  # rarest first
+        if rare and postings + doc_freq[term] > exact_postings:
+            break
+        rare.append(term)
+        postings += doc_freq[term]
+    if len(rare) == len(terms):
+        return _fts_rank(conn, terms, filters, k, weights)
+    candidates = _fts_rank(conn, rare, filters, max(CANDIDATES, k), weights)
+    if not candidates:
+        return []
+    ids = [row_id for row_id, _ in candidates]
+    rows = conn.execute(
+        "SELECT rowid, name, hint, description, params, tags FROM tools_fts "
+        f"WHERE rowid IN ({','.join('?' * len(ids))})",
+        ids,
+    ).fetchall()
+    scores = bm25_scores([(r[0], r[1:]) for r in rows], terms, doc_freq, stats, weights)
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+    return ranked[:k]
