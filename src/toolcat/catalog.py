@@ -7,16 +7,20 @@ manifest parsing live in the packages below it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import builtins
 import contextlib
+import dataclasses
 import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from .errors import (
     AmbiguousNameError,
@@ -35,7 +39,10 @@ from .models import (
     Toolkit,
     ToolkitVersion,
     ToolPage,
+    ToolResult,
 )
+from .policy import Policy
+from .runtime.call import Runtime, error_result
 from .search import bm25
 from .store import reader, writer
 from .store.connection import connect, default_path
@@ -93,13 +100,31 @@ class Catalog:
     Args:
         path: The catalog file; created (with its parent folders) if missing. Defaults to
             ``$TOOLCAT_DB``, else ``~/.local/share/toolcat/catalog.db``.
+        policy: Allow/deny rules and guards for calls. Tools its rules deny are also left
+            out of list and search unless ``include_denied=True``.
+        default_timeout: Seconds a call may run when neither the call nor the tool says.
+        max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
+            sets its own ``max_result_bytes``.
 
     Raises:
         CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        policy: Policy | None = None,
+        default_timeout: float = 60.0,
+        max_result_bytes: int = 1_000_000,
+    ) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.policy = policy or Policy()
+        self.default_timeout = default_timeout
+        self.max_result_bytes = max_result_bytes
+        self._runtime: Runtime | None = None
+        self._resolved: dict[str, tuple[RegisteredTool, Any]] = {}
+        self._resolved_revision = -1
         self._conn = connect(self.path)
         self._lock = threading.RLock()
         self._term_stats = bm25.TermStats()
@@ -113,7 +138,9 @@ class Catalog:
             raise
 
     def close(self) -> None:
-        """Close the catalog file."""
+        """Close the catalog file and stop the threads tools ran on."""
+        if self._runtime is not None:
+            self._runtime.close()
         self._conn.close()
 
     def __enter__(self) -> Catalog:
@@ -206,16 +233,21 @@ class Catalog:
         tags: Iterable[str],
         toolkit: str | None,
         include_deferred: bool,
+        include_denied: bool,
     ) -> Filters:
-        tag_tuple = tuple(dict.fromkeys(t.strip() for t in tags if t.strip()))
+        base = Filters(
+            tags=tuple(dict.fromkeys(t.strip() for t in tags if t.strip())),
+            include_deferred=include_deferred,
+            hide=None if include_denied or not self.policy.deny else self.policy,
+        )
         if toolkit is None:
-            return Filters(tags=tag_tuple, include_deferred=include_deferred)
+            return base
         name, version = parse_toolkit_ref(toolkit)
         if version is None:
-            return Filters(tags=tag_tuple, toolkit=name, include_deferred=include_deferred)
+            return dataclasses.replace(base, toolkit=name)
         for row_id, registered, _digest, _deprecated in reader.toolkit_rows(conn, name):
             if writer.same_version(registered, version):
-                return Filters(tags=tag_tuple, toolkit_id=row_id, include_deferred=include_deferred)
+                return dataclasses.replace(base, toolkit_id=row_id)
         raise UnknownToolkitError(f"toolkit {name!r} has no version {version!r}")
 
     def list(
@@ -226,6 +258,7 @@ class Catalog:
         include_deferred: bool = False,
         limit: int = DEFAULT_LIST_LIMIT,
         cursor: str | None = None,
+        include_denied: bool = False,
     ) -> ToolPage:
         """List mode: the active, non-deferred tools, ordered by toolkit then name.
 
@@ -235,6 +268,7 @@ class Catalog:
             include_deferred: Include deferred tools too.
             limit: Page size, 1 to 1000.
             cursor: ``next_cursor`` from the previous page.
+            include_denied: Include tools the catalog's policy denies.
 
         Returns:
             A page of tools with the catalog revision and the cursor of the next page
@@ -244,7 +278,7 @@ class Catalog:
             raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         after = decode_cursor(cursor) if cursor else None
         with self._snapshot() as conn:
-            filters = self._filters(conn, tags, toolkit, include_deferred)
+            filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             tools = reader.list_tools(conn, filters, after, limit + 1)
             revision = reader.revision(conn)
         next_cursor = None
@@ -262,6 +296,7 @@ class Catalog:
         tags: Iterable[str] = (),
         toolkit: str | None = None,
         include_deferred: bool = True,
+        include_denied: bool = False,
     ) -> SearchResult:
         """Search mode: rank every matching tool, deferred ones included.
 
@@ -275,6 +310,7 @@ class Catalog:
             tags: Only tools carrying every one of these tags.
             toolkit: Only this toolkit (``name`` or ``name@version``).
             include_deferred: Include deferred tools (the default).
+            include_denied: Include tools the catalog's policy denies.
 
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
@@ -286,11 +322,13 @@ class Catalog:
             raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
         text = query[:MAX_QUERY_CHARS]
         if not text.strip():
-            page = self.list(tags=tags, toolkit=toolkit, include_deferred=False, limit=k)
+            page = self.list(
+                tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied
+            )
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
         with self._snapshot() as conn:
-            filters = self._filters(conn, tags, toolkit, include_deferred)
+            filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             if filters.toolkit_id is not None and not reader.is_active_toolkit(
                 conn, filters.toolkit_id
             ):
@@ -376,3 +414,86 @@ class Catalog:
         """The active version of every toolkit, by name."""
         with self._lock:
             return reader.toolkit_versions(self._conn)
+
+    # -- calling --------------------------------------------------------------------------
+
+    @property
+    def runtime(self) -> Runtime:
+        """The call machinery (worker threads, validators), created on first use."""
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = Runtime(
+                    self.policy,
+                    default_timeout=self.default_timeout,
+                    max_result_bytes=self.max_result_bytes,
+                )
+            return self._runtime
+
+    def _resolve(self, address: str) -> tuple[RegisteredTool, Any]:
+        """The tool at ``address`` and its argument validator, cached for this revision."""
+        with self._lock:
+            revision = reader.revision(self._conn)
+            if revision != self._resolved_revision:
+                self._resolved.clear()
+                self._resolved_revision = revision
+            found = self._resolved.get(address)
+            if found is None:
+                tool = self.get(address)
+                found = (tool, self.runtime.validator(tool))
+                if len(self._resolved) > 10_000:
+                    self._resolved.clear()
+                self._resolved[address] = found
+            return found
+
+    def load(self, address: str) -> Any:
+        """Import and return the tool's implementation (cached per process).
+
+        Raises:
+            UnknownToolError: No such tool.
+            ImportFailedError: The implementation cannot be imported or called.
+        """
+        return self.runtime.load(self._resolve(address)[0])
+
+    def call(
+        self,
+        address: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> ToolResult:
+        """Call a tool by name; never raises for the tool's or the caller's mistakes.
+
+        The path: resolve the address (the active version, or a pinned ``@version``) →
+        policy rules → validate ``arguments`` against the tool's JSON Schema, filling
+        defaults → import the implementation (first call only) → run it (sync tools in a
+        worker thread, async ones on an event loop) within the timeout → make the result
+        JSON and truncate it if too large.
+
+        Args:
+            address: ``name``, ``toolkit.name``, or either with ``@version``.
+            arguments: The tool's arguments as a JSON object.
+            timeout: Seconds to wait; default the tool's ``timeout``, else the catalog's.
+
+        Returns:
+            A ``ToolResult``: ``success`` and ``data``, or ``error`` and ``error_code``
+            (``UNKNOWN_TOOL``, ``INVALID_ARGUMENTS``, ``TOOL_DENIED``, ``IMPORT_FAILED``,
+            ``TOOL_ERROR``, ``TIMEOUT``).
+        """
+        started = time.perf_counter()
+        try:
+            tool, validator = self._resolve(address)
+        except Exception as e:
+            return error_result(e, started)
+        return self.runtime.call(
+            tool, arguments, timeout=timeout, validator=validator, started=started
+        )
+
+    async def acall(
+        self,
+        address: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> ToolResult:
+        """``call`` for async code: runs the call without blocking the event loop."""
+        return await asyncio.to_thread(self.call, address, arguments, timeout=timeout)

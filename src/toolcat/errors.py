@@ -111,3 +111,31 @@ class CatalogError(ToolcatError):
 
     code = "CATALOG_ERROR"
     exit_code = 8
+
+
+class ImportFailedError(ToolcatError):
+    """A tool's implementation cannot be imported or is not callable."""
+
+    code = "IMPORT_FAILED"
+    exit_code = 9
+
+
+class InvalidArgumentsError(ToolcatError):
+    """A call's arguments do not fit the tool's parameters schema."""
+
+    code = "INVALID_ARGUMENTS"
+    exit_code = 10
+
+
+class ToolTimeoutError(ToolcatError):
+    """A tool did not finish (or find a free concurrency slot) within its timeout."""
+
+    code = "TIMEOUT"
+    exit_code = 11
+
+
+class ToolDeniedError(ToolcatError):
+    """Policy (a rule or a guard) refuses the call."""
+
+    code = "TOOL_DENIED"
+    exit_code = 12

@@ -111,6 +111,9 @@ class Tool(BaseModel):
     implementation: str | None = None
     examples: list[str] = Field(default_factory=list)
     search_hint: str | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    max_result_bytes: int | None = Field(default=None, ge=1)
 
     @field_validator("name")
     @classmethod
@@ -262,6 +265,9 @@ class RegisteredTool(BaseModel):
     implementation: str | None = None
     examples: list[str] = Field(default_factory=list)
     search_hint: str | None = None
+    timeout: float | None = None
+    max_concurrency: int | None = None
+    max_result_bytes: int | None = None
     deprecated: bool = False
 
     def summary(self) -> dict[str, Any]:

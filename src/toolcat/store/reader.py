@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..models import RegisteredTool, ToolAnnotations, ToolkitVersion
+from ..policy import Policy
 
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated"
@@ -26,13 +27,14 @@ class Filters:
     toolkit: str | None = None
     toolkit_id: int | None = None
     include_deferred: bool = True
+    hide: Policy | None = None  # leave out the tools this policy's rules deny
 
     @property
     def narrows(self) -> bool:
         """Whether these filters leave out any active tool."""
-        return bool(self.tags or self.toolkit or self.toolkit_id is not None) or (
-            not self.include_deferred
-        )
+        return bool(
+            self.tags or self.toolkit or self.toolkit_id is not None or self.hide
+        ) or (not self.include_deferred)
 
     def sql(self, *, active_only: bool = True) -> tuple[str, list[Any]]:
         """A WHERE expression over ``t`` (tools) and, with ``active_only``, ``k`` (toolkits).
@@ -94,6 +96,9 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
         implementation=data.get("implementation"),
         examples=data.get("examples", []),
         search_hint=data.get("search_hint"),
+        timeout=data.get("timeout"),
+        max_concurrency=data.get("max_concurrency"),
+        max_result_bytes=data.get("max_result_bytes"),
         deprecated=bool(deprecated),
     )
 

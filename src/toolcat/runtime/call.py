@@ -1,0 +1,129 @@
+"""The call path after a tool is resolved: policy, arguments, import, run, result."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from ..errors import ToolcatError, ToolDeniedError
+from ..models import RegisteredTool, ToolResult, canonical_json
+from ..policy import Policy
+from .arguments import Validator, compile_validator
+from .executor import Executor
+from .loader import load
+from .results import DEFAULT_MAX_RESULT_BYTES, NotSerialisableError, to_jsonable, truncate
+
+DEFAULT_TIMEOUT = 60.0
+RESULT_CODES = {
+    "UNKNOWN_TOOL", "INVALID_ARGUMENTS", "TOOL_DENIED", "IMPORT_FAILED", "TOOL_ERROR", "TIMEOUT"
+}
+
+
+def error_result(error: BaseException, started: float) -> ToolResult:
+    """A failed ``ToolResult`` for ``error``: toolcat errors keep their code, the rest are
+    the tool's own failures (``TOOL_ERROR``, with the exception type)."""
+    if isinstance(error, ToolcatError):
+        code = error.code if error.code in RESULT_CODES else "TOOL_ERROR"
+        if error.code in ("AMBIGUOUS_NAME", "UNKNOWN_TOOLKIT"):
+            code = "UNKNOWN_TOOL"
+        message = str(error)
+    elif isinstance(error, NotSerialisableError):
+        code, message = "TOOL_ERROR", str(error)
+    else:
+        code, message = "TOOL_ERROR", f"{type(error).__name__}: {error}"
+    return ToolResult.model_construct(
+        success=False,
+        data=None,
+        error=message,
+        error_code=code,
+        duration_ms=round((time.perf_counter() - started) * 1000, 3),
+        truncated=False,
+    )
+
+
+def as_callable(obj: Any) -> Any:
+    """A pydantic model class with ``__call__`` is a tool: build it, then call it."""
+    from pydantic import BaseModel
+
+    if isinstance(obj, type) and issubclass(obj, BaseModel):
+
+        def call_model(**arguments: Any) -> Any:
+            instance: Any = obj(**arguments)
+            return instance()
+
+        call_model.__name__ = obj.__name__
+        return call_model
+    return obj
+
+
+class Runtime:
+    """Calls resolved tools; keeps compiled validators and the executor."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        default_timeout: float = DEFAULT_TIMEOUT,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
+        self.policy = policy
+        self.default_timeout = default_timeout
+        self.max_result_bytes = max_result_bytes
+        self.executor = Executor()
+        self._validators: dict[str, Validator] = {}
+        self._lock = threading.Lock()
+
+    def validator(self, tool: RegisteredTool) -> Validator:
+        key = canonical_json(tool.parameters)
+        found = self._validators.get(key)
+        if found is None:
+            found = compile_validator(tool.parameters)
+            with self._lock:
+                self._validators[key] = found
+        return found
+
+    def load(self, tool: RegisteredTool) -> Any:
+        """The tool's callable, imported on first use."""
+        return as_callable(load(tool.implementation, tool.id))
+
+    def call(
+        self,
+        tool: RegisteredTool,
+        arguments: dict[str, Any] | None,
+        *,
+        timeout: float | None,
+        validator: Validator | None = None,
+        started: float | None = None,
+    ) -> ToolResult:
+        """Call ``tool``; every failure becomes a ``ToolResult`` with its error code."""
+        started = time.perf_counter() if started is None else started
+        try:
+            denied = self.policy.rule_veto(tool)
+            if denied:
+                raise ToolDeniedError(denied)
+            kwargs = (validator or self.validator(tool))(arguments if arguments is not None else {})
+            denied = self.policy.guard_veto(tool, kwargs)
+            if denied:
+                raise ToolDeniedError(denied)
+            func = self.load(tool)
+            limit = timeout or tool.timeout or self.default_timeout
+            value = self.executor.run(
+                func, kwargs, tool_id=tool.id, timeout=limit, max_concurrency=tool.max_concurrency
+            )
+            data, truncated = truncate(
+                to_jsonable(value), tool.max_result_bytes or self.max_result_bytes
+            )
+        except (Exception, SystemExit) as e:  # a tool calling sys.exit() fails, nothing more
+            return error_result(e, started)
+        return ToolResult.model_construct(
+            success=True,
+            data=data,
+            error=None,
+            error_code=None,
+            duration_ms=round((time.perf_counter() - started) * 1000, 3),
+            truncated=truncated,
+        )
+
+    def close(self) -> None:
+        self.executor.close()

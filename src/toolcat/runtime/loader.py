@@ -1,0 +1,56 @@
+"""Importing implementations (``package.module:attr``), once per process."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import Any
+
+from ..errors import ImportFailedError
+
+
+_cache: dict[str, Any] = {}
+_lock = threading.Lock()
+
+
+def load(spec: str | None, tool_id: str = "") -> Any:
+    """The object ``spec`` (``package.module:attr.path``) names, imported on first use.
+
+    Raises:
+        ImportFailedError: No implementation, a module that fails to import (the exception
+            is named), a missing attribute, or an object that cannot be called.
+    """
+    if not spec:
+        raise ImportFailedError(f"tool {tool_id!r} has no implementation to call")
+    found = _cache.get(spec)
+    if found is not None:
+        return found
+    with _lock:  # two threads calling a new tool import its module once
+        found = _cache.get(spec)
+        if found is None:
+            found = _import(spec, tool_id)
+            _cache[spec] = found
+    return found
+
+
+def _import(spec: str, tool_id: str) -> Any:
+    module_name, _, attr_path = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except BaseException as e:  # an import can raise anything, SystemExit included
+        raise ImportFailedError(
+            f"cannot import module {module_name!r} for tool {tool_id!r}: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as e:
+            raise ImportFailedError(
+                f"module {module_name!r} has no attribute {attr_path!r} (tool {tool_id!r})"
+            ) from e
+    if not callable(obj):
+        raise ImportFailedError(
+            f"{spec!r} is a {type(obj).__name__}, not something callable (tool {tool_id!r})"
+        )
+    return obj
