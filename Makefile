@@ -27,6 +27,9 @@ demo: install
 	$(TOOLCAT) search "remove an old file" -k 3
 	@echo; echo '$$ toolcat show files.delete_file'
 	$(TOOLCAT) show files.delete_file
+	@echo; echo '$$ toolcat search "prime factors of a number"   # another deferred tool, then call it'
+	$(TOOLCAT) search "prime factors of a number" -k 1
+	$(TOOLCAT) call math.prime_factors --args '{"n": 360}'
 
 lint: dev
 	$(BIN)/ruff check src tests scripts

@@ -172,3 +172,94 @@ def test_every_command_is_documented() -> None:
     for name, command in cli.commands.items():
         assert command.help, name
         assert f"toolcat {name}" in readme, f"README does not mention `toolcat {name}`"
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "code", "error_code"),
+    [
+        ("convert_units", '{"value": 1, "from_unit": "km", "to_unit": "m"}', 0, None),
+        ("nope", "{}", 4, "UNKNOWN_TOOL"),
+        ("convert_units", '{"value": "x"}', 10, "INVALID_ARGUMENTS"),
+        ("calculate", '{"expression": "1/0"}', 0, "TOOL_ERROR"),
+        ("broken", "{}", 9, "IMPORT_FAILED"),
+    ],
+)
+def test_call_prints_a_tool_result(
+    db: Path, tmp_path: Path, name: str, args: str, code: int, error_code: str | None
+) -> None:
+    broken = toolkit_data(
+        "broken",
+        module=None,
+        tools=[{"name": "broken", "description": "Broken.", "implementation": "no.such.module:f"}],
+    )
+    run(db, "register", str(write_manifest(tmp_path, broken)))
+    out = json.loads(run(db, "call", name, "--args", args, "--json", code=code).stdout)
+    assert list(out) == ["success", "data", "error", "error_code", "duration_ms", "truncated"]
+    assert out["error_code"] == error_code
+    assert out["success"] is (error_code is None)
+
+
+def test_call_text_output_and_timeout(db: Path, tmp_path: Path) -> None:
+    out = run(db, "call", "calculate", "--args", '{"expression": "6*7"}').stdout
+    assert out.strip() == "42"
+    run(db, "register", "--module", "tests.fixtures.tools")
+    result = run(db, "call", "sleeps", "--args", '{"seconds": 3}', "--timeout", "0.1")
+    assert "error (TIMEOUT)" in result.stderr
+    assert "--args" in run(db, "call", "calculate", "--args", "{not json", code=2).stderr
+
+
+def test_call_denied_by_policy(db: Path) -> None:
+    from toolcat import Catalog, Policy
+
+    with Catalog(db, policy=Policy.of(deny=["tag:destructive"])) as catalog:
+        result = catalog.call("delete_file", {"path": "x"})
+    assert result.error_code == "TOOL_DENIED"
+
+
+def test_register_module_manifest_and_check(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    out = run(db, "register", "--module", "tests.fixtures.tools", "--version", "2.0").stdout
+    assert "added     fixtures 2.0" in out
+    manifest = tmp_path / "fixtures.yaml"
+    run(db, "manifest", "--module", "tests.fixtures.tools", "-o", str(manifest))
+    assert "implementation: tests.fixtures.tools:add" in manifest.read_text()
+    as_json = run(db, "manifest", "--module", "tests.fixtures.tools", "--format", "json").stdout
+    assert json.loads(as_json)["toolkit"] == "fixtures"
+    report = run_json(db, "check")
+    assert report["failed"] == 0 and len(report["tools"]) > 10
+    assert "usage" in run(db, "register", code=2).stderr.lower()
+
+
+def test_check_reports_broken_tools(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    tools = [
+        {"name": "missing", "description": "Gone.", "implementation": "tests.fixtures.tools:gone"},
+        {
+            "name": "mismatch",
+            "description": "Wrong args.",
+            "implementation": "tests.fixtures.tools:add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}, "z": {"type": "integer"}},
+            },
+        },
+        {
+            "name": "fine",
+            "description": "Fine.",
+            "implementation": "tests.fixtures.tools:add",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "integer"}},
+                "required": ["a"],
+            },
+        },
+    ]
+    run(
+        db, "register", str(write_manifest(tmp_path, toolkit_data("kit", module=None, tools=tools)))
+    )
+    result = run(db, "check", "kit", code=9)
+    assert "FAIL kit.missing" in result.stdout and "has no attribute 'gone'" in result.stdout
+    assert "FAIL kit.mismatch" in result.stdout
+    assert "'z' but the function takes no such argument" in result.stdout
+    assert "ok   kit.fine" in result.stdout
+    assert "1 ok, 2 failed" in result.stdout

@@ -4,10 +4,14 @@ from .catalog import Catalog
 from .errors import (
     AmbiguousNameError,
     CatalogError,
+    ImportFailedError,
+    InvalidArgumentsError,
     InvalidQueryError,
     ManifestError,
     NotFoundError,
     ToolcatError,
+    ToolDeniedError,
+    ToolTimeoutError,
     UnknownToolError,
     UnknownToolkitError,
     VersionConflictError,
@@ -24,6 +28,8 @@ from .models import (
     ToolPage,
     ToolResult,
 )
+from .policy import Policy
+from .registry.python import tool
 
 __version__ = "0.1.0"
 
@@ -31,17 +37,22 @@ __all__ = [
     "AmbiguousNameError",
     "Catalog",
     "CatalogError",
+    "ImportFailedError",
+    "InvalidArgumentsError",
     "InvalidQueryError",
     "ManifestError",
     "NotFoundError",
+    "Policy",
     "RegisteredTool",
     "RegistrationResult",
     "SearchHit",
     "SearchResult",
     "Tool",
     "ToolAnnotations",
+    "ToolDeniedError",
     "ToolPage",
     "ToolResult",
+    "ToolTimeoutError",
     "ToolcatError",
     "Toolkit",
     "ToolkitVersion",
@@ -49,4 +60,5 @@ __all__ = [
     "UnknownToolkitError",
     "VersionConflictError",
     "__version__",
+    "tool",
 ]

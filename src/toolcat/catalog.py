@@ -322,9 +322,7 @@ class Catalog:
             raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
         text = query[:MAX_QUERY_CHARS]
         if not text.strip():
-            page = self.list(
-                tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied
-            )
+            page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
         with self._snapshot() as conn:
@@ -384,13 +382,25 @@ class Catalog:
         return found[0][1]
 
     def _suggest(self, conn: sqlite3.Connection, name: str) -> builtins.list[str]:
-        """Close matches for an unknown name: case-insensitive hits, then BM25 over the name."""
+        """Close matches for an unknown name: same name in another case, similar spellings
+        (catalogs up to 20k tools), then BM25 over the name's words."""
+        import difflib
+
         exact = reader.find_tools(conn, name, nocase=True)
         if exact:
             return [t.id for _, t in exact][:5]
+        suggestions: builtins.list[str] = []
+        ids = reader.active_tool_ids(conn, limit=20_000)
+        if ids is not None:
+            by_name: dict[str, builtins.list[str]] = {}
+            for tool_id in ids:
+                by_name.setdefault(tool_id.split(".", 1)[1].lower(), []).append(tool_id)
+            for close in difflib.get_close_matches(name.lower(), by_name, n=3, cutoff=0.75):
+                suggestions += by_name[close]
         self._term_stats.refresh(conn, reader.revision(conn))
         ranked = bm25.search(conn, name, Filters(), 5, self._term_stats)
-        return [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
+        suggestions += [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
+        return list(dict.fromkeys(suggestions))[:5]
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
@@ -497,3 +507,43 @@ class Catalog:
     ) -> ToolResult:
         """``call`` for async code: runs the call without blocking the event loop."""
         return await asyncio.to_thread(self.call, address, arguments, timeout=timeout)
+
+    def check(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Import every active tool's implementation (of one toolkit, or all) in a child
+        process and check it is callable with the schema's arguments.
+
+        Returns:
+            ``{"id", "ok", "problems"}`` per tool.
+        """
+        import subprocess
+        import sys
+
+        tools = []
+        cursor = None
+        while True:
+            page = self.list(
+                toolkit=toolkit,
+                include_deferred=True,
+                include_denied=True,
+                limit=MAX_LIMIT,
+                cursor=cursor,
+            )
+            tools += page.tools
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        entries = [
+            {"id": t.id, "implementation": t.implementation, "parameters": t.parameters}
+            for t in tools
+        ]
+        child = subprocess.run(
+            [sys.executable, "-m", "toolcat.runtime.check"],
+            input=json.dumps(entries),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if child.returncode != 0:
+            raise CatalogError(f"the check process failed: {child.stderr.strip()[-2000:]}")
+        result: builtins.list[dict[str, Any]] = json.loads(child.stdout)
+        return result

@@ -16,10 +16,22 @@ from typing import Any, TypeVar
 import click
 
 from .catalog import DEFAULT_LIST_LIMIT, SEARCH_MODES, Catalog
-from .errors import ToolcatError
+from .errors import (
+    ImportFailedError,
+    InvalidArgumentsError,
+    ToolcatError,
+    ToolDeniedError,
+    UnknownToolError,
+)
 from .models import RegisteredTool
 
 F = TypeVar("F", bound=Callable[..., Any])
+CALL_EXIT_CODES = {
+    "UNKNOWN_TOOL": UnknownToolError.exit_code,
+    "IMPORT_FAILED": ImportFailedError.exit_code,
+    "INVALID_ARGUMENTS": InvalidArgumentsError.exit_code,
+    "TOOL_DENIED": ToolDeniedError.exit_code,
+}
 
 
 class ToolcatGroup(click.Group):
@@ -85,18 +97,41 @@ def init(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--module", "modules", multiple=True, help="Register a module's @tool functions.")
+@click.option("--entry-points", is_flag=True, help="Register installed toolcat.toolkits plugins.")
+@click.option("--toolkit", "toolkit_name", help="Toolkit name for --module (default: from it).")
+@click.option("--version", "toolkit_version", help="Toolkit version for --module.")
 @click.option(
     "--replace", is_flag=True, help="Overwrite a registered version whose content changed."
 )
 @json_option
 @click.pass_context
-def register(ctx: click.Context, paths: tuple[Path, ...], replace: bool, as_json: bool) -> None:
-    """Register toolkits from manifest files (YAML, TOML, JSON) or directories of them.
+def register(
+    ctx: click.Context,
+    paths: tuple[Path, ...],
+    modules: tuple[str, ...],
+    entry_points: bool,
+    toolkit_name: str | None,
+    toolkit_version: str | None,
+    replace: bool,
+    as_json: bool,
+) -> None:
+    """Register toolkits from manifests (YAML, TOML, JSON), directories, modules or plugins.
 
-    All or nothing: if any manifest is invalid, nothing is registered.
+    Manifests are never imported. --module imports the module once, now, to read its
+    @tool functions; their code is imported again only when a tool is called. All or
+    nothing: if any source is invalid, nothing is registered.
     """
-    results = open_catalog(ctx).register(*paths, replace=replace)
+    from .registry.python import toolkit_from_module, toolkits_from_entry_points
+
+    if not (paths or modules or entry_points):
+        raise click.UsageError("give manifest PATHS, --module or --entry-points")
+    sources: list[Any] = list(paths)
+    sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
+    if entry_points:
+        sources += [toolkit for toolkit, _ in toolkits_from_entry_points()]
+    results = open_catalog(ctx).register(*sources, replace=replace)
     if as_json:
         emit_json({"results": [r.model_dump() for r in results]})
         return
@@ -104,6 +139,35 @@ def register(ctx: click.Context, paths: tuple[Path, ...], replace: bool, as_json
         click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({r.tools} tools)")
     if results:
         click.echo(f"revision {results[-1].revision}")
+
+
+@cli.command()
+@click.option("--module", "module", required=True, help="Module whose @tool functions to read.")
+@click.option("--toolkit", "toolkit_name", help="Toolkit name (default: from the module).")
+@click.option("--version", "toolkit_version", help="Toolkit version (default: from the module).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), help="Write here.")
+def manifest(
+    module: str,
+    toolkit_name: str | None,
+    toolkit_version: str | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Write the manifest of a module's @tool functions, so a production catalog can be
+    registered from files without importing any code."""
+    from .registry.python import manifest_text, toolkit_from_module
+
+    text = manifest_text(
+        toolkit_from_module(module, name=toolkit_name, version=toolkit_version), fmt
+    )
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}")
 
 
 @cli.command(name="list")
@@ -260,6 +324,60 @@ def remove(ctx: click.Context, ref: str) -> None:
     """Remove one version of a toolkit, or (no @VERSION) all of its versions."""
     removed = open_catalog(ctx).remove(ref)
     click.echo(f"removed {ref} ({removed} version{'s' if removed != 1 else ''})")
+
+
+@cli.command()
+@click.argument("name")
+@click.option("--args", "args_json", default="{}", show_default=True, help="Arguments as JSON.")
+@click.option("--timeout", type=float, help="Seconds to wait for the tool.")
+@json_option
+@click.pass_context
+def call(
+    ctx: click.Context, name: str, args_json: str, timeout: float | None, as_json: bool
+) -> None:
+    """Call a tool and print its result.
+
+    Exit 0 when the tool ran, even if it failed or timed out (the result says so); when
+    the call could not start, the exit code of its error (unknown tool 4, import failed 9,
+    invalid arguments 10, denied 12).
+    """
+    try:
+        arguments = json.loads(args_json)
+    except json.JSONDecodeError as e:
+        raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
+    result = open_catalog(ctx).call(name, arguments, timeout=timeout)
+    if as_json:
+        emit_json(result.model_dump(mode="json"))
+    elif result.success:
+        data = result.data
+        click.echo(
+            data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False)
+        )
+        if result.truncated:
+            click.echo("[truncated]", err=True)
+    else:
+        click.echo(f"error ({result.error_code}): {result.error}", err=True)
+    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
+
+
+@cli.command()
+@click.argument("toolkit", required=False)
+@json_option
+@click.pass_context
+def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
+    """Import each tool's implementation in a child process and check its signature."""
+    report = open_catalog(ctx).check(toolkit)
+    failed = [r for r in report if not r["ok"]]
+    if as_json:
+        emit_json({"tools": report, "failed": len(failed)})
+    else:
+        for r in report:
+            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {r['id']}")
+            for problem in r["problems"]:
+                click.echo(f"     {problem}")
+        click.echo(f"{len(report) - len(failed)} ok, {len(failed)} failed")
+    if failed:
+        ctx.exit(ImportFailedError.exit_code)
 
 
 def main() -> None:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .catalog import Catalog
 from .errors import ToolcatError
-from .models import TOOL_NAME_RE, Tool, Toolkit
+from .models import Tool, Toolkit
 
 K_VALUES = (1, 5, 10)
 

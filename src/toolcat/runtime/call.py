@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from typing import Any
@@ -16,7 +17,12 @@ from .results import DEFAULT_MAX_RESULT_BYTES, NotSerialisableError, to_jsonable
 
 DEFAULT_TIMEOUT = 60.0
 RESULT_CODES = {
-    "UNKNOWN_TOOL", "INVALID_ARGUMENTS", "TOOL_DENIED", "IMPORT_FAILED", "TOOL_ERROR", "TIMEOUT"
+    "UNKNOWN_TOOL",
+    "INVALID_ARGUMENTS",
+    "TOOL_DENIED",
+    "IMPORT_FAILED",
+    "TOOL_ERROR",
+    "TIMEOUT",
 }
 
 
@@ -53,6 +59,16 @@ def as_callable(obj: Any) -> Any:
             return instance()
 
         call_model.__name__ = obj.__name__
+        call_model.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(
+                    name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=inspect.Parameter.empty if field.is_required() else field.default,
+                )
+                for name, field in obj.model_fields.items()
+            ]
+        )
         return call_model
     return obj
 

@@ -28,6 +28,7 @@ class Executor:
         self._lock = threading.Lock()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
         self._slots: dict[str, threading.BoundedSemaphore] = {}
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
@@ -46,7 +47,7 @@ class Executor:
                     target=loop.run_forever, name="toolcat-async-tools", daemon=True
                 )
                 thread.start()
-                self._loop = loop
+                self._loop, self._loop_thread = loop, thread
             return self._loop
 
     def _slot(self, tool_id: str, limit: int | None) -> threading.BoundedSemaphore | None:
@@ -110,9 +111,12 @@ class Executor:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
                 self._pool = None
-            if self._loop is not None:
+            if self._loop is not None and self._loop_thread is not None:
                 self._loop.call_soon_threadsafe(self._loop.stop)
-                self._loop = None
+                self._loop_thread.join(timeout=5)
+                if not self._loop.is_running():
+                    self._loop.close()
+                self._loop, self._loop_thread = None, None
 
 
 async def _await(awaitable: Any) -> Any:

@@ -8,7 +8,6 @@ from typing import Any
 
 from ..errors import ImportFailedError
 
-
 _cache: dict[str, Any] = {}
 _lock = threading.Lock()
 
@@ -39,8 +38,7 @@ def _import(spec: str, tool_id: str) -> Any:
         obj: Any = importlib.import_module(module_name)
     except BaseException as e:  # an import can raise anything, SystemExit included
         raise ImportFailedError(
-            f"cannot import module {module_name!r} for tool {tool_id!r}: "
-            f"{type(e).__name__}: {e}"
+            f"cannot import module {module_name!r} for tool {tool_id!r}: {type(e).__name__}: {e}"
         ) from e
     for part in attr_path.split("."):
         try:

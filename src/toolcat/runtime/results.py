@@ -29,7 +29,9 @@ def to_jsonable(value: Any, _depth: int = 0) -> Any:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     if isinstance(value, float):
-        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        return (
+            value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+        )
     if _depth > 100:
         raise NotSerialisableError("the result is nested more than 100 levels deep")
     if isinstance(value, dict):

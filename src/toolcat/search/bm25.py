@@ -122,7 +122,7 @@ def bm25_scores(
     for row_id, columns in documents:
         freq: dict[str, float] = {}
         length = 0
-        for weight, text in zip(weights, columns):
+        for weight, text in zip(weights, columns, strict=True):
             tokens = text.split()
             length += len(tokens)
             for token in tokens:

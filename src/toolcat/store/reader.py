@@ -32,9 +32,9 @@ class Filters:
     @property
     def narrows(self) -> bool:
         """Whether these filters leave out any active tool."""
-        return bool(
-            self.tags or self.toolkit or self.toolkit_id is not None or self.hide
-        ) or (not self.include_deferred)
+        return bool(self.tags or self.toolkit or self.toolkit_id is not None or self.hide) or (
+            not self.include_deferred
+        )
 
     def sql(self, *, active_only: bool = True) -> tuple[str, list[Any]]:
         """A WHERE expression over ``t`` (tools) and, with ``active_only``, ``k`` (toolkits).
@@ -59,7 +59,33 @@ class Filters:
                 "EXISTS (SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id)"
             )
             params.append(tag)
+        if self.hide is not None and self.hide.deny:
+            deny, deny_params = _any_rule(self.hide.deny)
+            allow, allow_params = _any_rule(self.hide.allow)
+            clauses.append(f"NOT ({deny} AND NOT {allow})")
+            params.extend([*deny_params, *allow_params])
         return " AND ".join(clauses), params
+
+
+def _rule_sql(rule: str) -> tuple[str, str]:
+    """SQL (GLOB) for one policy rule; the twin of ``policy.rule_matches``."""
+    if rule.startswith("tag:"):
+        return (
+            "EXISTS (SELECT 1 FROM tool_tags g WHERE g.tool_id = t.id AND g.tag GLOB ?)",
+            rule[4:],
+        )
+    if rule.startswith("toolkit:"):
+        return "t.toolkit GLOB ?", rule[8:]
+    if "." in rule:
+        return "(t.toolkit || '.' || t.name) GLOB ?", rule
+    return "t.name GLOB ?", rule
+
+
+def _any_rule(rules: tuple[str, ...]) -> tuple[str, list[Any]]:
+    if not rules:
+        return "0", []
+    parts = [_rule_sql(rule) for rule in rules]
+    return "(" + " OR ".join(sql for sql, _ in parts) + ")", [value for _, value in parts]
 
 
 def revision(conn: sqlite3.Connection) -> int:
@@ -119,6 +145,16 @@ def list_tools(
         [*params, limit],
     ).fetchall()
     return [row_to_tool(row) for row in rows]
+
+
+def active_tool_ids(conn: sqlite3.Connection, limit: int) -> list[str] | None:
+    """Ids of every active tool, or ``None`` when there are more than ``limit``."""
+    rows = conn.execute(
+        "SELECT t.toolkit || '.' || t.name FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
+        "WHERE k.active = 1 LIMIT ?",
+        (limit + 1,),
+    ).fetchall()
+    return None if len(rows) > limit else [r[0] for r in rows]
 
 
 def tools_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, RegisteredTool]:

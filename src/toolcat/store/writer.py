@@ -18,7 +18,6 @@ from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_
 from ..search.documents import index_fields
 from .reader import toolkit_rows
 
-
 OPTIMIZE_AFTER = 1000
 
 

@@ -1,0 +1,195 @@
+"""Query, convert and validate JSON and CSV data."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from typing import Any
+
+from toolcat import tool
+
+__toolcat__ = {
+    "toolkit": "data",
+    "version": "1.0.0",
+    "description": "Query, convert and validate JSON and CSV data.",
+    "tags": ["data"],
+}
+
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+|\*)\]")
+
+
+def _load(document: Any) -> Any:
+    if isinstance(document, str):
+        try:
+            return json.loads(document)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"not valid JSON at line {e.lineno} column {e.colno}: {e.msg}"
+            ) from None
+    return document
+
+
+def _number(text: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _rows(csv_text: str, delimiter: str) -> list[dict[str, Any]]:
+    reader = csv.DictReader(io.StringIO(csv_text), delimiter=delimiter)
+    return [{k: _number(v) if v is not None else None for k, v in row.items()} for row in reader]
+
+
+@tool(
+    tags=["read-only"],
+    idempotent=True,
+    examples=["get the email of every user from this json"],
+)
+def json_query(document: Any, path: str) -> Any:
+    """Pick values out of a JSON document with a dotted path such as 'items[0].name' or 'users[*].email'.
+
+    Args:
+        document: JSON text or an already-parsed value.
+        path: Dotted path; [n] indexes a list, [*] maps over it.
+    """
+    values = [_load(document)]
+    for key, index in _STEP.findall(path):
+        next_values = []
+        for value in values:
+            if key:
+                if not isinstance(value, dict) or key not in value:
+                    raise KeyError(f"no key {key!r} at this point of the path {path!r}")
+                next_values.append(value[key])
+            elif index == "*":
+                if not isinstance(value, list):
+                    raise TypeError(f"[*] needs a list in the path {path!r}")
+                next_values.extend(value)
+            else:
+                if not isinstance(value, list) or int(index) >= len(value):
+                    raise IndexError(f"no item [{index}] at this point of the path {path!r}")
+                next_values.append(value[int(index)])
+        values = next_values
+    return values if "[*]" in path else values[0]
+
+
+@tool(tags=["read-only"], idempotent=True, examples=["turn this spreadsheet export into json"])
+def csv_to_json(csv_text: str, delimiter: str = ",") -> list[dict[str, Any]]:
+    """Parse CSV text into a list of JSON records keyed by the header row, converting numbers.
+
+    Args:
+        csv_text: CSV with a header row.
+        delimiter: One-character field separator.
+    """
+    return _rows(csv_text, delimiter)
+
+
+@tool(tags=["read-only"], idempotent=True, examples=["export these records as csv"])
+def json_to_csv(records: list[dict[str, Any]], delimiter: str = ",") -> str:
+    """Turn a list of JSON objects into CSV text with a header row.
+
+    Args:
+        records: Objects to write; their keys become the columns.
+        delimiter: One-character field separator.
+    """
+    columns = list(dict.fromkeys(key for record in records for key in record))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, delimiter=delimiter, lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow(
+            {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in record.items()}
+        )
+    return out.getvalue()
+
+
+@tool(
+    tags=["read-only"],
+    idempotent=True,
+    defer_loading=True,
+    examples=["describe the columns of this dataset"],
+)
+def csv_summary(csv_text: str, delimiter: str = ",") -> dict[str, Any]:
+    """Profile CSV data - row count, and for each column its type, missing values, distinct values and numeric range.
+
+    Args:
+        csv_text: CSV with a header row.
+        delimiter: One-character field separator.
+    """
+    rows = _rows(csv_text, delimiter)
+    columns: dict[str, Any] = {}
+    for name in rows[0] if rows else []:
+        values = [r.get(name) for r in rows]
+        present = [v for v in values if v not in (None, "")]
+        numbers = [v for v in present if isinstance(v, (int, float))]
+        column: dict[str, Any] = {
+            "type": "number" if present and len(numbers) == len(present) else "text",
+            "missing": len(values) - len(present),
+            "distinct": len({str(v) for v in present}),
+        }
+        if numbers:
+            column.update(min=min(numbers), max=max(numbers), mean=sum(numbers) / len(numbers))
+        columns[name] = column
+    return {"rows": len(rows), "columns": columns}
+
+
+@tool(
+    tags=["read-only"],
+    idempotent=True,
+    defer_loading=True,
+    examples=["does this payload match the schema"],
+)
+def validate_json(document: Any, schema: dict[str, Any]) -> dict[str, Any]:
+    """Check a JSON document against a JSON Schema and list every violation with its location.
+
+    Args:
+        document: JSON text or an already-parsed value.
+        schema: The JSON Schema to check against.
+    """
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = [
+        {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
+        for e in validator.iter_errors(_load(document))
+    ]
+    return {"valid": not errors, "errors": errors[:100]}
+
+
+def _diff(before: Any, after: Any, path: str, changes: list[dict[str, Any]]) -> None:
+    if isinstance(before, dict) and isinstance(after, dict):
+        for key in before.keys() | after.keys():
+            sub = f"{path}/{key}"
+            if key not in after:
+                changes.append({"op": "removed", "path": sub, "before": before[key]})
+            elif key not in before:
+                changes.append({"op": "added", "path": sub, "after": after[key]})
+            else:
+                _diff(before[key], after[key], sub, changes)
+    elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        for i, (a, b) in enumerate(zip(before, after, strict=True)):
+            _diff(a, b, f"{path}/{i}", changes)
+    elif before != after:
+        changes.append({"op": "changed", "path": path or "/", "before": before, "after": after})
+
+
+@tool(
+    tags=["read-only"],
+    idempotent=True,
+    defer_loading=True,
+    examples=["what changed between two config files"],
+)
+def json_diff(before: Any, after: Any) -> list[dict[str, Any]]:
+    """Compare two JSON documents and list the paths that were added, removed or changed.
+
+    Args:
+        before: JSON text or value.
+        after: JSON text or value.
+    """
+    changes: list[dict[str, Any]] = []
+    _diff(_load(before), _load(after), "", changes)
+    return sorted(changes, key=lambda c: c["path"])
