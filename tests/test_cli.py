@@ -209,11 +209,14 @@ def test_call_text_output_and_timeout(db: Path, tmp_path: Path) -> None:
 
 
 def test_call_denied_by_policy(db: Path) -> None:
-    from toolcat import Catalog, Policy
-
-    with Catalog(db, policy=Policy.of(deny=["tag:destructive"])) as catalog:
-        result = catalog.call("delete_file", {"path": "x"})
-    assert result.error_code == "TOOL_DENIED"
+    policy = ["--deny", "tag:destructive", "--allow", "files.write_file"]
+    result = CliRunner().invoke(
+        cli, ["--db", str(db), *policy, "call", "delete_file", "--args", '{"path": "x"}', "--json"]
+    )
+    assert result.exit_code == 12
+    assert json.loads(result.stdout)["error_code"] == "TOOL_DENIED"
+    listed = CliRunner().invoke(cli, ["--db", str(db), *policy, "list", "--include-deferred"])
+    assert "files.delete_file" not in listed.stdout and "files.write_file" in listed.stdout
 
 
 def test_register_module_manifest_and_check(tmp_path: Path) -> None:

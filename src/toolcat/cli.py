@@ -24,6 +24,7 @@ from .errors import (
     UnknownToolError,
 )
 from .models import RegisteredTool
+from .policy import Policy
 
 F = TypeVar("F", bound=Callable[..., Any])
 CALL_EXIT_CODES = {
@@ -58,8 +59,9 @@ def emit_json(value: Any) -> None:
 
 
 def open_catalog(ctx: click.Context) -> Catalog:
-    path = ctx.find_root().params.get("db")
-    catalog = Catalog(path)
+    params = ctx.find_root().params
+    policy = Policy.of(allow=params.get("allow") or (), deny=params.get("deny") or ())
+    catalog = Catalog(params.get("db"), policy=policy)
     ctx.call_on_close(catalog.close)
     return catalog
 
@@ -82,9 +84,21 @@ def tool_line(tool: RegisteredTool) -> str:
     help="Catalog file. Default: $TOOLCAT_DB, else ~/.local/share/toolcat/catalog.db.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.option(
+    "--deny",
+    multiple=True,
+    help="Policy: refuse (and hide) tools matching this rule, e.g. tag:destructive.",
+)
+@click.option("--allow", multiple=True, help="Policy: exempt tools matching this rule from --deny.")
 @click.version_option(package_name="toolcat")
 @click.pass_context
-def cli(ctx: click.Context, db: Path | None, debug: bool) -> None:
+def cli(
+    ctx: click.Context,
+    db: Path | None,
+    debug: bool,
+    deny: tuple[str, ...],
+    allow: tuple[str, ...],
+) -> None:
     """A searchable catalog of LLM tool definitions with deferred loading."""
     ctx.meta["toolcat.debug"] = debug
 
