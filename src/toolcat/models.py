@@ -15,9 +15,17 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TOOLKIT_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
@@ -50,6 +58,9 @@ def _check_tags(tags: list[str]) -> list[str]:
 
 
 _meta_validator: Callable[[Any], Any] | None = None
+
+
+Tags = Annotated[list[str], AfterValidator(_check_tags)]
 
 
 def check_json_schema(schema: Any, what: str) -> None:
@@ -103,7 +114,7 @@ class Tool(BaseModel):
     description: str
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
     output_schema: dict[str, Any] | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags = Field(default_factory=list)
     defer_loading: bool | None = None
     idempotent: bool = False
     streaming: bool = False
@@ -142,11 +153,6 @@ class Tool(BaseModel):
             check_json_schema(value, "output_schema")
         return value
 
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: list[str]) -> list[str]:
-        return _check_tags(value)
-
     @field_validator("implementation")
     @classmethod
     def _implementation(cls, value: str | None) -> str | None:
@@ -163,7 +169,7 @@ class Toolkit(BaseModel):
     name: str = Field(validation_alias=AliasChoices("toolkit", "name"))
     version: str
     description: str = ""
-    tags: list[str] = Field(default_factory=list)
+    tags: Tags = Field(default_factory=list)
     defer_loading: bool = False
     module: str | None = None
     tools: list[Tool]
@@ -188,11 +194,6 @@ class Toolkit(BaseModel):
             return str(Version(value))
         except InvalidVersion:
             raise ValueError(f"{value!r} is not a PEP 440 version (for example 1.2.0)") from None
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: list[str]) -> list[str]:
-        return _check_tags(value)
 
     @field_validator("module")
     @classmethod

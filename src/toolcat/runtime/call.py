@@ -38,13 +38,25 @@ def error_result(error: BaseException, started: float) -> ToolResult:
         code, message = "TOOL_ERROR", str(error)
     else:
         code, message = "TOOL_ERROR", f"{type(error).__name__}: {error}"
+    return make_result(started, error=message, error_code=code)
+
+
+def make_result(
+    started: float,
+    *,
+    data: Any = None,
+    error: str | None = None,
+    error_code: str | None = None,
+    truncated: bool = False,
+) -> ToolResult:
+    """A ``ToolResult`` timed from ``started`` (a ``time.perf_counter()`` reading)."""
     return ToolResult.model_construct(
-        success=False,
-        data=None,
-        error=message,
-        error_code=code,
+        success=error is None,
+        data=data,
+        error=error,
+        error_code=error_code,
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
-        truncated=False,
+        truncated=truncated,
     )
 
 
@@ -132,14 +144,7 @@ class Runtime:
             )
         except (Exception, SystemExit) as e:  # a tool calling sys.exit() fails, nothing more
             return error_result(e, started)
-        return ToolResult.model_construct(
-            success=True,
-            data=data,
-            error=None,
-            error_code=None,
-            duration_ms=round((time.perf_counter() - started) * 1000, 3),
-            truncated=truncated,
-        )
+        return make_result(started, data=data, truncated=truncated)
 
     def close(self) -> None:
         self.executor.close()
