@@ -394,6 +394,67 @@ def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
         ctx.exit(ImportFailedError.exit_code)
 
 
+@cli.command(name="eval")
+@click.argument("bench_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
+@click.option("--mode", "modes", multiple=True, help="Search mode to score (repeatable).")
+@click.option("--pooled", is_flag=True, help="Search every source's queries against all tools.")
+@click.option("--max-queries", type=int, help="Score a seeded sample of queries per source.")
+@json_option
+def eval_(
+    bench_dir: Path,
+    sources: tuple[str, ...],
+    modes: tuple[str, ...],
+    pooled: bool,
+    max_queries: int | None,
+    as_json: bool,
+) -> None:
+    """Measure retrieval quality on tool-retrieval benchmarks (the ../shared/bench format).
+
+    Registers each source's tools into a temporary catalog and scores Recall@1/5/10,
+    nDCG@10 and MRR@10 of every query, per source and mode, through the public search API.
+    """
+    from .evaluate import evaluate
+
+    rows = evaluate(
+        bench_dir,
+        sources=sources,
+        modes=modes or SEARCH_MODES,
+        pooled=pooled,
+        max_queries=max_queries,
+    )
+    if as_json:
+        keys = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]
+        emit_json(
+            {
+                "results": [
+                    {
+                        **{k: r[k] for k in keys},
+                        **{
+                            k: r[k]
+                            for k in ("pooled", "lenient", "names_mapped", "schemas_repaired")
+                            if k in r
+                        },
+                    }
+                    for r in rows
+                ]
+            }
+        )
+        return
+    click.echo(f"{'source':<12} {'mode':<10} {'queries':>7}  R@1   R@5   R@10  nDCG@10 MRR@10")
+    for r in rows:
+        click.echo(
+            f"{r['source']:<12} {r['mode']:<10} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
+            f"{r['R@10']:.3f} {r['nDCG@10']:.3f}   {r['MRR@10']:.3f}"
+        )
+        if "lenient" in r:
+            le = r["lenient"]
+            click.echo(
+                f"{'  lenient':<12} {'':<10} {'':>7}  {le['R@1']:.3f} {le['R@5']:.3f} "
+                f"{le['R@10']:.3f} {le['nDCG@10']:.3f}   {le['MRR@10']:.3f}"
+            )
+
+
 def main() -> None:
     """Console entry point."""
     cli.main(prog_name="toolcat")
