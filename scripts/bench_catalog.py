@@ -145,7 +145,7 @@ def raw_fts(conn: sqlite3.Connection, query: str) -> None:
     terms = list(dict.fromkeys(tokenize(query)))
     if terms:
         conn.execute(
-            "SELECT rowid, bm25(tools_fts, 4, 2, 1.5, 1, 0.5) AS s FROM tools_fts "
+            "SELECT rowid, bm25(tools_fts, 4, 2, 1.5, 0.5, 0.5) AS s FROM tools_fts "
             "WHERE tools_fts MATCH ? ORDER BY s LIMIT 10",
             (bm25.match_expression(terms),),
         ).fetchall()

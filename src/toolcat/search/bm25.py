@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from ..store.reader import Filters
 from .tokenize import tokenize
 
-# name > search hint/examples > description > parameters > tags/toolkit (DESIGN.md);
-# the values were chosen with `toolcat eval` (see README, "Choosing the BM25 weights").
-DEFAULT_WEIGHTS: tuple[float, ...] = (4.0, 2.0, 1.5, 1.0, 0.5)
+# name > search hint/examples > description > parameters = tags/toolkit. Chosen with
+# scripts/tune_bm25.py (mean R@5 over the seven benchmark sources; README, "Retrieval quality").
+DEFAULT_WEIGHTS: tuple[float, ...] = (4.0, 2.0, 1.5, 0.5, 0.5)
 MAX_QUERY_TERMS = 32
 EXACT_POSTINGS = 8000
 CANDIDATES = 100
