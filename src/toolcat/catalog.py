@@ -18,13 +18,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .errors import (
     AmbiguousNameError,
     CatalogError,
+    EmbeddingError,
     InvalidQueryError,
     ManifestError,
     UnknownToolError,
@@ -34,8 +35,10 @@ from .models import (
     TOOLKIT_NAME_RE,
     RegisteredTool,
     RegistrationResult,
+    ReindexReport,
     SearchHit,
     SearchResult,
+    Tool,
     Toolkit,
     ToolkitVersion,
     ToolPage,
@@ -44,12 +47,18 @@ from .models import (
 from .policy import Policy
 from .runtime.call import Runtime, error_result
 from .search import bm25
+from .search.embeddings import DEFAULT_MODEL, VectorIndex, embedder, embedding_text, to_blob
+from .search.fusion import reciprocal_rank_fusion
+from .search.regex import regex_search
 from .store import reader, writer
 from .store.connection import connect, default_path
 from .store.migrations import migrate
 from .store.reader import Filters
 
-SEARCH_MODES = ("bm25",)
+SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
+# Hybrid: how many hits each ranking contributes, and their weights in rank fusion.
+HYBRID_DEPTH = 50
+HYBRID_WEIGHTS = (1.0, 1.0)  # (bm25, embedding)
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_CHARS = 100_000
@@ -105,6 +114,10 @@ class Catalog:
         default_timeout: Seconds a call may run when neither the call nor the tool says.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
             sets its own ``max_result_bytes``.
+        embedding_model: The sentence-transformers model (name or folder) for embedding
+            search. Default: the one the catalog was indexed with, else all-MiniLM-L6-v2
+            (bundled, offline). Asking for another than the catalog's vectors came from is
+            an error until ``reindex(model=...)``.
 
     Raises:
         CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
@@ -117,6 +130,7 @@ class Catalog:
         policy: Policy | None = None,
         default_timeout: float = 60.0,
         max_result_bytes: int = 1_000_000,
+        embedding_model: str | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.policy = policy or Policy()
@@ -128,6 +142,8 @@ class Catalog:
         self._conn = connect(self.path)
         self._lock = threading.RLock()
         self._term_stats = bm25.TermStats()
+        self._embedding_model = embedding_model
+        self._vectors = VectorIndex()
         try:
             migrate(self._conn)
         except sqlite3.DatabaseError as e:
@@ -305,7 +321,8 @@ class Catalog:
 
         Args:
             query: What the agent is looking for, in its own words.
-            mode: ``bm25`` (the default).
+            mode: ``bm25``, ``embedding``, ``hybrid`` or ``regex``. Default: ``hybrid``
+                when embeddings are installed and the catalog has vectors, else ``bm25``.
             k: How many hits to return, 1 to 1000.
             tags: Only tools carrying every one of these tags.
             toolkit: Only this toolkit (``name`` or ``name@version``).
@@ -315,16 +332,22 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        mode = mode or "bm25"
-        if mode not in SEARCH_MODES:
+        if mode is not None and mode not in SEARCH_MODES:
             raise InvalidQueryError(f"unknown search mode {mode!r}; use one of {SEARCH_MODES}")
         if not 1 <= k <= MAX_LIMIT:
             raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
         text = query[:MAX_QUERY_CHARS]
+        with self._lock:
+            mode = mode or self._best_mode(self._conn)
+            model_id = self._model_id(self._conn)
         if not text.strip():
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
+        query_vector = None
+        if mode in ("embedding", "hybrid"):
+            query_vector = embedder(model_id).encode_query(text)  # outside the lock: ms of CPU
+        warnings: builtins.list[str] = []
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             if filters.toolkit_id is not None and not reader.is_active_toolkit(
@@ -335,9 +358,12 @@ class Catalog:
                     "List its tools with list(toolkit=...) instead."
                 )
             revision = reader.revision(conn)
-            self._term_stats.refresh(conn, revision)
-            ranked = bm25.search(conn, text, filters, k, self._term_stats)
-            exact = self._exact_matches(conn, text, filters)
+            if mode == "regex":
+                ranked = regex_search(conn, text, filters, k)
+                exact = []
+            else:
+                ranked = self._rank(conn, mode, text, query_vector, filters, k, revision, warnings)
+                exact = self._exact_matches(conn, text, filters)
             tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
         top = ranked[0][1] if ranked else 0.0
         ordered: builtins.list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
@@ -347,7 +373,64 @@ class Catalog:
             SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool)
             for rank, (tool, score) in enumerate(ordered[:k], 1)
         ]
-        return SearchResult.model_construct(revision=revision, query=query, mode=mode, hits=hits)
+        return SearchResult.model_construct(
+            revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
+        )
+
+    def _rank(
+        self,
+        conn: sqlite3.Connection,
+        mode: str,
+        text: str,
+        query_vector: Any,
+        filters: Filters,
+        k: int,
+        revision: int,
+        warnings: builtins.list[str],
+    ) -> builtins.list[tuple[int, float]]:
+        """(row id, score) best first, for the bm25, embedding and hybrid modes."""
+        depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
+        lexical: builtins.list[tuple[int, float]] = []
+        if mode in ("bm25", "hybrid"):
+            self._term_stats.refresh(conn, revision)
+            lexical = bm25.search(conn, text, filters, depth, self._term_stats)
+            if mode == "bm25":
+                return lexical
+        model_id = self._model_id(conn)
+        self._vectors.refresh(conn, revision, model_id)
+        if self._vectors.missing:
+            warnings.append(
+                f"{self._vectors.missing} of {self._vectors.active_tools} active tools have no "
+                f"vector for {model_id}"
+                + (" and are found by BM25 only" if mode == "hybrid" else " and cannot be found")
+                + "; run `toolcat reindex` (Catalog.reindex()) to embed them"
+            )
+        semantic = self._vectors.search(conn, query_vector, filters, depth)
+        if mode == "embedding":
+            return semantic
+        w_lexical, w_semantic = HYBRID_WEIGHTS
+        return reciprocal_rank_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
+
+    def _model_id(self, conn: sqlite3.Connection) -> str:
+        """The embedding model in use; refuses one that differs from the catalog's vectors."""
+        recorded = reader.meta(conn, "embedding_model")
+        wanted = self._embedding_model or recorded or DEFAULT_MODEL
+        if recorded and wanted != recorded and reader.has_vectors(conn, recorded):
+            raise EmbeddingError(
+                f"this catalog's vectors come from {recorded!r}, not {wanted!r}: run "
+                f"`toolcat reindex --model {wanted}` to switch, or use {recorded!r}"
+            )
+        return str(wanted)
+
+    def _best_mode(self, conn: sqlite3.Connection) -> str:
+        """Hybrid when embeddings are installed and the catalog has vectors, else BM25."""
+        import importlib.util
+
+        if importlib.util.find_spec("sentence_transformers") is None:
+            return "bm25"
+        recorded = reader.meta(conn, "embedding_model")
+        model = self._embedding_model or recorded or DEFAULT_MODEL
+        return "hybrid" if reader.has_vectors(conn, model) else "bm25"
 
     @staticmethod
     def _exact_matches(
@@ -547,3 +630,104 @@ class Catalog:
             raise CatalogError(f"the check process failed: {child.stderr.strip()[-2000:]}")
         result: builtins.list[dict[str, Any]] = json.loads(child.stdout)
         return result
+
+    # -- indexing ------------------------------------------------------------------------
+
+    def reindex(
+        self,
+        *,
+        model: str | None = None,
+        batch_size: int = 64,
+        full: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ReindexReport:
+        """Bring the search indexes up to date, embedding only what changed.
+
+        Embeds active tools whose definition has no vector for the model (in batches, each
+        committed, so an interrupted reindex keeps its work and the next run resumes), then
+        deletes vectors of other models and of definitions no tool has. ``full`` rebuilds
+        the FTS5 index and re-embeds everything. Nothing is loaded when nothing is stale.
+
+        Args:
+            model: Switch the catalog to this sentence-transformers model (name or folder).
+            batch_size: Texts per ``encode`` call and per commit.
+            full: Rebuild everything from the stored definitions.
+            progress: Called with (done, total) after each batch.
+        """
+        if batch_size < 1:
+            raise InvalidQueryError("batch_size must be at least 1")
+        started = time.perf_counter()
+        with self._lock:
+            recorded = reader.meta(self._conn, "embedding_model")
+            model_id = model or self._embedding_model or recorded or DEFAULT_MODEL
+            fts_rows = writer.rebuild_fts(self._conn) if full else 0
+            removed = writer.prune_vectors(self._conn, model_id, drop_all=full)
+            stale = reader.stale_vectors(self._conn, model_id)
+            _, active = reader.vector_coverage(self._conn, model_id)
+        dimension = reader.meta(self._conn, "embedding_dim") if recorded == model_id else None
+        if stale:
+            encoder = embedder(model_id)
+            dimension = encoder.dimension
+            with self._lock:
+                writer.set_meta(
+                    self._conn, {"embedding_model": model_id, "embedding_dim": dimension}
+                )
+            done = 0
+            for start in range(0, len(stale), batch_size):
+                batch = stale[start : start + batch_size]
+                texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, d in batch]
+                vectors = encoder.encode(texts, batch_size=batch_size)
+                with self._lock:
+                    writer.store_vectors(
+                        self._conn,
+                        model_id,
+                        [(h, to_blob(v)) for (h, _), v in zip(batch, vectors, strict=True)],
+                    )
+                done += len(batch)
+                if progress is not None:
+                    progress(done, len(stale))
+        elif recorded != model_id and reader.has_vectors(self._conn, model_id):
+            with self._lock:
+                writer.set_meta(self._conn, {"embedding_model": model_id})
+        seconds = time.perf_counter() - started
+        return ReindexReport(
+            model=model_id,
+            dimension=int(dimension) if dimension is not None else None,
+            embedded=len(stale),
+            skipped=active - len(stale),
+            removed=removed,
+            fts_rebuilt=fts_rows,
+            seconds=round(seconds, 3),
+            tools_per_second=round(len(stale) / seconds, 1) if stale and seconds else 0.0,
+        )
+
+    def status(self) -> dict[str, Any]:
+        """Index coverage per mode, the embedding model, the revision."""
+        import importlib.util
+
+        with self._snapshot() as conn:
+            recorded = reader.meta(conn, "embedding_model")
+            model = self._embedding_model or recorded or DEFAULT_MODEL
+            with_vectors, active = reader.vector_coverage(conn, model)
+            fts_rows = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
+            toolkits = conn.execute("SELECT count(*) FROM toolkits WHERE active = 1").fetchone()[0]
+            versions = conn.execute("SELECT count(*) FROM toolkits").fetchone()[0]
+            status = {
+                "path": str(self.path),
+                "revision": reader.revision(conn),
+                "schema_version": int(reader.meta(conn, "schema_version")),
+                "toolkits": toolkits,
+                "toolkit_versions": versions,
+                "active_tools": active,
+                "default_mode": self._best_mode(conn),
+                "embeddings_installed": importlib.util.find_spec("sentence_transformers")
+                is not None,
+                "embedding_model": model,
+                "embedding_dim": reader.meta(conn, "embedding_dim"),
+                "coverage": {
+                    "bm25": {"indexed": fts_rows, "of": active},
+                    "embedding": {"indexed": with_vectors, "of": active},
+                    "regex": {"indexed": active, "of": active},
+                },
+            }
+        return status

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -226,7 +227,11 @@ def list_(
 
 @cli.command()
 @click.argument("query")
-@click.option("--mode", type=click.Choice(SEARCH_MODES), help="Ranking mode. Default: bm25.")
+@click.option(
+    "--mode",
+    type=click.Choice(SEARCH_MODES),
+    help="Ranking mode. Default: hybrid when the catalog has vectors, else bm25.",
+)
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Number of hits.")
 @click.option(
     "--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them)."
@@ -249,6 +254,8 @@ def search(
     result = open_catalog(ctx).search(
         query, mode=mode, k=k, tags=tags, toolkit=toolkit, include_deferred=not no_deferred
     )
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         emit_json(
             {
@@ -392,6 +399,74 @@ def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
         click.echo(f"{len(report) - len(failed)} ok, {len(failed)} failed")
     if failed:
         ctx.exit(ImportFailedError.exit_code)
+
+
+@cli.command()
+@click.option("--model", help="Switch to this sentence-transformers model (name or folder).")
+@click.option("--batch-size", type=int, default=64, show_default=True, help="Texts per batch.")
+@click.option("--full", is_flag=True, help="Rebuild the FTS index and re-embed everything.")
+@json_option
+@click.pass_context
+def reindex(
+    ctx: click.Context, model: str | None, batch_size: int, full: bool, as_json: bool
+) -> None:
+    """Embed what changed since the last reindex, and drop what is gone.
+
+    Safe to interrupt: every batch is committed, and the next run resumes.
+    """
+    catalog = open_catalog(ctx)
+    show_bar = sys.stderr.isatty() and not as_json
+    bar: Any = None
+    last_line = [0.0]
+    started = time.monotonic()
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if show_bar:
+            if bar is None:
+                bar = click.progressbar(
+                    length=total, label="embedding", show_eta=True, show_pos=True, file=sys.stderr
+                )
+                bar.__enter__()
+            bar.update(done - bar.pos)
+        elif time.monotonic() - last_line[0] >= 2 or done == total:
+            last_line[0] = time.monotonic()
+            rate = done / max(time.monotonic() - started, 1e-9)
+            eta = (total - done) / rate if rate else 0
+            click.echo(f"embedded {done}/{total} ({rate:.0f} tools/s, eta {eta:.0f} s)", err=True)
+
+    try:
+        report = catalog.reindex(model=model, batch_size=batch_size, full=full, progress=progress)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        emit_json(report.model_dump())
+        return
+    click.echo(
+        f"model {report.model} (dim {report.dimension}): embedded {report.embedded}, "
+        f"skipped {report.skipped}, removed {report.removed}"
+        + (f", FTS rows rebuilt {report.fts_rebuilt}" if full else "")
+        + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s)"
+    )
+
+
+@cli.command()
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show index coverage per search mode, the embedding model and the revision."""
+    info = open_catalog(ctx).status()
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"catalog   {info['path']} (revision {info['revision']})")
+    click.echo(f"toolkits  {info['toolkits']} active ({info['toolkit_versions']} versions)")
+    click.echo(f"tools     {info['active_tools']} active")
+    click.echo(f"model     {info['embedding_model']} (dim {info['embedding_dim']})")
+    for mode, cov in info["coverage"].items():
+        click.echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
+    click.echo(f"default   {info['default_mode']}")
 
 
 @cli.command(name="eval")

@@ -139,3 +139,10 @@ class ToolDeniedError(ToolcatError):
 
     code = "TOOL_DENIED"
     exit_code = 12
+
+
+class EmbeddingError(ToolcatError):
+    """Embeddings cannot be computed or used as asked (missing extra, model or vectors)."""
+
+    code = "EMBEDDING_ERROR"
+    exit_code = 13

@@ -205,16 +205,21 @@ def evaluate(
     """
     loaded = [load_source(f) for f in source_folders(Path(bench_dir), sources)]
     results: list[dict[str, Any]] = []
+    needs_vectors = any(m in ("embedding", "hybrid") for m in modes)
     with tempfile.TemporaryDirectory(prefix="toolcat-eval-") as tmp:
         if pooled:
             with Catalog(Path(tmp) / "pooled.db") as catalog:
                 catalog.register(*(s.toolkit for s in loaded))
+                if needs_vectors:
+                    catalog.reindex()
                 for source in loaded:
                     results += _run(catalog, source, modes, max_queries, seed, pooled=True)
         else:
             for source in loaded:
                 with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
                     catalog.register(source.toolkit)
+                    if needs_vectors:
+                        catalog.reindex()
                     results += _run(catalog, source, modes, max_queries, seed, pooled=False)
     return results
 

@@ -306,7 +306,10 @@ class SearchHit(BaseModel):
 
 
 class SearchResult(BaseModel):
-    """The answer to a search: ranked hits and the catalog revision they came from."""
+    """The answer to a search: ranked hits and the catalog revision they came from.
+
+    ``warnings`` says when the answer is partial (tools without vectors, for example).
+    """
 
     model_config = ConfigDict(defer_build=True)
 
@@ -314,6 +317,22 @@ class SearchResult(BaseModel):
     query: str
     mode: str
     hits: list[SearchHit]
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ReindexReport(BaseModel):
+    """What a reindex did."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    model: str
+    dimension: int | None
+    embedded: int
+    skipped: int
+    removed: int
+    fts_rebuilt: int
+    seconds: float
+    tools_per_second: float
 
 
 class ToolkitVersion(BaseModel):

@@ -88,6 +88,41 @@ def _any_rule(rules: tuple[str, ...]) -> tuple[str, list[Any]]:
     return "(" + " OR ".join(sql for sql, _ in parts) + ")", [value for _, value in parts]
 
 
+def meta(conn: sqlite3.Connection, key: str) -> Any:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None else row[0]
+
+
+def stale_vectors(conn: sqlite3.Connection, model: str) -> list[tuple[str, str]]:
+    """(content hash, definition) of active tools with no vector for ``model``, one per hash."""
+    return conn.execute(
+        "SELECT t.content_hash, min(t.definition) FROM tools t "
+        "JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1 AND NOT EXISTS ("
+        "SELECT 1 FROM embeddings e WHERE e.content_hash = t.content_hash AND e.model = ?) "
+        "GROUP BY t.content_hash ORDER BY min(t.id)",
+        (model,),
+    ).fetchall()
+
+
+def vector_coverage(conn: sqlite3.Connection, model: str) -> tuple[int, int]:
+    """(active tools with a vector for ``model``, active tools)."""
+    row = conn.execute(
+        "SELECT count(e.content_hash), count(*) FROM tools t "
+        "JOIN toolkits k ON k.id = t.toolkit_id "
+        "LEFT JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
+        "WHERE k.active = 1",
+        (model,),
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def has_vectors(conn: sqlite3.Connection, model: str) -> bool:
+    return (
+        conn.execute("SELECT 1 FROM embeddings WHERE model = ? LIMIT 1", (model,)).fetchone()
+        is not None
+    )
+
+
 def revision(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
     return int(row[0])

@@ -88,6 +88,11 @@ def refresh_active(
         tools = list(enumerate(toolkit.tools, first_id))
     else:
         toolkit, tools = _stored_toolkit(conn, active_id)
+    _index(conn, toolkit, tools)
+
+
+def _index(conn: sqlite3.Connection, toolkit: Toolkit, tools: Sequence[tuple[int, Tool]]) -> None:
+    """Add tools (with their row ids) to the FTS5 index."""
     conn.executemany(
         "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
         "VALUES (?, ?, ?, ?, ?, ?)",
@@ -265,3 +270,50 @@ def _find_version(conn: sqlite3.Connection, name: str, version: str) -> tuple[in
             return row_id, deprecated
     known = ", ".join(sorted(r[1] for r in rows))
     raise UnknownToolkitError(f"toolkit {name!r} has no version {version!r} (known: {known})")
+
+
+def set_meta(conn: sqlite3.Connection, values: dict[str, Any]) -> int:
+    """Set catalog-wide settings (such as the embedding model); returns the revision."""
+    with write_transaction(conn):
+        conn.executemany(
+            "INSERT INTO meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            list(values.items()),
+        )
+        return bump_revision(conn)
+
+
+def store_vectors(conn: sqlite3.Connection, model: str, rows: Sequence[tuple[str, bytes]]) -> int:
+    """Save (content hash, vector blob) rows for ``model`` in one transaction."""
+    with write_transaction(conn):
+        conn.executemany(
+            "INSERT OR REPLACE INTO embeddings (content_hash, model, vector) VALUES (?, ?, ?)",
+            [(digest, model, blob) for digest, blob in rows],
+        )
+        return bump_revision(conn)
+
+
+def prune_vectors(conn: sqlite3.Connection, keep_model: str, *, drop_all: bool = False) -> int:
+    """Delete vectors of other models and of definitions no tool has any more (or, with
+    ``drop_all``, every vector of ``keep_model`` too). Returns how many were deleted."""
+    with write_transaction(conn):
+        removed = conn.execute(
+            "DELETE FROM embeddings WHERE model != ? OR ? OR content_hash NOT IN "
+            "(SELECT content_hash FROM tools)",
+            (keep_model, drop_all),
+        ).rowcount
+        if removed:
+            bump_revision(conn)
+        return removed
+
+
+def rebuild_fts(conn: sqlite3.Connection) -> int:
+    """Rebuild the FTS5 index from the stored definitions of active versions."""
+    with write_transaction(conn):
+        conn.execute("DELETE FROM tools_fts")
+        active = [r[0] for r in conn.execute("SELECT id FROM toolkits WHERE active = 1")]
+        for toolkit_id in active:
+            _index(conn, *_stored_toolkit(conn, toolkit_id))
+        conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
+        bump_revision(conn)
+        return int(conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0])

