@@ -660,35 +660,37 @@ class Catalog:
         with self._lock:
             recorded = reader.meta(self._conn, "embedding_model")
             model_id = model or self._embedding_model or recorded or DEFAULT_MODEL
-            fts_rows = writer.rebuild_fts(self._conn) if full else 0
-            removed = writer.prune_vectors(self._conn, model_id, drop_all=full)
-            stale = reader.stale_vectors(self._conn, model_id)
+            stale = reader.stale_vectors(self._conn, model_id, everything=full)
             _, active = reader.vector_coverage(self._conn, model_id)
         dimension = reader.meta(self._conn, "embedding_dim") if recorded == model_id else None
-        if stale:
+        encoder = None
+        if stale or model_id != recorded:
+            # Load the model before changing anything: a model that cannot load loses nothing.
             encoder = embedder(model_id)
             dimension = encoder.dimension
+        fts_rows = 0
+        if full:
             with self._lock:
+                fts_rows = writer.rebuild_fts(self._conn)
+        done = 0
+        for start in range(0, len(stale), batch_size):
+            assert encoder is not None
+            batch = stale[start : start + batch_size]
+            texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, d in batch]
+            vectors = encoder.encode(texts, batch_size=batch_size)
+            rows = [(h, to_blob(v)) for (h, _), v in zip(batch, vectors, strict=True)]
+            with self._lock:
+                writer.store_vectors(self._conn, model_id, rows)
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(stale))
+        with self._lock:
+            if model_id != recorded or dimension != reader.meta(self._conn, "embedding_dim"):
                 writer.set_meta(
                     self._conn, {"embedding_model": model_id, "embedding_dim": dimension}
                 )
-            done = 0
-            for start in range(0, len(stale), batch_size):
-                batch = stale[start : start + batch_size]
-                texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, d in batch]
-                vectors = encoder.encode(texts, batch_size=batch_size)
-                with self._lock:
-                    writer.store_vectors(
-                        self._conn,
-                        model_id,
-                        [(h, to_blob(v)) for (h, _), v in zip(batch, vectors, strict=True)],
-                    )
-                done += len(batch)
-                if progress is not None:
-                    progress(done, len(stale))
-        elif recorded != model_id and reader.has_vectors(self._conn, model_id):
-            with self._lock:
-                writer.set_meta(self._conn, {"embedding_model": model_id})
+            # Only now that the new vectors are in: drop other models' and orphans.
+            removed = writer.prune_vectors(self._conn, model_id)
         seconds = time.perf_counter() - started
         return ReindexReport(
             model=model_id,

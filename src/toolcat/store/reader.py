@@ -93,14 +93,17 @@ def meta(conn: sqlite3.Connection, key: str) -> Any:
     return None if row is None else row[0]
 
 
-def stale_vectors(conn: sqlite3.Connection, model: str) -> list[tuple[str, str]]:
-    """(content hash, definition) of active tools with no vector for ``model``, one per hash."""
+def stale_vectors(
+    conn: sqlite3.Connection, model: str, *, everything: bool = False
+) -> list[tuple[str, str]]:
+    """(content hash, definition) of active tools with no vector for ``model`` (or, with
+    ``everything``, of all active tools), one per hash."""
     return conn.execute(
         "SELECT t.content_hash, min(t.definition) FROM tools t "
-        "JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1 AND NOT EXISTS ("
-        "SELECT 1 FROM embeddings e WHERE e.content_hash = t.content_hash AND e.model = ?) "
+        "JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1 AND (? OR NOT EXISTS ("
+        "SELECT 1 FROM embeddings e WHERE e.content_hash = t.content_hash AND e.model = ?)) "
         "GROUP BY t.content_hash ORDER BY min(t.id)",
-        (model,),
+        (everything, model),
     ).fetchall()
 
 

@@ -293,14 +293,14 @@ def store_vectors(conn: sqlite3.Connection, model: str, rows: Sequence[tuple[str
         return bump_revision(conn)
 
 
-def prune_vectors(conn: sqlite3.Connection, keep_model: str, *, drop_all: bool = False) -> int:
-    """Delete vectors of other models and of definitions no tool has any more (or, with
-    ``drop_all``, every vector of ``keep_model`` too). Returns how many were deleted."""
+def prune_vectors(conn: sqlite3.Connection, keep_model: str) -> int:
+    """Delete vectors of other models and of definitions no tool has any more. Returns how
+    many were deleted."""
     with write_transaction(conn):
         removed = conn.execute(
-            "DELETE FROM embeddings WHERE model != ? OR ? OR content_hash NOT IN "
+            "DELETE FROM embeddings WHERE model != ? OR content_hash NOT IN "
             "(SELECT content_hash FROM tools)",
-            (keep_model, drop_all),
+            (keep_model,),
         ).rowcount
         if removed:
             bump_revision(conn)

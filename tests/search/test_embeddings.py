@@ -1,0 +1,172 @@
+"""Embedding and hybrid search with the real model (all-MiniLM-L6-v2 from its PyPI package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, SAMPLE_TOOLKITS, toolkit_data
+from toolcat import Catalog, Toolkit
+from toolcat.errors import EmbeddingError
+
+pytest.importorskip("sentence_transformers")
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sample catalog with vectors, built once for the module (copied per test)."""
+    path = tmp_path_factory.mktemp("indexed") / "catalog.db"
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        report = catalog.reindex(batch_size=16)
+        assert (report.embedded, report.skipped, report.dimension) == (37, 0, 384)
+    return path
+
+
+@pytest.fixture
+def catalog(indexed: Path, tmp_path: Path) -> Iterator[Catalog]:
+    path = tmp_path / "catalog.db"
+    shutil.copy(indexed, path)
+    with Catalog(path) as cat:
+        yield cat
+
+
+def test_embedding_search_finds_by_meaning(catalog: Catalog) -> None:
+    hits = catalog.search("erase an old document", mode="embedding", k=3).hits
+    assert hits[0].tool.id == "files.delete_file"
+    assert -1.0 <= hits[-1].score <= hits[0].score <= 1.0
+    hits = catalog.search("what hour is it in Tokyo", mode="embedding", k=3).hits
+    assert hits[0].tool.id == "time.current_time"
+
+
+def test_hybrid_is_the_default_once_vectors_exist(catalog: Catalog, tmp_path: Path) -> None:
+    result = catalog.search("rename a file")
+    assert result.mode == "hybrid" and result.warnings == []
+    assert result.hits[0].tool.id == "files.move_file"
+    with Catalog(tmp_path / "fresh.db") as fresh:
+        fresh.register(SAMPLE_TOOLKITS)
+        assert fresh.search("rename a file").mode == "bm25"
+
+
+def test_filters_apply_before_embedding_ranking(catalog: Catalog) -> None:
+    hits = catalog.search("erase an old document", mode="embedding", tags=["math"], k=50).hits
+    assert hits and all("math" in h.tool.tags for h in hits)
+    hits = catalog.search("erase", mode="hybrid", include_deferred=False, k=50).hits
+    assert hits and not any(h.tool.defer_loading for h in hits)
+
+
+def test_reindex_embeds_only_what_changed(catalog: Catalog) -> None:
+    assert catalog.reindex().embedded == 0
+    data = toolkit_data()
+    catalog.register(Toolkit.model_validate(data))
+    report = catalog.reindex()
+    assert (report.embedded, report.skipped) == (2, 37)
+    data["version"] = "1.1.0"
+    data["tools"][1]["description"] = "Temperature and wind right now."
+    catalog.register(Toolkit.model_validate(data))
+    assert catalog.reindex().embedded == 1  # the unchanged tool keeps its vector
+    catalog.remove("weather")
+    report = catalog.reindex()
+    assert (report.embedded, report.removed) == (0, 3)
+    count = catalog._conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
+    assert count == 37
+
+
+def test_missing_vectors_are_reported(catalog: Catalog) -> None:
+    catalog.register(Toolkit.model_validate(toolkit_data()))
+    result = catalog.search("weather forecast", mode="hybrid")
+    assert "2 of 39 active tools have no vector" in result.warnings[0]
+    assert "toolcat reindex" in result.warnings[0]
+    assert "weather" in {h.tool.toolkit for h in result.hits[:3]}  # still found by BM25
+    assert "cannot be found" in catalog.search("forecast", mode="embedding").warnings[0]
+
+
+def test_model_mismatch_and_unknown_model(catalog: Catalog) -> None:
+    with Catalog(catalog.path, embedding_model="some/other-model") as other:
+        with pytest.raises(EmbeddingError, match="reindex --model some/other-model"):
+            other.search("delete", mode="embedding")
+        with pytest.raises(EmbeddingError, match="cannot load embedding model"):
+            other.reindex()
+    assert catalog.search("delete", mode="embedding").hits  # nothing changed
+
+
+def test_status_reports_coverage(catalog: Catalog) -> None:
+    catalog.register(Toolkit.model_validate(toolkit_data()))
+    status = catalog.status()
+    assert status["coverage"]["embedding"] == {"indexed": 37, "of": 39}
+    assert status["coverage"]["bm25"] == {"indexed": 39, "of": 39}
+    assert (status["embedding_model"], status["embedding_dim"]) == ("all-MiniLM-L6-v2", 384)
+    assert status["default_mode"] == "hybrid"
+
+
+def test_full_reindex_rebuilds_everything(catalog: Catalog) -> None:
+    catalog._conn.execute("DELETE FROM tools_fts WHERE rowid IN (SELECT min(rowid) FROM tools_fts)")
+    report = catalog.reindex(full=True)
+    assert (report.embedded, report.fts_rebuilt) == (37, 37)
+
+
+KILL_SCRIPT = """
+import os, signal, sys
+from toolcat import Catalog
+catalog = Catalog(sys.argv[1])
+def progress(done, total):
+    if done >= 8:
+        os.kill(os.getpid(), signal.SIGKILL)
+catalog.reindex(batch_size=4, progress=progress)
+"""
+
+
+def test_reindex_killed_midway_resumes(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.db"
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    child = subprocess.run(
+        [sys.executable, "-c", KILL_SCRIPT, str(path)], cwd=ROOT, capture_output=True
+    )
+    assert child.returncode == -signal.SIGKILL
+    with Catalog(path) as catalog:
+        assert catalog.status()["coverage"]["embedding"] == {"indexed": 8, "of": 37}
+        assert catalog.search("delete file", mode="bm25").hits  # consistent and usable
+        report = catalog.reindex()
+        assert (report.embedded, report.skipped) == (29, 8)
+
+
+def test_interrupted_reindex_keeps_committed_batches(catalog: Catalog, tmp_path: Path) -> None:
+    with Catalog(tmp_path / "int.db") as fresh:
+        fresh.register(SAMPLE_TOOLKITS)
+
+        def interrupt(done: int, total: int) -> None:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            fresh.reindex(batch_size=5, progress=interrupt)
+        assert fresh.status()["coverage"]["embedding"]["indexed"] == 5
+        assert fresh.reindex().embedded == 32
+
+
+def test_cli_reindex_status_and_modes(catalog: Catalog) -> None:
+    env = {**os.environ}
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "toolcat", "--db", str(catalog.path), *a],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+    catalog.register(Toolkit.model_validate(toolkit_data()))
+    out = run("reindex")
+    assert "embedded 2/2" in out.stderr and "embedded 2, skipped 37" in out.stdout
+    assert json.loads(run("status", "--json").stdout)["coverage"]["embedding"]["indexed"] == 39
+    hits = json.loads(
+        run("search", "erase an old document", "--mode", "embedding", "--json").stdout
+    )["hits"]
+    assert hits[0]["tool"]["id"] == "files.delete_file"
