@@ -12,11 +12,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
+# torch==2.13.0 first: it resolves to the CPU build these machines carry; an unpinned torch
+# pulled in by sentence-transformers would download gigabytes of CUDA packages.
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[embeddings]'
 
 dev: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings]'
 
 demo: install
 	rm -rf .demo && mkdir -p .demo
@@ -30,6 +34,13 @@ demo: install
 	@echo; echo '$$ toolcat search "prime factors of a number"   # another deferred tool, then call it'
 	$(TOOLCAT) search "prime factors of a number" -k 1
 	$(TOOLCAT) call math.prime_factors --args '{"n": 360}'
+	@echo; echo '$$ toolcat reindex   # embed the tools (all-MiniLM-L6-v2, bundled, offline)'
+	$(TOOLCAT) reindex
+	@echo; echo '$$ toolcat search "erase an old document"   # hybrid: BM25 + embeddings'
+	$(TOOLCAT) search "erase an old document" -k 3
+	@echo; echo '$$ toolcat search "(?i)time ?zone" --mode regex'
+	$(TOOLCAT) search "(?i)time ?zone" --mode regex -k 3
+	$(TOOLCAT) status
 
 lint: dev
 	$(BIN)/ruff check src tests scripts

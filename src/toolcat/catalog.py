@@ -48,7 +48,7 @@ from .policy import Policy
 from .runtime.call import Runtime, error_result
 from .search import bm25
 from .search.embeddings import DEFAULT_MODEL, VectorIndex, embedder, embedding_text, to_blob
-from .search.fusion import reciprocal_rank_fusion
+from .search.fusion import score_fusion
 from .search.regex import regex_search
 from .store import reader, writer
 from .store.connection import connect, default_path
@@ -56,9 +56,11 @@ from .store.migrations import migrate
 from .store.reader import Filters
 
 SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
-# Hybrid: how many hits each ranking contributes, and their weights in rank fusion.
+# Hybrid: how many hits each ranking contributes, and their weights in score fusion. Chosen
+# with scripts/tune_hybrid.py: min-max score fusion at 0.45/0.55 beat reciprocal rank
+# fusion on mean R@5 (.707 vs .694) and nDCG@10 (.664 vs .648) over the seven sources.
 HYBRID_DEPTH = 50
-HYBRID_WEIGHTS = (1.0, 1.0)  # (bm25, embedding)
+HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_CHARS = 100_000
@@ -409,7 +411,7 @@ class Catalog:
         if mode == "embedding":
             return semantic
         w_lexical, w_semantic = HYBRID_WEIGHTS
-        return reciprocal_rank_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
+        return score_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
 
     def _model_id(self, conn: sqlite3.Connection) -> str:
         """The embedding model in use; refuses one that differs from the catalog's vectors."""

@@ -257,17 +257,17 @@ def search(
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
-        emit_json(
-            {
-                "revision": result.revision,
-                "query": result.query,
-                "mode": result.mode,
-                "hits": [
-                    {"rank": h.rank, "score": h.score, "tool": h.tool.summary()}
-                    for h in result.hits
-                ],
-            }
-        )
+        shape: dict[str, Any] = {
+            "revision": result.revision,
+            "query": result.query,
+            "mode": result.mode,
+            "hits": [
+                {"rank": h.rank, "score": h.score, "tool": h.tool.summary()} for h in result.hits
+            ],
+        }
+        if result.warnings:
+            shape["warnings"] = result.warnings
+        emit_json(shape)
         return
     for hit in result.hits:
         click.echo(f"{hit.rank:>3}. {hit.score:8.3f}  {tool_line(hit.tool)}")

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.helpers import BENCH
+from toolcat.cli import cli
+from toolcat.evaluate import catalog_name, evaluate, score_query
+
+
+def test_score_query_strict() -> None:
+    scores = score_query(["a", "x", "b", "y"], [["a"], ["b"]])
+    assert scores["R@1"] == 0.5 and scores["R@5"] == 1.0 and scores["R@10"] == 1.0
+    ideal = 1 + 1 / math.log2(3)
+    assert scores["nDCG@10"] == pytest.approx((1 + 1 / math.log2(4)) / ideal)
+    assert scores["MRR@10"] == 1.0
+    assert score_query(["x", "y", "a"], [["a"]])["MRR@10"] == pytest.approx(1 / 3)
+    assert score_query(["x"] * 10, [["a"]])["R@10"] == 0.0
+
+
+def test_score_query_lenient_counts_a_group_once() -> None:
+    scores = score_query(["a2", "a1", "b"], [["a1", "a2"], ["b"]])
+    assert scores["R@1"] == 0.5 and scores["R@5"] == 1.0
+    assert scores["nDCG@10"] == pytest.approx((1 + 1 / math.log2(4)) / (1 + 1 / math.log2(3)))
+
+
+def test_names_are_mapped_uniquely() -> None:
+    taken: set[str] = set()
+    assert catalog_name("math.factorial", taken) == "math_factorial"
+    assert catalog_name("hf:org/model", taken) == "hf_org_model"
+    clash = catalog_name("math factorial", taken)
+    assert clash != "math_factorial" and clash.startswith("math_factorial_")
+    assert len(catalog_name("x" * 100, taken)) <= 64
+
+
+def _write_bench(folder: Path) -> None:
+    for name, tools, queries in [
+        (
+            "alpha",
+            [
+                {
+                    "name": "get.weather",
+                    "description": "Current weather for a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+                },
+                {
+                    "name": "send:email",
+                    "description": "Send an email message to someone",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            ],
+            [
+                {"id": "1", "query": "what's the weather in Paris", "relevant": ["get.weather"]},
+                {"id": "2", "query": "email my boss", "relevant": ["send:email"]},
+            ],
+        ),
+        (
+            "beta",
+            [
+                {
+                    "name": "translate",
+                    "description": "Translate text between languages",
+                    "parameters": {"type": "object", "properties": {"x": {"type": "bogus"}}},
+                },
+                {
+                    "name": "summarise",
+                    "description": "Summarise a long document",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            ],
+            [
+                {
+                    "id": "1",
+                    "query": "translate this into French",
+                    "relevant": ["translate"],
+                    "relevant_any_of": [["translate", "summarise"]],
+                }
+            ],
+        ),
+    ]:
+        source = folder / name
+        source.mkdir(parents=True)
+        (source / "tools.jsonl").write_text("\n".join(json.dumps(t) for t in tools))
+        (source / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries))
+
+
+def test_evaluate_per_source_and_pooled(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    rows = evaluate(tmp_path, modes=["bm25", "regex"])
+    by_source = {(r["source"], r["mode"]): r for r in rows}
+    alpha = by_source[("alpha", "bm25")]
+    assert (alpha["queries"], alpha["R@1"], alpha["names_mapped"]) == (2, 1.0, 2)
+    beta = by_source[("beta", "bm25")]
+    assert beta["schemas_repaired"] == 1 and beta["lenient"]["R@1"] == 1.0
+    pooled = evaluate(tmp_path, modes=["bm25"], pooled=True)
+    assert {r["source"] for r in pooled} == {"alpha", "beta"} and all(r["pooled"] for r in pooled)
+    assert pooled[0]["R@1"] == 1.0
+
+
+def test_eval_cli_json_shape(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    result = CliRunner().invoke(cli, ["eval", str(tmp_path), "--source", "alpha", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["results"]
+    assert list(rows[0])[:8] == [
+        "source",
+        "mode",
+        "queries",
+        "R@1",
+        "R@5",
+        "R@10",
+        "nDCG@10",
+        "MRR@10",
+    ]
+    missing = CliRunner().invoke(cli, ["eval", str(tmp_path), "--source", "nope"])
+    assert missing.exit_code == 1 and "no source nope" in missing.stderr
+
+
+@pytest.mark.skipif(not (BENCH / "toolalpaca").is_dir(), reason="../shared/bench not present")
+def test_bm25_beats_the_published_baseline_on_toolalpaca() -> None:
+    [row] = evaluate(BENCH, sources=["toolalpaca"], modes=["bm25"])
+    assert row["queries"] == 209
+    assert row["R@5"] >= 0.859 and row["nDCG@10"] >= 0.778  # ../shared/bench/README.md
