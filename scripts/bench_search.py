@@ -1,0 +1,147 @@
+"""Benchmark embedding and hybrid search, and reindexing.
+
+- Query latency (warm: model loaded, matrix cached) for ``embedding`` and ``hybrid`` at 10k
+  and 100k tools. The tools are the seeded workload of bench_catalog.py; every distinct
+  text is embedded for real once, and numbered variants of a tool reuse its vector (the
+  matrix size is what query time depends on, and embedding 100k texts takes most of an hour
+  on 2 cores).
+- Reindex throughput against the model's own ``encode`` on the same texts and batch size.
+- A no-change reindex of the 10k catalog.
+
+    python scripts/bench_search.py [--sizes 10000 100000] [--reindex-tools 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench_catalog import SEED, make_toolkits, percentiles, tool_pool  # noqa: E402
+from toolcat import Catalog, Tool, Toolkit  # noqa: E402
+from toolcat.search.embeddings import DEFAULT_MODEL, embedder, embedding_text, to_blob  # noqa: E402
+from toolcat.store import writer  # noqa: E402
+
+
+def base_text(tool: dict[str, Any]) -> str:
+    """The embedding text of a workload tool without its numbered-variant suffixes."""
+    base = dict(tool)
+    base["name"] = tool["name"].rsplit("_", 1)[0]
+    base["description"] = tool["description"].split(" (variant ")[0]
+    return embedding_text(Tool.model_validate(base))
+
+
+def build(db: Path, size: int, pool: list[dict[str, Any]], cache: dict[str, bytes]) -> Catalog:
+    raw = make_toolkits(pool, size)
+    catalog = Catalog(db)
+    catalog.register(*[Toolkit.model_validate(t) for t in raw])
+    encoder = embedder(DEFAULT_MODEL)
+    texts = {base_text(t) for kit in raw for t in kit["tools"]} - cache.keys()
+    ordered = sorted(texts)
+    for start in range(0, len(ordered), 256):
+        chunk = ordered[start : start + 256]
+        for text, vector in zip(chunk, encoder.encode(chunk, batch_size=64), strict=True):
+            cache[text] = to_blob(vector)
+    conn = catalog._conn
+    rows = conn.execute(
+        "SELECT t.content_hash, t.definition FROM tools t JOIN toolkits k "
+        "ON k.id = t.toolkit_id WHERE k.active = 1"
+    ).fetchall()
+    vectors = [(h, cache[base_text(json.loads(d))]) for h, d in rows]
+    for start in range(0, len(vectors), 5000):
+        writer.store_vectors(conn, DEFAULT_MODEL, vectors[start : start + 5000])
+    writer.set_meta(conn, {"embedding_model": DEFAULT_MODEL, "embedding_dim": 384})
+    return catalog
+
+
+def timed(catalog: Catalog, queries: list[str], mode: str) -> dict[str, float]:
+    catalog.search(queries[0], mode=mode)  # load the matrix
+    embedder(DEFAULT_MODEL)._queries.clear()  # every timed query is encoded, none cached
+    samples = []
+    for query in queries:
+        start = time.perf_counter()
+        catalog.search(query, mode=mode, k=10)
+        samples.append(time.perf_counter() - start)
+    return percentiles(samples)
+
+
+def reindex_throughput(
+    pool: list[dict[str, Any]], n: int, batch_size: int, tmp: Path
+) -> dict[str, Any]:
+    raw = make_toolkits(pool, n)
+    encoder = embedder(DEFAULT_MODEL)
+    with Catalog(tmp / "reindex.db") as catalog:
+        catalog.register(*[Toolkit.model_validate(t) for t in raw])
+        texts = [
+            embedding_text(Tool.model_construct(**json.loads(d)))
+            for (_, d) in catalog._conn.execute(
+                "SELECT t.content_hash, min(t.definition) FROM tools t GROUP BY t.content_hash "
+                "ORDER BY min(t.id)"
+            ).fetchall()
+        ]
+        encoder.encode(texts[:batch_size], batch_size=batch_size)  # warm
+        start = time.perf_counter()
+        for i in range(0, len(texts), batch_size):
+            encoder.encode(texts[i : i + batch_size], batch_size=batch_size)
+        encode_s = time.perf_counter() - start
+        report = catalog.reindex(batch_size=batch_size)
+    return {
+        "tools": report.embedded,
+        "batch_size": batch_size,
+        "encode_tools_per_s": round(len(texts) / encode_s, 1),
+        "reindex_tools_per_s": report.tools_per_second,
+        "ratio": round(report.tools_per_second / (len(texts) / encode_s), 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--reindex-tools", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args()
+    pool, queries = tool_pool()
+    rng = random.Random(SEED)
+    sample = list(dict.fromkeys(rng.choice(queries) for _ in range(220)))[:200]
+    cache: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        print(
+            json.dumps(
+                {
+                    "reindex": reindex_throughput(
+                        pool, args.reindex_tools, args.batch_size, Path(tmp)
+                    )
+                }
+            ),
+            flush=True,
+        )
+        for size in args.sizes:
+            catalog = build(Path(tmp) / f"c{size}.db", size, pool, cache)
+            result: dict[str, Any] = {"tools": size}
+            result["embedding"] = timed(catalog, sample, "embedding")
+            result["hybrid"] = timed(catalog, sample, "hybrid")
+            result["bm25"] = timed(catalog, sample, "bm25")
+            if size <= 10_000:
+                runs = []
+                for _ in range(3):
+                    start = time.perf_counter()
+                    report = catalog.reindex()
+                    runs.append(time.perf_counter() - start)
+                    assert report.embedded == 0
+                result["no_change_reindex_s"] = round(statistics.median(runs), 3)
+            catalog.close()
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
