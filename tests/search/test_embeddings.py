@@ -170,3 +170,12 @@ def test_cli_reindex_status_and_modes(catalog: Catalog) -> None:
         run("search", "erase an old document", "--mode", "embedding", "--json").stdout
     )["hits"]
     assert hits[0]["tool"]["id"] == "files.delete_file"
+
+
+@pytest.mark.parametrize("mode", ["embedding", "hybrid"])
+def test_odd_queries_in_vector_modes(catalog: Catalog, mode: str) -> None:
+    long_query = ("find the tool that converts kilometres to miles please " * 200)[:10_240]
+    assert catalog.search(long_query, mode=mode, k=3).hits[0].tool.id == "math.convert_units"
+    assert catalog.search('"); DROP TABLE tools; -- 🙂', mode=mode).hits is not None
+    empty = catalog.search("", mode=mode, k=5)
+    assert [h.tool.id for h in empty.hits] == [t.id for t in catalog.list(limit=5).tools]
