@@ -52,25 +52,46 @@ def build(db: Path, size: int, pool: list[dict[str, Any]], cache: dict[str, byte
         chunk = ordered[start : start + 256]
         for text, vector in zip(chunk, encoder.encode(chunk, batch_size=64), strict=True):
             cache[text] = to_blob(vector)
+    by_name = {
+        (kit["toolkit"], t["name"]): cache[base_text(t)] for kit in raw for t in kit["tools"]
+    }
     conn = catalog._conn
     rows = conn.execute(
-        "SELECT t.content_hash, t.definition FROM tools t JOIN toolkits k "
+        "SELECT t.content_hash, t.toolkit, t.name FROM tools t JOIN toolkits k "
         "ON k.id = t.toolkit_id WHERE k.active = 1"
     ).fetchall()
-    vectors = [(h, cache[base_text(json.loads(d))]) for h, d in rows]
+    vectors = [(h, by_name[(kit, name)]) for h, kit, name in rows]
     for start in range(0, len(vectors), 5000):
         writer.store_vectors(conn, DEFAULT_MODEL, vectors[start : start + 5000])
     writer.set_meta(conn, {"embedding_model": DEFAULT_MODEL, "embedding_dim": 384})
     return catalog
 
 
-def timed(catalog: Catalog, queries: list[str], mode: str) -> dict[str, float]:
+def timed(
+    catalog: Catalog, queries: list[str], mode: str, cached: bool = False
+) -> dict[str, float]:
+    """Search latency; with ``cached`` the query vectors are already computed, which leaves
+    the catalog's own work (matrix product, filters, fusion, fetching hits)."""
+    encoder = embedder(DEFAULT_MODEL)
     catalog.search(queries[0], mode=mode)  # load the matrix
-    embedder(DEFAULT_MODEL)._queries.clear()  # every timed query is encoded, none cached
+    encoder._queries.clear()
+    if cached:
+        for query in queries:
+            encoder.encode_query(query)
     samples = []
     for query in queries:
         start = time.perf_counter()
         catalog.search(query, mode=mode, k=10)
+        samples.append(time.perf_counter() - start)
+    return percentiles(samples)
+
+
+def encode_only(queries: list[str]) -> dict[str, float]:
+    encoder = embedder(DEFAULT_MODEL)
+    samples = []
+    for query in queries:
+        start = time.perf_counter()
+        encoder.encode([query])
         samples.append(time.perf_counter() - start)
     return percentiles(samples)
 
@@ -128,8 +149,14 @@ def main() -> None:
         for size in args.sizes:
             catalog = build(Path(tmp) / f"c{size}.db", size, pool, cache)
             result: dict[str, Any] = {"tools": size}
+            short = [" ".join(q.split()[:8]) for q in sample]
+            result["encode_query_only"] = encode_only(sample)
             result["embedding"] = timed(catalog, sample, "embedding")
             result["hybrid"] = timed(catalog, sample, "hybrid")
+            result["embedding_8_words"] = timed(catalog, short, "embedding")
+            result["hybrid_8_words"] = timed(catalog, short, "hybrid")
+            result["embedding_vector_cached"] = timed(catalog, sample, "embedding", cached=True)
+            result["hybrid_vector_cached"] = timed(catalog, sample, "hybrid", cached=True)
             result["bm25"] = timed(catalog, sample, "bm25")
             if size <= 10_000:
                 runs = []
