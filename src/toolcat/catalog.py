@@ -13,6 +13,7 @@ import binascii
 import builtins
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import sqlite3
@@ -64,6 +65,14 @@ HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
 MAX_QUERY_CHARS = 100_000
+
+
+@functools.cache
+def embeddings_installed() -> bool:
+    """Whether sentence-transformers can be imported (found once per process, not imported)."""
+    import importlib.util
+
+    return importlib.util.find_spec("sentence_transformers") is not None
 
 
 def parse_address(address: str) -> tuple[str | None, str, str | None]:
@@ -341,7 +350,7 @@ class Catalog:
         text = query[:MAX_QUERY_CHARS]
         with self._lock:
             mode = mode or self._best_mode(self._conn)
-            model_id = self._model_id(self._conn)
+            model_id = self._model_id(self._conn) if mode in ("embedding", "hybrid") else ""
         if not text.strip():
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
@@ -364,7 +373,9 @@ class Catalog:
                 ranked = regex_search(conn, text, filters, k)
                 exact = []
             else:
-                ranked = self._rank(conn, mode, text, query_vector, filters, k, revision, warnings)
+                ranked = self._rank(
+                    conn, mode, text, (model_id, query_vector), filters, k, revision, warnings
+                )
                 exact = self._exact_matches(conn, text, filters)
             tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
         top = ranked[0][1] if ranked else 0.0
@@ -384,7 +395,7 @@ class Catalog:
         conn: sqlite3.Connection,
         mode: str,
         text: str,
-        query_vector: Any,
+        query: tuple[str, Any],
         filters: Filters,
         k: int,
         revision: int,
@@ -398,7 +409,7 @@ class Catalog:
             lexical = bm25.search(conn, text, filters, depth, self._term_stats)
             if mode == "bm25":
                 return lexical
-        model_id = self._model_id(conn)
+        model_id, query_vector = query  # (model id, query vector) for the vector modes
         self._vectors.refresh(conn, revision, model_id)
         if self._vectors.missing:
             warnings.append(
@@ -413,26 +424,26 @@ class Catalog:
         w_lexical, w_semantic = HYBRID_WEIGHTS
         return score_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
 
+    def _models(self, conn: sqlite3.Connection, asked: str | None = None) -> tuple[Any, str]:
+        """(the model the catalog's vectors come from, the model to use)."""
+        recorded = reader.meta(conn, "embedding_model")
+        return recorded, str(asked or self._embedding_model or recorded or DEFAULT_MODEL)
+
     def _model_id(self, conn: sqlite3.Connection) -> str:
         """The embedding model in use; refuses one that differs from the catalog's vectors."""
-        recorded = reader.meta(conn, "embedding_model")
-        wanted = self._embedding_model or recorded or DEFAULT_MODEL
+        recorded, wanted = self._models(conn)
         if recorded and wanted != recorded and reader.has_vectors(conn, recorded):
             raise EmbeddingError(
                 f"this catalog's vectors come from {recorded!r}, not {wanted!r}: run "
                 f"`toolcat reindex --model {wanted}` to switch, or use {recorded!r}"
             )
-        return str(wanted)
+        return wanted
 
     def _best_mode(self, conn: sqlite3.Connection) -> str:
         """Hybrid when embeddings are installed and the catalog has vectors, else BM25."""
-        import importlib.util
-
-        if importlib.util.find_spec("sentence_transformers") is None:
+        if not embeddings_installed():
             return "bm25"
-        recorded = reader.meta(conn, "embedding_model")
-        model = self._embedding_model or recorded or DEFAULT_MODEL
-        return "hybrid" if reader.has_vectors(conn, model) else "bm25"
+        return "hybrid" if reader.has_vectors(conn, self._models(conn)[1]) else "bm25"
 
     @staticmethod
     def _exact_matches(
@@ -660,8 +671,7 @@ class Catalog:
             raise InvalidQueryError("batch_size must be at least 1")
         started = time.perf_counter()
         with self._lock:
-            recorded = reader.meta(self._conn, "embedding_model")
-            model_id = model or self._embedding_model or recorded or DEFAULT_MODEL
+            recorded, model_id = self._models(self._conn, model)
             stale = reader.stale_vectors(self._conn, model_id, everything=full)
             _, active = reader.vector_coverage(self._conn, model_id)
         dimension = reader.meta(self._conn, "embedding_dim") if recorded == model_id else None
@@ -707,11 +717,8 @@ class Catalog:
 
     def status(self) -> dict[str, Any]:
         """Index coverage per mode, the embedding model, the revision."""
-        import importlib.util
-
         with self._snapshot() as conn:
-            recorded = reader.meta(conn, "embedding_model")
-            model = self._embedding_model or recorded or DEFAULT_MODEL
+            _, model = self._models(conn)
             with_vectors, active = reader.vector_coverage(conn, model)
             fts_rows = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
             toolkits = conn.execute("SELECT count(*) FROM toolkits WHERE active = 1").fetchone()[0]
@@ -724,8 +731,7 @@ class Catalog:
                 "toolkit_versions": versions,
                 "active_tools": active,
                 "default_mode": self._best_mode(conn),
-                "embeddings_installed": importlib.util.find_spec("sentence_transformers")
-                is not None,
+                "embeddings_installed": embeddings_installed(),
                 "embedding_model": model,
                 "embedding_dim": reader.meta(conn, "embedding_dim"),
                 "coverage": {

@@ -176,6 +176,8 @@ def test_cli_reindex_status_and_modes(catalog: Catalog) -> None:
 def test_odd_queries_in_vector_modes(catalog: Catalog, mode: str) -> None:
     long_query = ("find the tool that converts kilometres to miles please " * 200)[:10_240]
     assert catalog.search(long_query, mode=mode, k=3).hits[0].tool.id == "math.convert_units"
-    assert catalog.search('"); DROP TABLE tools; -- 🙂', mode=mode).hits is not None
+    odd = catalog.search('"); DROP TABLE tools; -- 🙂', mode=mode)
+    assert odd.hits is not None and odd.mode == mode and len(odd.hits) == 10
+    assert catalog.list(include_deferred=True, limit=1000).tools  # the table is still there
     empty = catalog.search("", mode=mode, k=5)
     assert [h.tool.id for h in empty.hits] == [t.id for t in catalog.list(limit=5).tools]
