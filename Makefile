@@ -16,11 +16,11 @@ $(BIN)/python:
 # pulled in by sentence-transformers would download gigabytes of CUDA packages.
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[embeddings]'
+	$(BIN)/python -m pip install -q -e '.[embeddings,mcp]'
 
 dev: $(BIN)/python
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev,embeddings]'
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings,mcp]'
 
 demo: install
 	rm -rf .demo && mkdir -p .demo

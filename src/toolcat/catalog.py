@@ -31,7 +31,9 @@ from .errors import (
     ManifestError,
     UnknownToolError,
     UnknownToolkitError,
+    VersionConflictError,
 )
+from .export import ExportedTools, export_tools
 from .models import (
     TOOLKIT_NAME_RE,
     RegisteredTool,
@@ -44,6 +46,7 @@ from .models import (
     ToolkitVersion,
     ToolPage,
     ToolResult,
+    content_hash,
 )
 from .policy import Policy
 from .runtime.call import Runtime, error_result
@@ -88,6 +91,18 @@ def parse_address(address: str) -> tuple[str | None, str, str | None]:
     if (at and not version) or "@" in version or "." in name or not name:
         raise UnknownToolError(address)
     return (toolkit or None), name, (version or None)
+
+
+def _next_version(version: str) -> str:
+    """The version after ``version``: its last release number plus one."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = list(Version(version).release)
+    except InvalidVersion:
+        return f"{version}.1"
+    release[-1] += 1
+    return ".".join(map(str, release))
 
 
 def parse_toolkit_ref(ref: str) -> tuple[str, str | None]:
@@ -231,6 +246,110 @@ class Catalog:
             raise ManifestError("nothing to register")
         with self._lock:
             return writer.register(self._conn, batch, replace=replace)
+
+    def register_mcp(
+        self,
+        server: str,
+        *,
+        toolkit: str,
+        version: str | None = None,
+        http: bool = False,
+        description: str | None = None,
+        tags: Iterable[str] = (),
+        defer_loading: bool = True,
+        timeout: float = 30.0,
+    ) -> RegistrationResult:
+        """Register the tools an MCP server lists as a toolkit whose tools forward calls to it.
+
+        The server is started (or the URL opened) to read its tools, then closed; it is
+        started again on the first call of one of its tools. Registering again picks up
+        added, changed and removed tools: without ``version``, unchanged tools keep the
+        newest version and changed ones get the next (last number + 1; ``1.0.0`` at first).
+
+        Args:
+            server: The command that starts a stdio server (``"npx -y server-x"``), or with
+                ``http`` the URL of a streamable HTTP server.
+            toolkit: The toolkit's name in this catalog.
+            version: The version to register (default: see above).
+            http: ``server`` is a URL.
+            description: The toolkit's description (default: from the server's name).
+            tags: Tags for every tool (``mcp`` is always added).
+            defer_loading: Whether the tools are deferred (found by search, not listed).
+            timeout: Seconds to wait for the server to start and list its tools.
+
+        Returns:
+            The registration, with ``changes`` listing added, changed and removed tools
+            against the newest registered version.
+
+        Raises:
+            ImportFailedError: The server cannot be started, or does not answer in time.
+            ManifestError: The server lists an invalid tool, or none.
+            VersionConflictError: ``version`` is registered with other tools.
+        """
+        from .mcpclient import Endpoint, forget
+        from .registry.mcp import toolkit_from_mcp
+
+        endpoint = Endpoint("http" if http else "stdio", server.strip())
+        newest = self._newest_version(toolkit)
+        built = toolkit_from_mcp(
+            endpoint,
+            toolkit,
+            version or newest or "1.0.0",
+            description=description,
+            tags=tags,
+            defer_loading=defer_loading,
+            timeout=timeout,
+        )
+        changes = self._tool_changes(built, newest)
+        with self._lock:
+            try:
+                result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
+            except VersionConflictError:
+                if version is not None or newest is None:
+                    raise
+                built = built.model_copy(update={"version": _next_version(newest)})
+                result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
+        forget(endpoint)  # a session kept open from before serves the old tools
+        return result.model_copy(update={"changes": changes})
+
+    def _newest_version(self, toolkit: str) -> str | None:
+        try:
+            return self.versions(toolkit)[-1].version
+        except UnknownToolkitError:
+            return None
+
+    def _tool_changes(self, toolkit: Toolkit, base: str | None) -> dict[str, builtins.list[str]]:
+        """Tools of ``toolkit`` added, changed and removed against version ``base``."""
+        keys = ("description", "parameters", "output_schema", "annotations", "implementation")
+
+        def digest(tool: Tool | RegisteredTool) -> str:
+            return content_hash(tool.model_dump(mode="json", include=set(keys)))
+
+        old: dict[str, str] = {}
+        if base is not None:
+            page = self.list(
+                toolkit=f"{toolkit.name}@{base}",
+                include_deferred=True,
+                include_denied=True,
+                limit=MAX_LIMIT,
+            )
+            while True:
+                old.update((t.name, digest(t)) for t in page.tools)
+                if page.next_cursor is None:
+                    break
+                page = self.list(
+                    toolkit=f"{toolkit.name}@{base}",
+                    include_deferred=True,
+                    include_denied=True,
+                    limit=MAX_LIMIT,
+                    cursor=page.next_cursor,
+                )
+        new = {t.name: digest(t) for t in toolkit.tools}
+        return {
+            "added": sorted(set(new) - set(old)),
+            "changed": sorted(n for n in set(new) & set(old) if new[n] != old[n]),
+            "removed": sorted(set(old) - set(new)),
+        }
 
     def deprecate(self, toolkit: str, version: str | None = None) -> int:
         """Deprecate one version (``toolkit@version`` or ``version=``); returns the revision.
@@ -497,6 +616,42 @@ class Catalog:
         ranked = bm25.search(conn, name, Filters(), 5, self._term_stats)
         suggestions += [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
         return list(dict.fromkeys(suggestions))[:5]
+
+    def short_names(self, tools: Iterable[RegisteredTool]) -> dict[str, str]:
+        """Tool id → the shortest address that names the tool among active tools: the bare
+        name, or ``toolkit.name`` where another active toolkit has a tool of that name."""
+        tools = builtins.list(tools)
+        with self._snapshot() as conn:
+            shared = reader.shared_names(conn, sorted({t.name for t in tools}))
+        return {t.id: t.id if t.name in shared else t.name for t in tools}
+
+    def export(self, tools: Iterable[Any], format: str) -> ExportedTools:
+        """Tool definitions in an LLM API's format, with names fitted to its rules.
+
+        Args:
+            tools: ``RegisteredTool`` objects, search hits, a ``SearchResult``, a ``ToolPage``
+                or tool addresses.
+            format: ``openai-chat``, ``openai-responses``, ``anthropic``, ``gemini`` or
+                ``mcp``.
+
+        Returns:
+            The provider's ``tools`` payload, and ``address(exported_name)`` to turn a call
+            that comes back into an address for ``call`` (``arguments(...)`` undoes Gemini's
+            argument rewriting).
+
+        Raises:
+            InvalidQueryError: Unknown format.
+            UnknownToolError: An address names no tool.
+        """
+        if isinstance(tools, str):
+            tools = [tools]
+        elif hasattr(tools, "hits"):
+            tools = [hit.tool for hit in tools.hits]
+        elif isinstance(tools, ToolPage):
+            tools = tools.tools
+        resolved = [self.get(t) if isinstance(t, str) else getattr(t, "tool", t) for t in tools]
+        found = [t for t in resolved if isinstance(t, RegisteredTool)]
+        return export_tools(resolved, format, self.short_names(found))
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""

@@ -120,6 +120,24 @@ def init(ctx: click.Context) -> None:
 @click.option(
     "--replace", is_flag=True, help="Overwrite a registered version whose content changed."
 )
+@click.option("--mcp-stdio", "mcp_command", help="Import the tools of this MCP server command.")
+@click.option("--mcp-http", "mcp_url", help="Import the tools of the MCP server at this URL.")
+@click.option(
+    "--tag", "tags", multiple=True, help="With --mcp-*: a tag for every tool (repeatable)."
+)
+@click.option(
+    "--defer/--no-defer",
+    default=True,
+    show_default=True,
+    help="With --mcp-*: the tools are deferred (found by search, not listed).",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="With --mcp-*: seconds to wait for the server.",
+)
 @json_option
 @click.pass_context
 def register(
@@ -130,18 +148,51 @@ def register(
     toolkit_name: str | None,
     toolkit_version: str | None,
     replace: bool,
+    mcp_command: str | None,
+    mcp_url: str | None,
+    tags: tuple[str, ...],
+    defer: bool,
+    timeout: float,
     as_json: bool,
 ) -> None:
-    """Register toolkits from manifests (YAML, TOML, JSON), directories, modules or plugins.
+    """Register toolkits from manifests (YAML, TOML, JSON), directories, modules, plugins
+    or MCP servers.
 
     Manifests are never imported. --module imports the module once, now, to read its
     @tool functions; their code is imported again only when a tool is called. All or
     nothing: if any source is invalid, nothing is registered.
+
+    --mcp-stdio "COMMAND ARGS" / --mcp-http URL (with --toolkit NAME) read the server's
+    tools; calls are forwarded to it, starting it on the first call. Registering again
+    picks up added, changed and removed tools as a new version (or --version).
     """
     from .registry.python import toolkit_from_module, toolkits_from_entry_points
 
+    if mcp_command or mcp_url:
+        if (paths or modules or entry_points) or (mcp_command and mcp_url):
+            raise click.UsageError("--mcp-stdio/--mcp-http register one server, nothing else")
+        if not toolkit_name:
+            raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
+        result = open_catalog(ctx).register_mcp(
+            mcp_command or mcp_url or "",
+            toolkit=toolkit_name,
+            version=toolkit_version,
+            http=bool(mcp_url),
+            tags=tags,
+            defer_loading=defer,
+            timeout=timeout,
+        )
+        if as_json:
+            emit_json({"results": [result.model_dump()]})
+            return
+        click.echo(f"{result.status:<9} {result.toolkit} {result.version} ({result.tools} tools)")
+        for kind, names in (result.changes or {}).items():
+            if names and result.status != "unchanged":
+                click.echo(f"  {kind}: {', '.join(names)}")
+        click.echo(f"revision {result.revision}")
+        return
     if not (paths or modules or entry_points):
-        raise click.UsageError("give manifest PATHS, --module or --entry-points")
+        raise click.UsageError("give manifest PATHS, --module, --entry-points or --mcp-*")
     sources: list[Any] = list(paths)
     sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
     if entry_points:
@@ -467,6 +518,121 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for mode, cov in info["coverage"].items():
         click.echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
     click.echo(f"default   {info['default_mode']}")
+
+
+@cli.command()
+@click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP, not stdio.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
+@click.option("--port", type=int, default=8765, show_default=True, help="HTTP: port.")
+@click.option(
+    "--token",
+    envvar="TOOLCAT_TOKEN",
+    help="HTTP: require 'Authorization: Bearer TOKEN' (env TOOLCAT_TOKEN).",
+)
+@click.option(
+    "--tag", "tags", multiple=True, help="Only list and search tools with this tag (repeatable)."
+)
+@click.option("--toolkit", help="Only list and search this toolkit.")
+@click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option(
+    "--refuse-unsearched",
+    is_flag=True,
+    help="Refuse calls of deferred tools this session never found by search.",
+)
+@click.option("--mode", type=click.Choice(SEARCH_MODES), help="search_tools mode (default: best).")
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    use_http: bool,
+    host: str,
+    port: int,
+    token: str | None,
+    tags: tuple[str, ...],
+    toolkit: str | None,
+    page_size: int,
+    refuse_unsearched: bool,
+    mode: str | None,
+) -> None:
+    """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
+
+    stdio by default (for clients that start toolcat); --http serves streamable HTTP at
+    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Any catalog tool may be
+    called by name, deferred ones included, unless --refuse-unsearched.
+    """
+    from .mcpclient import require_sdk
+
+    require_sdk()
+    import anyio
+
+    from .server.mcp import CatalogServer, ServeOptions, serve_stdio
+
+    catalog = open_catalog(ctx)
+    catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
+    server = CatalogServer(
+        catalog,
+        ServeOptions(
+            tags=tags,
+            toolkit=toolkit,
+            page_size=page_size,
+            refuse_unsearched=refuse_unsearched,
+            search_mode=mode,
+        ),
+    )
+    if not use_http:
+        anyio.run(serve_stdio, server)
+        return
+    from .server.http import serve_http
+
+    click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
+    serve_http(server, host=host, port=port, token=token)
+
+
+@cli.command()
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["openai-chat", "openai-responses", "anthropic", "gemini", "mcp"]),
+    required=True,
+    help="The API whose tool format to write.",
+)
+@click.option("--query", help="Export the tools this search finds.")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="With --query: hits.")
+@click.option("--toolkit", help="Export this toolkit's tools (name or name@version).")
+@click.option("--all", "everything", is_flag=True, help="Export every active tool.")
+@click.option("--tools-only", is_flag=True, help="Print only the tools array, no name map.")
+@click.pass_context
+def export(
+    ctx: click.Context,
+    fmt: str,
+    query: str | None,
+    k: int,
+    toolkit: str | None,
+    everything: bool,
+    tools_only: bool,
+) -> None:
+    """Write tool definitions in an LLM API's format, as JSON.
+
+    Prints {"format", "tools", "names"}: "tools" is what to pass as the API's tools
+    parameter; "names" maps each exported name back to its catalog address, for calls that
+    come back (toolcat call ADDRESS). Deferred tools carry defer_loading in the anthropic
+    format.
+    """
+    if sum(map(bool, (query, toolkit, everything))) != 1:
+        raise click.UsageError("give exactly one of --query, --toolkit or --all")
+    catalog = open_catalog(ctx)
+    if query is not None:
+        tools: list[Any] = [h.tool for h in catalog.search(query, k=k, toolkit=None).hits]
+    else:
+        tools = []
+        cursor = None
+        while True:
+            page = catalog.list(toolkit=toolkit, include_deferred=True, limit=1000, cursor=cursor)
+            tools += page.tools
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+    exported = catalog.export(tools, fmt)
+    emit_json(exported.tools if tools_only else exported.to_json())
 
 
 @cli.command(name="eval")

@@ -12,7 +12,6 @@ valid JSON Schema are rebuilt from their property names and descriptions, and co
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -26,6 +25,7 @@ from typing import Any
 from .catalog import Catalog
 from .errors import ToolcatError
 from .models import Tool, Toolkit
+from .names import fitted_name
 
 K_VALUES = (1, 5, 10)
 
@@ -53,12 +53,7 @@ class Source:
 
 def catalog_name(raw: str, taken: set[str]) -> str:
     """Map a benchmark tool name to a catalog tool name, uniquely within ``taken``."""
-    name = re.sub(r"[^A-Za-z0-9_-]+", "_", raw).strip("_") or "tool"
-    if len(name) > 64 or name in taken:
-        suffix = hashlib.sha1(raw.encode()).hexdigest()[:8]
-        name = f"{name[:55]}_{suffix}"
-    taken.add(name)
-    return name
+    return fitted_name(raw, taken)
 
 
 def _repair_schema(parameters: Any) -> dict[str, Any]:

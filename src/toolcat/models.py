@@ -31,6 +31,7 @@ TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 TOOLKIT_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 IMPLEMENTATION_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+    r"|^mcp\+(stdio|http):.+#[^#]+$"  # a tool of an MCP server (see toolcat.mcpclient)
 )
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_TAG_LENGTH = 64
@@ -157,7 +158,9 @@ class Tool(BaseModel):
     @classmethod
     def _implementation(cls, value: str | None) -> str | None:
         if value is not None and not IMPLEMENTATION_RE.match(value):
-            raise ValueError(f"{value!r} is not of the form 'package.module:attribute'")
+            raise ValueError(
+                f"{value!r} is not of the form 'package.module:attribute' (or 'mcp+stdio:CMD#TOOL')"
+            )
         return value
 
 
@@ -361,6 +364,7 @@ class RegistrationResult(BaseModel):
     status: Literal["added", "unchanged", "replaced"]
     tools: int
     revision: int
+    changes: dict[str, list[str]] | None = None  # "added"/"changed"/"removed" tool names
 
 
 ErrorCode = Literal[

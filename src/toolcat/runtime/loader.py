@@ -13,7 +13,8 @@ _lock = threading.Lock()
 
 
 def load(spec: str | None, tool_id: str = "") -> Any:
-    """The object ``spec`` (``package.module:attr.path``) names, imported on first use.
+    """The object ``spec`` (``package.module:attr.path``) names, imported on first use; for
+    ``mcp+stdio:...#tool`` / ``mcp+http:...#tool``, a callable forwarding to that server.
 
     Raises:
         ImportFailedError: No implementation, a module that fails to import (the exception
@@ -33,6 +34,10 @@ def load(spec: str | None, tool_id: str = "") -> Any:
 
 
 def _import(spec: str, tool_id: str) -> Any:
+    if spec.startswith("mcp+"):  # a tool of an MCP server: a forwarder, started on first call
+        from ..mcpclient import remote_tool
+
+        return remote_tool(spec)
     module_name, _, attr_path = spec.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)

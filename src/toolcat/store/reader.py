@@ -195,6 +195,21 @@ def active_tool_ids(conn: sqlite3.Connection, limit: int) -> list[str] | None:
     return None if len(rows) > limit else [r[0] for r in rows]
 
 
+def shared_names(conn: sqlite3.Connection, names: list[str]) -> set[str]:
+    """Which of ``names`` more than one active toolkit has a tool called."""
+    found: set[str] = set()
+    for start in range(0, len(names), 500):
+        chunk = names[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        rows = conn.execute(
+            f"SELECT t.name FROM {TOOL_FROM} WHERE k.active = 1 AND t.name IN ({marks}) "
+            "GROUP BY t.name HAVING COUNT(*) > 1",
+            chunk,
+        ).fetchall()
+        found.update(r[0] for r in rows)
+    return found
+
+
 def tools_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, RegisteredTool]:
     """Tools with these row ids, keyed by id."""
     if not ids:

@@ -1,0 +1,1 @@
+"""The MCP face of the catalog (needs the ``mcp`` extra)."""
