@@ -90,6 +90,18 @@ async def open_session(
             ``initialize`` within ``timeout`` seconds.
     """
     require_sdk()
+    try:
+        async with _session(endpoint, timeout) as found:
+            yield found
+    except Exception as e:  # the transports' task groups wrap our own errors: unwrap them
+        inner = _innermost(e)
+        if inner is not e and isinstance(inner, ToolcatError):
+            raise inner from e
+        raise
+
+
+@contextlib.asynccontextmanager
+async def _session(endpoint: Endpoint, timeout: float) -> AsyncIterator[tuple[Any, Any]]:
     from mcp import ClientSession
 
     async with contextlib.AsyncExitStack() as stack:
@@ -143,19 +155,27 @@ def _innermost(error: BaseException) -> BaseException:
 async def _read_tools(
     endpoint: Endpoint, timeout: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    async with open_session(endpoint, timeout) as (session, initialized):
-        tools: list[dict[str, Any]] = []
-        cursor: str | None = None
-        seen: set[str] = set()
-        for _ in range(MAX_PAGES):
-            with anyio_fail_after(timeout):
-                page = await session.list_tools(cursor)
-            tools.extend(t.model_dump(mode="json", exclude_none=True) for t in page.tools)
-            cursor = page.nextCursor
-            if not cursor or cursor in seen:
-                break
-            seen.add(cursor)
-        return initialized.serverInfo.model_dump(mode="json", exclude_none=True), tools
+    tools: list[dict[str, Any]] = []
+    try:
+        async with open_session(endpoint, timeout) as (session, initialized):
+            cursor: str | None = None
+            seen: set[str] = set()
+            for _ in range(MAX_PAGES):
+                with anyio_fail_after(timeout):
+                    page = await session.list_tools(cursor)
+                tools.extend(t.model_dump(mode="json", exclude_none=True) for t in page.tools)
+                cursor = page.nextCursor
+                if not cursor or cursor in seen:
+                    break
+                seen.add(cursor)
+    except ToolcatError:
+        raise
+    except Exception as e:
+        inner = _innermost(e)
+        raise ImportFailedError(
+            f"{endpoint} failed to list its tools: {type(inner).__name__}: {inner}"
+        ) from e
+    return initialized.serverInfo.model_dump(mode="json", exclude_none=True), tools
 
 
 def read_tools(
