@@ -373,6 +373,15 @@ class _GeminiRewrite:
         if "const" in node:
             node["enum"] = [node.pop("const")]
         out: dict[str, Any] = {}
+        options = node.get("anyOf")
+        if isinstance(options, list) and {"type": "null"} in options:
+            out["nullable"] = True  # Optional[X] as Gemini spells it
+            options = [o for o in options if o != {"type": "null"}]
+            node.pop("anyOf")
+            if len(options) == 1 and isinstance(options[0], dict):
+                node = {**options[0], **node}
+            elif options:
+                node["anyOf"] = options
         types = node.get("type")
         if isinstance(types, list):
             non_null = [t for t in types if t != "null"]
@@ -423,6 +432,8 @@ class _GeminiRewrite:
                     out["required"] = kept
             else:
                 out[key] = value
+        if "type" not in out and "anyOf" not in out and path:
+            return self._as_json_text(node, path)  # any JSON value: Gemini needs a type
         if out.get("type") == "ARRAY" and "items" not in out:
             out["items"] = {"type": "STRING"}
         if "anyOf" in out:

@@ -16,12 +16,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from click.testing import CliRunner  # noqa: E402
+from click.testing import CliRunner
 
-from tests.helpers import ROOT, table_snapshot  # noqa: E402
-from toolcat import Catalog, ImportFailedError, ManifestError, Toolkit  # noqa: E402
-from toolcat.cli import cli  # noqa: E402
-from toolcat.mcpclient import close_all  # noqa: E402
+from tests.helpers import ROOT, table_snapshot
+from toolcat import Catalog, ImportFailedError, ManifestError, Toolkit
+from toolcat.cli import cli
+from toolcat.mcpclient import close_all
 
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_server.py'}"
 BAD = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_bad_server.py'}"
@@ -48,7 +48,9 @@ def test_register_reads_tools_and_calls_are_forwarded(catalog: Catalog, pidfile:
     result = catalog.register_mcp(SERVER, toolkit="weather")
     assert (result.status, result.version, result.tools) == ("added", "1.0.0", 4)
     assert result.changes == {
-        "added": ["explode", "forecast", "old_tool", "shout"], "changed": [], "removed": []
+        "added": ["explode", "forecast", "old_tool", "shout"],
+        "changed": [],
+        "removed": [],
     }
     assert len(pids(pidfile)) == 1  # started to read the tools, then closed
     forecast = catalog.get("weather.forecast")
@@ -189,8 +191,19 @@ def test_register_over_http_and_from_the_cli(tmp_path: Path) -> None:
         called = runner.invoke(cli, ["--db", db, "call", "forecast", "--args", '{"city": "Rome"}'])
         assert called.exit_code == 0 and '"Rome"' in called.output, called.output
         stdio = runner.invoke(
-            cli, ["--db", db, "register", "--mcp-stdio", SERVER, "--toolkit", "s", "--no-defer",
-                  "--tag", "weather"],
+            cli,
+            [
+                "--db",
+                db,
+                "register",
+                "--mcp-stdio",
+                SERVER,
+                "--toolkit",
+                "s",
+                "--no-defer",
+                "--tag",
+                "weather",
+            ],
         )
         assert stdio.exit_code == 0, stdio.output
         listed = runner.invoke(cli, ["--db", db, "list", "--tag", "weather"])

@@ -19,14 +19,14 @@ import pytest
 
 pytest.importorskip("mcp")
 
-import mcp.types as types  # noqa: E402
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+import mcp.types as types
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import ROOT, SAMPLE_TOOLKITS, table_snapshot  # noqa: E402
-from toolcat import Catalog, Toolkit  # noqa: E402
-from toolcat.registry.python import toolkit_from_module  # noqa: E402
+from tests.helpers import ROOT, SAMPLE_TOOLKITS, table_snapshot
+from toolcat import Catalog, Toolkit
+from toolcat.registry.python import toolkit_from_module
 
 TOKEN = "s3cret-token"
 
@@ -187,9 +187,17 @@ def test_search_reveals_deferred_tools_and_both_call_paths_work(
 def test_structured_results_and_annotations(served_db: Path, tmp_path: Path) -> None:
     async def check() -> None:
         async with stdio_client_for(served_db, tmp_path) as client:
-            converted = await client.call("call_tool", {"name": "convert_timezone", "arguments": {
-                "datetime": "2026-03-29T09:30", "from_timezone": "Europe/Paris",
-                "to_timezone": "UTC"}})
+            converted = await client.call(
+                "call_tool",
+                {
+                    "name": "convert_timezone",
+                    "arguments": {
+                        "datetime": "2026-03-29T09:30",
+                        "from_timezone": "Europe/Paris",
+                        "to_timezone": "UTC",
+                    },
+                },
+            )
             assert not converted.isError, converted.content
             assert converted.structuredContent is not None
             assert converted.structuredContent["datetime"].startswith("2026-03-29T07:30")
@@ -227,7 +235,7 @@ def test_every_error_code_is_a_result_and_the_server_keeps_serving(
             assert not slow.isError  # sleeps' own timeout is longer than 3 s
             ok = await client.call("add", {"a": 1, "b": 1})
             assert ok.content[0].text == "2"  # type: ignore[union-attr]
-            odd = await client.call("search_tools", {"query": "\")(*&^%$ OR NOT ~~~"})
+            odd = await client.call("search_tools", {"query": '")(*&^%$ OR NOT ~~~'})
             assert not odd.isError
 
     run(check)
@@ -271,14 +279,21 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def http_server(
-    served_db: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
+def http_server(served_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("http")
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "toolcat.cli", "--db", str(served_db), "serve", "--http",
-         "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "toolcat.cli",
+            "--db",
+            str(served_db),
+            "serve",
+            "--http",
+            "--port",
+            str(port),
+        ],
         env={**server_env(tmp), "TOOLCAT_TOKEN": TOKEN},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -335,8 +350,11 @@ def test_http_list_search_call(http_server: str) -> None:
     run(check)
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}],
-                         ids=["none", "wrong", "not-bearer"])
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}],
+    ids=["none", "wrong", "not-bearer"],
+)
 def test_http_refuses_requests_without_the_token(http_server: str, headers: dict[str, str]) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     response = httpx.post(
