@@ -103,11 +103,14 @@ async def stdio_client_for(
         env=server_env(tmp),
     )
     notifications: list[str] = []
+    handler = recorder(notifications)
     with open(tmp / "server-stderr.txt", "w") as errlog:
-        async with stdio_client(params, errlog=errlog) as (read, write):
-            async with ClientSession(read, write, message_handler=recorder(notifications)) as s:
-                await s.initialize()
-                yield Client(s, notifications)
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write, message_handler=handler) as session,
+        ):
+            await session.initialize()
+            yield Client(session, notifications)
 
 
 def run(test: Any) -> None:
@@ -308,7 +311,7 @@ def http_server(served_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
                     break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(process.stderr.read().decode())
+                    raise RuntimeError(process.stderr.read().decode()) from None
                 time.sleep(0.05)
         yield url
     finally:
@@ -320,11 +323,14 @@ def http_server(served_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 @contextlib.asynccontextmanager
 async def http_client_for(url: str, token: str = TOKEN) -> AsyncIterator[Client]:
     notifications: list[str] = []
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write, _):
-            async with ClientSession(read, write, message_handler=recorder(notifications)) as s:
-                await s.initialize()
-                yield Client(s, notifications)
+    handler = recorder(notifications)
+    async with (
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http,
+        streamable_http_client(url, http_client=http) as (read, write, _),
+        ClientSession(read, write, message_handler=handler) as session,
+    ):
+        await session.initialize()
+        yield Client(session, notifications)
 
 
 def test_http_list_search_call(http_server: str) -> None:

@@ -123,6 +123,9 @@ class CatalogServer:
         self.catalog = catalog
         self.options = options or ServeOptions()
         self._sessions: weakref.WeakKeyDictionary[Any, SessionState] = weakref.WeakKeyDictionary()
+        # Building an SDK Tool costs ~30 µs; the same pages are asked for again and again.
+        self._specs_cache: dict[tuple[str, str], types.Tool] = {}
+        self._specs_revision = -1
         self.server: Server[Any, Any] = Server(
             "toolcat",
             version=__version__,
@@ -156,6 +159,9 @@ class CatalogServer:
 
             raise McpError(types.ErrorData(code=types.INVALID_PARAMS, message=str(e))) from e
         tools = [SEARCH_TOOL_SPEC, CALL_TOOL_SPEC] if cursor is None else []
+        if page.revision != self._specs_revision:
+            self._specs_cache.clear()
+            self._specs_revision = page.revision
         tools += self._specs(page.tools)
         if page.next_cursor is None:
             listed = {t.id for t in page.tools}
@@ -172,7 +178,16 @@ class CatalogServer:
 
     def _specs(self, tools: list[RegisteredTool]) -> list[types.Tool]:
         names = self.catalog.short_names(tools) if tools else {}
-        return [types.Tool.model_validate(mcp_tool(t, self._exposed_name(t, names))) for t in tools]
+        specs = []
+        for tool in tools:
+            name = self._exposed_name(tool, names)
+            spec = self._specs_cache.get((tool.id, name))
+            if spec is None:  # the cache is emptied when the catalog's revision changes
+                spec = self._specs_cache[(tool.id, name)] = types.Tool.model_validate(
+                    mcp_tool(tool, name)
+                )
+            specs.append(spec)
+        return specs
 
     @staticmethod
     def _exposed_name(tool: RegisteredTool, short_names: dict[str, str]) -> str:
