@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 import anyio  # noqa: E402
-from bench_catalog import SEED, make_toolkits, percentiles, tool_pool  # noqa: E402
 from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 
+from bench_catalog import SEED, make_toolkits, percentiles, tool_pool  # noqa: E402
 from toolcat import Catalog, Toolkit  # noqa: E402
 from toolcat.registry.python import toolkit_from_module  # noqa: E402
 
@@ -75,8 +75,7 @@ async def mcp_side(db: str, queries: list[str], runs: int) -> dict[str, list[flo
     samples: dict[str, list[float]] = {"tools/list": [], "search_tools": [], "tools/call": []}
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "toolcat.cli", "--db", db, "serve", "--mode", "bm25",
-              "--page-size", str(PAGE)],
+        args=["-m", "toolcat.cli", "--db", db, "serve", "--mode", "bm25", "--page-size", str(PAGE)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
