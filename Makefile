@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DB := .demo/catalog.db
 TOOLCAT := $(BIN)/toolcat --db $(DEMO_DB)
+FEDERATED := $(BIN)/toolcat --db .demo/federated.db
 
 .PHONY: demo test install dev lint bench clean
 
@@ -41,6 +42,16 @@ demo: install
 	@echo; echo '$$ toolcat search "(?i)time ?zone" --mode regex'
 	$(TOOLCAT) search "(?i)time ?zone" --mode regex -k 3
 	$(TOOLCAT) status
+	@echo; echo '$$ toolcat export --format anthropic --query "convert between time zones" -k 2 --tools-only'
+	$(TOOLCAT) export --format anthropic --query "convert between time zones" -k 2 --tools-only
+	@echo; echo '$$ # six MCP servers, one per sample toolkit (toolcat serve --plain), imported and searched as one'
+	mkdir -p .demo/servers
+	for kit in data files math sqlite text time; do \
+	  $(BIN)/toolcat --db .demo/servers/$$kit.db register data/toolkits/$$kit.yaml > /dev/null; \
+	  $(FEDERATED) register --mcp-stdio "$(CURDIR)/$(BIN)/toolcat --db $(CURDIR)/.demo/servers/$$kit.db serve --plain" --toolkit mcp-$$kit; \
+	done
+	$(FEDERATED) search "how many days between two dates" -k 3
+	$(FEDERATED) call mcp-math.prime_factors --args '{"n": 360}'
 
 lint: dev
 	$(BIN)/ruff check src tests scripts

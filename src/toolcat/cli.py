@@ -540,6 +540,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     help="Refuse calls of deferred tools this session never found by search.",
 )
 @click.option("--mode", type=click.Choice(SEARCH_MODES), help="search_tools mode (default: best).")
+@click.option(
+    "--plain",
+    is_flag=True,
+    help="An ordinary MCP server: list every selected tool, deferred too; no search_tools.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -552,6 +557,7 @@ def serve(
     page_size: int,
     refuse_unsearched: bool,
     mode: str | None,
+    plain: bool,
 ) -> None:
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
@@ -576,6 +582,7 @@ def serve(
             page_size=page_size,
             refuse_unsearched=refuse_unsearched,
             search_mode=mode,
+            plain=plain,
         ),
     )
     if not use_http:

@@ -98,6 +98,9 @@ class ServeOptions:
         refuse_unsearched: Refuse calls of deferred tools that no search of this session
             returned (by default any catalog tool may be called by name).
         search_mode: The search mode of ``search_tools`` (default: the best available).
+        plain: Serve as an ordinary MCP server: every selected tool in ``tools/list``,
+            deferred ones included, and no ``search_tools``/``call_tool`` (for serving one
+            toolkit to clients, or to another catalog).
     """
 
     tags: tuple[str, ...] = ()
@@ -105,6 +108,7 @@ class ServeOptions:
     page_size: int = 100
     refuse_unsearched: bool = False
     search_mode: str | None = None
+    plain: bool = False
 
 
 @dataclass
@@ -158,7 +162,8 @@ class CatalogServer:
             from mcp.shared.exceptions import McpError
 
             raise McpError(types.ErrorData(code=types.INVALID_PARAMS, message=str(e))) from e
-        tools = [SEARCH_TOOL_SPEC, CALL_TOOL_SPEC] if cursor is None else []
+        own = cursor is None and not self.options.plain
+        tools = [SEARCH_TOOL_SPEC, CALL_TOOL_SPEC] if own else []
         if page.revision != self._specs_revision:
             self._specs_cache.clear()
             self._specs_revision = page.revision
@@ -172,6 +177,7 @@ class CatalogServer:
         return self.catalog.list(
             tags=self.options.tags,
             toolkit=self.options.toolkit,
+            include_deferred=self.options.plain,
             limit=self.options.page_size,
             cursor=cursor,
         )
@@ -192,7 +198,7 @@ class CatalogServer:
     @staticmethod
     def _exposed_name(tool: RegisteredTool, short_names: dict[str, str]) -> str:
         name = short_names.get(tool.id, tool.id)
-        return tool.id if name in OWN_TOOLS else name
+        return tool.id if name in OWN_TOOLS else name  # also in plain mode: names stay stable
 
     def _in_list_mode(self, tool: RegisteredTool) -> bool:
         return (
@@ -206,9 +212,9 @@ class CatalogServer:
     async def _call_tool(self, request: types.CallToolRequest) -> types.ServerResult:
         name = request.params.name
         arguments = request.params.arguments or {}
-        if name == SEARCH_TOOL:
+        if name == SEARCH_TOOL and not self.options.plain:
             result = await self._search(arguments)
-        elif name == CALL_TOOL:
+        elif name == CALL_TOOL and not self.options.plain:
             inner = arguments.get("name")
             inner_arguments = arguments.get("arguments") or {}
             if not isinstance(inner, str) or not isinstance(inner_arguments, dict):
