@@ -84,3 +84,28 @@ def table_snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
     finally:
         conn.close()
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (for servers the tests start)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, process: Any, seconds: float = 30) -> None:
+    """Wait until ``process`` (a ``subprocess.Popen``) accepts connections on ``port``."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server on port {port} did not start") from None
+            time.sleep(0.05)

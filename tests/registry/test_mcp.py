@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ pytest.importorskip("mcp")
 
 from click.testing import CliRunner
 
-from tests.helpers import ROOT, table_snapshot
+from tests.helpers import ROOT, free_port, table_snapshot, wait_for_port
 from toolcat import Catalog, ImportFailedError, ManifestError, Toolkit
 from toolcat.cli import cli
 from toolcat.mcpclient import close_all
@@ -158,12 +157,6 @@ def test_a_server_that_does_not_start_is_an_import_failure(catalog: Catalog) -> 
     assert catalog.call("vanished").error_code == "IMPORT_FAILED"  # tried again, same answer
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_register_over_http_and_from_the_cli(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "TOOLCAT_TEST_PORT": str(port)}
@@ -174,14 +167,7 @@ def test_register_over_http_and_from_the_cli(tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None
-                time.sleep(0.05)
+        wait_for_port(port, server)
         db = str(tmp_path / "catalog.db")
         runner = CliRunner()
         url = f"http://127.0.0.1:{port}/mcp"

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.helpers import ROOT, SAMPLE_TOOLKITS, table_snapshot
+from tests.helpers import ROOT, SAMPLE_TOOLKITS, free_port, table_snapshot, wait_for_port
 from toolcat import Catalog, Toolkit
 from toolcat.registry.python import toolkit_from_module
 
@@ -275,12 +273,6 @@ def test_refuse_unsearched(served_db: Path, tmp_path: Path) -> None:
 # -- HTTP -------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def http_server(served_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("http")
@@ -299,25 +291,15 @@ def http_server(served_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         ],
         env={**server_env(tmp), "TOOLCAT_TOKEN": TOKEN},
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/mcp"
-    assert process.stderr is not None
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(process.stderr.read().decode()) from None
-                time.sleep(0.05)
+        wait_for_port(port, process)
         yield url
     finally:
         process.terminate()
         process.wait(10)
-        process.stderr.close()
 
 
 @contextlib.asynccontextmanager
@@ -380,3 +362,20 @@ def test_http_client_with_wrong_token_fails_cleanly(http_server: str) -> None:
     with pytest.raises(BaseException) as raised:
         run(check)
     assert "401" in repr(raised.value) or "Unauthorized" in repr(raised.value)
+
+
+def test_plain_serves_every_selected_tool_and_no_search(served_db: Path, tmp_path: Path) -> None:
+    with Catalog(served_db) as catalog:
+        math_tools = catalog.list(toolkit="math", include_deferred=True).tools
+
+    async def check() -> None:
+        async with stdio_client_for(served_db, tmp_path, "--plain", "--toolkit", "math") as client:
+            names = [t.name for t in await client.all_tools()]
+            assert names == [t.name for t in math_tools]
+            assert any(t.defer_loading for t in math_tools)  # deferred ones are listed too
+            refused = await client.call("search_tools", {"query": "x"})
+            assert error_code(refused) == "UNKNOWN_TOOL"
+            factors = await client.call("prime_factors", {"n": 12})
+            assert not factors.isError
+
+    run(check)
