@@ -33,7 +33,7 @@ from .errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from .export import ExportedTools, export_tools
+from .export import ExportedTools, export_tools, tool_items
 from .models import (
     TOOLKIT_NAME_RE,
     RegisteredTool,
@@ -327,23 +327,8 @@ class Catalog:
 
         old: dict[str, str] = {}
         if base is not None:
-            page = self.list(
-                toolkit=f"{toolkit.name}@{base}",
-                include_deferred=True,
-                include_denied=True,
-                limit=MAX_LIMIT,
-            )
-            while True:
-                old.update((t.name, digest(t)) for t in page.tools)
-                if page.next_cursor is None:
-                    break
-                page = self.list(
-                    toolkit=f"{toolkit.name}@{base}",
-                    include_deferred=True,
-                    include_denied=True,
-                    limit=MAX_LIMIT,
-                    cursor=page.next_cursor,
-                )
+            every = self.iter_tools(toolkit=f"{toolkit.name}@{base}", include_denied=True)
+            old = {t.name: digest(t) for t in every}
         new = {t.name: digest(t) for t in toolkit.tools}
         return {
             "added": sorted(set(new) - set(old)),
@@ -432,6 +417,31 @@ class Catalog:
             tools = tools[:limit]
             next_cursor = encode_cursor(tools[-1].toolkit, tools[-1].name)
         return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
+
+    def iter_tools(
+        self,
+        *,
+        tags: Iterable[str] = (),
+        toolkit: str | None = None,
+        include_deferred: bool = True,
+        include_denied: bool = False,
+    ) -> Iterator[RegisteredTool]:
+        """Every tool ``list`` would return for these filters, deferred ones included by
+        default, page after page (each page is one read)."""
+        cursor: str | None = None
+        while True:
+            page = self.list(
+                tags=tags,
+                toolkit=toolkit,
+                include_deferred=include_deferred,
+                include_denied=include_denied,
+                limit=MAX_LIMIT,
+                cursor=cursor,
+            )
+            yield from page.tools
+            cursor = page.next_cursor
+            if cursor is None:
+                return
 
     def search(
         self,
@@ -643,13 +653,11 @@ class Catalog:
             InvalidQueryError: Unknown format.
             UnknownToolError: An address names no tool.
         """
-        if isinstance(tools, str):
-            tools = [tools]
-        elif hasattr(tools, "hits"):
-            tools = [hit.tool for hit in tools.hits]
-        elif isinstance(tools, ToolPage):
-            tools = tools.tools
-        resolved = [self.get(t) if isinstance(t, str) else getattr(t, "tool", t) for t in tools]
+        items = [tools] if isinstance(tools, str) else tool_items(tools)
+        resolved = [
+            self.get(t) if isinstance(t, str) else t.tool if isinstance(t, SearchHit) else t
+            for t in items
+        ]
         found = [t for t in resolved if isinstance(t, RegisteredTool)]
         return export_tools(resolved, format, self.short_names(found))
 

@@ -628,16 +628,9 @@ def export(
         raise click.UsageError("give exactly one of --query, --toolkit or --all")
     catalog = open_catalog(ctx)
     if query is not None:
-        tools: list[Any] = [h.tool for h in catalog.search(query, k=k, toolkit=None).hits]
+        tools: list[Any] = [h.tool for h in catalog.search(query, k=k).hits]
     else:
-        tools = []
-        cursor = None
-        while True:
-            page = catalog.list(toolkit=toolkit, include_deferred=True, limit=1000, cursor=cursor)
-            tools += page.tools
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        tools = list(catalog.iter_tools(toolkit=toolkit))
     exported = catalog.export(tools, fmt)
     emit_json(exported.tools if tools_only else exported.to_json())
 

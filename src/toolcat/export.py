@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import InvalidQueryError, UnknownToolError
-from .models import RegisteredTool
+from .models import RegisteredTool, SearchHit, SearchResult, ToolPage
 from .names import fitted_name
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic", "gemini", "mcp")
@@ -183,15 +183,20 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
+def tool_items(tools: Iterable[Any]) -> list[Any]:
+    """The items of a ``SearchResult`` (its hits), a ``ToolPage`` (its tools) or an iterable."""
+    if isinstance(tools, SearchResult):
+        return list(tools.hits)
+    if isinstance(tools, ToolPage):
+        return list(tools.tools)
+    return list(tools)
+
+
 def _tools_of(tools: Iterable[Any]) -> list[RegisteredTool]:
     """RegisteredTools from tools, search hits, a ``SearchResult`` or a ``ToolPage``."""
-    if hasattr(tools, "hits"):
-        tools = tools.hits
-    elif hasattr(tools, "tools") and not isinstance(tools, Mapping):
-        tools = tools.tools
     found: list[RegisteredTool] = []
-    for item in tools:
-        tool = getattr(item, "tool", item)
+    for item in tool_items(tools):
+        tool = item.tool if isinstance(item, SearchHit) else item
         if not isinstance(tool, RegisteredTool):
             raise InvalidQueryError(
                 f"cannot export {type(item).__name__}: expected tools, search hits or addresses"
