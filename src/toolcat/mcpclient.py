@@ -256,11 +256,11 @@ class Connection:
             async with open_session(self.endpoint) as (session, _):
                 ready.set_result(session)
                 await stop.wait()
-        except BaseException as e:
-            if not ready.done():
+        except BaseException as e:  # once ready, an end here is the server going away:
+            if not ready.done():  # the next call starts it again
                 ready.set_exception(e)
-            elif not isinstance(e, asyncio.CancelledError):
-                pass  # the server went away; the next call starts it again
+            if isinstance(e, asyncio.CancelledError):
+                raise
         finally:
             self._session = None
 
@@ -277,14 +277,16 @@ class Connection:
         import anyio
         from mcp.shared.exceptions import McpError
 
-        for attempt in (1, 2):
+        attempts = 2
+        while True:
+            attempts -= 1
             session = await self._session_now()
             try:
                 result = await session.call_tool(tool, arguments)
             except (anyio.ClosedResourceError, anyio.BrokenResourceError) as e:
                 # The request was never sent: the server had died. Start it again, once.
                 await self._reset()
-                if attempt == 2:
+                if attempts == 0:
                     raise ImportFailedError(f"{self.endpoint} is not running: {e}") from e
                 continue
             except McpError as e:
@@ -293,7 +295,6 @@ class Connection:
                     raise RemoteToolError(f"{self.endpoint} closed during the call: {e}") from e
                 raise RemoteToolError(f"{self.endpoint} refused the call: {e}") from e
             return call_result(result)
-        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         await self._reset()
