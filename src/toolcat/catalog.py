@@ -33,7 +33,7 @@ from .errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from .export import ExportedTools, export_tools, tool_items
+from .export import ExportedTools, export_tools, registered_tools, tool_items
 from .models import (
     TOOLKIT_NAME_RE,
     RegisteredTool,
@@ -654,12 +654,8 @@ class Catalog:
             UnknownToolError: An address names no tool.
         """
         items = [tools] if isinstance(tools, str) else tool_items(tools)
-        resolved = [
-            self.get(t) if isinstance(t, str) else t.tool if isinstance(t, SearchHit) else t
-            for t in items
-        ]
-        found = [t for t in resolved if isinstance(t, RegisteredTool)]
-        return export_tools(resolved, format, self.short_names(found))
+        found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
+        return export_tools(found, format, self.short_names(found))
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""

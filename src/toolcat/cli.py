@@ -24,6 +24,7 @@ from .errors import (
     ToolDeniedError,
     UnknownToolError,
 )
+from .export import FORMATS
 from .models import RegisteredTool
 from .policy import Policy
 
@@ -598,7 +599,7 @@ def serve(
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["openai-chat", "openai-responses", "anthropic", "gemini", "mcp"]),
+    type=click.Choice(FORMATS),
     required=True,
     help="The API whose tool format to write.",
 )

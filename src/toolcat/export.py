@@ -147,7 +147,8 @@ class ExportedTools:
                 may return, with ``defer_loading``, before the conversation starts).
         """
         return [
-            {"type": "tool_reference", "tool_name": self.name_of(tool)} for tool in _tools_of(tools)
+            {"type": "tool_reference", "tool_name": self.name_of(tool)}
+            for tool in registered_tools(tools)
         ]
 
     def to_json(self) -> dict[str, Any]:
@@ -192,7 +193,7 @@ def tool_items(tools: Iterable[Any]) -> list[Any]:
     return list(tools)
 
 
-def _tools_of(tools: Iterable[Any]) -> list[RegisteredTool]:
+def registered_tools(tools: Iterable[Any]) -> list[RegisteredTool]:
     """RegisteredTools from tools, search hits, a ``SearchResult`` or a ``ToolPage``."""
     found: list[RegisteredTool] = []
     for item in tool_items(tools):
@@ -222,7 +223,7 @@ def export_tools(
     taken: set[str] = set()
     result = ExportedTools(format=format, tools=[])
     declarations: list[dict[str, Any]] = []
-    for tool in _tools_of(tools):
+    for tool in registered_tools(tools):
         if tool.id in result._exported:
             continue
         short = (short_names or {}).get(tool.id, tool.id)

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import contextlib
 import os
 import shlex
 import threading
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
@@ -102,6 +103,7 @@ async def open_session(
 
 @contextlib.asynccontextmanager
 async def _session(endpoint: Endpoint, timeout: float) -> AsyncIterator[tuple[Any, Any]]:
+    import anyio
     from mcp import ClientSession
 
     async with contextlib.AsyncExitStack() as stack:
@@ -123,7 +125,7 @@ async def _session(endpoint: Endpoint, timeout: float) -> AsyncIterator[tuple[An
             session = await stack.enter_async_context(
                 ClientSession(read, write, read_timeout_seconds=timedelta(seconds=CALL_TIMEOUT))
             )
-            with anyio_fail_after(timeout):
+            with anyio.fail_after(timeout):
                 initialized = await session.initialize()
         except ToolcatError:
             raise
@@ -139,12 +141,6 @@ async def _session(endpoint: Endpoint, timeout: float) -> AsyncIterator[tuple[An
         yield session, initialized
 
 
-def anyio_fail_after(seconds: float) -> Any:
-    import anyio
-
-    return anyio.fail_after(seconds)
-
-
 def _innermost(error: BaseException) -> BaseException:
     """The first leaf of an exception group (the SDK's transports raise groups)."""
     while getattr(error, "exceptions", None):  # BaseExceptionGroup is 3.11+
@@ -155,13 +151,15 @@ def _innermost(error: BaseException) -> BaseException:
 async def _read_tools(
     endpoint: Endpoint, timeout: float
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    import anyio
+
     tools: list[dict[str, Any]] = []
     try:
         async with open_session(endpoint, timeout) as (session, initialized):
             cursor: str | None = None
             seen: set[str] = set()
             for _ in range(MAX_PAGES):
-                with anyio_fail_after(timeout):
+                with anyio.fail_after(timeout):
                     page = await session.list_tools(cursor)
                 tools.extend(t.model_dump(mode="json", exclude_none=True) for t in page.tools)
                 cursor = page.nextCursor
@@ -202,17 +200,18 @@ class _Loop:
         )
         self.thread.start()
 
-    def run(self, coro: Awaitable[T], timeout: float) -> T:
-        future = asyncio.run_coroutine_threadsafe(_as_coroutine(coro), self.loop)
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        """Run ``coro`` on the loop and wait for it.
+
+        Raises:
+            TimeoutError: It took longer than ``timeout`` seconds (it is cancelled).
+        """
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
             return future.result(timeout)
-        except TimeoutError:
+        except concurrent.futures.TimeoutError as e:  # not the builtin before Python 3.11
             future.cancel()
-            raise
-
-
-async def _as_coroutine(awaitable: Awaitable[T]) -> T:
-    return await awaitable
+            raise TimeoutError(f"no answer within {timeout:g} s") from e
 
 
 _shared: _Loop | None = None

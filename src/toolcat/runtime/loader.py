@@ -34,9 +34,9 @@ def load(spec: str | None, tool_id: str = "") -> Any:
 
 
 def _import(spec: str, tool_id: str) -> Any:
-    if spec.startswith("mcp+"):  # a tool of an MCP server: a forwarder, started on first call
-        from ..mcpclient import remote_tool
+    from ..mcpclient import is_remote, remote_tool  # light: the SDK is imported on first call
 
+    if is_remote(spec):  # a tool of an MCP server: a forwarder, the server starts on first call
         return remote_tool(spec)
     module_name, _, attr_path = spec.partition(":")
     try:
