@@ -7,7 +7,7 @@ DEMO_DB := .demo/catalog.db
 TOOLCAT := $(BIN)/toolcat --db $(DEMO_DB)
 FEDERATED := $(BIN)/toolcat --db .demo/federated.db
 
-.PHONY: demo test install dev lint bench clean
+.PHONY: demo test test-slow install dev lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,7 +58,11 @@ lint: dev
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -m "not slow"
+
+# The slow suites (marked `slow`): CI runs them after `make test`.
+test-slow: dev
+	$(BIN)/pytest -q -m slow
 
 bench: install
 	$(BIN)/python scripts/bench_catalog.py
