@@ -8,12 +8,9 @@ manifest parsing live in the packages below it.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import builtins
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import sqlite3
@@ -23,10 +20,10 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .addresses import decode_cursor, encode_cursor, parse_address, parse_toolkit_ref
 from .errors import (
     AmbiguousNameError,
     CatalogError,
-    EmbeddingError,
     InvalidQueryError,
     ManifestError,
     UnknownToolError,
@@ -35,98 +32,30 @@ from .errors import (
 )
 from .export import ExportedTools, export_tools, registered_tools, tool_items
 from .models import (
-    TOOLKIT_NAME_RE,
     RegisteredTool,
     RegistrationResult,
     ReindexReport,
     SearchHit,
     SearchResult,
-    Tool,
     Toolkit,
     ToolkitVersion,
     ToolPage,
     ToolResult,
-    content_hash,
 )
 from .policy import Policy
+from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.call import Runtime, error_result
-from .search import bm25
-from .search.embeddings import DEFAULT_MODEL, VectorIndex, embedder, embedding_text, to_blob
-from .search.fusion import score_fusion
-from .search.regex import regex_search
+from .search import reindex as reindexing
+from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
 from .store.connection import connect, default_path
 from .store.migrations import migrate
 from .store.reader import Filters
 
-SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
-# Hybrid: how many hits each ranking contributes, and their weights in score fusion. Chosen
-# with scripts/tune_hybrid.py: min-max score fusion at 0.45/0.55 beat reciprocal rank
-# fusion on mean R@5 (.707 vs .694) and nDCG@10 (.664 vs .648) over the seven sources.
-HYBRID_DEPTH = 50
-HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
+__all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
+
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
-MAX_QUERY_CHARS = 100_000
-
-
-@functools.cache
-def embeddings_installed() -> bool:
-    """Whether sentence-transformers can be imported (found once per process, not imported)."""
-    import importlib.util
-
-    return importlib.util.find_spec("sentence_transformers") is not None
-
-
-def parse_address(address: str) -> tuple[str | None, str, str | None]:
-    """Split a tool address into (toolkit, name, version).
-
-    Accepted forms: ``name``, ``toolkit.name``, ``name@version`` and
-    ``toolkit.name@version`` (the last two pin a registered version, active or not).
-    """
-    base, at, version = address.strip().partition("@")
-    toolkit, dot, name = base.partition(".")
-    if not dot:
-        toolkit, name = "", base
-    if (at and not version) or "@" in version or "." in name or not name:
-        raise UnknownToolError(address)
-    return (toolkit or None), name, (version or None)
-
-
-def _next_version(version: str) -> str:
-    """The version after ``version``: its last release number plus one."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        release = list(Version(version).release)
-    except InvalidVersion:
-        return f"{version}.1"
-    release[-1] += 1
-    return ".".join(map(str, release))
-
-
-def parse_toolkit_ref(ref: str) -> tuple[str, str | None]:
-    """Split ``toolkit`` or ``toolkit@version``."""
-    name, at, version = ref.strip().partition("@")
-    if not TOOLKIT_NAME_RE.match(name) or (at and not version):
-        raise UnknownToolkitError(f"{ref!r} is not a toolkit name or toolkit@version")
-    return name, (version or None)
-
-
-def encode_cursor(toolkit: str, name: str) -> str:
-    raw = json.dumps([toolkit, name], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[str, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (binascii.Error, ValueError, UnicodeDecodeError):
-        value = None
-    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value)):
-        raise InvalidQueryError(f"invalid cursor {cursor!r}: pass back a next_cursor unchanged")
-    return value[0], value[1]
 
 
 class Catalog:
@@ -167,9 +96,7 @@ class Catalog:
         self._resolved_revision = -1
         self._conn = connect(self.path)
         self._lock = threading.RLock()
-        self._term_stats = bm25.TermStats()
-        self._embedding_model = embedding_model
-        self._vectors = VectorIndex()
+        self._search = SearchEngine(embedding_model)
         try:
             migrate(self._conn)
         except sqlite3.DatabaseError as e:
@@ -300,14 +227,17 @@ class Catalog:
             defer_loading=defer_loading,
             timeout=timeout,
         )
-        changes = self._tool_changes(built, newest)
+        old = () if newest is None else self.iter_tools(
+            toolkit=f"{toolkit}@{newest}", include_denied=True
+        )
+        changes = tool_changes(built.tools, old)
         with self._lock:
             try:
                 result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
             except VersionConflictError:
                 if version is not None or newest is None:
                     raise
-                built = built.model_copy(update={"version": _next_version(newest)})
+                built = built.model_copy(update={"version": next_version(newest)})
                 result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
         forget(endpoint)  # a session kept open from before serves the old tools
         return result.model_copy(update={"changes": changes})
@@ -317,24 +247,6 @@ class Catalog:
             return self.versions(toolkit)[-1].version
         except UnknownToolkitError:
             return None
-
-    def _tool_changes(self, toolkit: Toolkit, base: str | None) -> dict[str, builtins.list[str]]:
-        """Tools of ``toolkit`` added, changed and removed against version ``base``."""
-        keys = ("description", "parameters", "output_schema", "annotations", "implementation")
-
-        def digest(tool: Tool | RegisteredTool) -> str:
-            return content_hash(tool.model_dump(mode="json", include=set(keys)))
-
-        old: dict[str, str] = {}
-        if base is not None:
-            every = self.iter_tools(toolkit=f"{toolkit.name}@{base}", include_denied=True)
-            old = {t.name: digest(t) for t in every}
-        new = {t.name: digest(t) for t in toolkit.tools}
-        return {
-            "added": sorted(set(new) - set(old)),
-            "changed": sorted(n for n in set(new) & set(old) if new[n] != old[n]),
-            "removed": sorted(set(old) - set(new)),
-        }
 
     def deprecate(self, toolkit: str, version: str | None = None) -> int:
         """Deprecate one version (``toolkit@version`` or ``version=``); returns the revision.
@@ -472,121 +384,26 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        if mode is not None and mode not in SEARCH_MODES:
-            raise InvalidQueryError(f"unknown search mode {mode!r}; use one of {SEARCH_MODES}")
         if not 1 <= k <= MAX_LIMIT:
             raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
-        text = query[:MAX_QUERY_CHARS]
         with self._lock:
-            mode = mode or self._best_mode(self._conn)
-            model_id = self._model_id(self._conn) if mode in ("embedding", "hybrid") else ""
-        if not text.strip():
+            mode, model_id = self._search.plan(self._conn, mode)
+        if not query.strip():
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
-        query_vector = None
-        if mode in ("embedding", "hybrid"):
-            query_vector = embedder(model_id).encode_query(text)  # outside the lock: ms of CPU
-        warnings: builtins.list[str] = []
+        query_vector = self._search.encode_query(model_id, query) if model_id else None
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
-            if filters.toolkit_id is not None and not reader.is_active_toolkit(
-                conn, filters.toolkit_id
-            ):
-                raise InvalidQueryError(
-                    f"search covers active versions only; {toolkit} is not active. "
-                    "List its tools with list(toolkit=...) instead."
-                )
-            revision = reader.revision(conn)
-            if mode == "regex":
-                ranked = regex_search(conn, text, filters, k)
-                exact = []
-            else:
-                ranked = self._rank(
-                    conn, mode, text, (model_id, query_vector), filters, k, revision, warnings
-                )
-                exact = self._exact_matches(conn, text, filters)
-            tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
-        top = ranked[0][1] if ranked else 0.0
-        ordered: builtins.list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
-        exact_ids = {row_id for row_id, _ in exact}
-        ordered += [(tools[i], s) for i, s in ranked if i not in exact_ids and i in tools]
-        hits = [
-            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool)
-            for rank, (tool, score) in enumerate(ordered[:k], 1)
-        ]
-        return SearchResult.model_construct(
-            revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
-        )
-
-    def _rank(
-        self,
-        conn: sqlite3.Connection,
-        mode: str,
-        text: str,
-        query: tuple[str, Any],
-        filters: Filters,
-        k: int,
-        revision: int,
-        warnings: builtins.list[str],
-    ) -> builtins.list[tuple[int, float]]:
-        """(row id, score) best first, for the bm25, embedding and hybrid modes."""
-        depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
-        lexical: builtins.list[tuple[int, float]] = []
-        if mode in ("bm25", "hybrid"):
-            self._term_stats.refresh(conn, revision)
-            lexical = bm25.search(conn, text, filters, depth, self._term_stats)
-            if mode == "bm25":
-                return lexical
-        model_id, query_vector = query  # (model id, query vector) for the vector modes
-        self._vectors.refresh(conn, revision, model_id)
-        if self._vectors.missing:
-            warnings.append(
-                f"{self._vectors.missing} of {self._vectors.active_tools} active tools have no "
-                f"vector for {model_id}"
-                + (" and are found by BM25 only" if mode == "hybrid" else " and cannot be found")
-                + "; run `toolcat reindex` (Catalog.reindex()) to embed them"
+            return self._search.search(
+                conn,
+                query,
+                mode=mode,
+                model_id=model_id,
+                query_vector=query_vector,
+                filters=filters,
+                k=k,
             )
-        semantic = self._vectors.search(conn, query_vector, filters, depth)
-        if mode == "embedding":
-            return semantic
-        w_lexical, w_semantic = HYBRID_WEIGHTS
-        return score_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
-
-    def _models(self, conn: sqlite3.Connection, asked: str | None = None) -> tuple[Any, str]:
-        """(the model the catalog's vectors come from, the model to use)."""
-        recorded = reader.meta(conn, "embedding_model")
-        return recorded, str(asked or self._embedding_model or recorded or DEFAULT_MODEL)
-
-    def _model_id(self, conn: sqlite3.Connection) -> str:
-        """The embedding model in use; refuses one that differs from the catalog's vectors."""
-        recorded, wanted = self._models(conn)
-        if recorded and wanted != recorded and reader.has_vectors(conn, recorded):
-            raise EmbeddingError(
-                f"this catalog's vectors come from {recorded!r}, not {wanted!r}: run "
-                f"`toolcat reindex --model {wanted}` to switch, or use {recorded!r}"
-            )
-        return wanted
-
-    def _best_mode(self, conn: sqlite3.Connection) -> str:
-        """Hybrid when embeddings are installed and the catalog has vectors, else BM25."""
-        if not embeddings_installed():
-            return "bm25"
-        return "hybrid" if reader.has_vectors(conn, self._models(conn)[1]) else "bm25"
-
-    @staticmethod
-    def _exact_matches(
-        conn: sqlite3.Connection, text: str, filters: Filters
-    ) -> builtins.list[tuple[int, RegisteredTool]]:
-        candidate = text.strip()
-        if len(candidate) > 130 or any(c.isspace() for c in candidate):
-            return []
-        toolkit, dot, name = candidate.partition(".")
-        if dot:
-            return reader.find_tools(
-                conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters
-            )
-        return reader.find_tools(conn, candidate, nocase=True, filters=filters)
 
     def get(self, address: str) -> RegisteredTool:
         """The tool at ``address``: ``name``, ``toolkit.name``, or either with ``@version``.
@@ -601,31 +418,10 @@ class Catalog:
             if version is not None:
                 found = [(i, t) for i, t in found if writer.same_version(t.version, version)]
             if not found:
-                raise UnknownToolError(address, self._suggest(conn, name))
+                raise UnknownToolError(address, self._search.suggest(conn, name))
         if len(found) > 1:
             raise AmbiguousNameError(address, [t.id for _, t in found])
         return found[0][1]
-
-    def _suggest(self, conn: sqlite3.Connection, name: str) -> builtins.list[str]:
-        """Close matches for an unknown name: same name in another case, similar spellings
-        (catalogs up to 20k tools), then BM25 over the name's words."""
-        import difflib
-
-        exact = reader.find_tools(conn, name, nocase=True)
-        if exact:
-            return [t.id for _, t in exact][:5]
-        suggestions: builtins.list[str] = []
-        ids = reader.active_tool_ids(conn, limit=20_000)
-        if ids is not None:
-            by_name: dict[str, builtins.list[str]] = {}
-            for tool_id in ids:
-                by_name.setdefault(tool_id.split(".", 1)[1].lower(), []).append(tool_id)
-            for close in difflib.get_close_matches(name.lower(), by_name, n=3, cutoff=0.75):
-                suggestions += by_name[close]
-        self._term_stats.refresh(conn, reader.revision(conn))
-        ranked = bm25.search(conn, name, Filters(), 5, self._term_stats)
-        suggestions += [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
-        return list(dict.fromkeys(suggestions))[:5]
 
     def short_names(self, tools: Iterable[RegisteredTool]) -> dict[str, str]:
         """Tool id → the shortest address that names the tool among active tools: the bare
@@ -659,21 +455,12 @@ class Catalog:
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
-        from packaging.version import InvalidVersion, Version
-
         name, _ = parse_toolkit_ref(toolkit)
         with self._lock:
             found = reader.toolkit_versions(self._conn, name)
         if not found:
             raise UnknownToolkitError(f"no toolkit named {name!r}")
-
-        def order(v: ToolkitVersion) -> tuple[int, Version | str]:
-            try:
-                return (0, Version(v.version))
-            except InvalidVersion:
-                return (1, v.version)
-
-        return sorted(found, key=order)
+        return sort_versions(found)
 
     def toolkits(self) -> builtins.list[ToolkitVersion]:
         """The active version of every toolkit, by name."""
@@ -826,77 +613,17 @@ class Catalog:
             full: Rebuild everything from the stored definitions.
             progress: Called with (done, total) after each batch.
         """
-        if batch_size < 1:
-            raise InvalidQueryError("batch_size must be at least 1")
-        started = time.perf_counter()
-        with self._lock:
-            recorded, model_id = self._models(self._conn, model)
-            stale = reader.stale_vectors(self._conn, model_id, everything=full)
-            _, active = reader.vector_coverage(self._conn, model_id)
-        dimension = reader.meta(self._conn, "embedding_dim") if recorded == model_id else None
-        encoder = None
-        if stale or model_id != recorded:
-            # Load the model before changing anything: a model that cannot load loses nothing.
-            encoder = embedder(model_id)
-            dimension = encoder.dimension
-        fts_rows = 0
-        if full:
-            with self._lock:
-                fts_rows = writer.rebuild_fts(self._conn)
-        done = 0
-        for start in range(0, len(stale), batch_size):
-            assert encoder is not None
-            batch = stale[start : start + batch_size]
-            texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, d in batch]
-            vectors = encoder.encode(texts, batch_size=batch_size)
-            rows = [(h, to_blob(v)) for (h, _), v in zip(batch, vectors, strict=True)]
-            with self._lock:
-                writer.store_vectors(self._conn, model_id, rows)
-            done += len(batch)
-            if progress is not None:
-                progress(done, len(stale))
-        with self._lock:
-            if model_id != recorded or dimension != reader.meta(self._conn, "embedding_dim"):
-                writer.set_meta(
-                    self._conn, {"embedding_model": model_id, "embedding_dim": dimension}
-                )
-            # Only now that the new vectors are in: drop other models' and orphans.
-            removed = writer.prune_vectors(self._conn, model_id)
-        seconds = time.perf_counter() - started
-        return ReindexReport(
-            model=model_id,
-            dimension=int(dimension) if dimension is not None else None,
-            embedded=len(stale),
-            skipped=active - len(stale),
-            removed=removed,
-            fts_rebuilt=fts_rows,
-            seconds=round(seconds, 3),
-            tools_per_second=round(len(stale) / seconds, 1) if stale and seconds else 0.0,
+        return reindexing.reindex(
+            self._conn,
+            self._lock,
+            self._search,
+            model=model,
+            batch_size=batch_size,
+            full=full,
+            progress=progress,
         )
 
     def status(self) -> dict[str, Any]:
         """Index coverage per mode, the embedding model, the revision."""
         with self._snapshot() as conn:
-            _, model = self._models(conn)
-            with_vectors, active = reader.vector_coverage(conn, model)
-            fts_rows = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
-            toolkits = conn.execute("SELECT count(*) FROM toolkits WHERE active = 1").fetchone()[0]
-            versions = conn.execute("SELECT count(*) FROM toolkits").fetchone()[0]
-            status = {
-                "path": str(self.path),
-                "revision": reader.revision(conn),
-                "schema_version": int(reader.meta(conn, "schema_version")),
-                "toolkits": toolkits,
-                "toolkit_versions": versions,
-                "active_tools": active,
-                "default_mode": self._best_mode(conn),
-                "embeddings_installed": embeddings_installed(),
-                "embedding_model": model,
-                "embedding_dim": reader.meta(conn, "embedding_dim"),
-                "coverage": {
-                    "bm25": {"indexed": fts_rows, "of": active},
-                    "embedding": {"indexed": with_vectors, "of": active},
-                    "regex": {"indexed": active, "of": active},
-                },
-            }
-        return status
+            return {"path": str(self.path), **reindexing.status(conn, self._search)}

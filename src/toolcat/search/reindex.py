@@ -1,0 +1,101 @@
+"""Reindexing: bring the derived indexes (vectors, FTS5) up to date with the stored tools,
+and report how far they cover the catalog."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from ..errors import InvalidQueryError
+from ..models import ReindexReport, Tool
+from ..store import reader, writer
+from .embeddings import embedder, embedding_text, to_blob
+from .engine import SearchEngine, embeddings_installed
+
+
+def reindex(
+    conn: sqlite3.Connection,
+    lock: AbstractContextManager[Any],
+    engine: SearchEngine,
+    *,
+    model: str | None = None,
+    batch_size: int = 64,
+    full: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> ReindexReport:
+    """Embed what has no vector for the model, batch by batch, then prune; see
+    ``Catalog.reindex``. Every write happens under ``lock``, one batch a transaction."""
+    if batch_size < 1:
+        raise InvalidQueryError("batch_size must be at least 1")
+    started = time.perf_counter()
+    with lock:
+        recorded, model_id = engine.models(conn, model)
+        stale = reader.stale_vectors(conn, model_id, everything=full)
+        _, active = reader.vector_coverage(conn, model_id)
+        dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
+    encoder = None
+    if stale or model_id != recorded:
+        # Load the model before changing anything: a model that cannot load loses nothing.
+        encoder = embedder(model_id)
+        dimension = encoder.dimension
+    fts_rows = 0
+    if full:
+        with lock:
+            fts_rows = writer.rebuild_fts(conn)
+    done = 0
+    for start in range(0, len(stale), batch_size):
+        assert encoder is not None
+        batch = stale[start : start + batch_size]
+        texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, d in batch]
+        vectors = encoder.encode(texts, batch_size=batch_size)
+        rows = [(h, to_blob(v)) for (h, _), v in zip(batch, vectors, strict=True)]
+        with lock:
+            writer.store_vectors(conn, model_id, rows)
+        done += len(batch)
+        if progress is not None:
+            progress(done, len(stale))
+    with lock:
+        if model_id != recorded or dimension != reader.meta(conn, "embedding_dim"):
+            writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
+        # Only now that the new vectors are in: drop other models' and orphans.
+        removed = writer.prune_vectors(conn, model_id)
+    seconds = time.perf_counter() - started
+    return ReindexReport(
+        model=model_id,
+        dimension=int(dimension) if dimension is not None else None,
+        embedded=len(stale),
+        skipped=active - len(stale),
+        removed=removed,
+        fts_rebuilt=fts_rows,
+        seconds=round(seconds, 3),
+        tools_per_second=round(len(stale) / seconds, 1) if stale and seconds else 0.0,
+    )
+
+
+def status(conn: sqlite3.Connection, engine: SearchEngine) -> dict[str, Any]:
+    """Index coverage per mode, the embedding model and the revision (one read snapshot)."""
+    _, model = engine.models(conn)
+    with_vectors, active = reader.vector_coverage(conn, model)
+    fts_rows = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
+    toolkits = conn.execute("SELECT count(*) FROM toolkits WHERE active = 1").fetchone()[0]
+    versions = conn.execute("SELECT count(*) FROM toolkits").fetchone()[0]
+    return {
+        "revision": reader.revision(conn),
+        "schema_version": int(reader.meta(conn, "schema_version")),
+        "toolkits": toolkits,
+        "toolkit_versions": versions,
+        "active_tools": active,
+        "default_mode": engine.best_mode(conn),
+        "embeddings_installed": embeddings_installed(),
+        "embedding_model": model,
+        "embedding_dim": reader.meta(conn, "embedding_dim"),
+        "coverage": {
+            "bm25": {"indexed": fts_rows, "of": active},
+            "embedding": {"indexed": with_vectors, "of": active},
+            "regex": {"indexed": active, "of": active},
+        },
+    }
