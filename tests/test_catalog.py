@@ -242,3 +242,37 @@ def test_registered_definitions_are_stored_exactly_as_written(catalog: Catalog) 
     assert json.dumps(data["tools"][0]["parameters"], sort_keys=True) == original
     stored = catalog.get("weather.get_forecast").parameters
     assert json.dumps(stored, sort_keys=True) == original
+
+
+def test_a_tool_of_a_deprecated_toolkit_is_reported_as_deprecated(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    catalog.register(write_manifest(tmp_path, toolkit_data()))
+    catalog.deprecate("weather@1.0.0")
+    with pytest.raises(UnknownToolError, match=r"deprecated.*weather.get_forecast@1.0.0"):
+        catalog.get("weather.get_forecast")
+    assert catalog.get("weather.get_forecast@1.0.0").version == "1.0.0"
+    with pytest.raises(UnknownToolkitError, match=r"every version .* deprecated; pin one"):
+        catalog.list(toolkit="weather")
+    result = catalog.call("weather.get_forecast", {"city": "Lyon"})
+    assert result.error_code == "UNKNOWN_TOOL" and "deprecated" in (result.error or "")
+
+
+def test_unknown_toolkit_filters_are_errors_with_suggestions(sample_catalog: Catalog) -> None:
+    with pytest.raises(UnknownToolkitError, match=r"Did you mean: math"):
+        sample_catalog.list(toolkit="maths")
+    with pytest.raises(UnknownToolkitError, match=r"no toolkit named 'nosuch'"):
+        sample_catalog.search("add numbers", toolkit="nosuch", mode="bm25")
+    with pytest.raises(UnknownToolkitError):
+        list(sample_catalog.iter_tools(toolkit="nosuch"))
+
+
+def test_register_accepts_lists_and_refuses_other_objects(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    first = Toolkit.model_validate(toolkit_data())
+    second = Toolkit.model_validate(toolkit_data(name="weather2"))
+    results = catalog.register([first, second])
+    assert [r.toolkit for r in results] == ["weather", "weather2"]
+    with pytest.raises(TypeError, match="not int"):
+        catalog.register(42)  # type: ignore[arg-type]

@@ -122,6 +122,12 @@ def test_versions_deprecate_and_remove(db: Path, tmp_path: Path) -> None:
         (["list", "--cursor", "bogus"], 7, r"invalid cursor"),
         (["list", "--limit", "0"], 7, r"limit must be"),
         (["search", "x", "-k", "0"], 7, r"k must be"),
+        (["list", "--toolkit", "nosuch"], 4, r"no toolkit named 'nosuch'"),
+        (["search", "x", "--toolkit", "fils"], 4, r"no toolkit named 'fils'. Did you mean: files"),
+        (["export", "--format", "mcp", "--toolkit", "nosuch"], 4, r"no toolkit named"),
+        (["check", "nosuch"], 4, r"no toolkit named 'nosuch'"),
+        (["versions", "nosuch"], 4, r"no toolkit named 'nosuch'"),
+        (["list", "--toolkit", "math@9.9"], 4, r"has no version '9.9'; registered: 1.0.0"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(
@@ -266,3 +272,18 @@ def test_check_reports_broken_tools(tmp_path: Path) -> None:
     assert "'z' but the function takes no such argument" in result.stdout
     assert "ok   kit.fine" in result.stdout
     assert "1 ok, 2 failed" in result.stdout
+
+
+def test_counts_are_singular_for_one(tmp_path: Path) -> None:
+    data = toolkit_data()
+    data["tools"] = data["tools"][:1]
+    result = run(tmp_path / "one.db", "register", str(write_manifest(tmp_path, data)))
+    assert "(1 tool)" in result.stdout
+    listed = run(tmp_path / "one.db", "list", "--include-deferred")
+    assert "1 tool, revision 1" in listed.stdout
+
+
+def test_status_before_any_reindex_says_so(db: Path) -> None:
+    out = run(db, "status").stdout
+    assert "dim None" not in out
+    assert "not indexed yet: run `toolcat reindex`" in out

@@ -24,6 +24,7 @@ from .addresses import decode_cursor, encode_cursor, parse_address, parse_toolki
 from .errors import (
     AmbiguousNameError,
     CatalogError,
+    DeprecatedToolError,
     InvalidQueryError,
     ManifestError,
     UnknownToolError,
@@ -56,6 +57,23 @@ __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
+
+
+def _flatten(sources: Iterable[Any]) -> Iterator[Any]:
+    for source in sources:
+        if isinstance(source, (list, tuple)):
+            yield from source
+        else:
+            yield source
+
+
+def unknown_toolkit(name: str, known: Iterable[str]) -> UnknownToolkitError:
+    """The error for a toolkit name nobody registered, with close matches."""
+    import difflib
+
+    close = difflib.get_close_matches(name, builtins.list(known), n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    return UnknownToolkitError(f"no toolkit named {name!r}.{hint}")
 
 
 class Catalog:
@@ -140,7 +158,9 @@ class Catalog:
     # -- registration ---------------------------------------------------------------------
 
     def register(
-        self, *sources: Toolkit | str | os.PathLike[str], replace: bool = False
+        self,
+        *sources: Toolkit | str | os.PathLike[str] | Iterable[Toolkit | str | os.PathLike[str]],
+        replace: bool = False,
     ) -> list[RegistrationResult]:
         """Register toolkits from ``Toolkit`` objects, manifest files or directories of them.
 
@@ -149,7 +169,8 @@ class Catalog:
         same content again changes nothing; a new version becomes the active one.
 
         Args:
-            sources: ``Toolkit`` objects, manifest paths, or directories of manifests.
+            sources: ``Toolkit`` objects, manifest paths, or directories of manifests
+                (or lists and tuples of them).
             replace: Overwrite a registered version whose content differs.
 
         Returns:
@@ -164,11 +185,16 @@ class Catalog:
         from .registry.manifest import load_manifests
 
         batch: list[tuple[Toolkit, str | None]] = []
-        for source in sources:
+        for source in _flatten(sources):
             if isinstance(source, Toolkit):
                 batch.append((source, None))
-            else:
+            elif isinstance(source, (str, os.PathLike)):
                 batch.extend(load_manifests([source]))
+            else:
+                raise TypeError(
+                    "register() takes Toolkit objects, manifest paths or directories "
+                    f"(or lists of them), not {type(source).__name__}"
+                )
         if not batch:
             raise ManifestError("nothing to register")
         with self._lock:
@@ -227,8 +253,10 @@ class Catalog:
             defer_loading=defer_loading,
             timeout=timeout,
         )
-        old = () if newest is None else self.iter_tools(
-            toolkit=f"{toolkit}@{newest}", include_denied=True
+        old = (
+            ()
+            if newest is None
+            else self.iter_tools(toolkit=f"{toolkit}@{newest}", include_denied=True)
         )
         changes = tool_changes(built.tools, old)
         with self._lock:
@@ -286,12 +314,26 @@ class Catalog:
         if toolkit is None:
             return base
         name, version = parse_toolkit_ref(toolkit)
+        rows = reader.toolkit_rows(conn, name)
+        if not rows:
+            raise unknown_toolkit(name, reader.toolkit_names(conn))
         if version is None:
+            if all(deprecated for *_, deprecated in rows):
+                pins = ", ".join(
+                    f"{name}@{v.version}"
+                    for v in sort_versions(reader.toolkit_versions(conn, name))
+                )
+                raise UnknownToolkitError(
+                    f"every version of toolkit {name!r} is deprecated; pin one: {pins}"
+                )
             return dataclasses.replace(base, toolkit=name)
-        for row_id, registered, _digest, _deprecated in reader.toolkit_rows(conn, name):
+        for row_id, registered, _digest, _deprecated in rows:
             if writer.same_version(registered, version):
                 return dataclasses.replace(base, toolkit_id=row_id)
-        raise UnknownToolkitError(f"toolkit {name!r} has no version {version!r}")
+        known = ", ".join(v.version for v in sort_versions(reader.toolkit_versions(conn, name)))
+        raise UnknownToolkitError(
+            f"toolkit {name!r} has no version {version!r}; registered: {known}"
+        )
 
     def list(
         self,
@@ -417,6 +459,10 @@ class Catalog:
             found = reader.find_tools(conn, name, toolkit=toolkit, active_only=version is None)
             if version is not None:
                 found = [(i, t) for i, t in found if writer.same_version(t.version, version)]
+            if not found and version is None:
+                inactive = reader.find_tools(conn, name, toolkit=toolkit, active_only=False)
+                if inactive:
+                    raise DeprecatedToolError(address, [f"{t.id}@{t.version}" for _, t in inactive])
             if not found:
                 raise UnknownToolError(address, self._search.suggest(conn, name))
         if len(found) > 1:
@@ -459,7 +505,8 @@ class Catalog:
         with self._lock:
             found = reader.toolkit_versions(self._conn, name)
         if not found:
-            raise UnknownToolkitError(f"no toolkit named {name!r}")
+            with self._lock:
+                raise unknown_toolkit(name, reader.toolkit_names(self._conn))
         return sort_versions(found)
 
     def toolkits(self) -> builtins.list[ToolkitVersion]:

@@ -68,6 +68,11 @@ def open_catalog(ctx: click.Context) -> Catalog:
     return catalog
 
 
+def plural(count: int, word: str) -> str:
+    """``1 tool``, ``2 tools``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def one_line(text: str, width: int = 80) -> str:
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if len(first) <= width else first[: width - 1] + "…"
@@ -117,7 +122,12 @@ def init(ctx: click.Context) -> None:
 @click.option("--module", "modules", multiple=True, help="Register a module's @tool functions.")
 @click.option("--entry-points", is_flag=True, help="Register installed toolcat.toolkits plugins.")
 @click.option("--toolkit", "toolkit_name", help="Toolkit name for --module (default: from it).")
-@click.option("--version", "toolkit_version", help="Toolkit version for --module.")
+@click.option(
+    "--version",
+    "toolkit_version",
+    help="Toolkit version for --module or an import (default: from the module; for imports "
+    "the newest registered, bumped when tools changed, else 1.0.0).",
+)
 @click.option(
     "--replace", is_flag=True, help="Overwrite a registered version whose content changed."
 )
@@ -186,7 +196,9 @@ def register(
         if as_json:
             emit_json({"results": [result.model_dump()]})
             return
-        click.echo(f"{result.status:<9} {result.toolkit} {result.version} ({result.tools} tools)")
+        click.echo(
+            f"{result.status:<9} {result.toolkit} {result.version} ({plural(result.tools, 'tool')})"
+        )
         for kind, names in (result.changes or {}).items():
             if names and result.status != "unchanged":
                 click.echo(f"  {kind}: {', '.join(names)}")
@@ -203,7 +215,7 @@ def register(
         emit_json({"results": [r.model_dump() for r in results]})
         return
     for r in results:
-        click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({r.tools} tools)")
+        click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({plural(r.tools, 'tool')})")
     if results:
         click.echo(f"revision {results[-1].revision}")
 
@@ -271,7 +283,7 @@ def list_(
         return
     for tool in page.tools:
         click.echo(tool_line(tool))
-    footer = f"{len(page.tools)} tools, revision {page.revision}"
+    footer = f"{plural(len(page.tools), 'tool')}, revision {page.revision}"
     if page.next_cursor:
         footer += f"; more with --cursor {page.next_cursor}"
     click.echo(footer)
@@ -363,7 +375,7 @@ def versions(ctx: click.Context, toolkit: str, as_json: bool) -> None:
         return
     for v in found:
         state = "active" if v.active else ("deprecated" if v.deprecated else "")
-        click.echo(f"{v.version:<14} {state:<11} {v.tools:>4} tools  {v.registered_at}")
+        click.echo(f"{v.version:<14} {state:<11} {plural(v.tools, 'tool'):>10}  {v.registered_at}")
 
 
 @cli.command()
@@ -377,7 +389,8 @@ def toolkits(ctx: click.Context, as_json: bool) -> None:
         return
     for v in found:
         click.echo(
-            f"{v.toolkit:<20} {v.version:<10} {v.tools:>4} tools  {one_line(v.description, 50)}"
+            f"{v.toolkit:<20} {v.version:<10} {plural(v.tools, 'tool'):>10}  "
+            + one_line(v.description, 50)
         )
 
 
@@ -515,7 +528,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"catalog   {info['path']} (revision {info['revision']})")
     click.echo(f"toolkits  {info['toolkits']} active ({info['toolkit_versions']} versions)")
     click.echo(f"tools     {info['active_tools']} active")
-    click.echo(f"model     {info['embedding_model']} (dim {info['embedding_dim']})")
+    dim = info["embedding_dim"]
+    indexed = f"dim {dim}" if dim is not None else "not indexed yet: run `toolcat reindex`"
+    click.echo(f"model     {info['embedding_model']} ({indexed})")
     for mode, cov in info["coverage"].items():
         click.echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
     click.echo(f"default   {info['default_mode']}")

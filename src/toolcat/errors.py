@@ -74,6 +74,19 @@ class UnknownToolError(NotFoundError):
         super().__init__(f"unknown tool {name!r}.{hint}")
 
 
+class DeprecatedToolError(UnknownToolError):
+    """The tool exists only in deprecated (or otherwise inactive) toolkit versions."""
+
+    def __init__(self, name: str, pinned: list[str]) -> None:
+        self.name = name
+        self.suggestions = pinned
+        NotFoundError.__init__(
+            self,
+            f"tool {name!r} is only in deprecated toolkit versions; pin one to use it: "
+            + ", ".join(pinned),
+        )
+
+
 class UnknownToolkitError(NotFoundError):
     """No toolkit (or toolkit version) answers to this name."""
 

@@ -275,6 +275,11 @@ def toolkit_versions(conn: sqlite3.Connection, name: str | None = None) -> list[
     ]
 
 
+def toolkit_names(conn: sqlite3.Connection) -> list[str]:
+    """Every registered toolkit's name, active or not."""
+    return [r[0] for r in conn.execute("SELECT DISTINCT name FROM toolkits ORDER BY name")]
+
+
 def toolkit_rows(conn: sqlite3.Connection, name: str) -> list[tuple[int, str, str, bool]]:
     """(id, version, content_hash, deprecated) of every registered version of ``name``."""
     return [
