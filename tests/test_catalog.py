@@ -267,9 +267,7 @@ def test_unknown_toolkit_filters_are_errors_with_suggestions(sample_catalog: Cat
         list(sample_catalog.iter_tools(toolkit="nosuch"))
 
 
-def test_register_accepts_lists_and_refuses_other_objects(
-    catalog: Catalog, tmp_path: Path
-) -> None:
+def test_register_accepts_lists_and_refuses_other_objects(catalog: Catalog, tmp_path: Path) -> None:
     first = Toolkit.model_validate(toolkit_data())
     second = Toolkit.model_validate(toolkit_data(name="weather2"))
     results = catalog.register([first, second])
