@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DB := .demo/catalog.db
+# Where torch comes from: empty = the default index (CPU build on these machines); elsewhere
+# without a GPU, TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU build.
+TORCH_INDEX ?=
+TORCH_PIP := torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 TOOLCAT := $(BIN)/toolcat --db $(DEMO_DB)
 FEDERATED := $(BIN)/toolcat --db .demo/federated.db
 
@@ -16,11 +20,11 @@ $(BIN)/python:
 # torch==2.13.0 first: it resolves to the CPU build these machines carry; an unpinned torch
 # pulled in by sentence-transformers would download gigabytes of CUDA packages.
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q $(TORCH_PIP)
 	$(BIN)/python -m pip install -q -e '.[embeddings,mcp]'
 
 dev: $(BIN)/python
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q $(TORCH_PIP)
 	$(BIN)/python -m pip install -q -e '.[dev,embeddings,mcp]'
 
 demo: install

@@ -1,0 +1,118 @@
+"""Every shell and Python example in the README runs as written, so the text cannot drift.
+
+Each ```sh block runs with bash (``set -euo pipefail``) in a fresh workspace that holds the
+demo catalog (``catalog.db``, also ``$TOOLCAT_DB``, with ``data/toolkits`` registered), the
+sample data and ``../shared`` beside it, with the venv's ``toolcat`` first on ``PATH``.
+Set-up lines (``make``, ``source``, ``pip``) are what CI itself runs, so they are skipped here;
+a ``serve`` that is still serving after a few seconds has passed. Each ```python block runs
+with the venv's Python in the same kind of workspace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+README = ROOT / "README.md"
+BLOCK = re.compile(r"^```(sh|bash|shell|python)\n(.*?)^```", re.S | re.M)
+SETUP_LINE = re.compile(r"^\s*(make|source|\.|pip|python3? -m pip)\b")
+# A server runs until stopped: give it this long to fail, then stop it.
+SERVE_LINE = re.compile(r"^\s*toolcat\b[^\"']*\sserve\b")
+SERVE_SECONDS = 6
+
+
+def examples() -> list[tuple[str, int, str]]:
+    """(language, line number in the README, the block's text) for every example block."""
+    text = README.read_text()
+    return [
+        ("python" if m.group(1) == "python" else "sh", text[: m.start()].count("\n") + 1, m[2])
+        for m in BLOCK.finditer(text)
+    ]
+
+
+def runnable(block: str) -> str:
+    lines = []
+    for line in block.splitlines():
+        if SETUP_LINE.match(line):
+            continue
+        if SERVE_LINE.match(line):
+            command = line.split(" #", 1)[0].rstrip()
+            line = f"timeout {SERVE_SECONDS} {command} < /dev/null || [ $? -eq 124 ]"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    top = tmp_path_factory.mktemp("readme")
+    work = top / "repo"
+    work.mkdir()
+    shutil.copytree(ROOT / "data", work / "data")
+    for name in ("examples", "scripts"):
+        if (ROOT / name).exists():
+            (work / name).symlink_to(ROOT / name)
+    if (ROOT.parent / "shared").exists():
+        (top / "shared").symlink_to(ROOT.parent / "shared")
+    subprocess.run(
+        [toolcat_bin(), "--db", str(work / "catalog.db"), "register", "data/toolkits"],
+        cwd=work,
+        check=True,
+        capture_output=True,
+    )
+    return work
+
+
+def toolcat_bin() -> str:
+    return str(Path(sys.executable).with_name("toolcat"))
+
+
+EXAMPLES = examples()
+
+
+def test_the_readme_has_examples_in_both_languages() -> None:
+    assert sum(lang == "sh" for lang, _, _ in EXAMPLES) >= 5
+    assert sum(lang == "python" for lang, _, _ in EXAMPLES) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("lang", "line", "block"), EXAMPLES, ids=[f"{lang}-line{n}" for lang, n, _ in EXAMPLES]
+)
+def test_example_runs_as_written(workspace: Path, lang: str, line: int, block: str) -> None:
+    script = runnable(block) if lang == "sh" else block
+    if not script.strip():
+        pytest.skip("set-up only (run by CI itself)")
+    case = workspace.parent / f"line{line}"
+    shutil.copytree(workspace, case, symlinks=True)
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "TOOLCAT_DB": str(case / "catalog.db"),
+        "T": "readme-example-token",
+    }
+    command = (
+        [sys.executable, "-c", script]
+        if lang == "python"
+        else ["bash", "-c", "set -euo pipefail\n" + script]
+    )
+    result = subprocess.run(
+        command,
+        cwd=case,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"README line {line}: exit {result.returncode}\n{script}\n"
+        f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
+    )
