@@ -247,7 +247,7 @@ class CatalogServer:
                     "TOOL_DENIED",
                     f"{name!r} is not in your tool list: find it with {SEARCH_TOOL} first",
                 )
-        outcome = await self.catalog.acall(tool.id, arguments)
+        outcome = await self.catalog.acall(tool, arguments)  # the version resolved above
         return _result(outcome, structured=tool.output_schema is not None)
 
     # -- search_tools -----------------------------------------------------------------------
