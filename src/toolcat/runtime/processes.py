@@ -226,8 +226,7 @@ class ProcessPool:
                 idle.append(worker)
             else:
                 self._alive -= 1
-                if worker.alive():
-                    worker.stop()
+                worker.stop()  # exits an idle one; closes the pipes of a dead one
             self._changed.notify()
 
     def call(
