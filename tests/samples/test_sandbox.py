@@ -277,3 +277,16 @@ def test_glob_results_are_checked_one_by_one(
     assert ok(sample_catalog, "find_files", pattern="*.txt") == ["notes.txt"]
     assert ok(sample_catalog, "find_files", pattern="secret*") == []
     assert ok(sample_catalog, "find_files", pattern="*", path=".") == ["notes.txt"]
+
+
+def test_a_folder_holding_a_catalog_cannot_move(sample_catalog: Catalog, workspace: Path) -> None:
+    (workspace / "kept").mkdir()
+    with Catalog(workspace / "kept" / "catalog.db") as other:
+        other.register(SAMPLE_TOOLKITS / "math.yaml")
+    refused(
+        sample_catalog, "move_file", "holds a toolcat catalog", source="kept", destination="moved"
+    )
+    assert (workspace / "kept" / "catalog.db").is_file()
+    (workspace / "plain").mkdir()
+    (workspace / "plain" / "a.txt").write_text("a")
+    assert ok(sample_catalog, "move_file", source="plain", destination="moved") == "moved"

@@ -145,11 +145,15 @@ class _BoundedPattern:
                 raise TimeoutError
             return getattr(compiled, how)(value, timeout=remaining)
         except TimeoutError:
-            budget.failure = budget.failure or (
-                f"the check against pattern {self.pattern[:80]!r} ran longer than "
-                f"{PATTERN_BUDGET_S:g} s (catastrophic backtracking in the tool's schema?)"
-            )
+            budget.failure = budget.failure or _timed_out(self.pattern)
             return None  # no match: the generated code raises, naming the field
+
+
+def _timed_out(pattern: str) -> str:
+    return (
+        f"the check against pattern {pattern[:80]!r} ran longer than {PATTERN_BUDGET_S:g} s "
+        "(catastrophic backtracking in the tool's schema?)"
+    )
 
 
 def _bound_patterns(check: Callable[..., Any]) -> None:
@@ -179,15 +183,23 @@ def _with_bounded_patterns(cls: Any) -> Any:
     checked through toolcat.patterns under the call's budget."""
     import jsonschema
 
-    def matches(pattern: str, value: str) -> bool:
+    def matches(pattern: str, value: str) -> bool | None:
+        """Whether ``value`` matches; None once a check has run out of the call's budget
+        (the first failure is the one reported)."""
         budget = _BUDGET.get() or _PatternBudget()
-        return patterns.check_pattern(pattern, value, budget.remaining())
+        if budget.failure:
+            return None
+        try:
+            return patterns.check_pattern(pattern, value, budget.remaining())
+        except patterns.PatternTimeout:
+            budget.failure = _timed_out(pattern)
+            raise patterns.PatternError(budget.failure) from None
 
     def pattern(validator: Any, expected: str, instance: Any, schema: Any) -> Iterator[Any]:
         if not validator.is_type(instance, "string"):
             return
         try:
-            if not matches(expected, instance):
+            if matches(expected, instance) is False:
                 yield jsonschema.ValidationError(f"{instance!r} does not match {expected!r}")
         except patterns.PatternError as e:
             yield jsonschema.ValidationError(str(e))

@@ -10,7 +10,7 @@ from typing import Any
 
 from toolcat import tool
 
-from .workspace import check_pattern, inside, relative, resolve
+from .workspace import check_folder, check_pattern, inside, relative, resolve
 
 __toolcat__ = {"toolkit": "files", "version": "1.0.0", "tags": ["filesystem"]}
 
@@ -178,6 +178,7 @@ def move_file(source: str, destination: str, overwrite: bool = False) -> str:
         overwrite: Replace an existing destination.
     """
     src, dst = resolve(source), resolve(destination)
+    check_folder(src, source)
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{destination!r} exists; pass overwrite=true to replace it")
     dst.parent.mkdir(parents=True, exist_ok=True)

@@ -104,6 +104,8 @@ def _describe(node: ast.AST) -> str:
             if node.func.id in _FUNCTIONS and node.keywords:
                 return f"keyword arguments to {node.func.id}()"
             return f"function {node.func.id!r} (known: {', '.join(sorted(_FUNCTIONS))})"
+        if isinstance(node.func, ast.Attribute):
+            return "attribute access (a.b)"
         return "a call of something other than a named function"
     if isinstance(node, ast.Name):
         return f"name {node.id!r} (known constants: {', '.join(_CONSTANTS)})"

@@ -83,6 +83,25 @@ def check_pattern(pattern: str) -> str:
     return pattern
 
 
+def check_folder(folder: Path, given: str, limit: int = 10_000) -> None:
+    """Refuse to move ``folder`` if a catalog lies anywhere inside it (looked at up to
+    ``limit`` entries; a bigger folder is refused rather than half-checked)."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    configured = _configured_catalogs()
+    seen = 0
+    for parent, _dirs, files in os.walk(folder):
+        seen += 1 + len(files)
+        if seen > limit:
+            raise PermissionError(f"{given!r} holds more than {limit} entries; move less at once")
+        for name in files:
+            path = Path(parent) / name
+            if path in configured or is_catalog_file(path):
+                raise PermissionError(f"{given!r} holds a toolcat catalog file; it cannot move")
+    if any(folder in c.parents for c in configured):
+        raise PermissionError(f"{given!r} is where the toolcat catalog lives; it cannot move")
+
+
 def relative(path: Path) -> str:
     return path.relative_to(root()).as_posix() or "."
 
