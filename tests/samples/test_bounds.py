@@ -136,3 +136,59 @@ def test_current_offsets_have_the_same_shape(sample_catalog: Catalog) -> None:
     assert zones and all(re.fullmatch(r"[+-]\d\d:\d\d", z["utc_offset"]) for z in zones)
     now = ok(sample_catalog, "current_time", timezone="America/New_York")
     assert now["utc_offset"] in ("-05:00", "-04:00")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "pattern": r"^(a|aa)+$"},
+        {"type": "object", "patternProperties": {r"^(a|aa)+$": {}}},
+        {"type": "object", "patternProperties": {r"^(a|aa)+$": {}}, "additionalProperties": False},
+        {"type": "string", "pattern": "(?:(?:a{1000}){1000}){1000}"},
+    ],
+)
+def test_validate_json_patterns_are_bounded(
+    sample_catalog: Catalog, schema: dict[str, Any]
+) -> None:
+    hostile = "a" * 51 + "!"
+    document: Any = f'"{hostile}"' if schema["type"] == "string" else {hostile: 1}
+    message = error(sample_catalog, "validate_json", document=document, schema=schema)
+    assert "ran longer than" in message or "repeats too much" in message
+    fine = ok(sample_catalog, "validate_json", document='"aaa"', schema={"pattern": "^(a|aa)+$"})
+    assert fine == {"valid": True, "errors": []}
+    closed = {"patternProperties": {"^x": {}}, "additionalProperties": False}
+    assert ok(sample_catalog, "validate_json", document={"xy": 1, "z": 2}, schema=closed)["errors"]
+
+
+def test_validate_json_never_fetches_a_remote_ref(sample_catalog: Catalog) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    requests: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            body = b'{"type": "string"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/schema.json"
+        message = error(sample_catalog, "validate_json", document='"x"', schema={"$ref": url})
+        assert "unresolvable" in message.lower()
+        assert requests == []
+        local = {"$defs": {"s": {"type": "string"}}, "$ref": "#/$defs/s"}
+        assert ok(sample_catalog, "validate_json", document=3, schema=local)["valid"] is False
+    finally:
+        server.shutdown()
+        server.server_close()
