@@ -576,7 +576,10 @@ class Catalog:
         Returns:
             The provider's ``tools`` payload, and ``address(exported_name)`` to turn a call
             that comes back into an address for ``call`` (``arguments(...)`` undoes Gemini's
-            argument rewriting).
+            argument rewriting). For ``openai-responses``, deferred tools are grouped by
+            toolkit into namespaces; ``search_tool()`` and ``tool_search_output(hits,
+            call_id)`` (or, for ``anthropic``, ``search_tool()`` and ``tool_references``)
+            let a client answer the provider's tool search from the catalog.
 
         Raises:
             InvalidQueryError: Unknown format.
@@ -584,7 +587,12 @@ class Catalog:
         """
         items = [tools] if isinstance(tools, str) else tool_items(tools)
         found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
-        return export_tools(found, format, self.short_names(found))
+        descriptions = (
+            {t.toolkit: t.description for t in self.toolkits()}
+            if format == "openai-responses"
+            else None
+        )
+        return export_tools(found, format, self.short_names(found), descriptions)
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
