@@ -270,6 +270,93 @@ class Catalog:
         forget(endpoint)  # a session kept open from before serves the old tools
         return result.model_copy(update={"changes": changes})
 
+    def register_openapi(
+        self,
+        spec: str | os.PathLike[str] | dict[str, Any],
+        *,
+        toolkit: str,
+        base_url: str | None = None,
+        headers: dict[str, str] | None = None,
+        include_tags: Iterable[str] = (),
+        operations: Iterable[str] = (),
+        version: str | None = None,
+        description: str | None = None,
+        tags: Iterable[str] = (),
+        defer_loading: bool = True,
+        timeout: float = 30.0,
+    ) -> RegistrationResult:
+        """Register the operations of an OpenAPI 3.0/3.1 document as a toolkit whose tools
+        send HTTP requests to the API (one tool per operation; see README "Importing OpenAPI").
+
+        Versions work as in ``register_mcp``: without ``version``, the newest registered one
+        is kept when nothing changed, else the next is made (``1.0.0`` at first).
+
+        Args:
+            spec: A JSON or YAML file, an http(s) URL (fetched with httpx), or the parsed
+                document.
+            toolkit: The toolkit's name in this catalog.
+            base_url: The API's URL (default: the document's first ``servers`` entry).
+            headers: Sent with every call, e.g. ``{"Authorization": "Bearer ${API_TOKEN}"}``:
+                ``${NAME}`` is stored as written and resolved from the environment of the
+                process making the call.
+            include_tags: Only operations carrying one of these tags.
+            operations: Only these ``operationId``s.
+            version: The version to register (default: see above).
+            description: The toolkit's description (default: the document's title).
+            tags: Tags for every tool (``openapi`` is always added).
+            defer_loading: Whether the tools are deferred (found by search, not listed).
+            timeout: Seconds each call may take (and to fetch a ``spec`` URL).
+
+        Returns:
+            The registration, with ``changes`` against the newest registered version.
+
+        Raises:
+            ImportFailedError: The document cannot be read or fetched.
+            ManifestError: The document is not OpenAPI 3.x, a ``$ref`` points to nothing, an
+                operation has no ``operationId``, or a filter selects nothing.
+            VersionConflictError: ``version`` is registered with other tools.
+        """
+        from .registry.openapi import toolkit_from_openapi
+
+        source = spec if isinstance(spec, dict) else os.fspath(spec)
+        newest = self._newest_version(toolkit)
+        built = toolkit_from_openapi(
+            source,
+            toolkit,
+            version or newest or "1.0.0",
+            base_url=base_url,
+            headers=headers,
+            include_tags=include_tags,
+            operations=operations,
+            description=description,
+            tags=tags,
+            defer_loading=defer_loading,
+            timeout=timeout,
+        )
+        label = "(OpenAPI document)" if isinstance(source, dict) else str(source)
+        return self._register_import(built, label, newest, pinned=version is not None)
+
+    def _register_import(
+        self, built: Toolkit, source: str, newest: str | None, *, pinned: bool
+    ) -> RegistrationResult:
+        """Register an imported toolkit: a changed one becomes the next version unless the
+        version was given (``pinned``); ``changes`` compares with the newest registered."""
+        old = (
+            ()
+            if newest is None
+            else self.iter_tools(toolkit=f"{built.name}@{newest}", include_denied=True)
+        )
+        changes = tool_changes(built.tools, old)
+        with self._lock:
+            try:
+                result = writer.register(self._conn, [(built, source)], replace=False)[0]
+            except VersionConflictError:
+                if pinned or newest is None:
+                    raise
+                built = built.model_copy(update={"version": next_version(newest)})
+                result = writer.register(self._conn, [(built, source)], replace=False)[0]
+        return result.model_copy(update={"changes": changes})
+
     def _newest_version(self, toolkit: str) -> str | None:
         try:
             return self.versions(toolkit)[-1].version
@@ -489,7 +576,10 @@ class Catalog:
         Returns:
             The provider's ``tools`` payload, and ``address(exported_name)`` to turn a call
             that comes back into an address for ``call`` (``arguments(...)`` undoes Gemini's
-            argument rewriting).
+            argument rewriting). For ``openai-responses``, deferred tools are grouped by
+            toolkit into namespaces; ``search_tool()`` and ``tool_search_output(hits,
+            call_id)`` (or, for ``anthropic``, ``search_tool()`` and ``tool_references``)
+            let a client answer the provider's tool search from the catalog.
 
         Raises:
             InvalidQueryError: Unknown format.
@@ -497,7 +587,12 @@ class Catalog:
         """
         items = [tools] if isinstance(tools, str) else tool_items(tools)
         found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
-        return export_tools(found, format, self.short_names(found))
+        descriptions = (
+            {t.toolkit: t.description for t in self.toolkits()}
+            if format == "openai-responses"
+            else None
+        )
+        return export_tools(found, format, self.short_names(found), descriptions)
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
