@@ -608,14 +608,29 @@ def status(ctx: click.Context, as_json: bool) -> None:
     help="HTTP: require 'Authorization: Bearer TOKEN' (env TOOLCAT_TOKEN).",
 )
 @click.option(
-    "--tag", "tags", multiple=True, help="Only list and search tools with this tag (repeatable)."
+    "--tokens",
+    "tokens_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="HTTP: a YAML/TOML file of principals, each with its token and its own view.",
 )
-@click.option("--toolkit", help="Only list and search this toolkit.")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only list, search and call tools with this tag."
+)
+@click.option("--toolkit", help="Only list, search and call this toolkit (name[@version]).")
+@click.option(
+    "--deny",
+    "serve_deny",
+    multiple=True,
+    help="Refuse (and hide) tools matching this rule, as the global --deny.",
+)
+@click.option(
+    "--allow", "serve_allow", multiple=True, help="Exempt tools matching this rule from --deny."
+)
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.option(
     "--refuse-unsearched",
     is_flag=True,
-    help="Refuse calls of deferred tools this session never found by search.",
+    help="Refuse calls of deferred tools not found by search first.",
 )
 @click.option("--mode", type=click.Choice(SEARCH_MODES), help="search_tools mode (default: best).")
 @click.option(
@@ -630,8 +645,11 @@ def serve(
     host: str,
     port: int,
     token: str | None,
+    tokens_file: Path | None,
     tags: tuple[str, ...],
     toolkit: str | None,
+    serve_deny: tuple[str, ...],
+    serve_allow: tuple[str, ...],
     page_size: int,
     refuse_unsearched: bool,
     mode: str | None,
@@ -640,8 +658,9 @@ def serve(
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
     stdio by default (for clients that start toolcat); --http serves streamable HTTP at
-    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Any catalog tool may be
-    called by name, deferred ones included, unless --refuse-unsearched.
+    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Both MCP eras are
+    served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, --tag, --deny and
+    --allow bound what clients can list, search and call.
     """
     from .mcpclient import require_sdk
 
@@ -649,7 +668,13 @@ def serve(
     import anyio
 
     from .server.mcp import CatalogServer, ServeOptions, serve_stdio
+    from .server.tokens import Tokens, load_tokens
 
+    if (token or tokens_file) and not use_http:
+        raise click.UsageError("--token and --tokens protect --http; stdio needs no token")
+    if token and tokens_file:
+        raise click.UsageError("give --token or --tokens, not both")
+    tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     catalog = open_catalog(ctx)
     catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
     server = CatalogServer(
@@ -661,6 +686,8 @@ def serve(
             refuse_unsearched=refuse_unsearched,
             search_mode=mode,
             plain=plain,
+            policy=Policy.of(allow=serve_allow, deny=serve_deny),
+            per_caller=tokens_file is not None,
         ),
     )
     if not use_http:
@@ -669,7 +696,7 @@ def serve(
     from .server.http import serve_http
 
     click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
-    serve_http(server, host=host, port=port, token=token)
+    serve_http(server, host=host, port=port, tokens=tokens)
 
 
 @cli.command()
