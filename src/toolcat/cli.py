@@ -8,6 +8,7 @@ error's exit code, here and nowhere else.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from .errors import (
     UnknownToolError,
 )
 from .export import FORMATS
-from .models import RegisteredTool
+from .models import RegisteredTool, ToolEvent
 from .policy import Policy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,10 +61,12 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
-def open_catalog(ctx: click.Context) -> Catalog:
+def open_catalog(ctx: click.Context, isolation: str = "thread") -> Catalog:
+    """The catalog the global options name; ``--isolate`` overrides ``isolation``."""
     params = ctx.find_root().params
     policy = Policy.of(allow=params.get("allow") or (), deny=params.get("deny") or ())
-    catalog = Catalog(params.get("db"), policy=policy)
+    mode: Any = params.get("isolate") or isolation
+    catalog = Catalog(params.get("db"), policy=policy, isolation=mode)
     ctx.call_on_close(catalog.close)
     return catalog
 
@@ -97,6 +100,12 @@ def tool_line(tool: RegisteredTool) -> str:
     help="Policy: refuse (and hide) tools matching this rule, e.g. tag:destructive.",
 )
 @click.option("--allow", multiple=True, help="Policy: exempt tools matching this rule from --deny.")
+@click.option(
+    "--isolate",
+    type=click.Choice(["thread", "process"]),
+    help="Run tools in threads (fast; a timeout stops the wait, not the work) or in worker "
+    "processes (a timeout kills the work). Default: process for `call`, thread otherwise.",
+)
 @click.version_option(package_name="toolcat")
 @click.pass_context
 def cli(
@@ -105,6 +114,7 @@ def cli(
     debug: bool,
     deny: tuple[str, ...],
     allow: tuple[str, ...],
+    isolate: str | None,
 ) -> None:
     """A searchable catalog of LLM tool definitions with deferred loading."""
     ctx.meta["toolcat.debug"] = debug
@@ -485,6 +495,7 @@ def call(
 ) -> None:
     """Call a tool and print its result.
 
+    The tool runs in a worker process (unless --isolate thread), so --timeout stops it.
     Exit 0 when the tool ran, even if it failed or timed out (the result says so); when
     the call could not start, the exit code of its error (unknown tool 4, import failed 9,
     invalid arguments 10, denied 12).
@@ -493,7 +504,9 @@ def call(
         arguments = json.loads(args_json)
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
-    result = open_catalog(ctx).call(name, arguments, timeout=timeout)
+    catalog = open_catalog(ctx, isolation="process")
+    show = None if as_json or not sys.stderr.isatty() else show_progress
+    result = catalog.call(name, arguments, timeout=timeout, on_event=show)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     elif result.success:
@@ -505,7 +518,23 @@ def call(
             click.echo("[truncated]", err=True)
     else:
         click.echo(f"error ({result.error_code}): {result.error}", err=True)
-    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
+    code = CALL_EXIT_CODES.get(result.error_code or "", 0)
+    if catalog.runtime.executor.threads.busy:  # a timed-out thread cannot be stopped: leave
+        sys.stdout.flush()
+        sys.stderr.flush()
+        catalog.close()
+        os._exit(code)
+    ctx.exit(code)
+
+
+def show_progress(event: ToolEvent) -> None:
+    """One line on stderr per event of a running tool (a terminal only)."""
+    if event.kind == "progress":
+        total = f"/{event.total:g}" if event.total is not None else ""
+        text = f"[{event.progress or 0:g}{total}]"
+    else:
+        text = f"[{event.level or 'log'}]"
+    click.echo(f"{text} {event.message or ''}".rstrip(), err=True)
 
 
 @cli.command()
