@@ -219,7 +219,6 @@ class CatalogServer:
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
         self.readers = Readers(catalog, o.readers)
-        self._calls = anyio.CapacityLimiter(64)  # tool calls in flight, each on its own thread
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
         self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
         self._lists_revision = -1
@@ -421,10 +420,7 @@ class CatalogServer:
                     f"{name!r} is not in your tool list: find it with {SEARCH_TOOL}, then call "
                     f"it with {CALL_TOOL}",
                 )
-        address = f"{tool.id}@{tool.version}"  # exactly the version that was checked
-        outcome = await anyio.to_thread.run_sync(
-            lambda: self.catalog.call(address, arguments), limiter=self._calls
-        )
+        outcome = await self.catalog.acall(tool, arguments)  # the version resolved above
         return _result(outcome, structured=tool.output_schema is not None)
 
     # -- search_tools -----------------------------------------------------------------------
