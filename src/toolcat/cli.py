@@ -149,6 +149,35 @@ def init(ctx: click.Context) -> None:
     show_default=True,
     help="With --mcp-*: seconds to wait for the server.",
 )
+@click.option(
+    "--header",
+    "headers",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An HTTP header sent with every request (repeatable); write secrets as ${ENV_VAR}, "
+    "stored as the reference and resolved at call time.",
+)
+@click.option(
+    "--env",
+    "env",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --mcp-stdio: an environment variable of the server (repeatable; ${ENV_VAR} "
+    "references allowed). The server gets only these and safe defaults (PATH, HOME, LANG...).",
+)
+@click.option(
+    "--cwd",
+    "cwd",
+    help="With --mcp-stdio: the server's working directory.",
+)
+@click.option(
+    "--on-change",
+    type=click.Choice(["refuse", "warn"]),
+    default="refuse",
+    show_default=True,
+    help="With --mcp-*: when the server's definition of a tool no longer matches the "
+    "registered one at its first call, refuse the call or only warn.",
+)
 @json_option
 @click.pass_context
 def register(
@@ -164,6 +193,10 @@ def register(
     tags: tuple[str, ...],
     defer: bool,
     timeout: float,
+    headers: tuple[str, ...],
+    env: tuple[str, ...],
+    cwd: str | None,
+    on_change: str,
     as_json: bool,
 ) -> None:
     """Register toolkits from manifests (YAML, TOML, JSON), directories, modules, plugins
@@ -175,8 +208,12 @@ def register(
 
     --mcp-stdio "COMMAND ARGS" / --mcp-http URL (with --toolkit NAME) read the server's
     tools; calls are forwarded to it, starting it on the first call. Registering again
-    picks up added, changed and removed tools as a new version (or --version).
+    picks up added, changed and removed tools as a new version (or --version). A tool
+    whose definition changed on the server since is refused (or, --on-change warn, only
+    logged) until it is registered again. Secrets: --header 'Authorization=Bearer
+    ${TOKEN}' stores the reference, never the token.
     """
+    from .credentials import parse_assignments
     from .registry.python import toolkit_from_module, toolkits_from_entry_points
 
     if mcp_command or mcp_url:
@@ -184,6 +221,20 @@ def register(
             raise click.UsageError("--mcp-stdio/--mcp-http register one server, nothing else")
         if not toolkit_name:
             raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
+        if mcp_url and (env or cwd is not None):
+            raise click.UsageError("--env and --cwd are for --mcp-stdio; use --header")
+        if mcp_command and headers:
+            raise click.UsageError("--header is for --mcp-http; use --env")
+        from .registry.mcp import literal_secrets
+
+        header_map = parse_assignments(headers, option="--header")
+        env_map = parse_assignments(env, option="--env")
+        for what in literal_secrets(header_map, env_map):
+            click.echo(
+                f"warning: {what} is stored in the catalog as typed; write the secret as "
+                "${ENV_VAR} to store only the reference",
+                err=True,
+            )
         result = open_catalog(ctx).register_mcp(
             mcp_command or mcp_url or "",
             toolkit=toolkit_name,
@@ -192,6 +243,10 @@ def register(
             tags=tags,
             defer_loading=defer,
             timeout=timeout,
+            headers=header_map,
+            env=env_map,
+            cwd=cwd,
+            on_change=on_change,
         )
         if as_json:
             emit_json({"results": [result.model_dump()]})
@@ -206,6 +261,8 @@ def register(
         return
     if not (paths or modules or entry_points):
         raise click.UsageError("give manifest PATHS, --module, --entry-points or --mcp-*")
+    if headers or env or cwd is not None:
+        raise click.UsageError("--header, --env and --cwd go with --mcp-http/--mcp-stdio")
     sources: list[Any] = list(paths)
     sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
     if entry_points:
@@ -451,17 +508,32 @@ def call(
 @json_option
 @click.pass_context
 def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
-    """Import each tool's implementation in a child process and check its signature."""
+    """Check each tool's implementation: Python ones are imported in a child process and
+    their signatures checked; tools imported from an MCP server are compared with what the
+    server lists now (changed, removed and added tools are reported)."""
     report = open_catalog(ctx).check(toolkit)
     failed = [r for r in report if not r["ok"]]
+    added = [r for r in report if r.get("change") == "added"]
     if as_json:
         emit_json({"tools": report, "failed": len(failed)})
     else:
         for r in report:
-            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {r['id']}")
-            for problem in r["problems"]:
+            label = "new " if r.get("change") == "added" else ("ok  " if r["ok"] else "FAIL")
+            click.echo(f"{label} {r['id']}")
+            for problem in r["problems"] + ([r["note"]] if r.get("note") else []):
                 click.echo(f"     {problem}")
-        click.echo(f"{len(report) - len(failed)} ok, {len(failed)} failed")
+        summary = f"{len(report) - len(failed) - len(added)} ok, {len(failed)} failed"
+        if added:
+            summary += f", {len(added)} new on the server"
+        click.echo(summary)
+        if failed or added:
+            moved = any(r.get("change") for r in report)
+            if moved:
+                click.echo(
+                    "an imported server changed: review it, then `toolcat register` it again "
+                    "to register what it lists now as a new version",
+                    err=True,
+                )
     if failed:
         ctx.exit(ImportFailedError.exit_code)
 

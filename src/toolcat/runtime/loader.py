@@ -37,7 +37,7 @@ def _import(spec: str, tool_id: str) -> Any:
     from ..mcpclient import is_remote, remote_tool  # light: the SDK is imported on first call
 
     if is_remote(spec):  # a tool of an MCP server: a forwarder, the server starts on first call
-        return remote_tool(spec)
+        return remote_tool(spec, tool_id)
     module_name, _, attr_path = spec.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
