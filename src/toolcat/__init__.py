@@ -10,6 +10,7 @@ from .errors import (
     InvalidQueryError,
     ManifestError,
     NotFoundError,
+    PolicyError,
     ToolcatError,
     ToolDeniedError,
     ToolTimeoutError,
@@ -24,6 +25,7 @@ from .models import (
     SearchResult,
     Tool,
     ToolAnnotations,
+    ToolEvent,
     Toolkit,
     ToolkitVersion,
     ToolPage,
@@ -31,6 +33,7 @@ from .models import (
 )
 from .policy import Policy
 from .registry.python import tool
+from .runtime.events import report_log, report_progress
 
 __version__ = "0.1.0"
 
@@ -45,6 +48,7 @@ __all__ = [
     "ManifestError",
     "NotFoundError",
     "Policy",
+    "PolicyError",
     "RegisteredTool",
     "RegistrationResult",
     "SearchHit",
@@ -52,6 +56,7 @@ __all__ = [
     "Tool",
     "ToolAnnotations",
     "ToolDeniedError",
+    "ToolEvent",
     "ToolPage",
     "ToolResult",
     "ToolTimeoutError",
@@ -62,5 +67,7 @@ __all__ = [
     "UnknownToolkitError",
     "VersionConflictError",
     "__version__",
+    "report_log",
+    "report_progress",
     "tool",
 ]

@@ -464,7 +464,7 @@ def test_register_from_the_cli_checks_its_options(tmp_path: Path) -> None:
     header = runner.invoke(
         cli, ["--db", db, "register", "--mcp-stdio", SERVER, "--toolkit", "x", "--header", "A=b"]
     )
-    assert header.exit_code == 2 and "--header is for --mcp-http" in header.output
+    assert header.exit_code == 2 and "--header goes with --mcp-http" in header.output
     malformed = runner.invoke(
         cli, ["--db", db, "register", "--mcp-stdio", SERVER, "--toolkit", "x", "--env", "NOVALUE"]
     )
