@@ -35,6 +35,7 @@ import atexit
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import os
 import re
@@ -610,7 +611,13 @@ class Connection:
             return
         raise DefinitionChangedError(message, tool=tool_id or tool.name, changed=changed)
 
-    async def call(self, tool: RemoteTool, arguments: dict[str, Any], tool_id: str = "") -> Any:
+    async def call(
+        self,
+        tool: RemoteTool,
+        arguments: dict[str, Any],
+        tool_id: str = "",
+        on_progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> Any:
         from mcp.shared.exceptions import MCPError
         from mcp.types import CONNECTION_CLOSED
 
@@ -620,7 +627,21 @@ class Connection:
             client, link = await self._client_now()
         try:
             await self._verify(client, link, tool, tool_id)
-            result = await client.call_tool(tool.name, arguments, read_timeout_seconds=CALL_TIMEOUT)
+            progress = None
+            if on_progress is not None:
+
+                async def progress(done: float, total: float | None, message: str | None) -> None:
+                    on_progress(done, total, message)
+
+            result = await client.call_tool(
+                tool.name,
+                arguments,
+                read_timeout_seconds=CALL_TIMEOUT,
+                progress_callback=progress,
+            )
+            if progress is not None:  # let reports that arrived before the result be delivered
+                for _ in range(3):
+                    await asyncio.sleep(0)
         except ToolcatError:
             raise
         except MCPError as e:
@@ -723,7 +744,8 @@ def close_all(timeout: float = 10.0) -> None:
 
 def remote_tool(spec: str, tool_id: str = "") -> Callable[..., Coroutine[Any, Any, Any]]:
     """An async callable that forwards its keyword arguments to the remote tool ``spec``
-    names. Cancelling it (the runtime's timeout does) cancels the request on the server.
+    names. Cancelling it (the runtime's timeout does) cancels the request on the server;
+    progress the server reports becomes this call's progress events (``report_progress``).
 
     Nothing is started here: the server starts on the first call.
     """
@@ -731,8 +753,16 @@ def remote_tool(spec: str, tool_id: str = "") -> Callable[..., Coroutine[Any, An
     remote = parse_implementation(spec)
 
     async def forward(**arguments: Any) -> Any:
-        future = _loop().submit(connection(remote.endpoint).call(remote, arguments, tool_id))
-        return await asyncio.wrap_future(future)
+        from .runtime import events
+
+        context = contextvars.copy_context()  # where the runtime routes this call's events
+
+        def on_progress(done: float, total: float | None, message: str | None) -> None:
+            with contextlib.suppress(Exception):  # a malformed report is not the call's failure
+                context.run(events.report_progress, done, total, message)
+
+        call = connection(remote.endpoint).call(remote, arguments, tool_id, on_progress)
+        return await asyncio.wrap_future(_loop().submit(call))
 
     forward.__name__ = remote.name
     return forward

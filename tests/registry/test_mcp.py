@@ -62,9 +62,9 @@ def switch_server_to_variant_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_register_reads_tools_and_calls_are_forwarded(catalog: Catalog, tmp_path: Path) -> None:
     result = catalog.register_mcp(SERVER, toolkit="weather", env=PASS_ON)
-    assert (result.status, result.version, result.tools) == ("added", "1.0.0", 6)
+    assert (result.status, result.version, result.tools) == ("added", "1.0.0", 7)
     assert result.changes == {
-        "added": ["environment", "explode", "forecast", "nap", "old_tool", "shout"],
+        "added": ["count", "environment", "explode", "forecast", "nap", "old_tool", "shout"],
         "changed": [],
         "removed": [],
     }
@@ -114,6 +114,16 @@ def test_a_timeout_cancels_the_work_on_the_server(catalog: Catalog, tmp_path: Pa
         time.sleep(0.1)
     assert marker.read_text() == "cancelled"  # notifications/cancelled reached the server
     assert catalog.call("shout", {"text": "still up"}).data == {"result": "STILL UP"}
+
+
+def test_progress_from_the_server_becomes_call_events(catalog: Catalog) -> None:
+    register(catalog)
+    seen: list[object] = []
+    result = catalog.call("count", {"to": 3}, on_event=seen.append)
+    assert result.success and result.data == {"result": 3}, result.error
+    progress = [(e.progress, e.total, e.message) for e in result.events if e.kind == "progress"]
+    assert progress == [(1, 3, "counted 1"), (2, 3, "counted 2"), (3, 3, "counted 3")]
+    assert len(seen) == 3
 
 
 def test_env_and_cwd_reach_the_child_and_the_secret_stays_out_of_the_catalog(
@@ -261,7 +271,7 @@ def test_check_reports_added_changed_and_removed_tools(
 ) -> None:
     register(catalog)
     report = catalog.check("weather")
-    assert [r["ok"] for r in report] == [True] * 6 and not any("change" in r for r in report)
+    assert [r["ok"] for r in report] == [True] * 7 and not any("change" in r for r in report)
 
     switch_server_to_variant_2(monkeypatch)
     report = {r["id"]: r for r in catalog.check("weather")}
@@ -274,7 +284,7 @@ def test_check_reports_added_changed_and_removed_tools(
     out = CliRunner().invoke(cli, ["--db", str(db_path), "check", "weather"])
     assert out.exit_code == ImportFailedError.exit_code
     assert "FAIL weather.shout" in out.output and "new  weather.new_tool" in out.output
-    assert "4 ok, 2 failed, 1 new on the server" in out.output
+    assert "5 ok, 2 failed, 1 new on the server" in out.output
 
 
 @pytest.mark.slow
@@ -406,7 +416,7 @@ def test_http_with_a_bearer_header_from_the_cli(
     base = ["--db", str(db), "register", "--mcp-http", http_server, "--toolkit", "w"]
     out = runner.invoke(cli, [*base, *header])
     assert out.exit_code == 0, out.output
-    assert "added     w 1.0.0 (6 tools)" in out.output
+    assert "added     w 1.0.0 (7 tools)" in out.output
     called = runner.invoke(cli, ["--db", str(db), "call", "forecast", "--args", '{"city": "Rome"}'])
     assert called.exit_code == 0 and '"Rome"' in called.output, called.output
 
