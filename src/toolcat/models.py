@@ -32,6 +32,7 @@ TOOLKIT_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 IMPLEMENTATION_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
     r"|^mcp\+(stdio|http):.+#[^#]+$"  # a tool of an MCP server (see toolcat.mcpclient)
+    r"|^openapi\+http:[^#\s]+#\{.*\}$"  # a REST operation (see toolcat.openapi_client)
 )
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_TAG_LENGTH = 64
@@ -159,7 +160,8 @@ class Tool(BaseModel):
     def _implementation(cls, value: str | None) -> str | None:
         if value is not None and not IMPLEMENTATION_RE.match(value):
             raise ValueError(
-                f"{value!r} is not of the form 'package.module:attribute' (or 'mcp+stdio:CMD#TOOL')"
+                f"{value!r} is not of the form 'package.module:attribute' (or "
+                "'mcp+stdio:CMD#TOOL', 'openapi+http:URL#{...}')"
             )
         return value
 
