@@ -556,13 +556,9 @@ def call(
             click.echo("[truncated]", err=True)
     else:
         click.echo(f"error ({result.error_code}): {result.error}", err=True)
-    code = CALL_EXIT_CODES.get(result.error_code or "", 0)
-    if catalog.runtime.executor.threads.busy:  # a timed-out thread cannot be stopped: leave
-        sys.stdout.flush()
-        sys.stderr.flush()
-        catalog.close()
-        os._exit(code)
-    ctx.exit(code)
+    if catalog.runtime.executor.threads.busy:  # a timed-out thread that cannot be stopped:
+        _LEAVE_AT_ONCE.append(True)  # main() exits without waiting for it
+    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
 
 
 def show_progress(event: ToolEvent) -> None:
@@ -883,9 +879,20 @@ def eval_(
             )
 
 
+_LEAVE_AT_ONCE: list[bool] = []
+
+
 def main() -> None:
-    """Console entry point."""
-    cli.main(prog_name="toolcat")
+    """Console entry point. After a `call` whose tool is still running in a thread (timed
+    out, unstoppable), the process leaves at once instead of waiting for it at exit."""
+    try:
+        cli.main(prog_name="toolcat")
+    except SystemExit as e:
+        if _LEAVE_AT_ONCE:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else 1)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -152,11 +152,13 @@ class Runtime:
         return found
 
     def mode(self, tool: RegisteredTool) -> Mode:
-        """How ``tool`` runs. Tools of MCP servers always run here: their work is in the
-        server's process already."""
+        """How ``tool`` runs. Tools of MCP servers and OpenAPI operations always run here:
+        their work is in another process (the server, the API) already."""
         from ..mcpclient import is_remote
+        from ..openapi_client import is_openapi
 
-        if tool.implementation and is_remote(tool.implementation):
+        spec = tool.implementation
+        if spec and (is_remote(spec) or is_openapi(spec)):
             return "thread"
         if isinstance(self.isolation, str):
             return self.isolation
