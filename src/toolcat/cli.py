@@ -748,10 +748,13 @@ def serve(
     from .server.mcp import CatalogServer, ServeOptions, serve_stdio
     from .server.tokens import Tokens, load_tokens
 
-    if (token or tokens_file) and not use_http:
-        raise click.UsageError("--token and --tokens protect --http; stdio needs no token")
+    if tokens_file and not use_http:
+        raise click.UsageError("--tokens protects --http; stdio needs no token")
     if token and tokens_file:
-        raise click.UsageError("give --token or --tokens, not both")
+        if ctx.get_parameter_source("token") == click.core.ParameterSource.ENVIRONMENT:
+            token = None  # the file names every identity; TOOLCAT_TOKEN is not one of them
+        else:
+            raise click.UsageError("give --token or --tokens, not both")
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     catalog = open_catalog(ctx)
     catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
