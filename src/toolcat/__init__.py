@@ -4,11 +4,13 @@ from .catalog import Catalog
 from .errors import (
     AmbiguousNameError,
     CatalogError,
+    DefinitionChangedError,
     ImportFailedError,
     InvalidArgumentsError,
     InvalidQueryError,
     ManifestError,
     NotFoundError,
+    PolicyError,
     ToolcatError,
     ToolDeniedError,
     ToolTimeoutError,
@@ -23,6 +25,7 @@ from .models import (
     SearchResult,
     Tool,
     ToolAnnotations,
+    ToolEvent,
     Toolkit,
     ToolkitVersion,
     ToolPage,
@@ -30,6 +33,7 @@ from .models import (
 )
 from .policy import Policy
 from .registry.python import tool
+from .runtime.events import report_log, report_progress
 
 __version__ = "0.1.0"
 
@@ -37,12 +41,14 @@ __all__ = [
     "AmbiguousNameError",
     "Catalog",
     "CatalogError",
+    "DefinitionChangedError",
     "ImportFailedError",
     "InvalidArgumentsError",
     "InvalidQueryError",
     "ManifestError",
     "NotFoundError",
     "Policy",
+    "PolicyError",
     "RegisteredTool",
     "RegistrationResult",
     "SearchHit",
@@ -50,6 +56,7 @@ __all__ = [
     "Tool",
     "ToolAnnotations",
     "ToolDeniedError",
+    "ToolEvent",
     "ToolPage",
     "ToolResult",
     "ToolTimeoutError",
@@ -60,5 +67,7 @@ __all__ = [
     "UnknownToolkitError",
     "VersionConflictError",
     "__version__",
+    "report_log",
+    "report_progress",
     "tool",
 ]

@@ -11,12 +11,13 @@ import asyncio
 import builtins
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from .models import (
     ReindexReport,
     SearchHit,
     SearchResult,
+    ToolEvent,
     Toolkit,
     ToolkitVersion,
     ToolPage,
@@ -45,7 +47,7 @@ from .models import (
 )
 from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
-from .runtime.call import Runtime, error_result
+from .runtime.call import Isolation, Runtime, check_isolation, check_timeout, error_result
 from .search import reindex as reindexing
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
@@ -85,6 +87,10 @@ class Catalog:
         policy: Allow/deny rules and guards for calls. Tools its rules deny are also left
             out of list and search unless ``include_denied=True``.
         default_timeout: Seconds a call may run when neither the call nor the tool says.
+        isolation: How tools run: ``"thread"`` (fast; at a timeout the caller's wait stops but
+            a sync tool's work may go on), ``"process"`` (a worker subprocess that a timeout
+            kills, so the work stops), or a mapping of toolkit names to either (``"*"`` for
+            the rest). Tools of imported MCP servers always run in this process.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
             sets its own ``max_result_bytes``.
         embedding_model: The sentence-transformers model (name or folder) for embedding
@@ -104,10 +110,12 @@ class Catalog:
         default_timeout: float = 60.0,
         max_result_bytes: int = 1_000_000,
         embedding_model: str | None = None,
+        isolation: Isolation = "thread",
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.policy = policy or Policy()
-        self.default_timeout = default_timeout
+        self.default_timeout = check_timeout(default_timeout, "default_timeout")
+        self.isolation = check_isolation(isolation)
         self.max_result_bytes = max_result_bytes
         self._runtime: Runtime | None = None
         self._resolved: dict[str, tuple[RegisteredTool, Any]] = {}
@@ -211,6 +219,10 @@ class Catalog:
         tags: Iterable[str] = (),
         defer_loading: bool = True,
         timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        on_change: str = "refuse",
     ) -> RegistrationResult:
         """Register the tools an MCP server lists as a toolkit whose tools forward calls to it.
 
@@ -229,20 +241,48 @@ class Catalog:
             tags: Tags for every tool (``mcp`` is always added).
             defer_loading: Whether the tools are deferred (found by search, not listed).
             timeout: Seconds to wait for the server to start and list its tools.
+            headers: HTTP headers sent to an ``http`` server (``{"Authorization": "Bearer
+                ${GITHUB_TOKEN}"}``).
+            env: Environment variables of a stdio server. It gets these and a few safe
+                defaults (``PATH``, ``HOME``, ``LANG``...), never this process's whole
+                environment.
+            cwd: The working directory of a stdio server.
+            on_change: When a tool's definition on the server no longer matches the
+                registered one at its first call on a connection: ``refuse`` the call
+                (``DefinitionChangedError``) or ``warn`` (logged) and call it.
+
+        Values of ``headers``, ``env`` and ``cwd`` may reference environment variables as
+        ``${NAME}``: the catalog stores the reference, never the secret, and the process that
+        makes a call resolves it (a variable that is not set is an ``ImportFailedError``
+        naming it).
 
         Returns:
             The registration, with ``changes`` listing added, changed and removed tools
             against the newest registered version.
 
         Raises:
-            ImportFailedError: The server cannot be started, or does not answer in time.
+            ImportFailedError: The server cannot be started, refuses the credentials, or
+                does not answer in time; a referenced variable is not set.
             ManifestError: The server lists an invalid tool, or none.
             VersionConflictError: ``version`` is registered with other tools.
+            ToolcatError: Options that do not fit the transport (``headers`` for a stdio
+                server, ``env``/``cwd`` for an HTTP one) or malformed names.
         """
-        from .mcpclient import Endpoint, forget
-        from .registry.mcp import toolkit_from_mcp
+        from .credentials import references
+        from .mcpclient import forget, make_endpoint
+        from .registry.mcp import check_on_change, toolkit_from_mcp
 
-        endpoint = Endpoint("http" if http else "stdio", server.strip())
+        if cwd is not None:
+            cwd = os.fspath(cwd)
+            if not references(cwd):  # stored absolute: calls come from any directory
+                cwd = str(Path(cwd).expanduser().resolve())
+        endpoint = make_endpoint(
+            "http" if http else "stdio",
+            server,
+            headers=dict(headers or {}),
+            env=dict(env or {}),
+            cwd=cwd,
+        )
         newest = self._newest_version(toolkit)
         built = toolkit_from_mcp(
             endpoint,
@@ -252,6 +292,7 @@ class Catalog:
             tags=tags,
             defer_loading=defer_loading,
             timeout=timeout,
+            on_change=check_on_change(on_change),
         )
         old = (
             ()
@@ -619,6 +660,7 @@ class Catalog:
                 self._runtime = Runtime(
                     self.policy,
                     default_timeout=self.default_timeout,
+                    isolation=self.isolation,
                     max_result_bytes=self.max_result_bytes,
                 )
             return self._runtime
@@ -644,92 +686,135 @@ class Catalog:
 
         Raises:
             UnknownToolError: No such tool.
+            ToolDeniedError: The policy's rules deny the tool (the version the address names).
             ImportFailedError: The implementation cannot be imported or called.
         """
         return self.runtime.load(self._resolve(address)[0])
 
     def call(
         self,
-        address: str,
+        address: str | RegisteredTool,
         arguments: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        on_event: Callable[[ToolEvent], Any] | None = None,
     ) -> ToolResult:
         """Call a tool by name; never raises for the tool's or the caller's mistakes.
 
-        The path: resolve the address (the active version, or a pinned ``@version``) →
-        policy rules → validate ``arguments`` against the tool's JSON Schema, filling
-        defaults → import the implementation (first call only) → run it (sync tools in a
-        worker thread, async ones on an event loop) within the timeout → make the result
-        JSON and truncate it if too large.
+        The path: resolve the address once (the active version, or a pinned ``@version``) →
+        policy rules, judged on that version → validate ``arguments`` against its JSON
+        Schema, filling defaults → run it (see ``isolation``) within the timeout → make the
+        result JSON and truncate it if too large.
 
         Args:
-            address: ``name``, ``toolkit.name``, or either with ``@version``.
+            address: ``name``, ``toolkit.name``, either with ``@version``, or a
+                ``RegisteredTool`` already resolved (``get``).
             arguments: The tool's arguments as a JSON object.
-            timeout: Seconds to wait; default the tool's ``timeout``, else the catalog's.
+            timeout: Seconds to wait (above 0); default the tool's ``timeout``, else the
+                catalog's.
+            on_event: Called with each ``ToolEvent`` the tool reports while it runs
+                (``toolcat.report_progress``), from the thread running or waiting on it.
 
         Returns:
             A ``ToolResult``: ``success`` and ``data``, or ``error`` and ``error_code``
             (``UNKNOWN_TOOL``, ``INVALID_ARGUMENTS``, ``TOOL_DENIED``, ``IMPORT_FAILED``,
-            ``TOOL_ERROR``, ``TIMEOUT``).
+            ``TOOL_ERROR``, ``TIMEOUT``), and the ``events`` reported.
         """
         started = time.perf_counter()
         try:
-            tool, validator = self._resolve(address)
+            if timeout is not None:
+                check_timeout(timeout)
+            if isinstance(address, RegisteredTool):
+                tool, validator = address, self.runtime.validator(address)
+            else:
+                tool, validator = self._resolve(address)
         except Exception as e:
             return error_result(e, started)
         return self.runtime.call(
-            tool, arguments, timeout=timeout, validator=validator, started=started
+            tool,
+            arguments,
+            timeout=timeout,
+            validator=validator,
+            started=started,
+            on_event=on_event,
         )
 
     async def acall(
         self,
-        address: str,
+        address: str | RegisteredTool,
         arguments: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        on_event: Callable[[ToolEvent], Any] | None = None,
     ) -> ToolResult:
-        """``call`` for async code: runs the call without blocking the event loop."""
-        return await asyncio.to_thread(self.call, address, arguments, timeout=timeout)
+        """``call`` for async code: runs the call on the runtime's own threads (never the
+        event loop's small default executor), without blocking the loop. ``on_event`` is
+        called on this event loop; it may be a coroutine function."""
+        loop = asyncio.get_running_loop()
+        forward: Callable[[ToolEvent], Any] | None = None
+        if on_event is not None:
+            callback = on_event
+
+            pending: set[asyncio.Future[Any]] = set()
+
+            def deliver(event: ToolEvent) -> None:
+                outcome = callback(event)
+                if inspect.isawaitable(outcome):
+                    task = asyncio.ensure_future(outcome)
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+
+            def forward(event: ToolEvent) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
+                    loop.call_soon_threadsafe(deliver, event)
+
+        future = self.runtime.executor.threads.submit(
+            self.call, address, arguments, timeout=timeout, on_event=forward
+        )
+        return await asyncio.wrap_future(future)
 
     def check(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
-        """Import every active tool's implementation (of one toolkit, or all) in a child
-        process and check it is callable with the schema's arguments.
+        """Check every active tool's implementation (of one toolkit, or all).
+
+        Python implementations are imported in a child process and their signatures checked
+        against the schemas. Tools imported from MCP servers are checked against the server:
+        it is contacted and what it lists now is compared with what was registered (tools
+        changed or removed there fail; tools added there are reported with ``"added"``).
 
         Returns:
-            ``{"id", "ok", "problems"}`` per tool.
+            ``{"id", "ok", "problems"}`` per tool; for imported toolkits also ``"change"``
+            (``"changed"``, ``"removed"`` or ``"added"``) where the server moved.
         """
         import subprocess
         import sys
 
-        tools = []
-        cursor = None
-        while True:
-            page = self.list(
-                toolkit=toolkit,
-                include_deferred=True,
-                include_denied=True,
-                limit=MAX_LIMIT,
-                cursor=cursor,
-            )
-            tools += page.tools
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        tools = builtins.list(
+            self.iter_tools(toolkit=toolkit, include_deferred=True, include_denied=True)
+        )
+        remote = [t for t in tools if (t.implementation or "").startswith("mcp+")]
+        local = [t for t in tools if not (t.implementation or "").startswith("mcp+")]
         entries = [
             {"id": t.id, "implementation": t.implementation, "parameters": t.parameters}
-            for t in tools
+            for t in local
         ]
-        child = subprocess.run(
-            [sys.executable, "-m", "toolcat.runtime.check"],
-            input=json.dumps(entries),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if child.returncode != 0:
-            raise CatalogError(f"the check process failed: {child.stderr.strip()[-2000:]}")
-        result: builtins.list[dict[str, Any]] = json.loads(child.stdout)
+        result: builtins.list[dict[str, Any]] = []
+        if entries:
+            child = subprocess.run(
+                [sys.executable, "-m", "toolcat.runtime.check"],
+                input=json.dumps(entries),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if child.returncode != 0:
+                raise CatalogError(f"the check process failed: {child.stderr.strip()[-2000:]}")
+            result = json.loads(child.stdout)
+        if remote:
+            from .registry.mcp import check_remote
+
+            result += check_remote(remote)
+        order = {t.id: i for i, t in enumerate(tools)}
+        result.sort(key=lambda r: (order.get(r["id"], len(order)), r["id"]))
         return result
 
     # -- indexing ------------------------------------------------------------------------

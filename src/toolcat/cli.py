@@ -8,6 +8,7 @@ error's exit code, here and nowhere else.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from .errors import (
     UnknownToolError,
 )
 from .export import FORMATS
-from .models import RegisteredTool
+from .models import RegisteredTool, ToolEvent
 from .policy import Policy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,10 +61,12 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
-def open_catalog(ctx: click.Context) -> Catalog:
+def open_catalog(ctx: click.Context, isolation: str = "thread") -> Catalog:
+    """The catalog the global options name; ``--isolate`` overrides ``isolation``."""
     params = ctx.find_root().params
     policy = Policy.of(allow=params.get("allow") or (), deny=params.get("deny") or ())
-    catalog = Catalog(params.get("db"), policy=policy)
+    mode: Any = params.get("isolate") or isolation
+    catalog = Catalog(params.get("db"), policy=policy, isolation=mode)
     ctx.call_on_close(catalog.close)
     return catalog
 
@@ -97,6 +100,12 @@ def tool_line(tool: RegisteredTool) -> str:
     help="Policy: refuse (and hide) tools matching this rule, e.g. tag:destructive.",
 )
 @click.option("--allow", multiple=True, help="Policy: exempt tools matching this rule from --deny.")
+@click.option(
+    "--isolate",
+    type=click.Choice(["thread", "process"]),
+    help="Run tools in threads (fast; a timeout stops the wait, not the work) or in worker "
+    "processes (a timeout kills the work). Default: process for `call`, thread otherwise.",
+)
 @click.version_option(package_name="toolcat")
 @click.pass_context
 def cli(
@@ -105,6 +114,7 @@ def cli(
     debug: bool,
     deny: tuple[str, ...],
     allow: tuple[str, ...],
+    isolate: str | None,
 ) -> None:
     """A searchable catalog of LLM tool definitions with deferred loading."""
     ctx.meta["toolcat.debug"] = debug
@@ -170,6 +180,23 @@ def init(ctx: click.Context) -> None:
     show_default=True,
     help="With an import: seconds to wait for the server (--openapi: for each call).",
 )
+@click.option(
+    "--env",
+    "env_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --mcp-stdio: an environment variable of the server (repeatable; ${ENV_VAR} "
+    "references allowed). The server gets only these and safe defaults (PATH, HOME, LANG...).",
+)
+@click.option("--cwd", "cwd", help="With --mcp-stdio: the server's working directory.")
+@click.option(
+    "--on-change",
+    type=click.Choice(["refuse", "warn"]),
+    default="refuse",
+    show_default=True,
+    help="With --mcp-*: when the server's definition of a tool no longer matches the "
+    "registered one at its first call, refuse the call or only warn.",
+)
 @json_option
 @click.pass_context
 def register(
@@ -190,6 +217,9 @@ def register(
     tags: tuple[str, ...],
     defer: bool,
     timeout: float,
+    env_items: tuple[str, ...],
+    cwd: str | None,
+    on_change: str,
     as_json: bool,
 ) -> None:
     """Register toolkits from manifests (YAML, TOML, JSON), directories, modules, plugins
@@ -201,7 +231,10 @@ def register(
 
     --mcp-stdio "COMMAND ARGS" / --mcp-http URL (with --toolkit NAME) read the server's
     tools; calls are forwarded to it, starting it on the first call. Registering again
-    picks up added, changed and removed tools as a new version (or --version).
+    picks up added, changed and removed tools as a new version (or --version). A tool
+    whose definition changed on the server since is refused (or, --on-change warn, only
+    logged) until it is registered again. Secrets: --header 'Authorization=Bearer
+    ${TOKEN}' (HTTP) and --env 'KEY=${KEY}' (stdio) store the reference, never the value.
 
     --openapi SPEC (a JSON/YAML file or URL, with --toolkit NAME) registers one tool per
     operation, calling the API at --base-url (default: the document's servers) with the
@@ -211,6 +244,9 @@ def register(
     from .registry.python import toolkit_from_module, toolkits_from_entry_points
 
     headers = parse_assignments(header_items, option="--header")
+    env = parse_assignments(env_items, option="--env")
+    if (env or cwd is not None) and not mcp_command:
+        raise click.UsageError("--env and --cwd go with --mcp-stdio")
     if openapi_spec:
         if paths or modules or entry_points or mcp_command or mcp_url:
             raise click.UsageError("--openapi registers one document, nothing else")
@@ -230,15 +266,23 @@ def register(
         )
         _echo_import(result, as_json)
         return
-    if base_url or include_tags or operation_ids or headers:
-        raise click.UsageError(
-            "--base-url, --header, --include-tag and --operation go with --openapi"
-        )
+    if base_url or include_tags or operation_ids:
+        raise click.UsageError("--base-url, --include-tag and --operation go with --openapi")
+    if headers and not mcp_url:
+        raise click.UsageError("--header goes with --mcp-http or --openapi (stdio: --env)")
     if mcp_command or mcp_url:
         if (paths or modules or entry_points) or (mcp_command and mcp_url):
             raise click.UsageError("--mcp-stdio/--mcp-http register one server, nothing else")
         if not toolkit_name:
             raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
+        from .registry.mcp import literal_secrets
+
+        for what in literal_secrets(headers, env):
+            click.echo(
+                f"warning: {what} is stored in the catalog as typed; write the secret as "
+                "${ENV_VAR} to store only the reference",
+                err=True,
+            )
         result = open_catalog(ctx).register_mcp(
             mcp_command or mcp_url or "",
             toolkit=toolkit_name,
@@ -247,6 +291,10 @@ def register(
             tags=tags,
             defer_loading=defer,
             timeout=timeout,
+            headers=headers,
+            env=env,
+            cwd=cwd,
+            on_change=on_change,
         )
         _echo_import(result, as_json)
         return
@@ -485,6 +533,7 @@ def call(
 ) -> None:
     """Call a tool and print its result.
 
+    The tool runs in a worker process (unless --isolate thread), so --timeout stops it.
     Exit 0 when the tool ran, even if it failed or timed out (the result says so); when
     the call could not start, the exit code of its error (unknown tool 4, import failed 9,
     invalid arguments 10, denied 12).
@@ -493,7 +542,9 @@ def call(
         arguments = json.loads(args_json)
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
-    result = open_catalog(ctx).call(name, arguments, timeout=timeout)
+    catalog = open_catalog(ctx, isolation="process")
+    show = None if as_json or not sys.stderr.isatty() else show_progress
+    result = catalog.call(name, arguments, timeout=timeout, on_event=show)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     elif result.success:
@@ -505,7 +556,23 @@ def call(
             click.echo("[truncated]", err=True)
     else:
         click.echo(f"error ({result.error_code}): {result.error}", err=True)
-    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
+    code = CALL_EXIT_CODES.get(result.error_code or "", 0)
+    if catalog.runtime.executor.threads.busy:  # a timed-out thread cannot be stopped: leave
+        sys.stdout.flush()
+        sys.stderr.flush()
+        catalog.close()
+        os._exit(code)
+    ctx.exit(code)
+
+
+def show_progress(event: ToolEvent) -> None:
+    """One line on stderr per event of a running tool (a terminal only)."""
+    if event.kind == "progress":
+        total = f"/{event.total:g}" if event.total is not None else ""
+        text = f"[{event.progress or 0:g}{total}]"
+    else:
+        text = f"[{event.level or 'log'}]"
+    click.echo(f"{text} {event.message or ''}".rstrip(), err=True)
 
 
 @cli.command()
@@ -513,17 +580,32 @@ def call(
 @json_option
 @click.pass_context
 def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
-    """Import each tool's implementation in a child process and check its signature."""
+    """Check each tool's implementation: Python ones are imported in a child process and
+    their signatures checked; tools imported from an MCP server are compared with what the
+    server lists now (changed, removed and added tools are reported)."""
     report = open_catalog(ctx).check(toolkit)
     failed = [r for r in report if not r["ok"]]
+    added = [r for r in report if r.get("change") == "added"]
     if as_json:
         emit_json({"tools": report, "failed": len(failed)})
     else:
         for r in report:
-            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {r['id']}")
-            for problem in r["problems"]:
+            label = "new " if r.get("change") == "added" else ("ok  " if r["ok"] else "FAIL")
+            click.echo(f"{label} {r['id']}")
+            for problem in r["problems"] + ([r["note"]] if r.get("note") else []):
                 click.echo(f"     {problem}")
-        click.echo(f"{len(report) - len(failed)} ok, {len(failed)} failed")
+        summary = f"{len(report) - len(failed) - len(added)} ok, {len(failed)} failed"
+        if added:
+            summary += f", {len(added)} new on the server"
+        click.echo(summary)
+        if failed or added:
+            moved = any(r.get("change") for r in report)
+            if moved:
+                click.echo(
+                    "an imported server changed: review it, then `toolcat register` it again "
+                    "to register what it lists now as a new version",
+                    err=True,
+                )
     if failed:
         ctx.exit(ImportFailedError.exit_code)
 
@@ -608,14 +690,29 @@ def status(ctx: click.Context, as_json: bool) -> None:
     help="HTTP: require 'Authorization: Bearer TOKEN' (env TOOLCAT_TOKEN).",
 )
 @click.option(
-    "--tag", "tags", multiple=True, help="Only list and search tools with this tag (repeatable)."
+    "--tokens",
+    "tokens_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="HTTP: a YAML/TOML file of principals, each with its token and its own view.",
 )
-@click.option("--toolkit", help="Only list and search this toolkit.")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only list, search and call tools with this tag."
+)
+@click.option("--toolkit", help="Only list, search and call this toolkit (name[@version]).")
+@click.option(
+    "--deny",
+    "serve_deny",
+    multiple=True,
+    help="Refuse (and hide) tools matching this rule, as the global --deny.",
+)
+@click.option(
+    "--allow", "serve_allow", multiple=True, help="Exempt tools matching this rule from --deny."
+)
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.option(
     "--refuse-unsearched",
     is_flag=True,
-    help="Refuse calls of deferred tools this session never found by search.",
+    help="Refuse calls of deferred tools not found by search first.",
 )
 @click.option("--mode", type=click.Choice(SEARCH_MODES), help="search_tools mode (default: best).")
 @click.option(
@@ -630,8 +727,11 @@ def serve(
     host: str,
     port: int,
     token: str | None,
+    tokens_file: Path | None,
     tags: tuple[str, ...],
     toolkit: str | None,
+    serve_deny: tuple[str, ...],
+    serve_allow: tuple[str, ...],
     page_size: int,
     refuse_unsearched: bool,
     mode: str | None,
@@ -640,8 +740,9 @@ def serve(
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
     stdio by default (for clients that start toolcat); --http serves streamable HTTP at
-    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Any catalog tool may be
-    called by name, deferred ones included, unless --refuse-unsearched.
+    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Both MCP eras are
+    served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, --tag, --deny and
+    --allow bound what clients can list, search and call.
     """
     from .mcpclient import require_sdk
 
@@ -649,7 +750,13 @@ def serve(
     import anyio
 
     from .server.mcp import CatalogServer, ServeOptions, serve_stdio
+    from .server.tokens import Tokens, load_tokens
 
+    if (token or tokens_file) and not use_http:
+        raise click.UsageError("--token and --tokens protect --http; stdio needs no token")
+    if token and tokens_file:
+        raise click.UsageError("give --token or --tokens, not both")
+    tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     catalog = open_catalog(ctx)
     catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
     server = CatalogServer(
@@ -661,6 +768,8 @@ def serve(
             refuse_unsearched=refuse_unsearched,
             search_mode=mode,
             plain=plain,
+            policy=Policy.of(allow=serve_allow, deny=serve_deny),
+            per_caller=tokens_file is not None,
         ),
     )
     if not use_http:
@@ -669,7 +778,7 @@ def serve(
     from .server.http import serve_http
 
     click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
-    serve_http(server, host=host, port=port, token=token)
+    serve_http(server, host=host, port=port, tokens=tokens)
 
 
 @cli.command()

@@ -374,8 +374,28 @@ ErrorCode = Literal[
 ]
 
 
+class ToolEvent(BaseModel):
+    """Something a tool reported while it ran (``toolcat.report_progress`` / ``report_log``).
+
+    ``progress`` events carry ``progress`` (done so far) and, when known, ``total``; ``log``
+    events carry ``message`` and ``level``. ``elapsed_ms`` counts from the start of the call.
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
+    kind: Literal["progress", "log"]
+    progress: float | None = None
+    total: float | None = None
+    message: str | None = None
+    level: str | None = None
+    elapsed_ms: float = 0.0
+
+
 class ToolResult(BaseModel):
-    """The outcome of calling a tool. A failure is a result, never an exception."""
+    """The outcome of calling a tool. A failure is a result, never an exception.
+
+    ``events`` holds what the tool reported while it ran (the last ``MAX_EVENTS``).
+    """
 
     model_config = ConfigDict(defer_build=True)
 
@@ -385,3 +405,4 @@ class ToolResult(BaseModel):
     error_code: ErrorCode | None = None
     duration_ms: float = 0.0
     truncated: bool = False
+    events: list[ToolEvent] = Field(default_factory=list)
