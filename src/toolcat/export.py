@@ -228,7 +228,7 @@ def export_tools(
             continue
         short = (short_names or {}).get(tool.id, tool.id)
         name = fitted_name(
-            short if re.match(rule.pattern, short) else short.replace(".", "__"),
+            short if re.fullmatch(rule.pattern, short) else short.replace(".", "__"),
             taken,
             invalid=rule.invalid,
             max_length=rule.max_length,

@@ -55,7 +55,7 @@ def toolkit_from_mcp(
 
 def _tool_data(raw: dict[str, Any], endpoint: Endpoint, taken: set[str]) -> dict[str, Any]:
     remote_name = str(raw.get("name", ""))
-    name = remote_name if TOOL_NAME_RE.match(remote_name) and remote_name not in taken else ""
+    name = remote_name if TOOL_NAME_RE.fullmatch(remote_name) and remote_name not in taken else ""
     if name:
         taken.add(name)
     else:

@@ -94,8 +94,10 @@ class Runtime:
         *,
         default_timeout: float = DEFAULT_TIMEOUT,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        trust_any_module: bool = False,
     ) -> None:
         self.policy = policy
+        self.trust_any_module = trust_any_module
         self.default_timeout = default_timeout
         self.max_result_bytes = max_result_bytes
         self.executor = Executor()
@@ -112,8 +114,11 @@ class Runtime:
         return found
 
     def load(self, tool: RegisteredTool) -> Any:
-        """The tool's callable, imported on first use."""
-        return as_callable(load(tool.implementation, tool.id))
+        """The tool's callable, imported on first use, if it lies under its toolkit's
+        import root (unless this runtime trusts any module)."""
+        if self.trust_any_module:
+            return as_callable(load(tool.implementation, tool.id))
+        return as_callable(load(tool.implementation, tool.id, root=tool.module))
 
     def call(
         self,
