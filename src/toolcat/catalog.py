@@ -55,7 +55,7 @@ from .runtime.call import Runtime, error_result
 from .search import reindex as reindexing
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
-from .store.connection import connect, default_path
+from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
 from .store.reader import Filters
 from .trust import check_import_roots
@@ -159,8 +159,10 @@ class Catalog:
             self._conn.execute("BEGIN")
             try:
                 yield self._conn
-            finally:
-                self._conn.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(self._conn)  # the read's own error, not "cannot commit"
+                raise
+            self._conn.execute("COMMIT")
 
     @property
     def revision(self) -> int:
