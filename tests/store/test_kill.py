@@ -27,18 +27,17 @@ REGISTER = textwrap.dedent(
 
     tool = {"name": "t", "description": "A tool that does a thing with words. " * 30}
     with Catalog(sys.argv[1]) as catalog:
-        for start in range(0, %d, 3):  # batches of three toolkits, one transaction each
+        for start in range(0, KITS, 3):  # batches of three toolkits, one transaction each
             kits = [
                 Toolkit.model_validate(toolkit_data(
-                    f"kit{i}", tools=[{**tool, "name": f"t{j}"} for j in range(%d)]
+                    f"kit{i}", tools=[{**tool, "name": f"t{j}"} for j in range(TOOLS)]
                 ))
                 for i in range(start, start + 3)
             ]
             catalog.register(kits)
             print("committed", flush=True)
     """
-    % (KITS, TOOLS_PER_TOOLKIT)
-)
+).replace("KITS", str(KITS)).replace("TOOLS", str(TOOLS_PER_TOOLKIT))
 
 
 def _check_consistent(db: Path) -> int:
