@@ -19,8 +19,9 @@ from toolcat import Catalog
 TOOLS_PER_TOOLKIT = 40
 KITS = 300
 
-REGISTER = textwrap.dedent(
-    """
+REGISTER = (
+    textwrap.dedent(
+        """
     import sys
     from tests.helpers import toolkit_data
     from toolcat import Catalog, Toolkit
@@ -37,7 +38,10 @@ REGISTER = textwrap.dedent(
             catalog.register(kits)
             print("committed", flush=True)
     """
-).replace("KITS", str(KITS)).replace("TOOLS", str(TOOLS_PER_TOOLKIT))
+    )
+    .replace("KITS", str(KITS))
+    .replace("TOOLS", str(TOOLS_PER_TOOLKIT))
+)
 
 
 def _check_consistent(db: Path) -> int:
