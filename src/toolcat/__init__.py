@@ -9,6 +9,7 @@ from .errors import (
     InvalidQueryError,
     ManifestError,
     NotFoundError,
+    PolicyError,
     ToolcatError,
     ToolDeniedError,
     ToolTimeoutError,
@@ -23,6 +24,7 @@ from .models import (
     SearchResult,
     Tool,
     ToolAnnotations,
+    ToolEvent,
     Toolkit,
     ToolkitVersion,
     ToolPage,
@@ -30,6 +32,7 @@ from .models import (
 )
 from .policy import Policy
 from .registry.python import tool
+from .runtime.events import report_log, report_progress
 
 __version__ = "0.1.0"
 
@@ -43,6 +46,7 @@ __all__ = [
     "ManifestError",
     "NotFoundError",
     "Policy",
+    "PolicyError",
     "RegisteredTool",
     "RegistrationResult",
     "SearchHit",
@@ -50,6 +54,7 @@ __all__ = [
     "Tool",
     "ToolAnnotations",
     "ToolDeniedError",
+    "ToolEvent",
     "ToolPage",
     "ToolResult",
     "ToolTimeoutError",
@@ -60,5 +65,7 @@ __all__ = [
     "UnknownToolkitError",
     "VersionConflictError",
     "__version__",
+    "report_log",
+    "report_progress",
     "tool",
 ]

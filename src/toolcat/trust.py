@@ -28,8 +28,9 @@ _STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"builtins", "__m
 
 
 def is_python_implementation(implementation: str | None) -> bool:
-    """Whether ``implementation`` names Python code (not a tool of an MCP server)."""
-    return bool(implementation) and not str(implementation).startswith("mcp+")
+    """Whether ``implementation`` names Python code, not a tool of an MCP server
+    (``mcp+stdio:``) or a REST operation (``openapi+http:``): those schemes have a ``+``."""
+    return bool(implementation) and "+" not in str(implementation).split(":", 1)[0]
 
 
 def module_of(implementation: str) -> str:
