@@ -208,8 +208,8 @@ def test_every_tool_meets_the_providers_constraints(export_catalog: Catalog, fmt
             import mcp.types
 
             tool = mcp.types.Tool.model_validate(declaration)
-            assert MCP_NAME.match(tool.name) and tool.inputSchema["type"] == "object"
-            check_json_schema(tool.inputSchema, "inputSchema")
+            assert MCP_NAME.match(tool.name) and tool.input_schema["type"] == "object"
+            check_json_schema(tool.input_schema, "inputSchema")
 
 
 def test_top_level_alternatives_are_merged_for_openai(export_catalog: Catalog) -> None:

@@ -17,6 +17,7 @@ HEAVY = [
     "sentence_transformers",
     "numpy",
     "mcp",
+    "httpx",
     "sqlite_utils",
     "jsonschema",
     "toolcat.samples",

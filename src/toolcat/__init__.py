@@ -4,6 +4,7 @@ from .catalog import Catalog
 from .errors import (
     AmbiguousNameError,
     CatalogError,
+    DefinitionChangedError,
     ImportFailedError,
     InvalidArgumentsError,
     InvalidQueryError,
@@ -40,6 +41,7 @@ __all__ = [
     "AmbiguousNameError",
     "Catalog",
     "CatalogError",
+    "DefinitionChangedError",
     "ImportFailedError",
     "InvalidArgumentsError",
     "InvalidQueryError",

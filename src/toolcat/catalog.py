@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +243,10 @@ class Catalog:
         tags: Iterable[str] = (),
         defer_loading: bool = True,
         timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        on_change: str = "refuse",
     ) -> RegistrationResult:
         """Register the tools an MCP server lists as a toolkit whose tools forward calls to it.
 
@@ -261,20 +265,48 @@ class Catalog:
             tags: Tags for every tool (``mcp`` is always added).
             defer_loading: Whether the tools are deferred (found by search, not listed).
             timeout: Seconds to wait for the server to start and list its tools.
+            headers: HTTP headers sent to an ``http`` server (``{"Authorization": "Bearer
+                ${GITHUB_TOKEN}"}``).
+            env: Environment variables of a stdio server. It gets these and a few safe
+                defaults (``PATH``, ``HOME``, ``LANG``...), never this process's whole
+                environment.
+            cwd: The working directory of a stdio server.
+            on_change: When a tool's definition on the server no longer matches the
+                registered one at its first call on a connection: ``refuse`` the call
+                (``DefinitionChangedError``) or ``warn`` (logged) and call it.
+
+        Values of ``headers``, ``env`` and ``cwd`` may reference environment variables as
+        ``${NAME}``: the catalog stores the reference, never the secret, and the process that
+        makes a call resolves it (a variable that is not set is an ``ImportFailedError``
+        naming it).
 
         Returns:
             The registration, with ``changes`` listing added, changed and removed tools
             against the newest registered version.
 
         Raises:
-            ImportFailedError: The server cannot be started, or does not answer in time.
+            ImportFailedError: The server cannot be started, refuses the credentials, or
+                does not answer in time; a referenced variable is not set.
             ManifestError: The server lists an invalid tool, or none.
             VersionConflictError: ``version`` is registered with other tools.
+            ToolcatError: Options that do not fit the transport (``headers`` for a stdio
+                server, ``env``/``cwd`` for an HTTP one) or malformed names.
         """
-        from .mcpclient import Endpoint, forget
-        from .registry.mcp import toolkit_from_mcp
+        from .credentials import references
+        from .mcpclient import forget, make_endpoint
+        from .registry.mcp import check_on_change, toolkit_from_mcp
 
-        endpoint = Endpoint("http" if http else "stdio", server.strip())
+        if cwd is not None:
+            cwd = os.fspath(cwd)
+            if not references(cwd):  # stored absolute: calls come from any directory
+                cwd = str(Path(cwd).expanduser().resolve())
+        endpoint = make_endpoint(
+            "http" if http else "stdio",
+            server,
+            headers=dict(headers or {}),
+            env=dict(env or {}),
+            cwd=cwd,
+        )
         newest = self._newest_version(toolkit)
         built = toolkit_from_mcp(
             endpoint,
@@ -284,6 +316,7 @@ class Catalog:
             tags=tags,
             defer_loading=defer_loading,
             timeout=timeout,
+            on_change=check_on_change(on_change),
         )
         old = (
             ()
@@ -767,29 +800,25 @@ class Catalog:
         return await asyncio.wrap_future(future)
 
     def check(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
-        """Import every active tool's implementation (of one toolkit, or all) in a child
-        process and check it is callable with the schema's arguments.
+        """Check every active tool's implementation (of one toolkit, or all).
+
+        Python implementations are imported in a child process and their signatures checked
+        against the schemas. Tools imported from MCP servers are checked against the server:
+        it is contacted and what it lists now is compared with what was registered (tools
+        changed or removed there fail; tools added there are reported with ``"added"``).
 
         Returns:
-            ``{"id", "ok", "problems"}`` per tool.
+            ``{"id", "ok", "problems"}`` per tool; for imported toolkits also ``"change"``
+            (``"changed"``, ``"removed"`` or ``"added"``) where the server moved.
         """
         import subprocess
         import sys
 
-        tools = []
-        cursor = None
-        while True:
-            page = self.list(
-                toolkit=toolkit,
-                include_deferred=True,
-                include_denied=True,
-                limit=MAX_LIMIT,
-                cursor=cursor,
-            )
-            tools += page.tools
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        tools = builtins.list(
+            self.iter_tools(toolkit=toolkit, include_deferred=True, include_denied=True)
+        )
+        remote = [t for t in tools if (t.implementation or "").startswith("mcp+")]
+        local = [t for t in tools if not (t.implementation or "").startswith("mcp+")]
         entries = [
             {
                 "id": t.id,
@@ -798,18 +827,26 @@ class Catalog:
                 "module": t.module,
                 "trusted": self.trust_any_module,
             }
-            for t in tools
+            for t in local
         ]
-        child = subprocess.run(
-            [sys.executable, "-m", "toolcat.runtime.check"],
-            input=json.dumps(entries),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if child.returncode != 0:
-            raise CatalogError(f"the check process failed: {child.stderr.strip()[-2000:]}")
-        result: builtins.list[dict[str, Any]] = json.loads(child.stdout)
+        result: builtins.list[dict[str, Any]] = []
+        if entries:
+            child = subprocess.run(
+                [sys.executable, "-m", "toolcat.runtime.check"],
+                input=json.dumps(entries),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if child.returncode != 0:
+                raise CatalogError(f"the check process failed: {child.stderr.strip()[-2000:]}")
+            result = json.loads(child.stdout)
+        if remote:
+            from .registry.mcp import check_remote
+
+            result += check_remote(remote)
+        order = {t.id: i for i, t in enumerate(tools)}
+        result.sort(key=lambda r: (order.get(r["id"], len(order)), r["id"]))
         return result
 
     # -- indexing ------------------------------------------------------------------------

@@ -195,6 +195,23 @@ def init(ctx: click.Context) -> None:
     show_default=True,
     help="With an import: seconds to wait for the server (--openapi: for each call).",
 )
+@click.option(
+    "--env",
+    "env_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --mcp-stdio: an environment variable of the server (repeatable; ${ENV_VAR} "
+    "references allowed). The server gets only these and safe defaults (PATH, HOME, LANG...).",
+)
+@click.option("--cwd", "cwd", help="With --mcp-stdio: the server's working directory.")
+@click.option(
+    "--on-change",
+    type=click.Choice(["refuse", "warn"]),
+    default="refuse",
+    show_default=True,
+    help="With --mcp-*: when the server's definition of a tool no longer matches the "
+    "registered one at its first call, refuse the call or only warn.",
+)
 @json_option
 @click.pass_context
 def register(
@@ -215,6 +232,9 @@ def register(
     tags: tuple[str, ...],
     defer: bool,
     timeout: float,
+    env_items: tuple[str, ...],
+    cwd: str | None,
+    on_change: str,
     as_json: bool,
 ) -> None:
     """Register toolkits from manifests (YAML, TOML, JSON), directories, modules, plugins
@@ -226,7 +246,10 @@ def register(
 
     --mcp-stdio "COMMAND ARGS" / --mcp-http URL (with --toolkit NAME) read the server's
     tools; calls are forwarded to it, starting it on the first call. Registering again
-    picks up added, changed and removed tools as a new version (or --version).
+    picks up added, changed and removed tools as a new version (or --version). A tool
+    whose definition changed on the server since is refused (or, --on-change warn, only
+    logged) until it is registered again. Secrets: --header 'Authorization=Bearer
+    ${TOKEN}' (HTTP) and --env 'KEY=${KEY}' (stdio) store the reference, never the value.
 
     --openapi SPEC (a JSON/YAML file or URL, with --toolkit NAME) registers one tool per
     operation, calling the API at --base-url (default: the document's servers) with the
@@ -236,6 +259,9 @@ def register(
     from .registry.python import toolkit_from_module, toolkits_from_entry_points
 
     headers = parse_assignments(header_items, option="--header")
+    env = parse_assignments(env_items, option="--env")
+    if (env or cwd is not None) and not mcp_command:
+        raise click.UsageError("--env and --cwd go with --mcp-stdio")
     if openapi_spec:
         if paths or modules or entry_points or mcp_command or mcp_url:
             raise click.UsageError("--openapi registers one document, nothing else")
@@ -255,15 +281,23 @@ def register(
         )
         _echo_import(result, as_json)
         return
-    if base_url or include_tags or operation_ids or headers:
-        raise click.UsageError(
-            "--base-url, --header, --include-tag and --operation go with --openapi"
-        )
+    if base_url or include_tags or operation_ids:
+        raise click.UsageError("--base-url, --include-tag and --operation go with --openapi")
+    if headers and not mcp_url:
+        raise click.UsageError("--header goes with --mcp-http or --openapi (stdio: --env)")
     if mcp_command or mcp_url:
         if (paths or modules or entry_points) or (mcp_command and mcp_url):
             raise click.UsageError("--mcp-stdio/--mcp-http register one server, nothing else")
         if not toolkit_name:
             raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
+        from .registry.mcp import literal_secrets
+
+        for what in literal_secrets(headers, env):
+            click.echo(
+                f"warning: {what} is stored in the catalog as typed; write the secret as "
+                "${ENV_VAR} to store only the reference",
+                err=True,
+            )
         result = open_catalog(ctx).register_mcp(
             mcp_command or mcp_url or "",
             toolkit=toolkit_name,
@@ -272,6 +306,10 @@ def register(
             tags=tags,
             defer_loading=defer,
             timeout=timeout,
+            headers=headers,
+            env=env,
+            cwd=cwd,
+            on_change=on_change,
         )
         _echo_import(result, as_json)
         return
@@ -565,17 +603,32 @@ def show_progress(event: ToolEvent) -> None:
 @json_option
 @click.pass_context
 def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
-    """Import each tool's implementation in a child process and check its signature."""
+    """Check each tool's implementation: Python ones are imported in a child process and
+    their signatures checked; tools imported from an MCP server are compared with what the
+    server lists now (changed, removed and added tools are reported)."""
     report = open_catalog(ctx).check(toolkit)
     failed = [r for r in report if not r["ok"]]
+    added = [r for r in report if r.get("change") == "added"]
     if as_json:
         emit_json({"tools": report, "failed": len(failed)})
     else:
         for r in report:
-            click.echo(f"{'ok  ' if r['ok'] else 'FAIL'} {r['id']}")
-            for problem in r["problems"]:
+            label = "new " if r.get("change") == "added" else ("ok  " if r["ok"] else "FAIL")
+            click.echo(f"{label} {r['id']}")
+            for problem in r["problems"] + ([r["note"]] if r.get("note") else []):
                 click.echo(f"     {problem}")
-        click.echo(f"{len(report) - len(failed)} ok, {len(failed)} failed")
+        summary = f"{len(report) - len(failed) - len(added)} ok, {len(failed)} failed"
+        if added:
+            summary += f", {len(added)} new on the server"
+        click.echo(summary)
+        if failed or added:
+            moved = any(r.get("change") for r in report)
+            if moved:
+                click.echo(
+                    "an imported server changed: review it, then `toolcat register` it again "
+                    "to register what it lists now as a new version",
+                    err=True,
+                )
     if failed:
         ctx.exit(ImportFailedError.exit_code)
 

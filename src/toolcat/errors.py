@@ -194,6 +194,16 @@ class ImportFailedError(ToolcatError):
     exit_code = 9
 
 
+class DefinitionChangedError(ImportFailedError):
+    """An imported MCP server now defines a tool differently from what was registered (a
+    "rug pull"): the call is refused rather than sent to a tool whose meaning moved."""
+
+    def __init__(self, message: str, *, tool: str, changed: list[str]) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.changed = changed
+
+
 class InvalidArgumentsError(ToolcatError):
     """A call's arguments do not fit the tool's parameters schema."""
 

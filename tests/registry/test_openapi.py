@@ -271,3 +271,44 @@ def test_cli_register_openapi(db_path: Path, api: str, monkeypatch: pytest.Monke
     assert stray.exit_code != 0 and "go with --openapi" in stray.output
     bad_header = runner.invoke(cli, [*args, "--toolkit", "p", "--header", "novalue"])
     assert bad_header.exit_code != 0 and "expected NAME=VALUE" in bad_header.output
+
+
+def test_openapi_30_yaml_spellings_become_json_schema(catalog: Catalog, tmp_path: Path) -> None:
+    spec = tmp_path / "api.yaml"
+    spec.write_text(
+        """
+openapi: 3.0.3
+info: {title: Counter, version: "1"}
+servers: [{url: "https://{host}/v1", variables: {host: {default: counter.example.com}}}]
+paths:
+  /count:
+    get:
+      operationId: count
+      parameters:
+        - name: step
+          in: query
+          required: "false"
+          schema: {type: integer, minimum: "0", exclusiveMinimum: true, nullable: true,
+                   default: "2", example: 3}
+        - name: form
+          in: query
+          schema: {type: object, additionalProperties: "true"}
+      responses: {"200": {description: ok}}
+"""
+    )
+    catalog.register_openapi(spec, toolkit="counter")
+    tool = catalog.get("count")
+    assert tool.parameters == {
+        "type": "object",
+        "properties": {
+            "step": {
+                "type": ["integer", "null"],
+                "exclusiveMinimum": 0,
+                "default": 2,
+                "examples": [3],
+            },
+            "form": {"type": "object", "additionalProperties": True},
+        },
+    }
+    plan = parse_implementation(tool.implementation or "")
+    assert plan.base_url == "https://counter.example.com/v1"

@@ -162,3 +162,29 @@ def test_tokens_give_each_principal_its_view(live_db: Path, tmp_path: Path) -> N
             assert response.status_code == 401
         logged = stderr.read_text()
         assert "math-team-token" not in logged and "files-team-token" not in logged
+
+
+@pytest.mark.parametrize("mode", [LEGACY, MODERN])
+def test_tool_progress_is_forwarded(tmp_path: Path, mode: str) -> None:
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(toolkit_from_module("tests.fixtures.runtime_tools"))
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        seen.append((done, total, message))
+
+    async def check() -> None:
+        async with stdio_session(db, tmp_path, mode=mode) as s:
+            result = await s.client.call_tool(
+                "call_tool",
+                {"name": "counts", "arguments": {"steps": 3}},
+                progress_callback=progress,
+            )
+            assert text(result) == "3"
+            with anyio.fail_after(5):
+                while len(seen) < 3:
+                    await anyio.sleep(0.02)
+
+    run(check)
+    assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]

@@ -424,3 +424,79 @@ def test_http_client_with_wrong_token_fails_cleanly(http_url: str) -> None:
         run(check)
     # SDK 2.x surfaces a non-2xx answer as an MCPError (the raw 401 is tested above)
     assert "MCPError" in repr(raised.value) or "401" in repr(raised.value)
+
+
+MODERN_META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "code"),
+    [
+        (
+            {"_meta": {**MODERN_META, "io.modelcontextprotocol/protocolVersion": "2099-01-01"}},
+            {"MCP-Protocol-Version": "2099-01-01", "Mcp-Method": "tools/list"},
+            -32022,  # unsupported protocol version, with the supported ones in data
+        ),
+        (
+            {"_meta": {**MODERN_META, "io.modelcontextprotocol/clientCapabilities": "nope"}},
+            {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/list"},
+            -32602,  # malformed _meta
+        ),
+        (
+            {"_meta": MODERN_META},
+            {"MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call"},
+            -32020,  # Mcp-Method disagrees with the body
+        ),
+    ],
+    ids=["unsupported-version", "malformed-meta", "header-mismatch"],
+)
+def test_http_bad_2026_envelopes_are_clear_errors(
+    http_url: str, params: dict[str, Any], headers: dict[str, str], code: int
+) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}
+    response = httpx2.post(
+        http_url,
+        json=body,
+        headers={
+            "Authorization": f"Bearer {TOKEN}",
+            "Accept": "application/json, text/event-stream",
+            **headers,
+        },
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == code
+    ok = httpx2.post(
+        http_url,
+        json={**body, "params": {"_meta": MODERN_META}},
+        headers={
+            "Authorization": f"Bearer {TOKEN}",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": MODERN,
+            "Mcp-Method": "tools/list",
+        },
+    )
+    assert ok.status_code == 200  # still serving
+
+
+def test_http_mcp_param_header_must_match_call_tool_name(http_url: str) -> None:
+    arguments = {"name": "add", "arguments": {"a": 1}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "call_tool", "arguments": arguments, "_meta": MODERN_META},
+    }
+    headers = {
+        "Authorization": f"Bearer {TOKEN}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "call_tool",
+    }
+    lying = httpx2.post(http_url, json=body, headers={**headers, "Mcp-Param-Tool": "delete_file"})
+    assert lying.status_code == 400 and lying.json()["error"]["code"] == -32020
+    honest = httpx2.post(http_url, json=body, headers={**headers, "Mcp-Param-Tool": "add"})
+    assert honest.status_code == 200 and '"3"' in honest.text

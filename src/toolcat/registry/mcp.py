@@ -1,4 +1,5 @@
-"""Toolkits read from MCP servers: each tool forwards its calls to the server it came from."""
+"""Toolkits read from MCP servers: each tool forwards its calls to the server it came from, and
+``drift`` compares what a server lists now with what the catalog registered."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import ManifestError
-from ..mcpclient import Endpoint, read_tools
-from ..models import TOOL_NAME_RE, Toolkit
+from ..errors import ManifestError, ToolcatError
+from ..mcpclient import (
+    Endpoint,
+    OnChange,
+    RemoteTool,
+    definition_changes,
+    definition_digest,
+    read_tools,
+)
+from ..models import TOOL_NAME_RE, RegisteredTool, Toolkit
 from ..names import fitted_name
 from .manifest import toolkit_from_data
 
@@ -22,11 +30,14 @@ def toolkit_from_mcp(
     tags: Iterable[str] = (),
     defer_loading: bool = True,
     timeout: float = 30.0,
+    on_change: OnChange = "refuse",
 ) -> Toolkit:
     """Connect to ``endpoint``, read its ``tools/list`` (every page) and build a toolkit.
 
     Tool names that do not fit the catalog's rule (``[A-Za-z0-9_-]{1,64}``) are rewritten;
-    the implementation keeps the server's own name, so calls reach the right tool.
+    the implementation keeps the server's own name, so calls reach the right tool, and a hash
+    of the description and input schema the server listed, which calls and ``toolcat check``
+    compare with what the server lists later (``on_change``: refuse or only warn).
 
     Raises:
         ImportFailedError: The server cannot be started or does not answer in time.
@@ -38,7 +49,7 @@ def toolkit_from_mcp(
     if not remote_tools:
         raise ManifestError("the server lists no tools", file=source, toolkit=toolkit)
     taken: set[str] = set()
-    tools = [_tool_data(raw, endpoint, taken) for raw in remote_tools]
+    tools = [_tool_data(raw, endpoint, taken, on_change) for raw in remote_tools]
     data: dict[str, Any] = {
         "toolkit": toolkit,
         "version": version,
@@ -53,9 +64,12 @@ def toolkit_from_mcp(
         raise e.in_file(source) from e
 
 
-def _tool_data(raw: dict[str, Any], endpoint: Endpoint, taken: set[str]) -> dict[str, Any]:
+def _tool_data(
+    raw: dict[str, Any], endpoint: Endpoint, taken: set[str], on_change: OnChange
+) -> dict[str, Any]:
     remote_name = str(raw.get("name", ""))
-    name = remote_name if TOOL_NAME_RE.fullmatch(remote_name) and remote_name not in taken else ""
+    fits = TOOL_NAME_RE.fullmatch(remote_name) is not None
+    name = remote_name if fits and remote_name not in taken else ""
     if name:
         taken.add(name)
     else:
@@ -68,7 +82,9 @@ def _tool_data(raw: dict[str, Any], endpoint: Endpoint, taken: set[str]) -> dict
         "name": name,
         "description": description or f"{remote_name} (the MCP server gave no description)",
         "parameters": raw.get("inputSchema", {"type": "object", "properties": {}}),
-        "implementation": endpoint.implementation(remote_name),
+        "implementation": endpoint.implementation(
+            remote_name, definition=definition_digest(raw), on_change=on_change
+        ),
     }
     if raw.get("outputSchema") is not None:
         data["output_schema"] = raw["outputSchema"]
@@ -91,3 +107,96 @@ def _server_description(server: dict[str, Any], endpoint: Endpoint) -> str:
     version = server.get("version")
     text = f"Tools of the MCP server {name}" + (f" {version}" if version else "")
     return re.sub(r"\s+", " ", text)
+
+
+def drift(
+    endpoint: Endpoint, registered: dict[str, RemoteTool], timeout: float = 30.0
+) -> tuple[dict[str, list[str]], list[str]]:
+    """What ``endpoint`` lists now against what was registered (catalog tool id → its
+    ``RemoteTool``).
+
+    Returns:
+        Catalog tool id → the problems found (``[]`` when unchanged), and the names of tools
+        the server lists that no registered tool forwards to (added since).
+
+    Raises:
+        ImportFailedError: The server cannot be reached (or refuses the credentials).
+    """
+    _server, listed = read_tools(endpoint, timeout)
+    by_name = {str(raw.get("name")): raw for raw in listed}
+    problems: dict[str, list[str]] = {}
+    for tool_id, remote in registered.items():
+        raw = by_name.get(remote.name)
+        if raw is None:
+            problems[tool_id] = [f"removed: the server no longer lists {remote.name!r}"]
+        elif remote.definition is None:
+            problems[tool_id] = []  # registered before definitions were recorded
+        else:
+            changed = definition_changes(remote.definition, raw)
+            problems[tool_id] = (
+                [f"changed on the server since registration: {', '.join(changed)}"]
+                if changed
+                else []
+            )
+    forwarded = {remote.name for remote in registered.values()}
+    added = sorted(name for name in by_name if name not in forwarded)
+    return problems, added
+
+
+def check_remote(tools: Iterable[RegisteredTool]) -> list[dict[str, Any]]:
+    """``Catalog.check`` for tools imported from MCP servers: contact each server once and
+    report, per tool, whether its definition there still matches the registered one, plus the
+    tools the server added since (``{"id", "ok", "problems", "change"}``)."""
+    from ..errors import ImportFailedError
+    from ..mcpclient import parse_implementation
+
+    by_server: dict[Endpoint, dict[str, RemoteTool]] = {}
+    toolkits: dict[Endpoint, str] = {}
+    report: list[dict[str, Any]] = []
+    for tool in tools:
+        try:
+            remote = parse_implementation(tool.implementation or "")
+        except ImportFailedError as e:
+            report.append({"id": tool.id, "ok": False, "problems": [str(e)]})
+            continue
+        by_server.setdefault(remote.endpoint, {})[tool.id] = remote
+        toolkits.setdefault(remote.endpoint, tool.toolkit)
+    for endpoint, registered in by_server.items():
+        try:
+            problems, added = drift(endpoint, registered)
+        except ImportFailedError as e:
+            report += [{"id": i, "ok": False, "problems": [str(e)]} for i in registered]
+            continue
+        for tool_id, found in problems.items():
+            entry: dict[str, Any] = {"id": tool_id, "ok": not found, "problems": found}
+            if found:
+                entry["change"] = "removed" if found[0].startswith("removed") else "changed"
+            report.append(entry)
+        report += [
+            {
+                "id": f"{toolkits[endpoint]}.{name}",
+                "ok": True,
+                "problems": [],
+                "change": "added",
+                "note": f"the server lists {name!r}, which is not registered",
+            }
+            for name in added
+        ]
+    return report
+
+
+def literal_secrets(headers: dict[str, str], env: dict[str, str]) -> list[str]:
+    """Header and variable names whose value looks like a secret typed in full (no ``${NAME}``
+    reference), which the catalog would store as typed."""
+    from ..credentials import references
+
+    risky = re.compile(r"authorization|cookie|token|secret|key|password|passwd|credential", re.I)
+    found = [f"header {k!r}" for k, v in headers.items() if risky.search(k) and not references(v)]
+    found += [f"--env {k}" for k, v in env.items() if risky.search(k) and v and not references(v)]
+    return found
+
+
+def check_on_change(value: str) -> OnChange:
+    if value not in ("refuse", "warn"):
+        raise ToolcatError(f"on_change must be 'refuse' or 'warn', not {value!r}")
+    return value  # type: ignore[return-value]

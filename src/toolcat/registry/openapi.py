@@ -218,8 +218,8 @@ class _Resolver:
                 out[key] = self.schema(value, stack, depth + 1)
             elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
                 bound = "minimum" if key == "exclusiveMinimum" else "maximum"
-                if value and bound in node:
-                    out[key] = node[bound]
+                if value and _number(node.get(bound)) is not None:
+                    out[key] = _number(node[bound])
             elif key == "nullable":
                 continue
             elif key in NUMERIC_KEYS:
@@ -238,7 +238,7 @@ class _Resolver:
                 out["type"] = [kind, "null"]
             elif "enum" in out and None not in out["enum"]:
                 out["enum"] = [*out["enum"], None]
-        if out.get("type") in ("integer", "number") and isinstance(out.get("default"), str):
+        if node.get("type") in ("integer", "number") and isinstance(out.get("default"), str):
             number = _number(out["default"])
             if number is None:
                 out.pop("default")

@@ -75,7 +75,7 @@ def _import(spec: str, tool_id: str, root: str | None = None) -> Any:
     if is_openapi(spec):  # a REST operation: a forwarder over a pooled httpx client
         return operation_tool(spec)
     if is_remote(spec):  # a tool of an MCP server: a forwarder, the server starts on first call
-        return remote_tool(spec)
+        return remote_tool(spec, tool_id)
     module_name, _, attr_path = spec.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)

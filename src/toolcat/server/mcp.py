@@ -26,7 +26,7 @@ import logging
 import queue
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,7 +39,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ToolcatError
 from ..export import mcp_tool
-from ..models import RegisteredTool, ToolResult
+from ..models import RegisteredTool, ToolEvent, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
 from .scope import Scope
@@ -420,7 +420,9 @@ class CatalogServer:
                     f"{name!r} is not in your tool list: find it with {SEARCH_TOOL}, then call "
                     f"it with {CALL_TOOL}",
                 )
-        outcome = await self.catalog.acall(tool, arguments)  # the version resolved above
+        outcome = await self.catalog.acall(  # the version resolved and checked above
+            tool, arguments, on_event=_progress_to(ctx.session)
+        )
         return _result(outcome, structured=tool.output_schema is not None)
 
     # -- search_tools -----------------------------------------------------------------------
@@ -490,6 +492,22 @@ class CatalogServer:
             content=[types.TextContent(type="text", text=json.dumps(payload))],
             structured_content=payload,
         )
+
+
+def _progress_to(session: Any) -> Callable[[ToolEvent], Awaitable[None]]:
+    """Forward a tool's progress events as MCP progress notifications (both eras). The SDK
+    sends nothing when the client's request carried no progress token."""
+    last = 0.0
+
+    async def forward(event: ToolEvent) -> None:
+        nonlocal last
+        if event.kind != "progress" or event.progress is None or event.progress < last:
+            return  # MCP progress only increases; log lines stay in ToolResult.events
+        last = event.progress
+        with contextlib.suppress(Exception):  # the request may have finished meanwhile
+            await session.report_progress(event.progress, event.total, event.message)
+
+    return forward
 
 
 def _key(tool: RegisteredTool) -> str:
