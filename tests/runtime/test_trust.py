@@ -119,15 +119,16 @@ def _tamper(db: Path, *, implementation: str | None = None, module: object = ...
     ],
     ids=["subprocess", "sibling-module", "stdlib-root", "no-root", "attribute-path", "re-export"],
 )
+@pytest.mark.parametrize("isolation", ["thread", "process"])
 def test_a_tampered_row_is_refused_at_call_time(
-    db_path: Path, implementation: str, module: object, words: str
+    db_path: Path, implementation: str, module: object, words: str, isolation: Any
 ) -> None:
     with Catalog(db_path) as catalog:
         catalog.register(kit([ADD], module=FIXTURES))
         assert catalog.call("add", {"a": 1}).data == 3
     _tamper(db_path, implementation=implementation, module=module)
     sys.modules.pop("tests.fixtures.broken_import", None)
-    with Catalog(db_path) as catalog:
+    with Catalog(db_path, isolation=isolation) as catalog:
         result = catalog.call("add", {"a": 1})
         assert result.error_code == "TOOL_DENIED", result
         assert words in (result.error or "")
