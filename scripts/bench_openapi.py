@@ -54,6 +54,13 @@ assert response.text == "just text"
 """
 
 
+# ../shared beside the checkout (or a worktree's parent): the first ancestor holding it
+SHARED = next(
+    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "openapi").is_dir()),
+    Path("../shared"),
+)
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
@@ -68,7 +75,7 @@ def fresh(code: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shared", type=Path, default=ROOT.parents[1] / "shared")
+    parser.add_argument("--shared", type=Path, default=SHARED)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--json", action="store_true")

@@ -20,12 +20,16 @@ from toolcat import Catalog
 from toolcat.evaluate import _average, load_source, score_query
 from toolcat.openapi_client import parse_implementation
 
+# ../shared beside the checkout (or a worktree's parent): the first ancestor holding it
+SHARED = next(
+    (p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "openapi").is_dir()),
+    Path("../shared"),
+)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument(
-        "--shared", type=Path, default=Path(__file__).resolve().parents[3] / "shared"
-    )
+    parser.add_argument("--shared", type=Path, default=SHARED)
     parser.add_argument("--modes", default="bm25,hybrid")
     args = parser.parse_args()
     bench = args.shared / "bench" / "restbench"

@@ -195,7 +195,7 @@ def test_call_prints_a_tool_result(
 ) -> None:
     broken = toolkit_data(
         "broken",
-        module=None,
+        module="no.such",
         tools=[{"name": "broken", "description": "Broken.", "implementation": "no.such.module:f"}],
     )
     run(db, "register", str(write_manifest(tmp_path, broken)))
@@ -272,7 +272,9 @@ def test_check_reports_broken_tools(tmp_path: Path) -> None:
         },
     ]
     run(
-        db, "register", str(write_manifest(tmp_path, toolkit_data("kit", module=None, tools=tools)))
+        db,
+        "register",
+        str(write_manifest(tmp_path, toolkit_data("kit", module="tests.fixtures", tools=tools))),
     )
     result = run(db, "check", "kit", code=9)
     assert "FAIL kit.missing" in result.stdout and "has no attribute 'gone'" in result.stdout

@@ -50,15 +50,15 @@ def test_length_and_syntax() -> None:
 def test_matching_has_a_time_budget() -> None:
     compiled = patterns.compile(r"(a|aa)+$")
     started = time.process_time()
-    with pytest.raises(patterns.PatternTimeout, match=r"ran longer than 0\.5 s"):
-        patterns.search(compiled, "a" * 51 + "!", budget=0.5)
+    with pytest.raises(patterns.PatternTimeout, match=r"ran longer than 0\.2 s"):
+        patterns.search(compiled, "a" * 51 + "!", budget=0.2)
     with pytest.raises(patterns.PatternTimeout):
-        list(patterns.finditer(compiled, "a" * 51 + "!", budget=0.5))
+        list(patterns.finditer(compiled, "a" * 51 + "!", budget=0.2))
     with pytest.raises(patterns.PatternTimeout):
-        patterns.subn(compiled, "x", "a" * 51 + "!", budget=0.5)
+        patterns.subn(compiled, "x", "a" * 51 + "!", budget=0.2)
     with pytest.raises(patterns.PatternTimeout):
-        patterns.check_pattern(r"^(a|aa)+$", "a" * 51 + "!", budget=0.5)
-    assert time.process_time() - started < 4.0
+        patterns.check_pattern(r"^(a|aa)+$", "a" * 51 + "!", budget=0.2)
+    assert time.process_time() - started < 2.5
     with pytest.raises(patterns.PatternTimeout):
         patterns.search(compiled, "a", budget=0)
 

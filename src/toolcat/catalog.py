@@ -21,7 +21,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from .addresses import decode_cursor, encode_cursor, parse_address, parse_toolkit_ref
+from .addresses import (
+    check_text,
+    decode_cursor,
+    encode_cursor,
+    parse_address,
+    parse_toolkit_ref,
+)
 from .errors import (
     AmbiguousNameError,
     CatalogError,
@@ -51,9 +57,10 @@ from .runtime.call import Isolation, Runtime, check_isolation, check_timeout, er
 from .search import reindex as reindexing
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
-from .store.connection import connect, default_path
+from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
 from .store.reader import Filters
+from .trust import check_import_roots
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -97,6 +104,10 @@ class Catalog:
             search. Default: the one the catalog was indexed with, else all-MiniLM-L6-v2
             (bundled, offline). Asking for another than the catalog's vectors came from is
             an error until ``reindex(model=...)``.
+        trust_any_module: Let Python implementations lie anywhere, the standard library
+            included (``os:system``). By default every implementation must lie under its
+            toolkit's ``module``, at registration and again at call time; see
+            ``toolcat.trust``.
 
     Raises:
         CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
@@ -111,8 +122,10 @@ class Catalog:
         max_result_bytes: int = 1_000_000,
         embedding_model: str | None = None,
         isolation: Isolation = "thread",
+        trust_any_module: bool = False,
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
+        self.trust_any_module = trust_any_module
         self.policy = policy or Policy()
         self.default_timeout = check_timeout(default_timeout, "default_timeout")
         self.isolation = check_isolation(isolation)
@@ -154,8 +167,10 @@ class Catalog:
             self._conn.execute("BEGIN")
             try:
                 yield self._conn
-            finally:
-                self._conn.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(self._conn)  # the read's own error, not "cannot commit"
+                raise
+            self._conn.execute("COMMIT")
 
     @property
     def revision(self) -> int:
@@ -190,21 +205,30 @@ class Catalog:
             VersionConflictError: A version is registered with other content and
                 ``replace`` is false.
         """
-        from .registry.manifest import load_manifests
+        from .registry.manifest import check_toolkit, load_manifests
 
         batch: list[tuple[Toolkit, str | None]] = []
+        problems: builtins.list[ManifestError] = []  # every source's, reported together
         for source in _flatten(sources):
-            if isinstance(source, Toolkit):
-                batch.append((source, None))
-            elif isinstance(source, (str, os.PathLike)):
-                batch.extend(load_manifests([source]))
-            else:
+            if not isinstance(source, (Toolkit, str, os.PathLike)):
                 raise TypeError(
                     "register() takes Toolkit objects, manifest paths or directories "
                     f"(or lists of them), not {type(source).__name__}"
                 )
+            try:
+                if isinstance(source, Toolkit):
+                    check_toolkit(source)
+                    batch.append((source, None))
+                else:
+                    batch.extend(load_manifests([source]))
+            except ManifestError as e:
+                problems.append(e)
+        if problems:
+            raise ManifestError.of(problems)
         if not batch:
             raise ManifestError("nothing to register")
+        if not self.trust_any_module:
+            check_import_roots(batch)
         with self._lock:
             return writer.register(self._conn, batch, replace=replace)
 
@@ -435,7 +459,7 @@ class Catalog:
         include_denied: bool,
     ) -> Filters:
         base = Filters(
-            tags=tuple(dict.fromkeys(t.strip() for t in tags if t.strip())),
+            tags=tuple(dict.fromkeys(check_text(t.strip(), "tag") for t in tags if t.strip())),
             include_deferred=include_deferred,
             hide=None if include_denied or not self.policy.deny else self.policy,
         )
@@ -556,6 +580,7 @@ class Catalog:
         """
         if not 1 <= k <= MAX_LIMIT:
             raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
+        check_text(query)
         with self._lock:
             mode, model_id = self._search.plan(self._conn, mode)
         if not query.strip():
@@ -662,6 +687,7 @@ class Catalog:
                     default_timeout=self.default_timeout,
                     isolation=self.isolation,
                     max_result_bytes=self.max_result_bytes,
+                    trust_any_module=self.trust_any_module,
                 )
             return self._runtime
 
@@ -794,7 +820,13 @@ class Catalog:
         remote = [t for t in tools if (t.implementation or "").startswith("mcp+")]
         local = [t for t in tools if not (t.implementation or "").startswith("mcp+")]
         entries = [
-            {"id": t.id, "implementation": t.implementation, "parameters": t.parameters}
+            {
+                "id": t.id,
+                "implementation": t.implementation,
+                "parameters": t.parameters,
+                "module": t.module,
+                "trusted": self.trust_any_module,
+            }
             for t in local
         ]
         result: builtins.list[dict[str, Any]] = []

@@ -21,6 +21,7 @@ from .catalog import DEFAULT_LIST_LIMIT, SEARCH_MODES, Catalog
 from .errors import (
     ImportFailedError,
     InvalidArgumentsError,
+    ManifestError,
     ToolcatError,
     ToolDeniedError,
     UnknownToolError,
@@ -47,7 +48,9 @@ class ToolcatGroup(click.Group):
         except ToolcatError as e:
             if ctx.meta.get("toolcat.debug"):
                 raise
-            click.echo(f"error: {e}", err=True)
+            lines = e.lines() if isinstance(e, ManifestError) else [str(e)]
+            for line in lines:
+                click.echo(f"error: {line}", err=True)
             ctx.exit(e.exit_code)
 
 
@@ -66,7 +69,12 @@ def open_catalog(ctx: click.Context, isolation: str = "thread") -> Catalog:
     params = ctx.find_root().params
     policy = Policy.of(allow=params.get("allow") or (), deny=params.get("deny") or ())
     mode: Any = params.get("isolate") or isolation
-    catalog = Catalog(params.get("db"), policy=policy, isolation=mode)
+    catalog = Catalog(
+        params.get("db"),
+        policy=policy,
+        isolation=mode,
+        trust_any_module=bool(params.get("trust_any_module")),
+    )
     ctx.call_on_close(catalog.close)
     return catalog
 
@@ -106,6 +114,12 @@ def tool_line(tool: RegisteredTool) -> str:
     help="Run tools in threads (fast; a timeout stops the wait, not the work) or in worker "
     "processes (a timeout kills the work). Default: process for `call`, thread otherwise.",
 )
+@click.option(
+    "--trust-any-module",
+    is_flag=True,
+    help="Let implementations lie outside their toolkit's module, even in the standard "
+    "library (os:system). Only for catalogs whose every manifest you wrote.",
+)
 @click.version_option(package_name="toolcat")
 @click.pass_context
 def cli(
@@ -115,6 +129,7 @@ def cli(
     deny: tuple[str, ...],
     allow: tuple[str, ...],
     isolate: str | None,
+    trust_any_module: bool,
 ) -> None:
     """A searchable catalog of LLM tool definitions with deferred loading."""
     ctx.meta["toolcat.debug"] = debug
@@ -302,11 +317,19 @@ def register(
         raise click.UsageError(
             "give manifest PATHS, --module, --entry-points, --mcp-* or --openapi"
         )
-    sources: list[Any] = list(paths)
-    sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
-    if entry_points:
-        sources += [toolkit for toolkit, _ in toolkits_from_entry_points()]
-    results = open_catalog(ctx).register(*sources, replace=replace)
+    try:
+        sources: list[Any] = list(paths)
+        sources += [
+            toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules
+        ]
+        if entry_points:
+            sources += [toolkit for toolkit, _ in toolkits_from_entry_points()]
+        results = open_catalog(ctx).register(*sources, replace=replace)
+    except ManifestError as e:  # with --json, every problem as JSON on stdout
+        if not as_json:
+            raise
+        emit_json({"error": {"code": e.code, "message": str(e), "problems": e.to_dict()}})
+        ctx.exit(e.exit_code)
     if as_json:
         emit_json({"results": [r.model_dump() for r in results]})
         return
@@ -556,13 +579,9 @@ def call(
             click.echo("[truncated]", err=True)
     else:
         click.echo(f"error ({result.error_code}): {result.error}", err=True)
-    code = CALL_EXIT_CODES.get(result.error_code or "", 0)
-    if catalog.runtime.executor.threads.busy:  # a timed-out thread cannot be stopped: leave
-        sys.stdout.flush()
-        sys.stderr.flush()
-        catalog.close()
-        os._exit(code)
-    ctx.exit(code)
+    if catalog.runtime.executor.threads.busy:  # a timed-out thread that cannot be stopped:
+        _LEAVE_AT_ONCE.append(True)  # main() exits without waiting for it
+    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
 
 
 def show_progress(event: ToolEvent) -> None:
@@ -752,10 +771,13 @@ def serve(
     from .server.mcp import CatalogServer, ServeOptions, serve_stdio
     from .server.tokens import Tokens, load_tokens
 
-    if (token or tokens_file) and not use_http:
-        raise click.UsageError("--token and --tokens protect --http; stdio needs no token")
+    if tokens_file and not use_http:
+        raise click.UsageError("--tokens protects --http; stdio needs no token")
     if token and tokens_file:
-        raise click.UsageError("give --token or --tokens, not both")
+        if ctx.get_parameter_source("token") == click.core.ParameterSource.ENVIRONMENT:
+            token = None  # the file names every identity; TOOLCAT_TOKEN is not one of them
+        else:
+            raise click.UsageError("give --token or --tokens, not both")
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     catalog = open_catalog(ctx)
     catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
@@ -883,9 +905,20 @@ def eval_(
             )
 
 
+_LEAVE_AT_ONCE: list[bool] = []
+
+
 def main() -> None:
-    """Console entry point."""
-    cli.main(prog_name="toolcat")
+    """Console entry point. After a `call` whose tool is still running in a thread (timed
+    out, unstoppable), the process leaves at once instead of waiting for it at exit."""
+    try:
+        cli.main(prog_name="toolcat")
+    except SystemExit as e:
+        if _LEAVE_AT_ONCE:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else 1)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,8 +14,16 @@ class ToolcatError(Exception):
     exit_code = 1
 
 
+MAX_PROBLEMS = 20  # problems reported per registration; the count of the rest is given
+
+
 class ManifestError(ToolcatError):
-    """A toolkit definition is malformed. Says which file, toolkit, tool and field."""
+    """A toolkit definition is malformed. Says which file, toolkit, tool and field.
+
+    One error may carry several problems (``problems``, each a ``ManifestError`` of its own,
+    at most ``MAX_PROBLEMS`` of them; ``total`` counts all). Its message is the first
+    problem's, with the count of the others; ``lines()`` gives one line per problem.
+    """
 
     code = "INVALID_MANIFEST"
     exit_code = 3
@@ -34,9 +42,27 @@ class ManifestError(ToolcatError):
         self.toolkit = toolkit
         self.tool = tool
         self.field = field
+        self.problems: list[ManifestError] = [self]
+        self.total = 1
         super().__init__(self._render())
 
-    def _render(self) -> str:
+    @classmethod
+    def of(cls, problems: list[ManifestError]) -> ManifestError:
+        """One error for several problems (each possibly carrying several itself)."""
+        flat = [p for error in problems for p in error.problems]
+        total = sum(error.total for error in problems)
+        if len(flat) == 1 and total == 1:
+            return flat[0]
+        first = flat[0]
+        error = cls(
+            first.reason, file=first.file, toolkit=first.toolkit, tool=first.tool, field=first.field
+        )
+        error.problems = flat[:MAX_PROBLEMS]
+        error.total = total
+        error.args = (error._render(),)
+        return error
+
+    def _location(self) -> str:
         where = []
         if self.toolkit is not None:
             where.append(f"toolkit {self.toolkit!r}")
@@ -46,13 +72,48 @@ class ManifestError(ToolcatError):
             where.append(f"field {self.field!r}")
         prefix = f"{self.file}: " if self.file else ""
         location = ", ".join(where)
-        return f"{prefix}{location}: {self.reason}" if location else f"{prefix}{self.reason}"
+        reason = " ".join(self.reason.split())  # one line, whatever the reason held
+        return f"{prefix}{location}: {reason}" if location else f"{prefix}{reason}"
+
+    def _render(self) -> str:
+        text = self._location()
+        more = self.total - 1
+        if more > 0:
+            text += f" (and {more} more problem{'s' if more > 1 else ''})"
+        return text
+
+    def lines(self) -> list[str]:
+        """One line per problem; a last line counts those past ``MAX_PROBLEMS``."""
+        lines = [p._location() for p in self.problems]
+        if self.total > len(self.problems):
+            lines.append(f"... and {self.total - len(self.problems)} more problems")
+        return lines
+
+    def to_dict(self) -> list[dict[str, str | None]]:
+        """The problems as ``{"file", "toolkit", "tool", "field", "reason"}`` objects."""
+        return [
+            {
+                "file": p.file,
+                "toolkit": p.toolkit,
+                "tool": p.tool,
+                "field": p.field,
+                "reason": p.reason,
+            }
+            for p in self.problems
+        ]
 
     def in_file(self, file: str) -> ManifestError:
-        """The same error, located in ``file``."""
-        return ManifestError(
-            self.reason, file=file, toolkit=self.toolkit, tool=self.tool, field=self.field
-        )
+        """The same error (every problem of it), located in ``file``."""
+        located = [
+            ManifestError(
+                p.reason, file=p.file or file, toolkit=p.toolkit, tool=p.tool, field=p.field
+            )
+            for p in self.problems
+        ]
+        error = ManifestError.of(located)
+        error.total = max(self.total, len(located))
+        error.args = (error._render(),)
+        return error
 
 
 class NotFoundError(ToolcatError):

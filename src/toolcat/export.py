@@ -258,7 +258,7 @@ class ExportedTools:
             return name
         short = self._short_names.get(tool.id, tool.id)
         name = fitted_name(
-            short if re.match(rule.pattern, short) else short.replace(".", "__"),
+            short if re.fullmatch(rule.pattern, short) else short.replace(".", "__"),
             self._taken,
             invalid=rule.invalid,
             max_length=rule.max_length,

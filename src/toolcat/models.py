@@ -27,14 +27,16 @@ from pydantic import (
     model_validator,
 )
 
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-TOOLKIT_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOOLKIT_NAME_RE = re.compile(r"[a-z0-9_-]{1,64}")
+# Every pattern is used with ``fullmatch``: ``$`` would also match before a final newline,
+# letting ``files\n`` pass for ``files``.
 IMPLEMENTATION_RE = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
-    r"|^mcp\+(stdio|http):.+#[^#]+$"  # a tool of an MCP server (see toolcat.mcpclient)
-    r"|^openapi\+http:[^#\s]+#\{.*\}$"  # a REST operation (see toolcat.openapi_client)
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+    r"|mcp\+(stdio|http):[^\n]+#[^#\n]+"  # a tool of an MCP server (see toolcat.mcpclient)
+    r"|openapi\+http:[^#\s]+#\{.*\}"  # a REST operation (see toolcat.openapi_client)
 )
-MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_TAG_LENGTH = 64
 
 
@@ -88,11 +90,46 @@ def check_json_schema(schema: Any, what: str) -> None:
         raise ValueError(f"{what} is not valid JSON Schema at {path}: {reason}") from None
 
 
+REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def remote_references(schema: Any) -> list[str]:
+    """References in ``schema`` that point outside it (anything but ``#...``).
+
+    toolcat never fetches a schema: a remote ``$ref`` would make the host open any URL (or
+    file) a manifest or an MCP server names, at call time.
+    """
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in REF_KEYWORDS and isinstance(value, str) and not value.startswith("#"):
+                    found.append(value)
+                elif isinstance(value, (dict, list)):
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
+def check_local_references(schema: Any, what: str) -> None:
+    """Raise ``ValueError`` if ``schema`` has a reference that is not local (``#/...``)."""
+    remote = remote_references(schema)
+    if remote:
+        raise ValueError(
+            f"{what} has a non-local $ref {remote[0]!r}; only references inside the schema "
+            "('#/$defs/...') are allowed: toolcat never fetches schemas"
+        )
+
+
 def check_object_schema(schema: dict[str, Any], what: str) -> dict[str, Any]:
     """Raise ``ValueError`` unless ``schema`` is a valid JSON Schema describing an object."""
     if schema.get("type") != "object":
         raise ValueError(f"{what} must be a JSON Schema with type 'object'")
     check_json_schema(schema, what)
+    check_local_references(schema, what)
     return schema
 
 
@@ -131,7 +168,7 @@ class Tool(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not TOOL_NAME_RE.match(value):
+        if not TOOL_NAME_RE.fullmatch(value):
             raise ValueError("tool names are 1-64 characters of A-Z, a-z, 0-9, '_' and '-'")
         return value
 
@@ -153,12 +190,13 @@ class Tool(BaseModel):
     def _output_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
             check_json_schema(value, "output_schema")
+            check_local_references(value, "output_schema")
         return value
 
     @field_validator("implementation")
     @classmethod
     def _implementation(cls, value: str | None) -> str | None:
-        if value is not None and not IMPLEMENTATION_RE.match(value):
+        if value is not None and not IMPLEMENTATION_RE.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not of the form 'package.module:attribute' (or "
                 "'mcp+stdio:CMD#TOOL', 'openapi+http:URL#{...}')"
@@ -182,7 +220,7 @@ class Toolkit(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not TOOLKIT_NAME_RE.match(value):
+        if not TOOLKIT_NAME_RE.fullmatch(value):
             raise ValueError("toolkit names are 1-64 characters of a-z, 0-9, '_' and '-'")
         return value
 
@@ -195,6 +233,8 @@ class Toolkit(BaseModel):
             value = str(value)
         if not isinstance(value, str):
             raise ValueError("version must be a string such as '1.2.0'")
+        if value != value.strip():
+            raise ValueError(f"version {value!r} has spaces or newlines around it")
         try:
             return str(Version(value))
         except InvalidVersion:
@@ -203,7 +243,7 @@ class Toolkit(BaseModel):
     @field_validator("module")
     @classmethod
     def _module(cls, value: str | None) -> str | None:
-        if value is not None and not MODULE_RE.match(value):
+        if value is not None and not MODULE_RE.fullmatch(value):
             raise ValueError(f"{value!r} is not a dotted module path")
         return value
 
@@ -275,6 +315,8 @@ class RegisteredTool(BaseModel):
     max_concurrency: int | None = None
     max_result_bytes: int | None = None
     deprecated: bool = False
+    # The toolkit's import root, checked again at call time (see toolcat.trust); internal.
+    module: str | None = Field(default=None, exclude=True, repr=False)
 
     def summary(self) -> dict[str, Any]:
         """The compact shape used by ``list`` and ``search`` output."""

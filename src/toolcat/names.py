@@ -31,7 +31,7 @@ def fitted_name(
         must_start: A regex character class for the first character, e.g. ``[A-Za-z_]``.
     """
     name = re.sub(invalid, "_", raw).strip("_") or "tool"
-    if must_start and not re.match(must_start, name):
+    if must_start and not re.match(must_start, name):  # the first character only
         name = f"_{name}"
     if len(name) > max_length or name in taken:
         suffix = hashlib.sha1(raw.encode()).hexdigest()[:HASH_CHARS]

@@ -186,7 +186,7 @@ def test_bad_manifest_names_file_toolkit_tool_and_field(
     field: str,
     reason: str,
 ) -> None:
-    catalog.register(write_manifest(tmp_path, toolkit_data("other", module=None)))
+    catalog.register(write_manifest(tmp_path, toolkit_data("other")))
     path = write_manifest(tmp_path, data, name="broken")
     before = table_snapshot(catalog.path)
     with pytest.raises(ManifestError) as err:
@@ -225,7 +225,7 @@ def test_syntax_errors_name_the_file(
 
 
 def test_a_bad_manifest_in_a_directory_registers_nothing(tmp_path: Path, catalog: Catalog) -> None:
-    write_manifest(tmp_path, toolkit_data("alpha", module=None))
+    write_manifest(tmp_path, toolkit_data("alpha"))
     write_manifest(tmp_path, _edit(["version"], "not a version"), name="beta")
     (tmp_path / "notes.txt").write_text("ignored: not a manifest")
     with pytest.raises(ManifestError, match=r"beta\.yaml"):

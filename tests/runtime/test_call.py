@@ -142,7 +142,9 @@ def test_import_failures(catalog: Catalog, implementation: str | None, message: 
     tool: dict[str, Any] = {"name": "broken", "description": "A broken tool."}
     if implementation:
         tool["implementation"] = implementation
-    catalog.register(Toolkit.model_validate(toolkit_data("bad", module=None, tools=[tool])))
+    catalog.register(
+        Toolkit.model_validate(toolkit_data("bad", module="tests.fixtures", tools=[tool]))
+    )
     result = catalog.call("broken")
     assert result.error_code == "IMPORT_FAILED"
     assert message in (result.error or "")

@@ -31,13 +31,13 @@ def rt_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(scope="module", params=MODES)
 def rt(request: pytest.FixtureRequest, rt_db: Path) -> Iterator[Catalog]:
     with Catalog(rt_db, isolation=request.param) as catalog:
         yield catalog
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def proc(rt_db: Path) -> Iterator[Catalog]:
     with Catalog(rt_db, isolation="process") as catalog:
         yield catalog

@@ -57,6 +57,7 @@ def test_a_pattern_that_repeats_too_much_is_refused(catalog: Catalog) -> None:
 
 @pytest.mark.parametrize("fallback", [False, True])
 def test_both_validators_are_bounded(monkeypatch: pytest.MonkeyPatch, fallback: bool) -> None:
+    monkeypatch.setattr(arguments, "PATTERN_BUDGET_S", 0.3)
     if fallback:
         import fastjsonschema
 

@@ -68,6 +68,7 @@ def test_eight_slow_acalls_do_not_delay_a_ninth_thread(threaded: Catalog) -> Non
     assert still_running and latency < 0.5, latency
 
 
+@pytest.mark.slow  # nine worker processes start: ~15 s on a loaded 2-core machine
 def test_eight_slow_acalls_do_not_delay_a_ninth_process(rt_db: Path) -> None:
     with Catalog(rt_db, isolation="process") as catalog:
         catalog.call("quick")

@@ -46,7 +46,7 @@ def test_catastrophic_pattern_is_stopped(catalog: Catalog) -> None:
     tools = [
         {"name": f"t{i}", "description": "a" * 40 + "!", "implementation": "m:f"} for i in range(3)
     ]
-    catalog.register(Toolkit.model_validate(toolkit_data("kit", module=None, tools=tools)))
+    catalog.register(Toolkit.model_validate(toolkit_data("kit", module="m", tools=tools)))
     with pytest.raises(InvalidQueryError, match="backtracking"):
         catalog.search(r"(a|aa)+$", mode="regex")  # exponential on "aaa…a!"
     assert catalog.search("a+!", mode="regex").hits  # the catalog still answers

@@ -42,7 +42,7 @@ def test_backtracking_over_the_catalog_stops_at_the_budget(catalog: Catalog) -> 
     tools = [
         {"name": f"t{i}", "description": "a" * 60 + "!", "implementation": "m:f"} for i in range(5)
     ]
-    catalog.register(Toolkit.model_validate(toolkit_data("kit", module=None, tools=tools)))
+    catalog.register(Toolkit.model_validate(toolkit_data("kit", module="m", tools=tools)))
     started = time.process_time()
     with pytest.raises(InvalidQueryError, match="ran longer than 2 s"):
         catalog.search(r"(a|aa)+$", mode="regex")

@@ -42,6 +42,7 @@ def served_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "toolkit": "broken",
             "version": "1.0.0",
             "defer_loading": True,
+            "module": "tests.fixtures.broken_import",
             "tools": [
                 {
                     "name": "broken_tool",

@@ -9,9 +9,7 @@ from toolcat import Catalog, Toolkit
 
 def _register(db: str, name: str, barrier: multiprocessing.synchronize.Barrier) -> None:
     with Catalog(db) as catalog:
-        toolkits = [
-            Toolkit.model_validate(toolkit_data(f"{name}{i}", module=None)) for i in range(20)
-        ]
+        toolkits = [Toolkit.model_validate(toolkit_data(f"{name}{i}")) for i in range(20)]
         barrier.wait()
         for toolkit in toolkits:
             catalog.register(toolkit)
@@ -37,6 +35,6 @@ def test_a_reader_sees_one_revision_while_a_writer_commits(db_path: Path) -> Non
     with Catalog(db_path) as writer, Catalog(db_path) as reader:
         writer.register(Toolkit.model_validate(toolkit_data()))
         page = reader.list(include_deferred=True)
-        writer.register(Toolkit.model_validate(toolkit_data("other", module=None)))
+        writer.register(Toolkit.model_validate(toolkit_data("other")))
         assert page.revision == 1 and len(page.tools) == 2
         assert reader.list(include_deferred=True).revision == 2

@@ -380,7 +380,7 @@ def _base_url(document: Mapping[str, Any], label: str, base_url: str | None, too
                 url = url.replace("{" + name + "}", str(variable["default"]))
         if url and not re.match(r"^https?://", url) and re.match(r"^https?://", label):
             url = urljoin(label, url)  # a relative server URL is relative to the document
-    if not re.match(r"^https?://[^\s#{}]+$", url):
+    if not re.fullmatch(r"https?://[^\s#{}]+", url):
         why = f"the base URL {url!r} is not an absolute http(s) URL" if url else "no servers"
         raise ManifestError(
             f"{why}; give the API's URL with base_url (--base-url)",

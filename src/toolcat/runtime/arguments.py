@@ -10,13 +10,36 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .. import patterns
-from ..errors import InvalidArgumentsError
+from ..errors import InvalidArgumentsError, ToolDeniedError
 
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
 
 PATTERN_BUDGET_S = 1.0
 """Seconds (CPU) all of one call's JSON Schema ``pattern`` checks may take together."""
 MAX_SCHEMA_PATTERN_LENGTH = 10_000
+
+
+class RemoteReferenceError(Exception):
+    """A schema reference would need a fetch (``$id`` scopes can make ``#/...`` remote)."""
+
+
+class _NoFetch(dict):  # type: ignore[type-arg]
+    """fastjsonschema's URI handlers: every scheme refuses, so nothing is ever fetched
+    (without a handler it calls ``urlopen``)."""
+
+    def __contains__(self, scheme: object) -> bool:
+        return True
+
+    def __getitem__(self, scheme: str) -> Callable[[str], Any]:
+        def refuse(uri: str) -> Any:
+            raise RemoteReferenceError(
+                f"the tool's schema refers to {uri!r}; toolcat never fetches schemas"
+            )
+
+        return refuse
+
+
+_NO_FETCH = _NoFetch()
 
 
 def compile_validator(schema: dict[str, Any]) -> Validator:
@@ -29,13 +52,23 @@ def compile_validator(schema: dict[str, Any]) -> Validator:
     """
     import fastjsonschema
 
+    from ..models import remote_references
+
+    remote = remote_references(schema)
+    if remote:  # a catalog row written behind registration's back: never fetch it
+        raise ToolDeniedError(
+            f"the tool's parameters schema has a non-local $ref {remote[0]!r}; "
+            "toolcat never fetches schemas"
+        )
     properties = schema.get("properties") or {}
     closed = "additionalProperties" not in schema and "patternProperties" not in schema
     try:
-        check = fastjsonschema.compile(schema, use_default=True)
+        check = fastjsonschema.compile(schema, use_default=True, handlers=_NO_FETCH)
         _bound_patterns(check)
+    except RemoteReferenceError as e:
+        raise ToolDeniedError(str(e)) from None
     except Exception:  # a schema fastjsonschema cannot compile: fall back to jsonschema
-        check = _jsonschema_check(schema)
+        check = _jsonschema_check(schema)  # (jsonschema >= 4.18 never fetches either)
 
     def validate(arguments: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(arguments, dict):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from ..errors import InvalidArgumentsError, ToolcatError, ToolDeniedError
 from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
 from ..policy import Policy
+from ..trust import root_problem
 from .arguments import Validator, compile_validator
 from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError
@@ -133,8 +134,10 @@ class Runtime:
         default_timeout: float = DEFAULT_TIMEOUT,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         isolation: Isolation = "thread",
+        trust_any_module: bool = False,
     ) -> None:
         self.policy = policy
+        self.trust_any_module = trust_any_module
         self.default_timeout = check_timeout(default_timeout, "default_timeout")
         self.max_result_bytes = max_result_bytes
         self.isolation = check_isolation(isolation)
@@ -152,22 +155,31 @@ class Runtime:
         return found
 
     def mode(self, tool: RegisteredTool) -> Mode:
-        """How ``tool`` runs. Tools of MCP servers always run here: their work is in the
-        server's process already."""
+        """How ``tool`` runs. Tools of MCP servers and OpenAPI operations always run here:
+        their work is in another process (the server, the API) already."""
         from ..mcpclient import is_remote
+        from ..openapi_client import is_openapi
 
-        if tool.implementation and is_remote(tool.implementation):
+        spec = tool.implementation
+        if spec and (is_remote(spec) or is_openapi(spec)):
             return "thread"
         if isinstance(self.isolation, str):
             return self.isolation
         return self.isolation.get(tool.toolkit, self.isolation.get("*", "thread"))
 
     def load(self, tool: RegisteredTool) -> Any:
-        """The tool's callable, imported on first use (refused if the policy denies it)."""
+        """The tool's callable, imported on first use (refused if the policy denies it, or
+        if it lies outside its toolkit's import root unless this runtime trusts any module)."""
         denied = self.policy.rule_veto(tool)
         if denied:
             raise ToolDeniedError(denied)
-        return as_callable(load(tool.implementation, tool.id))
+        return self._import(tool)
+
+    def _import(self, tool: RegisteredTool) -> Any:
+        """The callable, checked against the toolkit's import root (see ``toolcat.trust``)."""
+        if self.trust_any_module:
+            return as_callable(load(tool.implementation, tool.id))
+        return as_callable(load(tool.implementation, tool.id, root=tool.module))
 
     def call(
         self,
@@ -197,6 +209,13 @@ class Runtime:
             if self.mode(tool) == "process":
                 if not tool.implementation:
                     load(tool.implementation, tool.id)  # raises the usual IMPORT_FAILED
+                problem = (
+                    None
+                    if self.trust_any_module
+                    else root_problem(tool.implementation, tool.module)
+                )
+                if problem:  # refused before a worker is started or anything imported
+                    raise ToolDeniedError(f"tool {tool.id!r} refused: {problem}")
                 reply = self.executor.run_in_process(
                     f"{tool.toolkit}@{tool.version}",
                     {
@@ -204,6 +223,9 @@ class Runtime:
                         "tool_id": tool.id,
                         "arguments": kwargs,
                         "max_result_bytes": max_bytes,
+                        # the worker checks attribute paths and origins after its import
+                        "trusted": self.trust_any_module,
+                        "root": tool.module,
                     },
                     tool_id=tool.id,
                     timeout=limit,
@@ -212,7 +234,7 @@ class Runtime:
                 )
                 data, truncated = reply.get("ok"), bool(reply.get("truncated"))
             else:
-                func = as_callable(load(tool.implementation, tool.id))
+                func = self._import(tool)
                 value = self.executor.run(
                     func,
                     kwargs,

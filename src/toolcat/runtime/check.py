@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from ..errors import ImportFailedError
+from ..errors import ImportFailedError, ToolDeniedError
 from .call import as_callable
 from .loader import load
 
@@ -51,9 +51,13 @@ def signature_problems(func: Any, parameters: dict[str, Any]) -> list[str]:
 def check_tool(entry: dict[str, Any]) -> dict[str, Any]:
     problems: list[str] = []
     try:
-        func = as_callable(load(entry.get("implementation"), entry["id"]))
+        if entry.get("trusted", True):
+            found = load(entry.get("implementation"), entry["id"])
+        else:
+            found = load(entry.get("implementation"), entry["id"], root=entry.get("module"))
+        func = as_callable(found)
         problems = signature_problems(func, entry.get("parameters") or {})
-    except ImportFailedError as e:
+    except (ImportFailedError, ToolDeniedError) as e:
         problems = [str(e)]
     return {"id": entry["id"], "ok": not problems, "problems": problems}
 

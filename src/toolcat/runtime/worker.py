@@ -55,7 +55,11 @@ def main() -> None:
     for line in protocol_in:
         request = json.loads(line)
         try:
-            func = as_callable(load(request["implementation"], request["tool_id"]))
+            if request.get("trusted", False):
+                found = load(request["implementation"], request["tool_id"])
+            else:
+                found = load(request["implementation"], request["tool_id"], root=request["root"])
+            func = as_callable(found)
             value = func(**request["arguments"])
             if inspect.isawaitable(value):
                 if loop is None:

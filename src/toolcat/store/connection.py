@@ -1,14 +1,147 @@
-"""Opening the catalog file: where it lives, and the connection settings every user shares."""
+"""Opening the catalog file: where it lives, and the connection settings every user shares.
+
+Failures that come from the file or the machine, not from toolcat's SQL (a lock held past the
+busy timeout, a full disk, a damaged page, a file that is no SQLite database), surface as a
+one-line ``CatalogError`` naming the file and the cause, wherever the query runs: the
+connection and its cursors translate them (``CatalogConnection``).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import stat
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from ..errors import CatalogError
 
 BUSY_TIMEOUT_MS = 30_000
+
+# Primary result codes (the low byte of an extended code) that describe the file or the
+# machine. Others (a missing table, a constraint) are toolcat's business and pass unchanged.
+_CAUSES = {
+    5: "is locked: another process held it longer than the busy timeout ({timeout} s); "
+    "try again when it is done",  # SQLITE_BUSY
+    6: "is locked by another connection of this process",  # SQLITE_LOCKED
+    7: "cannot be used: out of memory",  # SQLITE_NOMEM
+    8: "is read-only here: {message}",  # SQLITE_READONLY
+    10: "cannot be read or written (disk I/O error: {message})",  # SQLITE_IOERR
+    11: "is damaged ({message}); restore a backup, or register the toolkits again into a "
+    "new file",  # SQLITE_CORRUPT
+    13: "cannot be written: the disk (or the database's size limit) is full; nothing of the "
+    "failed change was kept",  # SQLITE_FULL
+    14: "cannot be opened ({message})",  # SQLITE_CANTOPEN
+    3: "cannot be used: permission denied",  # SQLITE_PERM
+    26: "is not an SQLite database (the file holds something else)",  # SQLITE_NOTADB
+}
+_MESSAGES = {  # Python 3.10 has no sqlite_errorcode: recognise the messages instead
+    "database is locked": 5,
+    "database table is locked": 6,
+    "database or disk is full": 13,
+    "database disk image is malformed": 11,
+    "file is not a database": 26,
+    "disk i/o error": 10,
+    "unable to open database file": 14,
+    "attempt to write a readonly database": 8,
+}
+
+
+def environment_error(error: BaseException, path: str | os.PathLike[str]) -> CatalogError | None:
+    """The ``CatalogError`` for an SQLite error caused by the file or the machine, else
+    ``None`` (the error is a query's own and should propagate unchanged)."""
+    if not isinstance(error, sqlite3.DatabaseError) or isinstance(
+        error, (sqlite3.ProgrammingError, sqlite3.IntegrityError)
+    ):
+        return None
+    message = str(error)
+    code = getattr(error, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else _MESSAGES.get(message.lower())
+    cause = _CAUSES.get(primary) if primary is not None else None
+    if cause is None:
+        return None
+    text = cause.format(timeout=BUSY_TIMEOUT_MS / 1000, message=message)
+    return CatalogError(f"catalog {str(path)!r} {text}")
+
+
+def translated(error: BaseException, path: str | os.PathLike[str]) -> BaseException:
+    """``error`` as a ``CatalogError`` when the file or the machine caused it."""
+    return environment_error(error, path) or error
+
+
+class CatalogCursor(sqlite3.Cursor):
+    """A cursor whose environmental failures (mid-query too) become ``CatalogError``."""
+
+    def execute(self, sql: str, parameters: Any = (), /) -> CatalogCursor:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+
+    def executemany(self, sql: str, seq: Iterable[Any], /) -> CatalogCursor:
+        try:
+            return super().executemany(sql, seq)
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+
+    def fetchone(self) -> Any:
+        try:
+            return super().fetchone()
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+
+    def fetchmany(self, size: int | None = 1) -> list[Any]:
+        try:
+            return super().fetchmany(size)
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+
+    def fetchall(self) -> list[Any]:
+        try:
+            return super().fetchall()
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+
+    def __next__(self) -> Any:
+        try:
+            return super().__next__()
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+
+
+class CatalogConnection(sqlite3.Connection):
+    """A connection to one catalog file that names it in every environmental error."""
+
+    path: str = ""
+
+    def cursor(self, factory: Any = CatalogCursor) -> Any:  # execute() goes through here
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        try:
+            return super().execute(sql, parameters)
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.path) from e
+
+    def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any:
+        try:
+            return super().executemany(sql, parameters)
+        except sqlite3.DatabaseError as e:
+            raise translated(e, self.path) from e
+
+
+def rollback_quietly(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open, never masking the error that led here.
+
+    After a full disk, an I/O error or a damaged page SQLite may already have rolled the
+    transaction back; a plain ``ROLLBACK`` would then fail with "cannot rollback - no
+    transaction is active" and hide the real cause.
+    """
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error, CatalogError):
+            conn.execute("ROLLBACK")
 
 
 def default_path() -> Path:
@@ -20,14 +153,38 @@ def default_path() -> Path:
     return Path(data_home).expanduser() / "toolcat" / "catalog.db"
 
 
+def _check_file(path: Path) -> None:
+    """Refuse a path that is not a regular file (a FIFO would hang the first read)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise CatalogError(f"cannot open catalog {str(path)!r}: {e.strerror or e}") from e
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a directory"
+            if stat.S_ISDIR(mode)
+            else "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "not a regular file"
+        )
+        raise CatalogError(f"cannot open catalog {str(path)!r}: it is {kind}, not a catalog file")
+
+
 def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     """Open (creating if needed) a catalog file in WAL mode.
 
     Transactions are managed explicitly (``isolation_level=None``): writers take
     ``BEGIN IMMEDIATE`` so two registering processes queue instead of deadlocking, and
-    readers see a consistent snapshot without blocking them.
+    readers see a consistent snapshot without blocking them. A lock held longer than
+    ``BUSY_TIMEOUT_MS`` is an error, not an endless wait.
     """
     path = Path(path)
+    _check_file(path)
+    conn: CatalogConnection | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
@@ -35,11 +192,23 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
             isolation_level=None,
             check_same_thread=False,
             timeout=BUSY_TIMEOUT_MS / 1000,
+            factory=CatalogConnection,
         )
+        conn.path = str(path)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if names and "meta" not in names:  # someone else's database: change nothing in it
+            raise CatalogError(f"{str(path)!r} is an SQLite database but not a toolcat catalog")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+    except CatalogError:
+        if conn is not None:
+            conn.close()
+        raise
     except (sqlite3.DatabaseError, OSError) as e:
-        raise CatalogError(f"cannot open catalog {str(path)!r}: {e}") from e
+        if conn is not None:
+            conn.close()
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise CatalogError(f"cannot open catalog {str(path)!r}: {reason}") from e
     return conn

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import CatalogError
+from .connection import rollback_quietly
 
 Migration = Callable[[Any], None]  # takes a sqlite_utils.Database
 MIGRATIONS: list[Migration] = []
@@ -119,8 +120,13 @@ def schema_version(conn: sqlite3.Connection) -> int:
     except sqlite3.OperationalError:
         return 0
     except sqlite3.DatabaseError as e:
-        raise CatalogError(f"not a toolcat catalog: {e}") from e
+        raise CatalogError(f"{_name(conn)} is not a toolcat catalog: {e}") from e
     return int(row[0]) if row else 0
+
+
+def _name(conn: sqlite3.Connection) -> str:
+    """The catalog file, for messages (``CatalogConnection`` knows it)."""
+    return repr(getattr(conn, "path", None) or "(this file)")
 
 
 def migrate(conn: sqlite3.Connection) -> None:
@@ -130,7 +136,7 @@ def migrate(conn: sqlite3.Connection) -> None:
         return
     if current > SCHEMA_VERSION:
         raise CatalogError(
-            f"this catalog has schema version {current}; this toolcat knows up to "
+            f"catalog {_name(conn)} has schema version {current}; this toolcat knows up to "
             f"{SCHEMA_VERSION}. Upgrade toolcat to open it."
         )
     if (
@@ -139,7 +145,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             "SELECT count(*) FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"
         ).fetchone()[0]
     ):
-        raise CatalogError("this file is an SQLite database but not a toolcat catalog")
+        raise CatalogError(f"{_name(conn)} is an SQLite database but not a toolcat catalog")
     import sqlite_utils  # only needed to create or upgrade a catalog
 
     db = sqlite_utils.Database(conn)
@@ -155,5 +161,5 @@ def migrate(conn: sqlite3.Connection) -> None:
             conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version + 1,))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            rollback_quietly(conn)
             raise

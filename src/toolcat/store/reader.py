@@ -11,7 +11,8 @@ from ..models import RegisteredTool, ToolAnnotations, ToolkitVersion
 from ..policy import Policy
 
 TOOL_COLUMNS = (
-    "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated"
+    "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "
+    "k.module"
 )
 TOOL_FROM = "tools t JOIN toolkits k ON k.id = t.toolkit_id"
 
@@ -119,7 +120,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
 
     The definition was validated when it was registered, so it is not validated again.
     """
-    _id, name, toolkit, version, defer_loading, tags, definition, deprecated = row
+    _id, name, toolkit, version, defer_loading, tags, definition, deprecated, module = row
     data = json.loads(definition)
     annotations = data.get("annotations")
     return RegisteredTool.model_construct(
@@ -142,6 +143,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
         max_concurrency=data.get("max_concurrency"),
         max_result_bytes=data.get("max_result_bytes"),
         deprecated=bool(deprecated),
+        module=module,
     )
 
 

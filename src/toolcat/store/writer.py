@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import UnknownToolkitError, VersionConflictError
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
+from .connection import rollback_quietly
 from .reader import revision as read_revision
 from .reader import toolkit_rows
 
@@ -28,10 +29,10 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback_quietly(conn)  # never hide the cause behind "cannot rollback"
         raise
-    conn.execute("COMMIT")
 
 
 def bump_revision(conn: sqlite3.Connection) -> int:
