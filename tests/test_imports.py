@@ -1,4 +1,6 @@
-"""`import toolcat`, `toolcat --help`, list mode and BM25 search stay light."""
+"""`import toolcat`, `toolcat --help`, list mode and BM25 search stay light: none of the
+heavy packages, and none of the parts of toolcat a read does not run (asyncio, the call
+runtime, reindexing)."""
 
 from __future__ import annotations
 
@@ -17,17 +19,28 @@ HEAVY = [
     "sentence_transformers",
     "numpy",
     "mcp",
+    "onnxruntime",
+    "tokenizers",
+    "asyncio",
+    "toolcat.runtime",
+    "toolcat.search.reindex",
     "sqlite_utils",
     "jsonschema",
     "toolcat.samples",
 ]
 
+CLI = (
+    "from toolcat.cli import cli\n"
+    "try:\n    cli.main({args})\nexcept SystemExit as e:\n    assert not e.code, e.code"
+)
 SCRIPTS = {
     "import": "import toolcat",
     "help": (
         "from toolcat.cli import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass"
     ),
     "list": "import toolcat\ntoolcat.Catalog(DB).list(tags=['read-only'])",
+    "cli list": CLI.format(args="['--db', DB, 'list', '--json']"),
+    "cli bm25": CLI.format(args="['--db', DB, 'search', 'convert units', '--mode', 'bm25']"),
     "search": "import toolcat\ntoolcat.Catalog(DB).search('convert units', mode='bm25')",
     "show": "import toolcat\ntoolcat.Catalog(DB).get('files.read_file')",
 }

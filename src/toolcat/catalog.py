@@ -7,7 +7,6 @@ manifest parsing live in the packages below it.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import dataclasses
@@ -18,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .addresses import decode_cursor, encode_cursor, parse_address, parse_toolkit_ref
 from .errors import (
@@ -31,7 +30,6 @@ from .errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from .export import ExportedTools, export_tools, registered_tools, tool_items
 from .models import (
     RegisteredTool,
     RegistrationResult,
@@ -45,13 +43,15 @@ from .models import (
 )
 from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
-from .runtime.call import Runtime, error_result
-from .search import reindex as reindexing
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
 from .store.connection import connect, default_path
 from .store.migrations import migrate
 from .store.reader import Filters
+
+if TYPE_CHECKING:  # imported where used: a command loads only what it runs
+    from .export import ExportedTools
+    from .runtime.call import Runtime
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -495,6 +495,8 @@ class Catalog:
             InvalidQueryError: Unknown format.
             UnknownToolError: An address names no tool.
         """
+        from .export import export_tools, registered_tools, tool_items
+
         items = [tools] if isinstance(tools, str) else tool_items(tools)
         found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
         return export_tools(found, format, self.short_names(found))
@@ -519,6 +521,8 @@ class Catalog:
     @property
     def runtime(self) -> Runtime:
         """The call machinery (worker threads, validators), created on first use."""
+        from .runtime.call import Runtime
+
         with self._lock:
             if self._runtime is None:
                 self._runtime = Runtime(
@@ -582,6 +586,8 @@ class Catalog:
         try:
             tool, validator = self._resolve(address)
         except Exception as e:
+            from .runtime.call import error_result
+
             return error_result(e, started)
         return self.runtime.call(
             tool, arguments, timeout=timeout, validator=validator, started=started
@@ -595,6 +601,8 @@ class Catalog:
         timeout: float | None = None,
     ) -> ToolResult:
         """``call`` for async code: runs the call without blocking the event loop."""
+        import asyncio
+
         return await asyncio.to_thread(self.call, address, arguments, timeout=timeout)
 
     def check(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
@@ -660,6 +668,8 @@ class Catalog:
             full: Rebuild everything from the stored definitions.
             progress: Called with (done, total) after each batch.
         """
+        from .search import reindex as reindexing
+
         return reindexing.reindex(
             self._conn,
             self._lock,
@@ -673,4 +683,6 @@ class Catalog:
     def status(self) -> dict[str, Any]:
         """Index coverage per mode, the embedding model, the revision."""
         with self._snapshot() as conn:
+            from .search import reindex as reindexing
+
             return {"path": str(self.path), **reindexing.status(conn, self._search)}
