@@ -32,6 +32,8 @@ MAX_QUERY_CHARS = 100_000
 # BM25 from the in-memory postings index from this many queries at one revision on: a
 # one-shot command asks FTS5 once instead of building an index it would use once.
 POSTINGS_AFTER = 2
+# Tools built for hits, kept per revision.
+HIT_CACHE_SIZE = 4096
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
 
@@ -57,6 +59,8 @@ class SearchEngine:
         self.postings = PostingsIndex()
         self.vectors = VectorIndex()
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
+        self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
+        self._hits_revision = -1
 
     # -- which model, which mode ----------------------------------------------------------
 
@@ -127,7 +131,7 @@ class SearchEngine:
         else:
             ranked = self._rank(conn, mode, text, (model_id, query_vector), filters, k, warnings)
             exact = self._exact_matches(conn, text, filters)
-        tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
+        tools = self._tools(conn, [row_id for row_id, _ in ranked], revision)
         top = ranked[0][1] if ranked else 0.0
         ordered: list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
         exact_ids = {row_id for row_id, _ in exact}
@@ -139,6 +143,18 @@ class SearchEngine:
         return SearchResult.model_construct(
             revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
         )
+
+    def _tools(
+        self, conn: sqlite3.Connection, ids: list[int], revision: int
+    ) -> dict[int, RegisteredTool]:
+        """The tools of these rows, kept for the revision (agents ask similar queries: the
+        hits of a warm search are mostly built already)."""
+        if revision != self._hits_revision or len(self._hits) > HIT_CACHE_SIZE:
+            self._hits, self._hits_revision = {}, revision
+        missing = [i for i in ids if i not in self._hits]
+        if missing:
+            self._hits.update(reader.tools_by_id(conn, missing))
+        return {i: self._hits[i] for i in ids if i in self._hits}
 
     def _rank(
         self,

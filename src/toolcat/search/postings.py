@@ -97,14 +97,21 @@ class PostingsIndex:
         for i in range(len(terms) - 1, -1, -1):
             remaining[i] = remaining[i + 1] + self.bound[terms[i]]
         scores: dict[int, float] = {}
-        threshold = -1.0
+        threshold = -1.0  # the k-th best score so far (a floor for the final k-th)
+        pruned = False
         for i, term in enumerate(terms):
             postings = self.postings[term]
+            # The k-th score cannot exceed what the terms taken so far add up to: only
+            # when the rest could not reach that is the exact k-th worth computing.
+            if len(scores) >= k and remaining[i] < remaining[0] - remaining[i]:
+                threshold = heapq.nlargest(k, scores.values())[-1]
             if remaining[i] < threshold:
-                # No tool outside ``scores`` can reach the k-th score: look up the rest for
+                # No tool outside ``scores`` can reach the k-th score: look the rest up for
                 # the candidates still able to.
-                floor = threshold - remaining[i]
-                scores = {d: s for d, s in scores.items() if s >= floor}
+                if not pruned:
+                    floor = threshold - remaining[i]
+                    scores = {d: s for d, s in scores.items() if s >= floor}
+                    pruned = True
                 for d in scores:
                     w = postings.get(d)
                     if w is not None:
@@ -116,7 +123,5 @@ class PostingsIndex:
                 get = scores.get
                 for d, w in postings.items():
                     scores[d] = get(d, 0.0) + w
-            if len(scores) >= k:
-                threshold = heapq.nlargest(k, scores.values())[-1]
         best = heapq.nsmallest(k, scores.items(), key=lambda item: (-item[1], item[0]))
         return best
