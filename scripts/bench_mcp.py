@@ -1,5 +1,6 @@
 """Benchmark the MCP server: tools/list, search_tools and a trivial tools/call over stdio,
-beside the same operations through the Python API (the protocol's overhead as a ratio).
+in both protocol eras (2025-11-25 sessions and 2026-07-28 stateless), beside the same
+operations through the Python API (the protocol's overhead as a ratio).
 
 The workload is seeded: a catalog of benchmark tools (from ../shared/bench, as in
 bench_catalog.py) plus the test fixtures' trivial ``add``; the server is ``toolcat serve`` in
@@ -26,8 +27,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 import anyio  # noqa: E402
-from mcp import ClientSession  # noqa: E402
-from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 from bench_catalog import SEED, make_toolkits, percentiles, tool_pool  # noqa: E402
 from toolcat import Catalog, Toolkit  # noqa: E402
@@ -71,26 +72,28 @@ async def timed(operation: Callable[[], Awaitable[Any]]) -> float:
     return time.perf_counter() - start
 
 
-async def mcp_side(db: str, queries: list[str], runs: int) -> dict[str, list[float]]:
+async def mcp_side(db: str, queries: list[str], runs: int, mode: str) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {"tools/list": [], "search_tools": [], "tools/call": []}
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "toolcat.cli", "--db", db, "serve", "--mode", "bm25", "--page-size", str(PAGE)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        await session.list_tools()
-        await session.call_tool("add", {"a": 1, "b": 2})
+    async with Client(params, mode=mode, cache=None) as client:  # type: ignore[arg-type]
+        await client.list_tools()
+        await client.call_tool("add", {"a": 1, "b": 2})
         for i in range(runs):
             query = queries[i % len(queries)]
-            samples["tools/list"].append(await timed(session.list_tools))
+            samples["tools/list"].append(await timed(client.list_tools))
             samples["search_tools"].append(
-                await timed(lambda q=query: session.call_tool("search_tools", {"query": q, "k": K}))
+                await timed(lambda q=query: client.call_tool("search_tools", {"query": q, "k": K}))
             )
-            result_time = await timed(lambda: session.call_tool("add", {"a": 1, "b": 2}))
+            result_time = await timed(lambda: client.call_tool("add", {"a": 1, "b": 2}))
             samples["tools/call"].append(result_time)
     return samples
+
+
+ERAS = {"2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
 
 
 def main() -> None:
@@ -104,24 +107,27 @@ def main() -> None:
         queries = build(db, args.tools)
         random.Random(SEED).shuffle(queries)
         direct = python_side(db, queries, args.runs)
-        served = anyio.run(mcp_side, db, queries, args.runs)
-    report: dict[str, Any] = {"tools": args.tools, "runs": args.runs, "operations": {}}
-    for operation in direct:
-        api, mcp = percentiles(direct[operation]), percentiles(served[operation])
-        report["operations"][operation] = {
-            "python_api": api,
-            "mcp_stdio": mcp,
-            "ratio_p50": round(mcp["p50_ms"] / api["p50_ms"], 1),
+        served = {
+            era: anyio.run(mcp_side, db, queries, args.runs, mode) for era, mode in ERAS.items()
         }
+    report: dict[str, Any] = {"tools": args.tools, "runs": args.runs, "operations": {}}
+    for era in ERAS:
+        for operation in direct:
+            api, mcp = percentiles(direct[operation]), percentiles(served[era][operation])
+            report["operations"][f"{operation} {era}"] = {
+                "python_api": api,
+                "mcp_stdio": mcp,
+                "ratio_p50": round(mcp["p50_ms"] / api["p50_ms"], 1),
+            }
     if args.json:
         print(json.dumps(report, indent=2))
         return
     print(f"{args.tools} benchmark tools + fixtures, {args.runs} runs each, stdio, bm25")
-    print(f"{'operation':<14}{'Python API p50/p99 ms':>24}{'MCP stdio p50/p99 ms':>24}{'ratio':>8}")
+    print(f"{'operation':<26}{'Python API p50/p99 ms':>24}{'MCP stdio p50/p99 ms':>24}{'ratio':>8}")
     for operation, row in report["operations"].items():
         api, mcp = row["python_api"], row["mcp_stdio"]
         print(
-            f"{operation:<14}{api['p50_ms']:>12.3f} / {api['p99_ms']:<9.3f}"
+            f"{operation:<26}{api['p50_ms']:>12.3f} / {api['p99_ms']:<9.3f}"
             f"{mcp['p50_ms']:>12.3f} / {mcp['p99_ms']:<9.3f}{row['ratio_p50']:>7}x"
         )
 

@@ -200,7 +200,15 @@ def test_call_prints_a_tool_result(
     )
     run(db, "register", str(write_manifest(tmp_path, broken)))
     out = json.loads(run(db, "call", name, "--args", args, "--json", code=code).stdout)
-    assert list(out) == ["success", "data", "error", "error_code", "duration_ms", "truncated"]
+    assert list(out) == [
+        "success",
+        "data",
+        "error",
+        "error_code",
+        "duration_ms",
+        "truncated",
+        "events",
+    ]
     assert out["error_code"] == error_code
     assert out["success"] is (error_code is None)
 

@@ -3,6 +3,7 @@ mapped reversibly, Gemini's argument rewriting undone, Anthropic's deferred load
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
@@ -165,6 +166,21 @@ def test_every_tool_meets_the_providers_constraints(export_catalog: Catalog, fmt
     if fmt == "gemini":
         assert len(declarations) == 1 and set(declarations[0]) == {"functionDeclarations"}
         declarations = declarations[0]["functionDeclarations"]
+    if fmt == "openai-responses":  # deferred tools sit in one namespace per toolkit
+        from openai.types.responses import NamespaceTool
+
+        flat = []
+        for entry in declarations:
+            if entry["type"] == "namespace":
+                namespace = NamespaceTool.model_validate(entry)
+                assert not namespace.model_extra and namespace.description
+                assert all(t["defer_loading"] is True for t in entry["tools"])
+                flat += [
+                    {k: v for k, v in t.items() if k != "defer_loading"} for t in entry["tools"]
+                ]
+            else:
+                flat.append(entry)
+        declarations = flat
     assert len(declarations) == len(tools)
     for declaration in declarations:
         if fmt == "openai-chat":
@@ -345,3 +361,71 @@ def test_cli_export(export_catalog: Catalog) -> None:
     }
     out = runner.invoke(cli, ["--db", db, "export", "--format", "mcp"])
     assert out.exit_code == 2 and "exactly one of" in out.output
+
+
+def _openai_model(model: Any, data: dict[str, Any]) -> Any:
+    """``data`` parsed by an ``openai`` type, failing on fields the type does not know."""
+    parsed = model.model_validate(data)
+    assert not parsed.model_extra, parsed.model_extra
+    return parsed
+
+
+def test_openai_responses_namespaces_search_tool_and_search_output(
+    export_catalog: Catalog,
+) -> None:
+    from openai.types.responses import FunctionTool, NamespaceTool, ToolSearchTool
+    from openai.types.responses.response_tool_search_output_item_param import (
+        ResponseToolSearchOutputItemParam,
+    )
+
+    always_on = export_catalog.list(limit=1000).tools
+    exported = export_catalog.export(always_on, "openai-responses")
+    assert all(entry["type"] == "function" for entry in exported.tools)
+    for entry in exported.tools:
+        _openai_model(FunctionTool, entry)
+    search = exported.search_tool()
+    assert _openai_model(ToolSearchTool, search).execution == "client"
+
+    hits = export_catalog.search("remove an old file", k=3)
+    deferred = [h.tool for h in hits.hits if h.tool.defer_loading]
+    assert deferred, "the sample catalog defers delete_file"
+    output = exported.tool_search_output(hits, "call_1")
+    parsed = _openai_model(ResponseToolSearchOutputItemParam, output)
+    assert parsed.call_id == "call_1" and parsed.execution == "client"
+    loaded = {}
+    for entry in output["tools"]:
+        namespace = _openai_model(NamespaceTool, entry)
+        for function in namespace.tools:
+            loaded[(namespace.name, function.name)] = function
+    assert len(loaded) == len(deferred)
+    for tool in deferred:
+        namespace = tool.toolkit
+        assert exported.address(tool.name, namespace=namespace) == f"{tool.id}@{tool.version}"
+        assert loaded[(namespace, tool.name)].defer_loading is True
+    with pytest.raises(UnknownToolError):
+        exported.address(deferred[0].name)  # without its namespace, not this tool
+
+    everything = export_catalog.export(every_tool(export_catalog), "openai-responses")
+    spaces = {e["name"]: e for e in everything.tools if e["type"] == "namespace"}
+    assert spaces["files"]["description"] == export_catalog.versions("files")[-1].description
+    assert "delete_file" in {t["name"] for t in spaces["files"]["tools"]}
+
+
+def test_anthropic_search_tools_and_limits(export_catalog: Catalog) -> None:
+    exported = export_catalog.export(every_tool(export_catalog), "anthropic")
+    assert exported.search_tool("bm25") == {
+        "type": "tool_search_tool_bm25_20251119",
+        "name": "tool_search_tool_bm25",
+    }
+    assert exported.search_tool("regex")["name"] == "tool_search_tool_regex"
+    custom = exported.search_tool()
+    assert custom["name"] == "tool_search" and custom["input_schema"]["required"] == ["query"]
+    with pytest.raises(InvalidQueryError, match="kinds: bm25, regex"):
+        exported.search_tool("vector")
+    with pytest.raises(InvalidQueryError, match="search tools exist for"):
+        export_catalog.export(every_tool(export_catalog), "gemini").search_tool()
+    many = dataclasses.replace(exported, tools=[{"defer_loading": True}] * 10_001)
+    with pytest.raises(
+        InvalidQueryError, match="at most 10,000 tools and this export defers 10,001"
+    ):
+        many.search_tool("bm25")

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         InvalidQueryError,
         ManifestError,
         NotFoundError,
+        PolicyError,
         ToolcatError,
         ToolDeniedError,
         ToolTimeoutError,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         SearchResult,
         Tool,
         ToolAnnotations,
+        ToolEvent,
         Toolkit,
         ToolkitVersion,
         ToolPage,
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     )
     from .policy import Policy
     from .registry.python import tool
+    from .runtime.events import report_log, report_progress
 
 __version__ = "0.1.0"
 
@@ -48,6 +51,8 @@ _MODULES = {
     "Catalog": ".catalog",
     "Policy": ".policy",
     "tool": ".registry.python",
+    "report_log": ".runtime.events",
+    "report_progress": ".runtime.events",
     **dict.fromkeys(
         [
             "AmbiguousNameError",
@@ -57,6 +62,7 @@ _MODULES = {
             "InvalidQueryError",
             "ManifestError",
             "NotFoundError",
+            "PolicyError",
             "ToolcatError",
             "ToolDeniedError",
             "ToolTimeoutError",
@@ -74,6 +80,7 @@ _MODULES = {
             "SearchResult",
             "Tool",
             "ToolAnnotations",
+            "ToolEvent",
             "Toolkit",
             "ToolkitVersion",
             "ToolPage",
@@ -107,6 +114,7 @@ __all__ = [
     "ManifestError",
     "NotFoundError",
     "Policy",
+    "PolicyError",
     "RegisteredTool",
     "RegistrationResult",
     "SearchHit",
@@ -114,6 +122,7 @@ __all__ = [
     "Tool",
     "ToolAnnotations",
     "ToolDeniedError",
+    "ToolEvent",
     "ToolPage",
     "ToolResult",
     "ToolTimeoutError",
@@ -124,5 +133,7 @@ __all__ = [
     "UnknownToolkitError",
     "VersionConflictError",
     "__version__",
+    "report_log",
+    "report_progress",
     "tool",
 ]

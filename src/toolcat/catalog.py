@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import inspect
 import json
 import os
 import sqlite3
@@ -36,6 +37,7 @@ from .models import (
     ReindexReport,
     SearchHit,
     SearchResult,
+    ToolEvent,
     Toolkit,
     ToolkitVersion,
     ToolPage,
@@ -43,6 +45,7 @@ from .models import (
 )
 from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
+from .runtime.call import Isolation, Runtime, check_isolation, check_timeout, error_result
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
 from .store.connection import connect, default_path
@@ -51,7 +54,6 @@ from .store.reader import Filters
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it runs
     from .export import ExportedTools
-    from .runtime.call import Runtime
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -85,6 +87,10 @@ class Catalog:
         policy: Allow/deny rules and guards for calls. Tools its rules deny are also left
             out of list and search unless ``include_denied=True``.
         default_timeout: Seconds a call may run when neither the call nor the tool says.
+        isolation: How tools run: ``"thread"`` (fast; at a timeout the caller's wait stops but
+            a sync tool's work may go on), ``"process"`` (a worker subprocess that a timeout
+            kills, so the work stops), or a mapping of toolkit names to either (``"*"`` for
+            the rest). Tools of imported MCP servers always run in this process.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
             sets its own ``max_result_bytes``.
         embedding_model: The sentence-transformers model (name or folder) for embedding
@@ -104,10 +110,12 @@ class Catalog:
         default_timeout: float = 60.0,
         max_result_bytes: int = 1_000_000,
         embedding_model: str | None = None,
+        isolation: Isolation = "thread",
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.policy = policy or Policy()
-        self.default_timeout = default_timeout
+        self.default_timeout = check_timeout(default_timeout, "default_timeout")
+        self.isolation = check_isolation(isolation)
         self.max_result_bytes = max_result_bytes
         self._runtime: Runtime | None = None
         self._resolved: dict[str, tuple[RegisteredTool, Any]] = {}
@@ -268,6 +276,93 @@ class Catalog:
                 built = built.model_copy(update={"version": next_version(newest)})
                 result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
         forget(endpoint)  # a session kept open from before serves the old tools
+        return result.model_copy(update={"changes": changes})
+
+    def register_openapi(
+        self,
+        spec: str | os.PathLike[str] | dict[str, Any],
+        *,
+        toolkit: str,
+        base_url: str | None = None,
+        headers: dict[str, str] | None = None,
+        include_tags: Iterable[str] = (),
+        operations: Iterable[str] = (),
+        version: str | None = None,
+        description: str | None = None,
+        tags: Iterable[str] = (),
+        defer_loading: bool = True,
+        timeout: float = 30.0,
+    ) -> RegistrationResult:
+        """Register the operations of an OpenAPI 3.0/3.1 document as a toolkit whose tools
+        send HTTP requests to the API (one tool per operation; see README "Importing OpenAPI").
+
+        Versions work as in ``register_mcp``: without ``version``, the newest registered one
+        is kept when nothing changed, else the next is made (``1.0.0`` at first).
+
+        Args:
+            spec: A JSON or YAML file, an http(s) URL (fetched with httpx), or the parsed
+                document.
+            toolkit: The toolkit's name in this catalog.
+            base_url: The API's URL (default: the document's first ``servers`` entry).
+            headers: Sent with every call, e.g. ``{"Authorization": "Bearer ${API_TOKEN}"}``:
+                ``${NAME}`` is stored as written and resolved from the environment of the
+                process making the call.
+            include_tags: Only operations carrying one of these tags.
+            operations: Only these ``operationId``s.
+            version: The version to register (default: see above).
+            description: The toolkit's description (default: the document's title).
+            tags: Tags for every tool (``openapi`` is always added).
+            defer_loading: Whether the tools are deferred (found by search, not listed).
+            timeout: Seconds each call may take (and to fetch a ``spec`` URL).
+
+        Returns:
+            The registration, with ``changes`` against the newest registered version.
+
+        Raises:
+            ImportFailedError: The document cannot be read or fetched.
+            ManifestError: The document is not OpenAPI 3.x, a ``$ref`` points to nothing, an
+                operation has no ``operationId``, or a filter selects nothing.
+            VersionConflictError: ``version`` is registered with other tools.
+        """
+        from .registry.openapi import toolkit_from_openapi
+
+        source = spec if isinstance(spec, dict) else os.fspath(spec)
+        newest = self._newest_version(toolkit)
+        built = toolkit_from_openapi(
+            source,
+            toolkit,
+            version or newest or "1.0.0",
+            base_url=base_url,
+            headers=headers,
+            include_tags=include_tags,
+            operations=operations,
+            description=description,
+            tags=tags,
+            defer_loading=defer_loading,
+            timeout=timeout,
+        )
+        label = "(OpenAPI document)" if isinstance(source, dict) else str(source)
+        return self._register_import(built, label, newest, pinned=version is not None)
+
+    def _register_import(
+        self, built: Toolkit, source: str, newest: str | None, *, pinned: bool
+    ) -> RegistrationResult:
+        """Register an imported toolkit: a changed one becomes the next version unless the
+        version was given (``pinned``); ``changes`` compares with the newest registered."""
+        old = (
+            ()
+            if newest is None
+            else self.iter_tools(toolkit=f"{built.name}@{newest}", include_denied=True)
+        )
+        changes = tool_changes(built.tools, old)
+        with self._lock:
+            try:
+                result = writer.register(self._conn, [(built, source)], replace=False)[0]
+            except VersionConflictError:
+                if pinned or newest is None:
+                    raise
+                built = built.model_copy(update={"version": next_version(newest)})
+                result = writer.register(self._conn, [(built, source)], replace=False)[0]
         return result.model_copy(update={"changes": changes})
 
     def _newest_version(self, toolkit: str) -> str | None:
@@ -489,7 +584,10 @@ class Catalog:
         Returns:
             The provider's ``tools`` payload, and ``address(exported_name)`` to turn a call
             that comes back into an address for ``call`` (``arguments(...)`` undoes Gemini's
-            argument rewriting).
+            argument rewriting). For ``openai-responses``, deferred tools are grouped by
+            toolkit into namespaces; ``search_tool()`` and ``tool_search_output(hits,
+            call_id)`` (or, for ``anthropic``, ``search_tool()`` and ``tool_references``)
+            let a client answer the provider's tool search from the catalog.
 
         Raises:
             InvalidQueryError: Unknown format.
@@ -499,7 +597,12 @@ class Catalog:
 
         items = [tools] if isinstance(tools, str) else tool_items(tools)
         found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
-        return export_tools(found, format, self.short_names(found))
+        descriptions = (
+            {t.toolkit: t.description for t in self.toolkits()}
+            if format == "openai-responses"
+            else None
+        )
+        return export_tools(found, format, self.short_names(found), descriptions)
 
     def versions(self, toolkit: str) -> builtins.list[ToolkitVersion]:
         """Every registered version of ``toolkit``, oldest first (PEP 440 order)."""
@@ -521,13 +624,12 @@ class Catalog:
     @property
     def runtime(self) -> Runtime:
         """The call machinery (worker threads, validators), created on first use."""
-        from .runtime.call import Runtime
-
         with self._lock:
             if self._runtime is None:
                 self._runtime = Runtime(
                     self.policy,
                     default_timeout=self.default_timeout,
+                    isolation=self.isolation,
                     max_result_bytes=self.max_result_bytes,
                 )
             return self._runtime
@@ -553,57 +655,94 @@ class Catalog:
 
         Raises:
             UnknownToolError: No such tool.
+            ToolDeniedError: The policy's rules deny the tool (the version the address names).
             ImportFailedError: The implementation cannot be imported or called.
         """
         return self.runtime.load(self._resolve(address)[0])
 
     def call(
         self,
-        address: str,
+        address: str | RegisteredTool,
         arguments: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        on_event: Callable[[ToolEvent], Any] | None = None,
     ) -> ToolResult:
         """Call a tool by name; never raises for the tool's or the caller's mistakes.
 
-        The path: resolve the address (the active version, or a pinned ``@version``) →
-        policy rules → validate ``arguments`` against the tool's JSON Schema, filling
-        defaults → import the implementation (first call only) → run it (sync tools in a
-        worker thread, async ones on an event loop) within the timeout → make the result
-        JSON and truncate it if too large.
+        The path: resolve the address once (the active version, or a pinned ``@version``) →
+        policy rules, judged on that version → validate ``arguments`` against its JSON
+        Schema, filling defaults → run it (see ``isolation``) within the timeout → make the
+        result JSON and truncate it if too large.
 
         Args:
-            address: ``name``, ``toolkit.name``, or either with ``@version``.
+            address: ``name``, ``toolkit.name``, either with ``@version``, or a
+                ``RegisteredTool`` already resolved (``get``).
             arguments: The tool's arguments as a JSON object.
-            timeout: Seconds to wait; default the tool's ``timeout``, else the catalog's.
+            timeout: Seconds to wait (above 0); default the tool's ``timeout``, else the
+                catalog's.
+            on_event: Called with each ``ToolEvent`` the tool reports while it runs
+                (``toolcat.report_progress``), from the thread running or waiting on it.
 
         Returns:
             A ``ToolResult``: ``success`` and ``data``, or ``error`` and ``error_code``
             (``UNKNOWN_TOOL``, ``INVALID_ARGUMENTS``, ``TOOL_DENIED``, ``IMPORT_FAILED``,
-            ``TOOL_ERROR``, ``TIMEOUT``).
+            ``TOOL_ERROR``, ``TIMEOUT``), and the ``events`` reported.
         """
         started = time.perf_counter()
         try:
-            tool, validator = self._resolve(address)
+            if timeout is not None:
+                check_timeout(timeout)
+            if isinstance(address, RegisteredTool):
+                tool, validator = address, self.runtime.validator(address)
+            else:
+                tool, validator = self._resolve(address)
         except Exception as e:
-            from .runtime.call import error_result
-
             return error_result(e, started)
         return self.runtime.call(
-            tool, arguments, timeout=timeout, validator=validator, started=started
+            tool,
+            arguments,
+            timeout=timeout,
+            validator=validator,
+            started=started,
+            on_event=on_event,
         )
 
     async def acall(
         self,
-        address: str,
+        address: str | RegisteredTool,
         arguments: dict[str, Any] | None = None,
         *,
         timeout: float | None = None,
+        on_event: Callable[[ToolEvent], Any] | None = None,
     ) -> ToolResult:
-        """``call`` for async code: runs the call without blocking the event loop."""
+        """``call`` for async code: runs the call on the runtime's own threads (never the
+        event loop's small default executor), without blocking the loop. ``on_event`` is
+        called on this event loop; it may be a coroutine function."""
         import asyncio
 
-        return await asyncio.to_thread(self.call, address, arguments, timeout=timeout)
+        loop = asyncio.get_running_loop()
+        forward: Callable[[ToolEvent], Any] | None = None
+        if on_event is not None:
+            callback = on_event
+
+            pending: set[asyncio.Future[Any]] = set()
+
+            def deliver(event: ToolEvent) -> None:
+                outcome = callback(event)
+                if inspect.isawaitable(outcome):
+                    task = asyncio.ensure_future(outcome)
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+
+            def forward(event: ToolEvent) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
+                    loop.call_soon_threadsafe(deliver, event)
+
+        future = self.runtime.executor.threads.submit(
+            self.call, address, arguments, timeout=timeout, on_event=forward
+        )
+        return await asyncio.wrap_future(future)
 
     def check(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
         """Import every active tool's implementation (of one toolkit, or all) in a child

@@ -8,6 +8,7 @@ error's exit code, here and nowhere else.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from .errors import (
     UnknownToolError,
 )
 from .export import FORMATS
-from .models import RegisteredTool
+from .models import RegisteredTool, ToolEvent
 from .policy import Policy
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,10 +61,12 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
-def open_catalog(ctx: click.Context) -> Catalog:
+def open_catalog(ctx: click.Context, isolation: str = "thread") -> Catalog:
+    """The catalog the global options name; ``--isolate`` overrides ``isolation``."""
     params = ctx.find_root().params
     policy = Policy.of(allow=params.get("allow") or (), deny=params.get("deny") or ())
-    catalog = Catalog(params.get("db"), policy=policy)
+    mode: Any = params.get("isolate") or isolation
+    catalog = Catalog(params.get("db"), policy=policy, isolation=mode)
     ctx.call_on_close(catalog.close)
     return catalog
 
@@ -97,6 +100,12 @@ def tool_line(tool: RegisteredTool) -> str:
     help="Policy: refuse (and hide) tools matching this rule, e.g. tag:destructive.",
 )
 @click.option("--allow", multiple=True, help="Policy: exempt tools matching this rule from --deny.")
+@click.option(
+    "--isolate",
+    type=click.Choice(["thread", "process"]),
+    help="Run tools in threads (fast; a timeout stops the wait, not the work) or in worker "
+    "processes (a timeout kills the work). Default: process for `call`, thread otherwise.",
+)
 @click.version_option(package_name="toolcat")
 @click.pass_context
 def cli(
@@ -105,6 +114,7 @@ def cli(
     debug: bool,
     deny: tuple[str, ...],
     allow: tuple[str, ...],
+    isolate: str | None,
 ) -> None:
     """A searchable catalog of LLM tool definitions with deferred loading."""
     ctx.meta["toolcat.debug"] = debug
@@ -134,20 +144,41 @@ def init(ctx: click.Context) -> None:
 @click.option("--mcp-stdio", "mcp_command", help="Import the tools of this MCP server command.")
 @click.option("--mcp-http", "mcp_url", help="Import the tools of the MCP server at this URL.")
 @click.option(
-    "--tag", "tags", multiple=True, help="With --mcp-*: a tag for every tool (repeatable)."
+    "--openapi", "openapi_spec", help="Import the operations of this OpenAPI document (file/URL)."
+)
+@click.option("--base-url", help="With --openapi: the API's URL (default: the document's servers).")
+@click.option(
+    "--header",
+    "header_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With an import: a header sent with every call (repeatable); ${ENV_VAR} in VALUE is "
+    "stored as written and resolved when calling.",
+)
+@click.option(
+    "--include-tag",
+    "include_tags",
+    multiple=True,
+    help="With --openapi: only operations tagged so.",
+)
+@click.option(
+    "--operation", "operation_ids", multiple=True, help="With --openapi: only this operationId."
+)
+@click.option(
+    "--tag", "tags", multiple=True, help="With an import: a tag for every tool (repeatable)."
 )
 @click.option(
     "--defer/--no-defer",
     default=True,
     show_default=True,
-    help="With --mcp-*: the tools are deferred (found by search, not listed).",
+    help="With an import: the tools are deferred (found by search, not listed).",
 )
 @click.option(
     "--timeout",
     type=float,
     default=30.0,
     show_default=True,
-    help="With --mcp-*: seconds to wait for the server.",
+    help="With an import: seconds to wait for the server (--openapi: for each call).",
 )
 @json_option
 @click.pass_context
@@ -161,6 +192,11 @@ def register(
     replace: bool,
     mcp_command: str | None,
     mcp_url: str | None,
+    openapi_spec: str | None,
+    base_url: str | None,
+    header_items: tuple[str, ...],
+    include_tags: tuple[str, ...],
+    operation_ids: tuple[str, ...],
     tags: tuple[str, ...],
     defer: bool,
     timeout: float,
@@ -176,9 +212,38 @@ def register(
     --mcp-stdio "COMMAND ARGS" / --mcp-http URL (with --toolkit NAME) read the server's
     tools; calls are forwarded to it, starting it on the first call. Registering again
     picks up added, changed and removed tools as a new version (or --version).
+
+    --openapi SPEC (a JSON/YAML file or URL, with --toolkit NAME) registers one tool per
+    operation, calling the API at --base-url (default: the document's servers) with the
+    --header values; --include-tag and --operation pick operations.
     """
+    from .credentials import parse_assignments
     from .registry.python import toolkit_from_module, toolkits_from_entry_points
 
+    headers = parse_assignments(header_items, option="--header")
+    if openapi_spec:
+        if paths or modules or entry_points or mcp_command or mcp_url:
+            raise click.UsageError("--openapi registers one document, nothing else")
+        if not toolkit_name:
+            raise click.UsageError("--openapi needs --toolkit NAME")
+        result = open_catalog(ctx).register_openapi(
+            openapi_spec,
+            toolkit=toolkit_name,
+            base_url=base_url,
+            headers=headers,
+            include_tags=include_tags,
+            operations=operation_ids,
+            version=toolkit_version,
+            tags=tags,
+            defer_loading=defer,
+            timeout=timeout,
+        )
+        _echo_import(result, as_json)
+        return
+    if base_url or include_tags or operation_ids or headers:
+        raise click.UsageError(
+            "--base-url, --header, --include-tag and --operation go with --openapi"
+        )
     if mcp_command or mcp_url:
         if (paths or modules or entry_points) or (mcp_command and mcp_url):
             raise click.UsageError("--mcp-stdio/--mcp-http register one server, nothing else")
@@ -193,19 +258,12 @@ def register(
             defer_loading=defer,
             timeout=timeout,
         )
-        if as_json:
-            emit_json({"results": [result.model_dump()]})
-            return
-        click.echo(
-            f"{result.status:<9} {result.toolkit} {result.version} ({plural(result.tools, 'tool')})"
-        )
-        for kind, names in (result.changes or {}).items():
-            if names and result.status != "unchanged":
-                click.echo(f"  {kind}: {', '.join(names)}")
-        click.echo(f"revision {result.revision}")
+        _echo_import(result, as_json)
         return
     if not (paths or modules or entry_points):
-        raise click.UsageError("give manifest PATHS, --module, --entry-points or --mcp-*")
+        raise click.UsageError(
+            "give manifest PATHS, --module, --entry-points, --mcp-* or --openapi"
+        )
     sources: list[Any] = list(paths)
     sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
     if entry_points:
@@ -218,6 +276,20 @@ def register(
         click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({plural(r.tools, 'tool')})")
     if results:
         click.echo(f"revision {results[-1].revision}")
+
+
+def _echo_import(result: Any, as_json: bool) -> None:
+    """Print the registration of an imported toolkit (MCP server, OpenAPI document)."""
+    if as_json:
+        emit_json({"results": [result.model_dump()]})
+        return
+    click.echo(
+        f"{result.status:<9} {result.toolkit} {result.version} ({plural(result.tools, 'tool')})"
+    )
+    for kind, names in (result.changes or {}).items():
+        if names and result.status != "unchanged":
+            click.echo(f"  {kind}: {', '.join(names)}")
+    click.echo(f"revision {result.revision}")
 
 
 @cli.command()
@@ -423,6 +495,7 @@ def call(
 ) -> None:
     """Call a tool and print its result.
 
+    The tool runs in a worker process (unless --isolate thread), so --timeout stops it.
     Exit 0 when the tool ran, even if it failed or timed out (the result says so); when
     the call could not start, the exit code of its error (unknown tool 4, import failed 9,
     invalid arguments 10, denied 12).
@@ -431,7 +504,9 @@ def call(
         arguments = json.loads(args_json)
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
-    result = open_catalog(ctx).call(name, arguments, timeout=timeout)
+    catalog = open_catalog(ctx, isolation="process")
+    show = None if as_json or not sys.stderr.isatty() else show_progress
+    result = catalog.call(name, arguments, timeout=timeout, on_event=show)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     elif result.success:
@@ -443,7 +518,23 @@ def call(
             click.echo("[truncated]", err=True)
     else:
         click.echo(f"error ({result.error_code}): {result.error}", err=True)
-    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
+    code = CALL_EXIT_CODES.get(result.error_code or "", 0)
+    if catalog.runtime.executor.threads.busy:  # a timed-out thread cannot be stopped: leave
+        sys.stdout.flush()
+        sys.stderr.flush()
+        catalog.close()
+        os._exit(code)
+    ctx.exit(code)
+
+
+def show_progress(event: ToolEvent) -> None:
+    """One line on stderr per event of a running tool (a terminal only)."""
+    if event.kind == "progress":
+        total = f"/{event.total:g}" if event.total is not None else ""
+        text = f"[{event.progress or 0:g}{total}]"
+    else:
+        text = f"[{event.level or 'log'}]"
+    click.echo(f"{text} {event.message or ''}".rstrip(), err=True)
 
 
 @cli.command()
@@ -546,14 +637,29 @@ def status(ctx: click.Context, as_json: bool) -> None:
     help="HTTP: require 'Authorization: Bearer TOKEN' (env TOOLCAT_TOKEN).",
 )
 @click.option(
-    "--tag", "tags", multiple=True, help="Only list and search tools with this tag (repeatable)."
+    "--tokens",
+    "tokens_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="HTTP: a YAML/TOML file of principals, each with its token and its own view.",
 )
-@click.option("--toolkit", help="Only list and search this toolkit.")
+@click.option(
+    "--tag", "tags", multiple=True, help="Only list, search and call tools with this tag."
+)
+@click.option("--toolkit", help="Only list, search and call this toolkit (name[@version]).")
+@click.option(
+    "--deny",
+    "serve_deny",
+    multiple=True,
+    help="Refuse (and hide) tools matching this rule, as the global --deny.",
+)
+@click.option(
+    "--allow", "serve_allow", multiple=True, help="Exempt tools matching this rule from --deny."
+)
 @click.option("--page-size", type=click.IntRange(1, 1000), default=100, show_default=True)
 @click.option(
     "--refuse-unsearched",
     is_flag=True,
-    help="Refuse calls of deferred tools this session never found by search.",
+    help="Refuse calls of deferred tools not found by search first.",
 )
 @click.option("--mode", type=click.Choice(SEARCH_MODES), help="search_tools mode (default: best).")
 @click.option(
@@ -568,8 +674,11 @@ def serve(
     host: str,
     port: int,
     token: str | None,
+    tokens_file: Path | None,
     tags: tuple[str, ...],
     toolkit: str | None,
+    serve_deny: tuple[str, ...],
+    serve_allow: tuple[str, ...],
     page_size: int,
     refuse_unsearched: bool,
     mode: str | None,
@@ -578,8 +687,9 @@ def serve(
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
     stdio by default (for clients that start toolcat); --http serves streamable HTTP at
-    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Any catalog tool may be
-    called by name, deferred ones included, unless --refuse-unsearched.
+    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Both MCP eras are
+    served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, --tag, --deny and
+    --allow bound what clients can list, search and call.
     """
     from .mcpclient import require_sdk
 
@@ -587,7 +697,13 @@ def serve(
     import anyio
 
     from .server.mcp import CatalogServer, ServeOptions, serve_stdio
+    from .server.tokens import Tokens, load_tokens
 
+    if (token or tokens_file) and not use_http:
+        raise click.UsageError("--token and --tokens protect --http; stdio needs no token")
+    if token and tokens_file:
+        raise click.UsageError("give --token or --tokens, not both")
+    tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     catalog = open_catalog(ctx)
     catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
     server = CatalogServer(
@@ -599,6 +715,8 @@ def serve(
             refuse_unsearched=refuse_unsearched,
             search_mode=mode,
             plain=plain,
+            policy=Policy.of(allow=serve_allow, deny=serve_deny),
+            per_caller=tokens_file is not None,
         ),
     )
     if not use_http:
@@ -607,7 +725,7 @@ def serve(
     from .server.http import serve_http
 
     click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
-    serve_http(server, host=host, port=port, token=token)
+    serve_http(server, host=host, port=port, tokens=tokens)
 
 
 @cli.command()

@@ -154,6 +154,13 @@ class ToolDeniedError(ToolcatError):
     exit_code = 12
 
 
+class PolicyError(ToolcatError):
+    """A policy rule that cannot be read (empty, an unclosed ``[``, an unknown prefix)."""
+
+    code = "INVALID_POLICY"
+    exit_code = 2
+
+
 class EmbeddingError(ToolcatError):
     """Embeddings cannot be computed or used as asked (missing extra, model or vectors)."""
 

@@ -8,10 +8,15 @@ model still sees it. The rules, from each provider's documentation:
 
 - OpenAI (Chat Completions ``tools[].function``, Responses ``tools[]``): name
   ``^[a-zA-Z0-9_-]{1,64}$``; ``parameters`` is a JSON Schema object with ``type: object`` at the
-  top and no ``anyOf``/``oneOf``/``allOf``/``enum``/``not`` there.
+  top and no ``anyOf``/``oneOf``/``allOf``/``enum``/``not`` there. For Responses, deferred tools
+  are grouped by toolkit into ``{"type": "namespace", "name", "description", "tools"}`` entries
+  whose functions carry ``defer_loading: true`` (found by the ``tool_search`` tool); a call of
+  one comes back with its ``namespace``.
 - Anthropic (Messages ``tools[]``): name ``^[a-zA-Z0-9_-]{1,64}$``; ``input_schema`` has
   ``type: object`` and no ``oneOf``/``allOf``/``anyOf`` at the top level; deferred tools carry
-  ``defer_loading: true`` for the tool search tool.
+  ``defer_loading: true`` for the tool search tool. Anthropic's own search tools
+  (``tool_search_tool_bm25``/``_regex``) take at most 10,000 tools, and Claude's regex patterns
+  at most 200 characters.
 - Gemini (``tools[].functionDeclarations[]``): name starts with a letter or ``_``, then letters,
   digits, ``_ . : -``, at most 64; ``parameters`` is the OpenAPI 3.0 subset Gemini documents
   (type names upper-case, ``nullable`` instead of type lists, no ``$ref``, ``additionalProperties``,
@@ -34,6 +39,30 @@ from .models import RegisteredTool, SearchHit, SearchResult, ToolPage
 from .names import fitted_name
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic", "gemini", "mcp")
+ANTHROPIC_SEARCH_TOOLS = {
+    "bm25": {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"},
+    "regex": {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
+}
+ANTHROPIC_MAX_SEARCHABLE = 10_000  # tools Anthropic's tool search tool accepts
+ANTHROPIC_MAX_PATTERN = 200  # characters of a regex pattern Claude may send to it
+SEARCH_TOOL_NAME = "tool_search"
+SEARCH_TOOL_DESCRIPTION = (
+    "Search the tool catalog for tools that can do what you need. Describe the task in your "
+    "own words; the best matching tools become available to call."
+)
+SEARCH_TOOL_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string", "description": "What you want a tool to do."},
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 20,
+            "description": "How many tools to load (default 5).",
+        },
+    },
+    "required": ["query"],
+}
 
 
 @dataclass(frozen=True)
@@ -107,18 +136,137 @@ class ExportedTools:
     names: dict[str, str] = field(default_factory=dict)
     json_arguments: dict[str, list[str]] = field(default_factory=dict)
     _exported: dict[str, str] = field(default_factory=dict, repr=False)  # tool id → name
+    _namespaces: dict[str, str] = field(default_factory=dict, repr=False)  # toolkit → namespace
+    _toolkit_descriptions: dict[str, str] = field(default_factory=dict, repr=False)
+    _short_names: dict[str, str] = field(default_factory=dict, repr=False)
+    _taken: set[str] = field(default_factory=set, repr=False)  # top-level names, namespaces
+    _inside: dict[str, set[str]] = field(default_factory=dict, repr=False)  # namespace → names
 
-    def address(self, exported_name: str) -> str:
-        """The catalog address of a tool the model called by its exported name; pass it to
+    def address(self, exported_name: str, namespace: str | None = None) -> str:
+        """The catalog address of a tool the model called by its exported name (and, for an
+        OpenAI Responses call of a deferred tool, its ``namespace``); pass it to
         ``Catalog.call``.
 
         Raises:
             UnknownToolError: The name is not one of this export's.
         """
+        key = f"{namespace}.{exported_name}" if namespace else exported_name
         try:
-            return self.names[exported_name]
+            return self.names[key]
         except KeyError:
-            raise UnknownToolError(exported_name, sorted(self.names)[:5]) from None
+            raise UnknownToolError(key, sorted(self.names)[:5]) from None
+
+    def search_tool(self, kind: str | None = None) -> dict[str, Any]:
+        """The tool-search entry to send beside ``tools``.
+
+        - ``openai-responses``: a client-executed ``tool_search`` tool (answer its calls with
+          ``tool_search_output``).
+        - ``anthropic``: without ``kind``, a custom ``tool_search`` tool (answer it with a
+          ``tool_result`` of ``tool_references``); with ``kind`` ``"bm25"`` or ``"regex"``,
+          Anthropic's own search tool over the deferred tools of this export (at most 10,000;
+          Claude's regex patterns are at most 200 characters).
+
+        Raises:
+            InvalidQueryError: Another format, an unknown ``kind``, or more deferred tools than
+                Anthropic's search tool takes.
+        """
+        if self.format == "openai-responses" and kind is None:
+            return {
+                "type": "tool_search",
+                "execution": "client",
+                "description": SEARCH_TOOL_DESCRIPTION,
+                "parameters": copy.deepcopy(SEARCH_TOOL_PARAMETERS),
+            }
+        if self.format == "anthropic" and kind is None:
+            return {
+                "name": SEARCH_TOOL_NAME,
+                "description": SEARCH_TOOL_DESCRIPTION,
+                "input_schema": copy.deepcopy(SEARCH_TOOL_PARAMETERS),
+            }
+        if self.format == "anthropic" and kind in ANTHROPIC_SEARCH_TOOLS:
+            deferred = sum(1 for t in self.tools if t.get("defer_loading"))
+            if deferred > ANTHROPIC_MAX_SEARCHABLE:
+                raise InvalidQueryError(
+                    f"Anthropic's tool search tool takes at most {ANTHROPIC_MAX_SEARCHABLE:,} "
+                    f"tools and this export defers {deferred:,}: export fewer (by toolkit or "
+                    "tag), or use search_tool() and answer the searches from toolcat"
+                )
+            return dict(ANTHROPIC_SEARCH_TOOLS[kind])
+        kinds = "bm25, regex" if self.format == "anthropic" else "none"
+        raise InvalidQueryError(
+            f"no search tool {kind!r} for format {self.format!r} (kinds: {kinds}); search tools "
+            "exist for openai-responses and anthropic"
+        )
+
+    def tool_search_output(self, hits: Iterable[Any], call_id: str | None) -> dict[str, Any]:
+        """The ``tool_search_output`` input item answering a client-executed ``tool_search``
+        call (OpenAI Responses) with these search hits (or tools): their definitions, deferred
+        ones grouped by toolkit into namespaces as in the export. Tools not in the export yet
+        are added to it, so ``address`` resolves their calls.
+
+        Raises:
+            InvalidQueryError: The export is not ``openai-responses``.
+        """
+        if self.format != "openai-responses":
+            raise InvalidQueryError("tool_search_output is for the openai-responses format")
+        groups: dict[str, dict[str, Any]] = {}
+        loaded: list[dict[str, Any]] = []
+        for tool in registered_tools(hits):
+            if tool.id not in self._exported:
+                self._add(tool)
+            if not tool.defer_loading:
+                continue  # always loaded: already in the tools sent with the request
+            namespace = self._namespaces[tool.toolkit]
+            declaration = _declaration(tool, self._exported[tool.id], self.format, self)
+            declaration["defer_loading"] = True
+            group = groups.get(namespace)
+            if group is None:
+                group = groups[namespace] = self._namespace_entry(tool.toolkit, [])
+                loaded.append(group)
+            group["tools"].append(declaration)
+        return {
+            "type": "tool_search_output",
+            "call_id": call_id,
+            "execution": "client",
+            "status": "completed",
+            "tools": loaded,
+        }
+
+    def _namespace_entry(self, toolkit: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        description = self._toolkit_descriptions.get(toolkit) or f"Tools of {toolkit}"
+        return {
+            "type": "namespace",
+            "name": self._namespaces[toolkit],
+            "description": description,
+            "tools": tools,
+        }
+
+    def _add(self, tool: RegisteredTool) -> str:
+        """Give ``tool`` its exported name (and namespace) in this export; returns the name."""
+        rule = NAME_RULES[self.format]
+        if self.format == "openai-responses" and tool.defer_loading:
+            namespace = self._namespaces.get(tool.toolkit)
+            if namespace is None:
+                namespace = fitted_name(
+                    tool.toolkit, self._taken, invalid=rule.invalid, max_length=rule.max_length
+                )
+                self._namespaces[tool.toolkit] = namespace
+            inside = self._inside.setdefault(namespace, set())
+            name = fitted_name(tool.name, inside, invalid=rule.invalid, max_length=rule.max_length)
+            self._exported[tool.id] = name
+            self.names[f"{namespace}.{name}"] = f"{tool.id}@{tool.version}"
+            return name
+        short = self._short_names.get(tool.id, tool.id)
+        name = fitted_name(
+            short if re.match(rule.pattern, short) else short.replace(".", "__"),
+            self._taken,
+            invalid=rule.invalid,
+            max_length=rule.max_length,
+            must_start=rule.must_start,
+        )
+        self._exported[tool.id] = name
+        self.names[name] = f"{tool.id}@{tool.version}"
+        return name
 
     def arguments(self, exported_name: str, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments of a call that came back under ``exported_name``, as the tool takes
@@ -207,7 +355,10 @@ def registered_tools(tools: Iterable[Any]) -> list[RegisteredTool]:
 
 
 def export_tools(
-    tools: Iterable[RegisteredTool], format: str, short_names: Mapping[str, str] | None = None
+    tools: Iterable[RegisteredTool],
+    format: str,
+    short_names: Mapping[str, str] | None = None,
+    toolkit_descriptions: Mapping[str, str] | None = None,
 ) -> ExportedTools:
     """``tools`` in ``format``.
 
@@ -216,27 +367,32 @@ def export_tools(
         format: One of ``FORMATS``.
         short_names: Tool id → the shortest unambiguous address (``name`` or
             ``toolkit.name``); the exported name is built from it. Default: the tool id.
+        toolkit_descriptions: Toolkit → description, for OpenAI Responses namespaces.
     """
     if format not in FORMATS:
         raise InvalidQueryError(f"unknown export format {format!r}; choose one of {FORMATS}")
-    rule = NAME_RULES[format]
-    taken: set[str] = set()
-    result = ExportedTools(format=format, tools=[])
+    result = ExportedTools(
+        format=format,
+        tools=[],
+        _toolkit_descriptions=dict(toolkit_descriptions or {}),
+        _short_names=dict(short_names or {}),
+    )
     declarations: list[dict[str, Any]] = []
+    namespaces: dict[str, dict[str, Any]] = {}
     for tool in registered_tools(tools):
         if tool.id in result._exported:
             continue
-        short = (short_names or {}).get(tool.id, tool.id)
-        name = fitted_name(
-            short if re.match(rule.pattern, short) else short.replace(".", "__"),
-            taken,
-            invalid=rule.invalid,
-            max_length=rule.max_length,
-            must_start=rule.must_start,
-        )
-        result._exported[tool.id] = name
-        result.names[name] = f"{tool.id}@{tool.version}"
-        declarations.append(_declaration(tool, name, format, result))
+        name = result._add(tool)
+        declaration = _declaration(tool, name, format, result)
+        if format == "openai-responses" and tool.defer_loading:
+            declaration["defer_loading"] = True
+            group = namespaces.get(tool.toolkit)
+            if group is None:
+                group = namespaces[tool.toolkit] = result._namespace_entry(tool.toolkit, [])
+                declarations.append(group)
+            group["tools"].append(declaration)
+        else:
+            declarations.append(declaration)
     result.tools = [{"functionDeclarations": declarations}] if format == "gemini" else declarations
     return result
 

@@ -32,6 +32,7 @@ TOOLKIT_NAME_RE = re.compile(r"^[a-z0-9_-]{1,64}$")
 IMPLEMENTATION_RE = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
     r"|^mcp\+(stdio|http):.+#[^#]+$"  # a tool of an MCP server (see toolcat.mcpclient)
+    r"|^openapi\+http:[^#\s]+#\{.*\}$"  # a REST operation (see toolcat.openapi_client)
 )
 MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 MAX_TAG_LENGTH = 64
@@ -159,7 +160,8 @@ class Tool(BaseModel):
     def _implementation(cls, value: str | None) -> str | None:
         if value is not None and not IMPLEMENTATION_RE.match(value):
             raise ValueError(
-                f"{value!r} is not of the form 'package.module:attribute' (or 'mcp+stdio:CMD#TOOL')"
+                f"{value!r} is not of the form 'package.module:attribute' (or "
+                "'mcp+stdio:CMD#TOOL', 'openapi+http:URL#{...}')"
             )
         return value
 
@@ -372,8 +374,28 @@ ErrorCode = Literal[
 ]
 
 
+class ToolEvent(BaseModel):
+    """Something a tool reported while it ran (``toolcat.report_progress`` / ``report_log``).
+
+    ``progress`` events carry ``progress`` (done so far) and, when known, ``total``; ``log``
+    events carry ``message`` and ``level``. ``elapsed_ms`` counts from the start of the call.
+    """
+
+    model_config = ConfigDict(defer_build=True)
+
+    kind: Literal["progress", "log"]
+    progress: float | None = None
+    total: float | None = None
+    message: str | None = None
+    level: str | None = None
+    elapsed_ms: float = 0.0
+
+
 class ToolResult(BaseModel):
-    """The outcome of calling a tool. A failure is a result, never an exception."""
+    """The outcome of calling a tool. A failure is a result, never an exception.
+
+    ``events`` holds what the tool reported while it ran (the last ``MAX_EVENTS``).
+    """
 
     model_config = ConfigDict(defer_build=True)
 
@@ -383,3 +405,4 @@ class ToolResult(BaseModel):
     error_code: ErrorCode | None = None
     duration_ms: float = 0.0
     truncated: bool = False
+    events: list[ToolEvent] = Field(default_factory=list)

@@ -104,7 +104,7 @@ def test_time(sample_catalog: Catalog) -> None:
     assert ok(c, "date_diff", start="2026-01-01", end="2026-01-31")["days"] == 30
     assert ok(c, "add_duration", start="2026-01-31", months=1) == "2026-02-28"
     assert ok(c, "day_of_week", date="2000-01-01")["weekday"] == "Saturday"
-    assert ok(c, "current_time", timezone="Asia/Tokyo")["utc_offset"] == "9:00:00"
+    assert ok(c, "current_time", timezone="Asia/Tokyo")["utc_offset"] == "+09:00"
     assert any(z["zone"] == "Europe/Berlin" for z in ok(c, "list_timezones", contains="berlin"))
     assert "unknown time zone" in (c.call("current_time", {"timezone": "Mars/Base"}).error or "")
 
@@ -154,5 +154,5 @@ def test_sqlite(sample_catalog: Catalog, workspace: Path) -> None:
     rows = ok(c, "sqlite_query", database="shop.db", sql="SELECT * FROM orders")
     assert rows["rows"] == [{"id": 1, "total": 9.5}]
     result = c.call("sqlite_query", {"database": "shop.db", "sql": "DELETE FROM orders"})
-    assert result.error_code == "TOOL_ERROR" and "readonly" in (result.error or "")
+    assert result.error_code == "TOOL_ERROR" and "read-only" in (result.error or "")
     assert "outside the workspace" in (c.call("sqlite_tables", {"database": "../x.db"}).error or "")

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import contextvars
 import copy
-from collections.abc import Callable
+import re
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from .. import patterns
 from ..errors import InvalidArgumentsError
 
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
+
+PATTERN_BUDGET_S = 1.0
+"""Seconds (CPU) all of one call's JSON Schema ``pattern`` checks may take together."""
+MAX_SCHEMA_PATTERN_LENGTH = 10_000
 
 
 def compile_validator(schema: dict[str, Any]) -> Validator:
@@ -25,6 +33,7 @@ def compile_validator(schema: dict[str, Any]) -> Validator:
     closed = "additionalProperties" not in schema and "patternProperties" not in schema
     try:
         check = fastjsonschema.compile(schema, use_default=True)
+        _bound_patterns(check)
     except Exception:  # a schema fastjsonschema cannot compile: fall back to jsonschema
         check = _jsonschema_check(schema)
 
@@ -42,10 +51,20 @@ def compile_validator(schema: dict[str, Any]) -> Validator:
                     f"{', '.join(map(repr, unknown))}; this tool takes: {expected}"
                 )
         data = copy.deepcopy(arguments)
+        budget = _PatternBudget()
+        token = _BUDGET.set(budget)
         try:
             result = check(data)
         except fastjsonschema.JsonSchemaValueException as e:
+            if budget.failure:
+                raise InvalidArgumentsError(_pattern_failure(e.path, budget.failure)) from None
             raise InvalidArgumentsError(_explain(e, schema)) from None
+        except patterns.PatternError as e:
+            raise InvalidArgumentsError(_pattern_failure(None, str(e))) from None
+        finally:
+            _BUDGET.reset(token)
+        if budget.failure:
+            raise InvalidArgumentsError(_pattern_failure(None, budget.failure))
         return result if isinstance(result, dict) else data
 
     return validate
@@ -65,7 +84,7 @@ def _explain(error: Any, schema: dict[str, Any]) -> str:
 def _jsonschema_check(schema: dict[str, Any]) -> Callable[[dict[str, Any]], dict[str, Any]]:
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = _with_bounded_patterns(jsonschema.Draft202012Validator)(schema)
 
     def check(data: dict[str, Any]) -> dict[str, Any]:
         for name, prop in (schema.get("properties") or {}).items():
@@ -80,3 +99,127 @@ def _jsonschema_check(schema: dict[str, Any]) -> Callable[[dict[str, Any]], dict
         return data
 
     return check
+
+
+# Bounded ``pattern`` checks -----------------------------------------------------------------
+# A schema's ``pattern`` comes from whoever wrote the tool (or the MCP server it was imported
+# from): it runs on the ``regex`` engine through toolcat.patterns, refused if it would unroll
+# into a huge program, with one time budget per call. A check that runs out of budget is an
+# INVALID_ARGUMENTS error naming the field, never a hang.
+
+
+class _PatternBudget:
+    def __init__(self) -> None:
+        self.deadline = time.monotonic() + PATTERN_BUDGET_S
+        self.failure: str | None = None
+
+    def remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+_BUDGET: contextvars.ContextVar[_PatternBudget | None] = contextvars.ContextVar(
+    "toolcat_pattern_budget", default=None
+)
+_FLAGS = re.IGNORECASE | re.MULTILINE | re.DOTALL | re.VERBOSE | re.ASCII
+
+
+class _BoundedPattern:
+    """Stands in for a compiled ``re`` pattern in fastjsonschema's generated code."""
+
+    def __init__(self, original: re.Pattern[str]) -> None:
+        self.pattern = original.pattern
+        self.flags = original.flags & _FLAGS
+
+    def search(self, value: str) -> Any:
+        return self._run("search", value)
+
+    def match(self, value: str) -> Any:
+        return self._run("match", value)
+
+    def _run(self, how: str, value: str) -> Any:
+        budget = _BUDGET.get() or _PatternBudget()
+        compiled = patterns.compile(self.pattern, self.flags, max_length=MAX_SCHEMA_PATTERN_LENGTH)
+        remaining = budget.remaining()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            return getattr(compiled, how)(value, timeout=remaining)
+        except TimeoutError:
+            budget.failure = budget.failure or _timed_out(self.pattern)
+            return None  # no match: the generated code raises, naming the field
+
+
+def _timed_out(pattern: str) -> str:
+    return (
+        f"the check against pattern {pattern[:80]!r} ran longer than {PATTERN_BUDGET_S:g} s "
+        "(catastrophic backtracking in the tool's schema?)"
+    )
+
+
+def _bound_patterns(check: Callable[..., Any]) -> None:
+    """Swap the ``re`` patterns fastjsonschema compiled into ``check`` for bounded ones."""
+    compiled = getattr(check, "__globals__", {}).get("REGEX_PATTERNS")
+    if not isinstance(compiled, dict):
+        if _has_pattern(check):
+            raise TypeError("cannot bound this fastjsonschema version's patterns")
+        return
+    for key, value in list(compiled.items()):
+        if isinstance(value, re.Pattern) and isinstance(value.pattern, str):
+            compiled[key] = _BoundedPattern(value)
+
+
+def _has_pattern(check: Callable[..., Any]) -> bool:
+    return "REGEX_PATTERNS" in getattr(getattr(check, "__code__", None), "co_names", ())
+
+
+def _pattern_failure(path: Any, reason: str) -> str:
+    names = [str(p) for p in (path or [])[1:]]
+    where = f"argument {'.'.join(names)!r}" if names else "arguments"
+    return f"{where}: {reason}"
+
+
+def _with_bounded_patterns(cls: Any) -> Any:
+    """``cls`` (a jsonschema validator class) with ``pattern`` and ``patternProperties``
+    checked through toolcat.patterns under the call's budget."""
+    import jsonschema
+
+    def matches(pattern: str, value: str) -> bool | None:
+        """Whether ``value`` matches; None once a check has run out of the call's budget
+        (the first failure is the one reported)."""
+        budget = _BUDGET.get() or _PatternBudget()
+        if budget.failure:
+            return None
+        try:
+            return patterns.check_pattern(pattern, value, budget.remaining())
+        except patterns.PatternTimeout:
+            budget.failure = _timed_out(pattern)
+            raise patterns.PatternError(budget.failure) from None
+
+    def pattern(validator: Any, expected: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if not validator.is_type(instance, "string"):
+            return
+        try:
+            if matches(expected, instance) is False:
+                yield jsonschema.ValidationError(f"{instance!r} does not match {expected!r}")
+        except patterns.PatternError as e:
+            yield jsonschema.ValidationError(str(e))
+
+    def pattern_properties(
+        validator: Any, expected: dict[str, Any], instance: Any, schema: Any
+    ) -> Iterator[Any]:
+        if not validator.is_type(instance, "object"):
+            return
+        for key_pattern, subschema in expected.items():
+            for key, value in instance.items():
+                try:
+                    hit = matches(key_pattern, key)
+                except patterns.PatternError as e:
+                    yield jsonschema.ValidationError(str(e))
+                    return
+                if hit:
+                    yield from validator.descend(
+                        value, subschema, path=key, schema_path=key_pattern
+                    )
+
+    extend: Any = jsonschema.validators.extend
+    return extend(cls, {"pattern": pattern, "patternProperties": pattern_properties})

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
-from ..errors import ToolcatError, ToolDeniedError
-from ..models import RegisteredTool, ToolResult, canonical_json
+from ..errors import InvalidArgumentsError, ToolcatError, ToolDeniedError
+from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
 from ..policy import Policy
 from .arguments import Validator, compile_validator
-from .executor import Executor
+from .events import EventLog
+from .executor import Executor, ToolFailed, WorkerError
 from .loader import load
 from .results import DEFAULT_MAX_RESULT_BYTES, NotSerialisableError, to_jsonable, truncate
 
 DEFAULT_TIMEOUT = 60.0
+MAX_TIMEOUT = 24 * 3600.0
+ISOLATIONS = ("thread", "process")
+Mode = Literal["thread", "process"]
+Isolation = Mode | Mapping[str, Mode]  # one mode, or per toolkit name ("*": the rest)
 RESULT_CODES = {
     "UNKNOWN_TOOL",
     "INVALID_ARGUMENTS",
@@ -29,6 +36,11 @@ RESULT_CODES = {
 def error_result(error: BaseException, started: float) -> ToolResult:
     """A failed ``ToolResult`` for ``error``: toolcat errors keep their code, the rest are
     the tool's own failures (``TOOL_ERROR``, with the exception type)."""
+    if isinstance(error, ToolFailed):
+        error = error.error
+    if isinstance(error, WorkerError):
+        code = error.code if error.code in RESULT_CODES else "TOOL_ERROR"
+        return make_result(started, error=str(error), error_code=code)
     if isinstance(error, ToolcatError):
         code = error.code if error.code in RESULT_CODES else "TOOL_ERROR"
         if error.code in ("AMBIGUOUS_NAME", "UNKNOWN_TOOLKIT"):
@@ -37,8 +49,32 @@ def error_result(error: BaseException, started: float) -> ToolResult:
     elif isinstance(error, NotSerialisableError):
         code, message = "TOOL_ERROR", str(error)
     else:
-        code, message = "TOOL_ERROR", f"{type(error).__name__}: {error}"
+        code, message = "TOOL_ERROR", f"{type(error).__name__}: {error}"[:10_000]
     return make_result(started, error=message, error_code=code)
+
+
+def check_timeout(timeout: Any, what: str = "timeout") -> float:
+    """``timeout`` as seconds, or ``InvalidArgumentsError`` naming the rule."""
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or not 0 < timeout <= MAX_TIMEOUT
+    ):
+        raise InvalidArgumentsError(
+            f"{what} must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}; "
+            f"got {timeout!r}"
+        )
+    return float(timeout)
+
+
+def check_isolation(isolation: Any) -> Isolation:
+    """``isolation`` if it is a mode or a mapping of toolkit names to modes, else ValueError."""
+    modes = isolation.values() if isinstance(isolation, Mapping) else [isolation]
+    for mode in modes:
+        if mode not in ISOLATIONS:
+            raise ValueError(f"isolation must be 'thread' or 'process', not {mode!r}")
+    return dict(isolation) if isinstance(isolation, Mapping) else isolation
 
 
 def make_result(
@@ -48,6 +84,7 @@ def make_result(
     error: str | None = None,
     error_code: str | None = None,
     truncated: bool = False,
+    events: list[ToolEvent] | None = None,
 ) -> ToolResult:
     """A ``ToolResult`` timed from ``started`` (a ``time.perf_counter()`` reading)."""
     return ToolResult.model_construct(
@@ -57,6 +94,7 @@ def make_result(
         error_code=error_code,
         duration_ms=round((time.perf_counter() - started) * 1000, 3),
         truncated=truncated,
+        events=events or [],
     )
 
 
@@ -94,10 +132,12 @@ class Runtime:
         *,
         default_timeout: float = DEFAULT_TIMEOUT,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        isolation: Isolation = "thread",
     ) -> None:
         self.policy = policy
-        self.default_timeout = default_timeout
+        self.default_timeout = check_timeout(default_timeout, "default_timeout")
         self.max_result_bytes = max_result_bytes
+        self.isolation = check_isolation(isolation)
         self.executor = Executor()
         self._validators: dict[str, Validator] = {}
         self._lock = threading.Lock()
@@ -111,8 +151,22 @@ class Runtime:
                 self._validators[key] = found
         return found
 
+    def mode(self, tool: RegisteredTool) -> Mode:
+        """How ``tool`` runs. Tools of MCP servers always run here: their work is in the
+        server's process already."""
+        from ..mcpclient import is_remote
+
+        if tool.implementation and is_remote(tool.implementation):
+            return "thread"
+        if isinstance(self.isolation, str):
+            return self.isolation
+        return self.isolation.get(tool.toolkit, self.isolation.get("*", "thread"))
+
     def load(self, tool: RegisteredTool) -> Any:
-        """The tool's callable, imported on first use."""
+        """The tool's callable, imported on first use (refused if the policy denies it)."""
+        denied = self.policy.rule_veto(tool)
+        if denied:
+            raise ToolDeniedError(denied)
         return as_callable(load(tool.implementation, tool.id))
 
     def call(
@@ -123,10 +177,15 @@ class Runtime:
         timeout: float | None,
         validator: Validator | None = None,
         started: float | None = None,
+        on_event: Callable[[ToolEvent], Any] | None = None,
     ) -> ToolResult:
         """Call ``tool``; every failure becomes a ``ToolResult`` with its error code."""
         started = time.perf_counter() if started is None else started
+        log = EventLog(on_event, started)
         try:
+            limit = check_timeout(
+                timeout if timeout is not None else (tool.timeout or self.default_timeout)
+            )
             denied = self.policy.rule_veto(tool)
             if denied:
                 raise ToolDeniedError(denied)
@@ -134,17 +193,40 @@ class Runtime:
             denied = self.policy.guard_veto(tool, kwargs)
             if denied:
                 raise ToolDeniedError(denied)
-            func = self.load(tool)
-            limit = timeout or tool.timeout or self.default_timeout
-            value = self.executor.run(
-                func, kwargs, tool_id=tool.id, timeout=limit, max_concurrency=tool.max_concurrency
-            )
-            data, truncated = truncate(
-                to_jsonable(value), tool.max_result_bytes or self.max_result_bytes
-            )
-        except (Exception, SystemExit) as e:  # a tool calling sys.exit() fails, nothing more
-            return error_result(e, started)
-        return make_result(started, data=data, truncated=truncated)
+            max_bytes = tool.max_result_bytes or self.max_result_bytes
+            if self.mode(tool) == "process":
+                if not tool.implementation:
+                    load(tool.implementation, tool.id)  # raises the usual IMPORT_FAILED
+                reply = self.executor.run_in_process(
+                    f"{tool.toolkit}@{tool.version}",
+                    {
+                        "implementation": tool.implementation,
+                        "tool_id": tool.id,
+                        "arguments": kwargs,
+                        "max_result_bytes": max_bytes,
+                    },
+                    tool_id=tool.id,
+                    timeout=limit,
+                    max_concurrency=tool.max_concurrency,
+                    sink=log,
+                )
+                data, truncated = reply.get("ok"), bool(reply.get("truncated"))
+            else:
+                func = as_callable(load(tool.implementation, tool.id))
+                value = self.executor.run(
+                    func,
+                    kwargs,
+                    tool_id=tool.id,
+                    timeout=limit,
+                    max_concurrency=tool.max_concurrency,
+                    sink=log,
+                )
+                data, truncated = truncate(to_jsonable(value), max_bytes)
+        except (Exception, SystemExit) as e:  # the tool's own failures come as ToolFailed
+            result = error_result(e, started)
+            result.events = log.close()
+            return result
+        return make_result(started, data=data, truncated=truncated, events=log.close())
 
     def close(self) -> None:
         self.executor.close()

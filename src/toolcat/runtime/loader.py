@@ -14,7 +14,8 @@ _lock = threading.Lock()
 
 def load(spec: str | None, tool_id: str = "") -> Any:
     """The object ``spec`` (``package.module:attr.path``) names, imported on first use; for
-    ``mcp+stdio:...#tool`` / ``mcp+http:...#tool``, a callable forwarding to that server.
+    ``mcp+stdio:...#tool`` / ``mcp+http:...#tool``, a callable forwarding to that server; for
+    ``openapi+http:BASE#PLAN``, a callable sending that HTTP request.
 
     Raises:
         ImportFailedError: No implementation, a module that fails to import (the exception
@@ -35,7 +36,10 @@ def load(spec: str | None, tool_id: str = "") -> Any:
 
 def _import(spec: str, tool_id: str) -> Any:
     from ..mcpclient import is_remote, remote_tool  # light: the SDK is imported on first call
+    from ..openapi_client import is_openapi, operation_tool  # light: httpx on first call
 
+    if is_openapi(spec):  # a REST operation: a forwarder over a pooled httpx client
+        return operation_tool(spec)
     if is_remote(spec):  # a tool of an MCP server: a forwarder, the server starts on first call
         return remote_tool(spec)
     module_name, _, attr_path = spec.partition(":")

@@ -8,7 +8,7 @@ import json
 import re
 from typing import Any
 
-from toolcat import tool
+from toolcat import patterns, tool
 
 __toolcat__ = {
     "toolkit": "data",
@@ -151,13 +151,75 @@ def validate_json(document: Any, schema: dict[str, Any]) -> dict[str, Any]:
         schema: The JSON Schema to check against.
     """
     import jsonschema
+    import referencing
 
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = [
-        {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
-        for e in validator.iter_errors(_load(document))
-    ]
+    # An empty registry: a remote "$ref" is an error, never a fetch.
+    validator = _bounded_validator(jsonschema.Draft202012Validator)(
+        schema, registry=referencing.Registry()
+    )
+    try:
+        errors = [
+            {"path": "/" + "/".join(str(p) for p in e.absolute_path), "message": e.message}
+            for e in validator.iter_errors(_load(document))
+        ]
+    except referencing.exceptions.Unresolvable as e:
+        raise ValueError(f"unresolvable $ref {e}; only references inside the schema work") from None
     return {"valid": not errors, "errors": errors[:100]}
+
+
+PATTERN_BUDGET_S = 2.0
+
+
+def _bounded_validator(cls: Any) -> Any:
+    """``cls`` with ``pattern``, ``patternProperties`` and ``additionalProperties`` matched by
+    toolcat.patterns (bounded size, one time budget for the whole validation)."""
+    import time
+
+    import jsonschema
+
+    deadline = time.monotonic() + PATTERN_BUDGET_S
+
+    def matches(pattern: str, value: str) -> bool:
+        return patterns.check_pattern(pattern, value, deadline - time.monotonic())
+
+    def pattern(validator: Any, expected: str, instance: Any, schema: Any) -> Any:
+        if validator.is_type(instance, "string") and not matches(expected, instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {expected!r}")
+
+    def pattern_properties(validator: Any, expected: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        for key_pattern, subschema in expected.items():
+            for key, value in instance.items():
+                if matches(key_pattern, key):
+                    yield from validator.descend(
+                        value, subschema, path=key, schema_path=key_pattern
+                    )
+
+    def additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Any:
+        if not validator.is_type(instance, "object"):
+            return
+        named = schema.get("properties", {})
+        keyed = schema.get("patternProperties", {})
+        extras = [
+            key for key in instance if key not in named and not any(matches(p, key) for p in keyed)
+        ]
+        if validator.is_type(allowed, "object"):
+            for extra in extras:
+                yield from validator.descend(instance[extra], allowed, path=extra)
+        elif not allowed and extras:
+            listed = ", ".join(repr(e) for e in sorted(extras))
+            yield jsonschema.ValidationError(f"additional properties are not allowed: {listed}")
+
+    extend: Any = jsonschema.validators.extend
+    return extend(
+        cls,
+        {
+            "pattern": pattern,
+            "patternProperties": pattern_properties,
+            "additionalProperties": additional_properties,
+        },
+    )
 
 
 def _diff(before: Any, after: Any, path: str, changes: list[dict[str, Any]]) -> None:

@@ -3,14 +3,31 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from toolcat import tool
 
-from .workspace import relative, resolve
+from .workspace import check_folder, check_pattern, inside, relative, resolve
 
 __toolcat__ = {"toolkit": "files", "version": "1.0.0", "tags": ["filesystem"]}
+
+
+MAX_SCANNED = 100_000
+
+
+def _matches(paths: Iterator[Path]) -> list[Path]:
+    """Glob results that resolve inside the workspace (a symbolic link pointing out is left
+    out, as is a catalog file), sorted; at most ``MAX_SCANNED`` are looked at."""
+    kept = []
+    for i, match in enumerate(paths):
+        if i >= MAX_SCANNED:
+            raise OSError(f"the pattern matches more than {MAX_SCANNED} paths; narrow it")
+        if inside(match):
+            kept.append(match)
+    return sorted(kept)
 
 
 def _stamp(seconds: float) -> str:
@@ -33,15 +50,18 @@ def list_dir(path: str = ".", pattern: str = "*") -> list[dict[str, Any]]:
     folder = resolve(path)
     if not folder.is_dir():
         raise NotADirectoryError(f"{path!r} is not a directory in the workspace")
-    return [
-        {
-            "name": entry.name,
-            "type": "dir" if entry.is_dir() else "file",
-            "size": entry.stat().st_size,
-            "modified": _stamp(entry.stat().st_mtime),
-        }
-        for entry in sorted(folder.glob(pattern))
-    ]
+    entries = []
+    for entry in _matches(folder.glob(check_pattern(pattern))):
+        stat = entry.stat()
+        entries.append(
+            {
+                "name": entry.name,
+                "type": "dir" if entry.is_dir() else "file",
+                "size": stat.st_size,
+                "modified": _stamp(stat.st_mtime),
+            }
+        )
+    return entries
 
 
 @tool(
@@ -97,7 +117,7 @@ def find_files(pattern: str, path: str = ".", limit: int = 200) -> list[str]:
     """
     base = resolve(path)
     found = []
-    for match in sorted(base.rglob(pattern)):
+    for match in _matches(base.rglob(check_pattern(pattern))):
         if match.is_file():
             found.append(relative(match))
             if len(found) >= limit:
@@ -158,6 +178,7 @@ def move_file(source: str, destination: str, overwrite: bool = False) -> str:
         overwrite: Replace an existing destination.
     """
     src, dst = resolve(source), resolve(destination)
+    check_folder(src, source)
     if dst.exists() and not overwrite:
         raise FileExistsError(f"{destination!r} exists; pass overwrite=true to replace it")
     dst.parent.mkdir(parents=True, exist_ok=True)

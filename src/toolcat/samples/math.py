@@ -57,16 +57,80 @@ _FUNCTIONS.update({"abs": abs, "round": round, "min": min, "max": max})
 _CONSTANTS = {"pi": math.pi, "e": math.e, "tau": math.tau}
 
 
+MAX_DIGITS = 4300
+"""Most decimal digits an integer result or intermediate may have (Python's own limit for
+turning integers into text, so every result can be printed)."""
+MAX_BITS = int((MAX_DIGITS - 1) * math.log2(10))
+MAX_FACTORIAL = 1000
+
+
+def _check(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_BITS:
+        raise ValueError(f"result has more than {MAX_DIGITS} digits")
+    return value
+
+
+def _power(left: Any, right: Any) -> Any:
+    if abs(right) > 10_000:
+        raise ValueError("exponent too large (limit 10000)")
+    whole = isinstance(left, int) and isinstance(right, int)
+    if whole and right > 0 and abs(left) > 1 and right * math.log10(abs(left)) > MAX_DIGITS:
+        raise ValueError(f"result has more than {MAX_DIGITS} digits")
+    return operator.pow(left, right)
+
+
+def _multiply(left: Any, right: Any) -> Any:
+    whole = isinstance(left, int) and isinstance(right, int)
+    if whole and left.bit_length() + right.bit_length() > MAX_BITS + 1:
+        raise ValueError(f"result has more than {MAX_DIGITS} digits")
+    return operator.mul(left, right)
+
+
+def _factorial(n: Any) -> int:
+    if isinstance(n, (int, float)) and n > MAX_FACTORIAL:
+        raise ValueError(f"factorial is limited to n <= {MAX_FACTORIAL}")
+    return math.factorial(n)
+
+
+_BINARY[ast.Pow] = _power
+_BINARY[ast.Mult] = _multiply
+_FUNCTIONS["factorial"] = _factorial
+
+
+def _describe(node: ast.AST) -> str:
+    """An element of an expression in words, whole (never a cut-off AST dump)."""
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name):
+            if node.func.id in _FUNCTIONS and node.keywords:
+                return f"keyword arguments to {node.func.id}()"
+            return f"function {node.func.id!r} (known: {', '.join(sorted(_FUNCTIONS))})"
+        if isinstance(node.func, ast.Attribute):
+            return "attribute access (a.b)"
+        return "a call of something other than a named function"
+    if isinstance(node, ast.Name):
+        return f"name {node.id!r} (known constants: {', '.join(_CONSTANTS)})"
+    if isinstance(node, ast.Constant):
+        return f"{type(node.value).__name__} constant (only numbers are allowed)"
+    if isinstance(node, (ast.BinOp, ast.UnaryOp)):
+        return f"operator {type(node.op).__name__}"
+    return {
+        ast.Attribute: "attribute access (a.b)",
+        ast.Subscript: "indexing (a[b])",
+        ast.Compare: "comparison",
+        ast.BoolOp: "and/or",
+        ast.Lambda: "lambda",
+        ast.IfExp: "if/else",
+    }.get(type(node), type(node).__name__)
+
+
 def _evaluate(node: ast.AST) -> Any:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-        return node.value
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return _check(node.value)
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 10_000:
-            raise ValueError("exponent too large")
-        return _BINARY[type(node.op)](left, right)
+        return _check(_BINARY[type(node.op)](left, right))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_evaluate(node.operand))
     if isinstance(node, ast.Name) and node.id in _CONSTANTS:
@@ -77,8 +141,8 @@ def _evaluate(node: ast.AST) -> Any:
         and node.func.id in _FUNCTIONS
         and not node.keywords
     ):
-        return _FUNCTIONS[node.func.id](*(_evaluate(a) for a in node.args))
-    raise ValueError(f"unsupported expression element: {ast.dump(node)[:60]}")
+        return _check(_FUNCTIONS[node.func.id](*(_evaluate(a) for a in node.args)))
+    raise ValueError(f"unsupported expression element: {_describe(node)}")
 
 
 @tool(
@@ -98,7 +162,16 @@ def calculate(expression: str) -> float | int:
         tree = ast.parse(expression.replace("^", "**"), mode="eval")
     except SyntaxError as e:
         raise ValueError(f"not an arithmetic expression: {e.msg}") from None
-    result = _evaluate(tree)
+    except (RecursionError, MemoryError):
+        raise ValueError("expression nested too deeply") from None
+    try:
+        result = _evaluate(tree)
+    except RecursionError:
+        raise ValueError("expression nested too deeply") from None
+    except OverflowError as e:
+        raise ValueError(f"number too large: {e}") from None
+    if isinstance(result, float) and not math.isfinite(result):
+        raise ValueError(f"the result is not a finite number ({result})")
     return int(result) if isinstance(result, float) and result.is_integer() else result
 
 

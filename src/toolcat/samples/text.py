@@ -6,22 +6,28 @@ import difflib
 import re
 import unicodedata
 from collections import Counter
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from toolcat import tool
+from toolcat import patterns, tool
+
+if TYPE_CHECKING:
+    import regex
 
 __toolcat__ = {"toolkit": "text", "version": "1.0.0", "tags": ["text"]}
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 
 
-def _compile(pattern: str, ignore_case: bool) -> re.Pattern[str]:
-    if len(pattern) > 1000:
-        raise ValueError("the pattern is longer than 1000 characters")
-    try:
-        return re.compile(pattern, re.IGNORECASE | re.MULTILINE if ignore_case else re.MULTILINE)
-    except re.error as e:
-        raise ValueError(f"invalid regular expression: {e}") from None
+TIME_BUDGET_S = 2.0
+"""Seconds (CPU) a regex_search or regex_replace call may spend matching."""
+
+
+def _compile(pattern: str, ignore_case: bool) -> regex.Pattern[str]:
+    """``pattern`` on the ``regex`` engine, refused if it is too long or repeats too much."""
+    import regex
+
+    flags = regex.MULTILINE | (regex.IGNORECASE if ignore_case else 0)
+    return patterns.compile(pattern, flags, max_length=1000)
 
 
 @tool(
@@ -42,7 +48,7 @@ def regex_search(
     """
     compiled = _compile(pattern, ignore_case)
     matches = []
-    for match in compiled.finditer(text):
+    for match in patterns.finditer(compiled, text, TIME_BUDGET_S):
         matches.append(
             {
                 "match": match.group(0),
@@ -69,7 +75,8 @@ def regex_replace(
         replacement: Replacement text; \\1 or \\g<name> insert groups.
         ignore_case: Match regardless of case.
     """
-    result, count = _compile(pattern, ignore_case).subn(replacement, text)
+    compiled = _compile(pattern, ignore_case)
+    result, count = patterns.subn(compiled, replacement, text, TIME_BUDGET_S)
     return {"text": result, "replacements": count}
 
 

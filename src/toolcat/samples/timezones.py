@@ -34,12 +34,21 @@ def _parse(value: str) -> datetime:
         raise ValueError(f"{value!r} is not an ISO 8601 date or date-time") from None
 
 
+def _offset(offset: timedelta | None) -> str | None:
+    """A UTC offset as ``±HH:MM`` (``-05:00``, ``+01:00``, ``+05:45``), seconds if any."""
+    if offset is None:
+        return None
+    sign = "-" if offset < timedelta(0) else "+"
+    minutes, seconds = divmod(int(abs(offset).total_seconds()), 60)
+    text = f"{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+    return f"{text}:{seconds:02d}" if seconds else text
+
+
 def _describe(moment: datetime) -> dict[str, Any]:
-    offset = moment.utcoffset()
     return {
         "datetime": moment.isoformat(timespec="seconds"),
         "weekday": calendar.day_name[moment.weekday()],
-        "utc_offset": None if offset is None else str(offset),
+        "utc_offset": _offset(moment.utcoffset()),
         "zone": moment.tzname(),
     }
 
@@ -176,7 +185,7 @@ def list_timezones(contains: str = "") -> list[dict[str, str]]:
     now = datetime.now(timezone.utc)
     needle = contains.lower()
     return [
-        {"zone": name, "utc_offset": str(now.astimezone(ZoneInfo(name)).utcoffset())}
+        {"zone": name, "utc_offset": _offset(now.astimezone(ZoneInfo(name)).utcoffset()) or ""}
         for name in sorted(available_timezones())
         if needle in name.lower()
     ][:500]

@@ -1,9 +1,10 @@
 """Regex search: a Python regular expression over each tool's name, description and
 parameter names and descriptions (the mode Anthropic's tool search offers).
 
-Patterns use Python syntax and are case-sensitive unless they start with ``(?i)``. They run
-on the ``regex`` engine with a time budget, so a pattern that would backtrack forever ends
-with a clear error instead of hanging the catalog.
+Patterns use Python syntax and are case-sensitive unless they start with ``(?i)``. They are
+compiled and run through :mod:`toolcat.patterns`: a pattern whose counted repetitions would
+unroll into a huge program is refused before compiling, and matching has a time budget, so a
+pattern that would backtrack forever ends with a clear error instead of hanging the catalog.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import sqlite3
 import time
 
+from .. import patterns
 from ..errors import InvalidQueryError
 from ..store.reader import Filters
 from .documents import schema_texts
@@ -31,14 +33,12 @@ def regex_search(
     Raises:
         InvalidQueryError: The pattern is too long, does not compile, or runs too long.
     """
-    import regex
-
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise InvalidQueryError(f"regex patterns are limited to {MAX_PATTERN_LENGTH} characters")
     try:
-        compiled = regex.compile(pattern)
-    except regex.error as e:
-        raise InvalidQueryError(f"invalid regular expression {pattern!r}: {e}") from None
+        compiled = patterns.compile(pattern, max_length=MAX_PATTERN_LENGTH)
+    except patterns.PatternError as e:
+        raise InvalidQueryError(str(e)) from None
     where, params = filters.sql(active_only=True)
     rows = conn.execute(
         "SELECT t.id, t.name, t.definition FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
@@ -56,13 +56,10 @@ def regex_search(
         }
         score = 0.0
         for field, weight in FIELD_WEIGHTS:
-            remaining = deadline - time.monotonic()
             try:
-                if remaining <= 0:
-                    raise TimeoutError
-                if compiled.search(fields[field], timeout=remaining):
+                if patterns.search(compiled, fields[field], deadline - time.monotonic()):
                     score += weight
-            except TimeoutError:
+            except patterns.PatternTimeout:
                 raise InvalidQueryError(
                     f"regex {pattern!r} ran longer than {TIME_BUDGET_S:g} s over the catalog "
                     "(catastrophic backtracking?); simplify it"

@@ -1,32 +1,42 @@
-"""``toolcat serve --http``: the MCP server over streamable HTTP, with an optional bearer
-token."""
+"""``toolcat serve --http``: the MCP server over streamable HTTP, both eras on one endpoint.
+
+One SDK session manager serves 2026-07-28 requests (stateless, routed on the
+``MCP-Protocol-Version`` header) and 2025-11-25 sessions. Bearer tokens (``--token``, or a
+tokens file of principals) are checked before the SDK sees a request; the principal a token
+names travels in the ASGI scope to the handlers, which narrow the server's scope to it.
+Legacy sessions stay bound to the credential that opened them (the SDK answers 404 to
+another). Bodies over 4 MiB get 413.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from .mcp import CatalogServer
+from .mcp import PRINCIPAL_KEY, CatalogServer
+from .tokens import Tokens
 
 MCP_PATH = "/mcp"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-class BearerToken:
-    """ASGI middleware refusing HTTP requests without ``Authorization: Bearer TOKEN``
-    (401, with ``WWW-Authenticate``)."""
+class BearerAuth:
+    """ASGI middleware: ``Authorization: Bearer TOKEN`` (scheme in any case) names a
+    principal, or the request gets 401 with ``WWW-Authenticate``. Tokens are compared in
+    constant time and never logged."""
 
-    def __init__(self, app: Any, token: str) -> None:
+    def __init__(self, app: Any, tokens: Tokens) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.tokens = tokens
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            principal = self.tokens.principal(given)
+            if principal is None:
                 body = json.dumps(
                     {"error": "unauthorized", "message": "a valid bearer token is required"}
                 ).encode()
@@ -43,11 +53,12 @@ class BearerToken:
                 )
                 await send({"type": "http.response.body", "body": body})
                 return
+            scope = {**scope, PRINCIPAL_KEY: principal}
         await self.app(scope, receive, send)
 
 
-def http_app(server: CatalogServer, *, host: str, port: int, token: str | None) -> Any:
-    """The ASGI app: the MCP endpoint at ``/mcp``, behind the token when there is one.
+def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | None) -> Any:
+    """The ASGI app: the MCP endpoint at ``/mcp``, behind the tokens when there are some.
 
     Bound to loopback, requests must name a loopback host (DNS rebinding protection).
     """
@@ -63,26 +74,75 @@ def http_app(server: CatalogServer, *, host: str, port: int, token: str | None) 
             allowed_hosts=[f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")],
             allowed_origins=[f"http://{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")],
         )
-    manager = StreamableHTTPSessionManager(app=server.server, security_settings=security)
+    manager = StreamableHTTPSessionManager(
+        app=server.server, security_settings=security, max_request_body_size=MAX_BODY_BYTES
+    )
+    owners: dict[str, str] = {}  # legacy session id -> the principal that opened it
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
-        async with manager.run():
-            yield
+        async with manager.run():  # enters the server's lifespan: the revision watcher
+            try:
+                yield
+            finally:
+                server.close()
 
     class Endpoint:  # an instance, not a function: Starlette passes it raw ASGI calls
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-            await manager.handle_request(scope, receive, send)
+            principal = scope.get(PRINCIPAL_KEY)
+            session_id = dict(scope.get("headers") or []).get(b"mcp-session-id")
+            if principal is not None and session_id is not None:
+                owner = owners.get(session_id.decode("latin-1"))
+                if owner is not None and owner != principal.name:
+                    await _not_found(send)  # as if the session did not exist
+                    return
+            await manager.handle_request(scope, receive, _record_session(send, principal, owners))
 
     app: Any = Starlette(routes=[Route(MCP_PATH, endpoint=Endpoint())], lifespan=lifespan)
-    return BearerToken(app, token) if token else app
+    return BearerAuth(app, tokens) if tokens else app
+
+
+def _record_session(send: Any, principal: Any, owners: dict[str, str]) -> Any:
+    """Remember which principal opened a legacy session (from the response's session id)."""
+    if principal is None:
+        return send
+
+    async def recording(message: Any) -> None:
+        if message.get("type") == "http.response.start":
+            for key, value in message.get("headers") or []:
+                if key.lower() == b"mcp-session-id":
+                    if len(owners) > 100_000:
+                        owners.clear()
+                    owners.setdefault(value.decode("latin-1"), principal.name)
+        await send(message)
+
+    return recording
+
+
+async def _not_found(send: Any) -> None:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 404,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def serve_http(
-    server: CatalogServer, *, host: str, port: int, token: str | None, log_level: str = "warning"
+    server: CatalogServer,
+    *,
+    host: str,
+    port: int,
+    tokens: Tokens | None,
+    log_level: str = "warning",
 ) -> None:
     """Serve until interrupted."""
     import uvicorn
 
-    app = http_app(server, host=host, port=port, token=token)
+    app = http_app(server, host=host, port=port, tokens=tokens)
     uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")

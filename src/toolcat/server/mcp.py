@@ -1,53 +1,73 @@
-"""The catalog as an MCP server (the official SDK's low-level ``Server``).
+"""The catalog as an MCP server (the official SDK 2.x low-level ``Server``), both eras at once.
 
-``tools/list`` is list mode (the always-on tools, filtered by the server's tags and toolkit,
-paginated) plus two tools of the server's own: ``search_tools``, which returns matching
-tools (deferred ones included) with their input schemas, and ``call_tool``, which calls any
-catalog tool by name for clients that never refresh their list. Tools a search returned are
-added to that session's ``tools/list`` and the client is sent
-``notifications/tools/list_changed``.
+``tools/list`` is list mode (the always-on tools in the caller's scope, in catalog order,
+paginated) plus two tools of the server's own: ``search_tools``, which returns matching tools
+(deferred ones included) with their input schemas, and ``call_tool``, which calls any tool in
+scope by name.
 
-Every call goes through ``Catalog.acall`` (policy, validation, timeouts, lazy import). A
-failure is a ``CallToolResult`` with ``isError`` whose text starts with the error code, never a
-protocol error.
+- **2026-07-28** (stateless): the list is the same for every request with the same identity
+  and carries cache hints (``ttlMs``; ``cacheScope`` ``private`` when the list depends on the
+  caller's token). Searches never change it: clients call found tools through ``call_tool``.
+  When the catalog changes, ``subscriptions/listen`` streams get ``tools/list_changed``.
+- **2025-11-25** (sessions): tools a search returned are added to that session's list and the
+  client is sent ``notifications/tools/list_changed``, as are catalog changes.
+
+Every call path (a tool's name, ``call_tool``, a pinned ``toolkit.name@version``) checks the
+caller's ``Scope`` first and then goes through ``Catalog.call`` on a worker thread (policy,
+validation, timeouts, lazy import), so a slow tool never holds up other requests. A failure
+is a ``CallToolResult`` with ``is_error`` whose text starts with the error code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import time
+import logging
+import queue
 import weakref
 from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ToolcatError
 from ..export import mcp_tool
 from ..models import RegisteredTool, ToolResult
+from ..policy import Policy
 from ..runtime.call import error_result
+from .scope import Scope
+from .watcher import RevisionWatcher
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
+    from .tokens import Principal
+
+logger = logging.getLogger(__name__)
 
 SEARCH_TOOL = "search_tools"
 CALL_TOOL = "call_tool"
 OWN_TOOLS = (SEARCH_TOOL, CALL_TOOL)
 MAX_SEARCH_K = 50
-MAX_REVEALED = 200  # tools a session's searches add to its list; the oldest drop out
+MAX_REVEALED = 200  # tools a legacy session's searches add to its list; the oldest drop out
 MAX_ARGUMENT_BYTES = 1_000_000
+LIST_TTL_MS = 5_000  # how long a 2026 client may reuse tools/list; listen streams say sooner
+PRINCIPAL_KEY = "toolcat.principal"  # where the HTTP token check leaves the caller's principal
+REVEALED_KEY = "toolcat.revealed"  # a legacy connection's found tools, in its Connection.state
 
 SEARCH_TOOL_SPEC = types.Tool(
     name=SEARCH_TOOL,
     description=(
         "Search the tool catalog, including tools not in your tool list. Returns the best "
-        "matching tools with their input schemas; call one with call_tool (or directly by "
-        "its name once your tool list refreshes)."
+        "matching tools with their input schemas; call one with call_tool."
     ),
-    inputSchema={
+    input_schema={
         "type": "object",
         "properties": {
             "query": {"type": "string", "description": "What you want to do, in words."},
@@ -66,17 +86,20 @@ SEARCH_TOOL_SPEC = types.Tool(
         },
         "required": ["query"],
     },
-    annotations=types.ToolAnnotations(readOnlyHint=True, idempotentHint=True),
+    annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+    _meta={"anthropic/alwaysLoad": True},
 )
 CALL_TOOL_SPEC = types.Tool(
     name=CALL_TOOL,
     description=(
         "Call any tool of the catalog by name (as search_tools returned it) with its arguments."
     ),
-    inputSchema={
+    input_schema={
         "type": "object",
         "properties": {
-            "name": {"type": "string", "description": "The tool's name."},
+            # x-mcp-header: gateways see which tool is called (Mcp-Param-Tool) without
+            # parsing the body (2026-07-28 streamable HTTP).
+            "name": {"type": "string", "description": "The tool's name.", "x-mcp-header": "Tool"},
             "arguments": {
                 "type": "object",
                 "description": "The tool's arguments, as its input schema describes.",
@@ -84,6 +107,7 @@ CALL_TOOL_SPEC = types.Tool(
         },
         "required": ["name"],
     },
+    _meta={"anthropic/alwaysLoad": True},
 )
 
 
@@ -92,15 +116,20 @@ class ServeOptions:
     """How ``toolcat serve`` behaves.
 
     Attributes:
-        tags: List mode and search only show tools with all of these tags.
-        toolkit: List mode and search only show this toolkit.
+        tags: List mode, search and calls only reach tools with all of these tags.
+        toolkit: List mode, search and calls only reach this toolkit (``name[@version]``).
         page_size: Tools per ``tools/list`` page.
-        refuse_unsearched: Refuse calls of deferred tools that no search of this session
-            returned (by default any catalog tool may be called by name).
+        refuse_unsearched: Refuse calls of deferred tools not found by search first: on
+            legacy sessions, tools no search of the session returned; on 2026 connections
+            (no session to remember searches), direct calls of tools not in ``tools/list``
+            (``call_tool`` is the way after a search).
         search_mode: The search mode of ``search_tools`` (default: the best available).
         plain: Serve as an ordinary MCP server: every selected tool in ``tools/list``,
-            deferred ones included, and no ``search_tools``/``call_tool`` (for serving one
-            toolkit to clients, or to another catalog).
+            deferred ones included, and no ``search_tools``/``call_tool``.
+        policy: Allow/deny rules of this server, on top of the catalog's.
+        watch_interval: Seconds between two reads of the catalog's revision.
+        readers: Catalog connections that serve reads and searches side by side.
+        per_caller: The list depends on who asks (a tokens file): ``cacheScope: private``.
     """
 
     tags: tuple[str, ...] = ()
@@ -109,13 +138,68 @@ class ServeOptions:
     refuse_unsearched: bool = False
     search_mode: str | None = None
     plain: bool = False
+    policy: Policy = field(default_factory=Policy)
+    watch_interval: float = 1.0
+    readers: int = 4
+    per_caller: bool = False
 
 
-@dataclass
-class SessionState:
-    """What one client session has found by search."""
+T = TypeVar("T")
 
-    revealed: OrderedDict[str, RegisteredTool] = field(default_factory=OrderedDict)
+
+class Readers:
+    """A few catalogs on the same file, so slow searches do not queue behind each other
+    on one SQLite connection. Each runs on a worker thread, never on the event loop."""
+
+    def __init__(self, catalog: Catalog, size: int) -> None:
+        self._catalog = catalog
+        self._size = max(1, size)
+        self._free: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
+        self._opened: list[Catalog] = []
+        self._limiter = anyio.CapacityLimiter(self._size)
+
+    def _take(self) -> Catalog:
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            from ..catalog import Catalog
+
+            c = self._catalog
+            opened = Catalog(c.path, policy=c.policy, default_timeout=c.default_timeout)
+            self._opened.append(opened)
+            return opened
+
+    async def run(self, fn: Callable[[Catalog], T]) -> T:
+        def work() -> T:
+            reader = self._take()
+            try:
+                return fn(reader)
+            finally:
+                self._free.put(reader)
+
+        return await anyio.to_thread.run_sync(work, limiter=self._limiter)
+
+    def close(self) -> None:
+        for reader in self._opened:
+            reader.close()
+        self._opened.clear()
+
+
+class ToolcatServer(Server[Any]):
+    """The SDK server, telling legacy clients ``tools.listChanged: true`` however it is
+    started (the HTTP session manager builds its initialization options itself)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 class CatalogServer:
@@ -126,133 +210,222 @@ class CatalogServer:
 
         self.catalog = catalog
         self.options = options or ServeOptions()
-        self._sessions: weakref.WeakKeyDictionary[Any, SessionState] = weakref.WeakKeyDictionary()
-        # Building an SDK Tool costs ~30 µs; the same pages are asked for again and again.
-        self._specs_cache: dict[tuple[str, str], types.Tool] = {}
-        self._specs_revision = -1
-        self.server: Server[Any, Any] = Server(
+        o = self.options
+        self.scope = Scope(
+            toolkits=(o.toolkit,) if o.toolkit else (), tags=tuple(o.tags), policy=o.policy
+        )
+        self.watcher = RevisionWatcher(catalog.path, interval=o.watch_interval)
+        self.watcher.subscribe(self._catalog_changed)
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
+        self.readers = Readers(catalog, o.readers)
+        self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
+        self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
+        self._lists_revision = -1
+        self.server = ToolcatServer(
             "toolcat",
             version=__version__,
             instructions=(
                 "Your tool list holds the always-on tools. For anything else, call "
-                "search_tools with what you want to do, then call the tool it returns."
+                "search_tools with what you want to do, then call the tool it returns "
+                "with call_tool."
             ),
+            lifespan=self._lifespan,
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_subscriptions_listen=self.listen,
         )
-        self.server.request_handlers[types.ListToolsRequest] = self._list_tools
-        self.server.request_handlers[types.CallToolRequest] = self._call_tool
 
     def initialization_options(self) -> Any:
-        return self.server.create_initialization_options(NotificationOptions(tools_changed=True))
+        return self.server.create_initialization_options()
 
-    def _session(self) -> tuple[Any, SessionState]:
-        session = self.server.request_context.session
-        state = self._sessions.get(session)
-        if state is None:
-            state = self._sessions[session] = SessionState()
-        return session, state
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _server: Any) -> AsyncIterator[dict[str, Any]]:
+        """Runs once per process (stdio or HTTP): the revision watcher lives here."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.watcher.run)
+            try:
+                yield {}
+            finally:
+                self.listen.close()
+                tg.cancel_scope.cancel()
+
+    def close(self) -> None:
+        self.readers.close()
+
+    # -- who is asking ----------------------------------------------------------------------
+
+    def _scope(self, ctx: Any) -> Scope:
+        request = getattr(ctx, "request", None)
+        principal: Principal | None = None
+        if request is not None:
+            principal = request.scope.get(PRINCIPAL_KEY)
+        return self.scope if principal is None else self.scope.narrowed(principal.scope)
+
+    def _legacy_connection(self, ctx: Any) -> Any | None:
+        """The connection of a 2025-era session (None on 2026 requests, which have none)."""
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return None
+        # The SDK hands handlers a per-request ServerSession; the connection behind it
+        # is what lives as long as the client's session.
+        connection = getattr(ctx.session, "_connection", None)
+        if connection is not None:
+            self._legacy.add(connection)
+        return connection
+
+    def _revealed(self, connection: Any | None) -> OrderedDict[str, RegisteredTool]:
+        if connection is None:
+            return OrderedDict()
+        revealed: OrderedDict[str, RegisteredTool] = connection.state.setdefault(
+            REVEALED_KEY, OrderedDict()
+        )
+        return revealed
+
+    # -- catalog changes --------------------------------------------------------------------
+
+    async def _catalog_changed(self, revision: int) -> None:
+        logger.info("catalog revision %d: announcing tools/list_changed", revision)
+        self._lists.clear()
+        await self.bus.publish(ToolsListChanged())
+        for connection in list(self._legacy):
+            with anyio.move_on_after(2):
+                try:
+                    await connection.outbound.notify("notifications/tools/list_changed", None)
+                except Exception:  # a session that went away: forget it
+                    self._legacy.discard(connection)
 
     # -- tools/list -------------------------------------------------------------------------
 
-    async def _list_tools(self, request: types.ListToolsRequest) -> types.ServerResult:
-        cursor = request.params.cursor if request.params is not None else None
-        _, state = self._session()
+    async def _listed(self, scope: Scope) -> list[types.Tool]:
+        revision = self.watcher.revision
+        if revision != self._lists_revision:
+            self._lists.clear()
+            self._lists_revision = revision
+        listed = self._lists.get(scope)
+        if listed is None:
+            plain = self.options.plain
+
+            def read(catalog: Catalog) -> list[types.Tool]:
+                tools = [
+                    t
+                    for t in catalog.iter_tools(
+                        tags=scope.all_tags, toolkit=scope.single_toolkit, include_deferred=plain
+                    )
+                    if scope.allows(t)
+                ]
+                return self._specs(catalog, tools)
+
+            listed = await self.readers.run(read)
+            if len(self._lists) > 256:
+                self._lists.clear()
+            self._lists[scope] = listed
+        return listed
+
+    async def _list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        cursor = params.cursor if params is not None else None
+        start = _decode_offset(cursor)
+        scope = self._scope(ctx)
+        connection = self._legacy_connection(ctx)
         try:
-            page = await anyio.to_thread.run_sync(self._page, cursor)
+            listed = await self._listed(scope)
         except ToolcatError as e:
-            from mcp.shared.exceptions import McpError
-
-            raise McpError(types.ErrorData(code=types.INVALID_PARAMS, message=str(e))) from e
-        own = cursor is None and not self.options.plain
-        tools = [SEARCH_TOOL_SPEC, CALL_TOOL_SPEC] if own else []
-        if page.revision != self._specs_revision:
-            self._specs_cache.clear()
-            self._specs_revision = page.revision
-        tools += self._specs(page.tools)
-        if page.next_cursor is None:
-            listed = {t.id for t in page.tools}
-            tools += self._specs([t for t in state.revealed.values() if t.id not in listed])
-        return types.ServerResult(types.ListToolsResult(tools=tools, nextCursor=page.next_cursor))
-
-    def _page(self, cursor: str | None) -> Any:
-        return self.catalog.list(
-            tags=self.options.tags,
-            toolkit=self.options.toolkit,
-            include_deferred=self.options.plain,
-            limit=self.options.page_size,
-            cursor=cursor,
+            raise MCPError(types.INVALID_PARAMS, str(e)) from e
+        size = self.options.page_size
+        page = listed[start : start + size]
+        next_cursor = f"o{start + size}" if start + size < len(listed) else None
+        tools = [SEARCH_TOOL_SPEC, CALL_TOOL_SPEC] if start == 0 and not self.options.plain else []
+        tools += page
+        revealed = self._revealed(connection)
+        if next_cursor is None and revealed:
+            names = {t.name for t in listed}
+            found = [t for t in revealed.values() if scope.allows(t)]
+            extra = await self.readers.run(lambda c: self._specs(c, found))
+            tools += [t for t in extra if t.name not in names]
+        return types.ListToolsResult(
+            tools=tools,
+            next_cursor=next_cursor,
+            ttl_ms=LIST_TTL_MS,
+            cache_scope="private" if self.options.per_caller else "public",
         )
 
-    def _specs(self, tools: list[RegisteredTool]) -> list[types.Tool]:
-        names = self.catalog.short_names(tools) if tools else {}
-        specs = []
-        for tool in tools:
-            name = self._exposed_name(tool, names)
-            spec = self._specs_cache.get((tool.id, name))
-            if spec is None:  # the cache is emptied when the catalog's revision changes
-                spec = self._specs_cache[(tool.id, name)] = types.Tool.model_validate(
-                    mcp_tool(tool, name)
-                )
-            specs.append(spec)
-        return specs
+    def _specs(self, catalog: Catalog, tools: list[RegisteredTool]) -> list[types.Tool]:
+        names = catalog.short_names(tools) if tools else {}
+        return [_spec(tool, self._exposed_name(tool, names)) for tool in tools]
 
     @staticmethod
-    def _exposed_name(tool: RegisteredTool, short_names: dict[str, str]) -> str:
+    def _exposed_name(tool: RegisteredTool, short_names: Mapping[str, str]) -> str:
         name = short_names.get(tool.id, tool.id)
         return tool.id if name in OWN_TOOLS else name  # also in plain mode: names stay stable
 
-    def _in_list_mode(self, tool: RegisteredTool) -> bool:
-        return (
-            not tool.defer_loading
-            and set(self.options.tags) <= set(tool.tags)
-            and (self.options.toolkit is None or tool.toolkit == self.options.toolkit.split("@")[0])
-        )
+    def _in_list_mode(self, tool: RegisteredTool, scope: Scope) -> bool:
+        return (self.options.plain or not tool.defer_loading) and scope.allows(tool)
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        """For the SDK's ``Mcp-Param-*`` header check: only ``call_tool`` marks a parameter."""
+        return CALL_TOOL_SPEC.input_schema if name == CALL_TOOL else None
 
     # -- tools/call -------------------------------------------------------------------------
 
-    async def _call_tool(self, request: types.CallToolRequest) -> types.ServerResult:
-        name = request.params.name
-        arguments = request.params.arguments or {}
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        name = params.name
+        arguments = params.arguments or {}
         if name == SEARCH_TOOL and not self.options.plain:
-            result = await self._search(arguments)
-        elif name == CALL_TOOL and not self.options.plain:
+            return await self._search(ctx, arguments)
+        if name == CALL_TOOL and not self.options.plain:
             inner = arguments.get("name")
             inner_arguments = arguments.get("arguments") or {}
             if not isinstance(inner, str) or not isinstance(inner_arguments, dict):
-                result = _error(
+                return _error(
                     "INVALID_ARGUMENTS",
                     "call_tool takes 'name' (a string) and 'arguments' (an object)",
                 )
-            else:
-                result = await self._call(inner, inner_arguments)
-        else:
-            result = await self._call(name, arguments)
-        return types.ServerResult(result)
+            return await self._call(ctx, inner, inner_arguments, via_call_tool=True)
+        return await self._call(ctx, name, arguments, via_call_tool=False)
 
-    async def _call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _call(
+        self, ctx: Any, name: str, arguments: dict[str, Any], *, via_call_tool: bool
+    ) -> types.CallToolResult:
         size = len(json.dumps(arguments, default=str))
         if size > MAX_ARGUMENT_BYTES:
             return _error(
                 "INVALID_ARGUMENTS",
                 f"the arguments are {size:,} bytes of JSON; at most {MAX_ARGUMENT_BYTES:,}",
             )
+        scope = self._scope(ctx)
+        connection = self._legacy_connection(ctx)
         try:
-            tool = await anyio.to_thread.run_sync(self.catalog.get, name)
+            tool = await self.readers.run(lambda c: c.get(name))
         except ToolcatError as e:
-            failed = error_result(e, time.perf_counter())
+            failed = error_result(e, 0.0)
             return _error(failed.error_code or e.code, failed.error or str(e))
-        if self.options.refuse_unsearched and not self._in_list_mode(tool):
-            _, state = self._session()
-            if tool.id not in state.revealed:
+        refusal = scope.refusal(tool)
+        if refusal is not None:
+            return _error("TOOL_DENIED", refusal)
+        pinned = "@" in name
+        if self.options.refuse_unsearched and (pinned or not self._in_list_mode(tool, scope)):
+            if connection is not None:
+                if _key(tool) not in self._revealed(connection):
+                    return _error(
+                        "TOOL_DENIED",
+                        f"{name!r} is not in your tool list: find it with {SEARCH_TOOL} first",
+                    )
+            elif not via_call_tool or pinned:
                 return _error(
                     "TOOL_DENIED",
-                    f"{name!r} is not in your tool list: find it with {SEARCH_TOOL} first",
+                    f"{name!r} is not in your tool list: find it with {SEARCH_TOOL}, then call "
+                    f"it with {CALL_TOOL}",
                 )
-        outcome = await self.catalog.acall(tool.id, arguments)
+        outcome = await self.catalog.acall(tool, arguments)  # the version resolved above
         return _result(outcome, structured=tool.output_schema is not None)
 
     # -- search_tools -----------------------------------------------------------------------
 
-    async def _search(self, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _search(self, ctx: Any, arguments: dict[str, Any]) -> types.CallToolResult:
         query = arguments.get("query")
         k = arguments.get("k", 5)
         tags = arguments.get("tags") or []
@@ -262,31 +435,39 @@ class CatalogServer:
             return _error("INVALID_ARGUMENTS", f"'k' must be an integer from 1 to {MAX_SEARCH_K}")
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             return _error("INVALID_ARGUMENTS", "'tags' must be a list of strings")
-        try:
-            found = await anyio.to_thread.run_sync(
-                lambda: self.catalog.search(
-                    query,
-                    k=k,
-                    mode=self.options.search_mode,
-                    tags=[*self.options.tags, *tags],
-                    toolkit=self.options.toolkit,
-                )
+        scope = self._scope(ctx)
+        connection = self._legacy_connection(ctx)
+        narrow = scope.parent is not None or len(scope.toolkits) > 1 or bool(scope.policy.deny)
+        fetch = min(k * 4 + 20, 1000) if narrow else k
+
+        def search(catalog: Catalog) -> tuple[Any, list[Any], dict[str, str]]:
+            found = catalog.search(
+                query,
+                k=fetch,
+                mode=self.options.search_mode,
+                tags=[*scope.all_tags, *tags],
+                toolkit=scope.single_toolkit,
             )
+            hits = [h for h in found.hits if scope.allows(h.tool)][:k]
+            tools = [h.tool for h in hits]
+            return found, hits, catalog.short_names(tools) if tools else {}
+
+        try:
+            found, hits, names = await self.readers.run(search)
         except ToolcatError as e:
             return _error(e.code, str(e))
-        hits = [hit.tool for hit in found.hits]
-        names = self.catalog.short_names(hits) if hits else {}
-        session, state = self._session()
         new = False
-        for tool in hits:
-            if self._in_list_mode(tool):
-                continue
-            new = new or tool.id not in state.revealed
-            state.revealed[tool.id] = tool
-            state.revealed.move_to_end(tool.id)
-        while len(state.revealed) > MAX_REVEALED:
-            state.revealed.popitem(last=False)
-        payload = {
+        if connection is not None:
+            revealed = self._revealed(connection)
+            for hit in hits:
+                if self._in_list_mode(hit.tool, scope):
+                    continue
+                new = new or _key(hit.tool) not in revealed
+                revealed[_key(hit.tool)] = hit.tool
+                revealed.move_to_end(_key(hit.tool))
+            while len(revealed) > MAX_REVEALED:
+                revealed.popitem(last=False)
+        payload: dict[str, Any] = {
             "query": query,
             "mode": found.mode,
             "tools": [
@@ -295,25 +476,49 @@ class CatalogServer:
                     "description": hit.tool.description,
                     "inputSchema": mcp_tool(hit.tool, hit.tool.name)["inputSchema"],
                     "toolkit": hit.tool.toolkit,
+                    "version": hit.tool.version,
                     "score": round(hit.score, 4),
                 }
-                for hit in found.hits
+                for hit in hits
             ],
         }
         if found.warnings:
             payload["warnings"] = found.warnings
         if new:
-            await session.send_tool_list_changed()
+            await ctx.session.send_tool_list_changed()
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=json.dumps(payload))],
-            structuredContent=payload,
+            structured_content=payload,
         )
+
+
+def _key(tool: RegisteredTool) -> str:
+    return f"{tool.id}@{tool.version}"
+
+
+def _decode_offset(cursor: str | None) -> int:
+    if cursor is None:
+        return 0
+    if cursor.startswith("o") and cursor[1:].isdigit() and len(cursor) < 12:
+        return int(cursor[1:])
+    raise MCPError(
+        types.INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: pass nextCursor as given"
+    )
+
+
+def _spec(tool: RegisteredTool, name: str) -> types.Tool:
+    entry = mcp_tool(tool, name)
+    meta = entry["_meta"]
+    meta["anthropic/alwaysLoad"] = not tool.defer_loading
+    if tool.search_hint:
+        meta["anthropic/searchHint"] = tool.search_hint
+    return types.Tool.model_validate(entry)
 
 
 def _error(code: str, message: str) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=f"{code}: {message}")],
-        isError=True,
+        is_error=True,
         _meta={"toolcat/error_code": code},
     )
 
@@ -323,19 +528,23 @@ def _result(outcome: ToolResult, *, structured: bool) -> types.CallToolResult:
         return _error(outcome.error_code or "TOOL_ERROR", outcome.error or "the call failed")
     data = outcome.data
     text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
-    meta = {"toolcat/duration_ms": outcome.duration_ms}
+    meta: dict[str, Any] = {"toolcat/duration_ms": outcome.duration_ms}
     if outcome.truncated:
         meta["toolcat/truncated"] = True
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)],
-        structuredContent=data if structured and isinstance(data, dict) else None,
+        structured_content=data if structured and isinstance(data, dict) else None,
         _meta=meta,
     )
 
 
 async def serve_stdio(server: CatalogServer) -> None:
-    """Serve one client on standard input and output until it disconnects."""
+    """Serve one client on standard input and output until it disconnects; the era
+    follows the client's first request (``initialize``, or a 2026 request)."""
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read, write):
-        await server.server.run(read, write, server.initialization_options())
+    try:
+        async with stdio_server() as (read, write):
+            await server.server.run(read, write, server.initialization_options())
+    finally:
+        server.close()

@@ -60,32 +60,10 @@ class Filters:
             )
             params.append(tag)
         if self.hide is not None and self.hide.deny:
-            deny, deny_params = _any_rule(self.hide.deny)
-            allow, allow_params = _any_rule(self.hide.allow)
-            clauses.append(f"NOT ({deny} AND NOT {allow})")
-            params.extend([*deny_params, *allow_params])
+            denied, denied_params = self.hide.sql()  # the policy's own rules, as SQL GLOB
+            clauses.append(f"NOT {denied}")
+            params.extend(denied_params)
         return " AND ".join(clauses), params
-
-
-def _rule_sql(rule: str) -> tuple[str, str]:
-    """SQL (GLOB) for one policy rule; the twin of ``policy.rule_matches``."""
-    if rule.startswith("tag:"):
-        return (
-            "EXISTS (SELECT 1 FROM tool_tags g WHERE g.tool_id = t.id AND g.tag GLOB ?)",
-            rule[4:],
-        )
-    if rule.startswith("toolkit:"):
-        return "t.toolkit GLOB ?", rule[8:]
-    if "." in rule:
-        return "(t.toolkit || '.' || t.name) GLOB ?", rule
-    return "t.name GLOB ?", rule
-
-
-def _any_rule(rules: tuple[str, ...]) -> tuple[str, list[Any]]:
-    if not rules:
-        return "0", []
-    parts = [_rule_sql(rule) for rule in rules]
-    return "(" + " OR ".join(sql for sql, _ in parts) + ")", [value for _, value in parts]
 
 
 def meta(conn: sqlite3.Connection, key: str) -> Any:

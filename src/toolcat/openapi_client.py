@@ -1,0 +1,353 @@
+"""Forwarding calls to REST operations imported from an OpenAPI document.
+
+A tool imported with ``register --openapi`` has an implementation of the form
+``openapi+http:BASE_URL#PLAN``, where ``PLAN`` is compact JSON saying how the tool's arguments
+become an HTTP request (see ``Operation``)::
+
+    {"method": "GET", "path": "/movie/{movie_id}",
+     "args": {"movie_id": ["path", "movie_id"], "language": ["query", "language"],
+              "name": ["body", "name"], "body": ["body", ""]},
+     "headers": {"Authorization": "Bearer ${TMDB_TOKEN}"}, "timeout": 30}
+
+``args`` maps each argument to its location (``path``, ``query``, ``header``, ``cookie``,
+``body``) and its name there; ``["body", ""]`` is the whole request body. ``headers`` are sent
+with every call; ``${NAME}`` references in them are resolved from the environment of the process
+making the call (``toolcat.credentials``), so the catalog stores the reference, never the secret.
+
+httpx is imported on the first call. One pooled ``httpx.Client`` per base URL serves the
+synchronous calls (the runtime runs them on its worker threads), one ``httpx.AsyncClient`` per
+base URL and event loop the ``acall`` coroutine of the forwarder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from .credentials import resolve
+from .errors import ImportFailedError, ToolcatError, ToolTimeoutError
+
+PREFIX = "openapi+http:"
+DEFAULT_TIMEOUT = 30.0
+EXCERPT_CHARS = 500
+LOCATIONS = ("path", "query", "header", "cookie", "body")
+INSTALL_HINT = "install the OpenAPI extra: pip install 'toolcat[openapi]'"
+
+
+class HTTPToolError(ToolcatError):
+    """The API answered a call with a status outside 2xx, or could not be reached; the message
+    carries the status and an excerpt of the body, for the model to read."""
+
+    code = "TOOL_ERROR"
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """How one tool's arguments become one HTTP request.
+
+    Attributes:
+        base_url: The server URL the path is appended to.
+        method: The HTTP method, upper case.
+        path: The path template (``/movie/{movie_id}``).
+        args: Argument name → (location, name there); location ``body`` with name ``""`` is
+            the whole body.
+        headers: Headers sent with every call (values may hold ``${NAME}`` references).
+        timeout: Seconds the request may take (httpx connect/read/write/pool).
+        body: ``json`` or ``form``: how the body is encoded.
+        joined: Arguments whose array value is sent as one comma-separated value
+            (``explode: false``).
+    """
+
+    base_url: str
+    method: str
+    path: str
+    args: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = DEFAULT_TIMEOUT
+    body: str = "json"
+    joined: tuple[str, ...] = ()
+
+    def implementation(self) -> str:
+        plan: dict[str, Any] = {
+            "method": self.method,
+            "path": self.path,
+            "args": {k: list(v) for k, v in self.args.items()},
+        }
+        if self.headers:
+            plan["headers"] = dict(self.headers)
+        plan["timeout"] = self.timeout
+        if self.body != "json":
+            plan["body"] = self.body
+        if self.joined:
+            plan["joined"] = list(self.joined)
+        text = json.dumps(plan, separators=(",", ":"), ensure_ascii=False)
+        return f"{PREFIX}{self.base_url.rstrip('/')}#{text}"
+
+    def __str__(self) -> str:
+        return f"{self.method} {self.base_url.rstrip('/')}{self.path}"
+
+
+def is_openapi(spec: str) -> bool:
+    return spec.startswith(PREFIX)
+
+
+def parse_implementation(spec: str) -> Operation:
+    """The ``Operation`` an ``openapi+http:BASE#PLAN`` implementation string describes.
+
+    Raises:
+        ImportFailedError: The string is not of that form.
+    """
+    base, sep, text = spec[len(PREFIX) :].partition("#")
+    try:
+        if not spec.startswith(PREFIX) or not sep or not base:
+            raise ValueError("expected 'openapi+http:BASE_URL#{...}'")
+        plan = json.loads(text)
+        args = {str(k): (str(v[0]), str(v[1])) for k, v in plan.get("args", {}).items()}
+        for name, (location, _) in args.items():
+            if location not in LOCATIONS:
+                raise ValueError(f"argument {name!r} has unknown location {location!r}")
+        return Operation(
+            base_url=base,
+            method=str(plan["method"]).upper(),
+            path=str(plan["path"]),
+            args=args,
+            headers={str(k): str(v) for k, v in (plan.get("headers") or {}).items()},
+            timeout=float(plan.get("timeout", DEFAULT_TIMEOUT)),
+            body=str(plan.get("body", "json")),
+            joined=tuple(plan.get("joined", ())),
+        )
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise ImportFailedError(f"{spec[:120]!r} is not an OpenAPI implementation: {e}") from e
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return str(value)
+
+
+@dataclass
+class Request:
+    """One HTTP request, ready for httpx."""
+
+    method: str
+    url: str
+    params: list[tuple[str, str]]
+    headers: dict[str, str]
+    json_body: Any = None
+    form_body: dict[str, str] | None = None
+    has_body: bool = False
+
+
+def build_request(
+    operation: Operation, arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> Request:
+    """The request for a call with ``arguments`` (already validated against the schema).
+
+    Raises:
+        MissingSecretError: A header references an environment variable that is not set.
+    """
+    path = operation.path
+    params: list[tuple[str, str]] = []
+    headers = {
+        name: resolve(value, where=f"header {name!r} of {operation}", environ=environ)
+        for name, value in operation.headers.items()
+    }
+    cookies: list[str] = []
+    body: dict[str, Any] = {}
+    whole_body: Any = None
+    has_body = False
+    for arg, value in arguments.items():
+        location, name = operation.args.get(arg, ("query", arg))
+        if value is None and location != "body":
+            continue
+        if isinstance(value, list) and arg in operation.joined:
+            value = ",".join(_text(v) for v in value)
+        if location == "path":
+            path = path.replace("{" + name + "}", quote(_text(value), safe=""))
+        elif location == "query":
+            values = value if isinstance(value, list) else [value]
+            params.extend((name, _text(v)) for v in values)
+        elif location == "header":
+            headers[name] = _text(value)
+        elif location == "cookie":
+            cookies.append(f"{name}={quote(_text(value), safe='')}")
+        elif name:
+            body[name] = value
+            has_body = True
+        else:
+            whole_body, has_body = value, True
+    if cookies:
+        headers["Cookie"] = "; ".join(cookies)
+    if whole_body is not None and body and isinstance(whole_body, dict):
+        whole_body = {**whole_body, **body}
+    elif whole_body is None and body:
+        whole_body = body
+    request = Request(
+        method=operation.method,
+        url=operation.base_url.rstrip("/") + path,
+        params=params,
+        headers=headers,
+        has_body=has_body,
+    )
+    if has_body:
+        if operation.body == "form" and isinstance(whole_body, dict):
+            request.form_body = {k: _text(v) for k, v in whole_body.items()}
+        else:
+            request.json_body = whole_body
+    return request
+
+
+def result_of(response: Any, operation: Operation) -> Any:
+    """The value of an httpx response: JSON when it says so (or parses), else text.
+
+    Raises:
+        HTTPToolError: The status is not 2xx (message: status, reason and a body excerpt).
+    """
+    status = response.status_code
+    if not 200 <= status < 300:
+        excerpt = " ".join(response.text.split())[:EXCERPT_CHARS]
+        reason = response.reason_phrase or ""
+        raise HTTPToolError(
+            f"{operation.method} {response.request.url.path} answered {status} {reason}".rstrip()
+            + (f": {excerpt}" if excerpt else " (empty body)"),
+            status,
+        )
+    if status == 204 or not response.content:
+        return None
+    content_type = response.headers.get("content-type", "")
+    if "json" in content_type:
+        try:
+            return response.json()
+        except ValueError:
+            return response.text
+    return response.text
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as e:
+        raise ImportFailedError(f"httpx is not installed; {INSTALL_HINT}") from e
+    return httpx
+
+
+_clients: dict[str, Any] = {}
+_async_clients: dict[tuple[str, int], Any] = {}
+_lock = threading.Lock()
+
+
+def client(base_url: str) -> Any:
+    """The pooled ``httpx.Client`` for ``base_url`` (one per process)."""
+    with _lock:
+        found = _clients.get(base_url)
+        if found is None:
+            httpx = _httpx()
+            found = _clients[base_url] = httpx.Client(follow_redirects=True)
+            if len(_clients) == 1:
+                atexit.register(close_all)
+        return found
+
+
+def async_client(base_url: str) -> Any:
+    """The pooled ``httpx.AsyncClient`` for ``base_url`` on the running event loop."""
+    key = (base_url, id(asyncio.get_running_loop()))
+    with _lock:
+        found = _async_clients.get(key)
+        if found is None:
+            found = _async_clients[key] = _httpx().AsyncClient(follow_redirects=True)
+        return found
+
+
+def close_all() -> None:
+    """Close the synchronous clients (the async ones close with their loops)."""
+    with _lock:
+        found = list(_clients.values())
+        _clients.clear()
+        _async_clients.clear()
+    for c in found:
+        c.close()
+
+
+def _send_kwargs(request: Request, timeout: float) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "params": request.params,
+        "headers": request.headers,
+        "timeout": timeout,
+    }
+    if request.form_body is not None:
+        kwargs["data"] = request.form_body
+    elif request.has_body:
+        kwargs["json"] = request.json_body
+    return kwargs
+
+
+def _failure(error: Exception, operation: Operation) -> ToolcatError:
+    httpx = _httpx()
+    if isinstance(error, httpx.TimeoutException):
+        return ToolTimeoutError(
+            f"{operation} did not answer within {operation.timeout:g} s ({type(error).__name__})"
+        )
+    return HTTPToolError(f"cannot reach {operation}: {type(error).__name__}: {error}")
+
+
+def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
+    """Send the request for ``arguments`` and return the response's value.
+
+    Raises:
+        HTTPToolError: A non-2xx answer, or the server cannot be reached.
+        ToolTimeoutError: No answer within the operation's timeout.
+        MissingSecretError: A header references an unset environment variable.
+    """
+    request = build_request(operation, arguments)
+    httpx = _httpx()
+    try:
+        response = client(operation.base_url).request(
+            request.method, request.url, **_send_kwargs(request, operation.timeout)
+        )
+    except httpx.HTTPError as e:
+        raise _failure(e, operation) from e
+    return result_of(response, operation)
+
+
+async def acall(operation: Operation, arguments: Mapping[str, Any]) -> Any:
+    """``call`` for async code, on a pooled ``httpx.AsyncClient``."""
+    request = build_request(operation, arguments)
+    httpx = _httpx()
+    try:
+        response = await async_client(operation.base_url).request(
+            request.method, request.url, **_send_kwargs(request, operation.timeout)
+        )
+    except httpx.HTTPError as e:
+        raise _failure(e, operation) from e
+    return result_of(response, operation)
+
+
+def operation_tool(spec: str) -> Any:
+    """A callable that sends its keyword arguments as the request ``spec`` describes; its
+    ``acall`` attribute is the same as a coroutine function. Nothing is connected here."""
+    operation = parse_implementation(spec)
+    _httpx()  # a missing extra is an import failure now, not on every call
+
+    def forward(**arguments: Any) -> Any:
+        return call(operation, arguments)
+
+    async def forward_async(**arguments: Any) -> Any:
+        return await acall(operation, arguments)
+
+    forward.__name__ = forward_async.__name__ = f"{operation.method} {operation.path}"
+    forward.acall = forward_async  # type: ignore[attr-defined]
+    forward.operation = operation  # type: ignore[attr-defined]
+    return forward

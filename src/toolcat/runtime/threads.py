@@ -1,0 +1,110 @@
+"""A growing pool of daemon threads: a stuck call never holds up a fresh one.
+
+``concurrent.futures.ThreadPoolExecutor`` has a fixed size, so calls that time out but keep
+running (Python cannot stop a thread) use it up, and ``asyncio.to_thread`` shares the loop's
+small default executor. Here a task that finds no idle thread gets a new one, up to
+``max_threads``; threads idle for ``idle_seconds`` exit. Threads are daemons, so a stuck tool
+never keeps the process alive at exit.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+MAX_THREADS = 1024
+IDLE_SECONDS = 30.0
+
+_Task = tuple["concurrent.futures.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]
+
+
+class ThreadRunner:
+    """Runs callables on daemon threads, starting one whenever none is idle."""
+
+    def __init__(
+        self,
+        *,
+        max_threads: int = MAX_THREADS,
+        idle_seconds: float = IDLE_SECONDS,
+        name: str = "toolcat-tool",
+    ) -> None:
+        self.max_threads = max_threads
+        self.idle_seconds = idle_seconds
+        self.name = name
+        self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._spare = 0  # threads waiting for work minus tasks waiting for a thread
+        self._busy = 0
+        self._closed = False
+
+    @property
+    def threads(self) -> int:
+        """Threads alive now."""
+        return self._threads
+
+    @property
+    def busy(self) -> int:
+        """Tasks running now (a timed-out sync tool counts until it returns)."""
+        return self._busy
+
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        """Run ``fn(*args, **kwargs)`` on a pool thread; its outcome lands in the future."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the thread runner is closed")
+            if self._spare <= 0 and self._threads < self.max_threads:
+                self._threads += 1
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.name}-{self._threads}", daemon=True
+                )
+                thread.start()
+            else:
+                self._spare -= 1
+            self._queue.put((future, fn, args, kwargs))
+        return future
+
+    def _work(self) -> None:
+        while True:
+            try:
+                task = self._queue.get(timeout=self.idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if self._spare > 0:  # more idle threads than queued tasks: leave
+                        self._spare -= 1
+                        self._threads -= 1
+                        return
+                continue  # a task was queued for this thread just now
+            if task is None:
+                with self._lock:
+                    self._threads -= 1
+                return
+            future, fn, args, kwargs = task
+            if future.set_running_or_notify_cancel():
+                with self._lock:
+                    self._busy += 1
+                try:
+                    future.set_result(fn(*args, **kwargs))
+                except BaseException as e:  # a tool's KeyboardInterrupt is its outcome
+                    future.set_exception(e)
+                finally:
+                    with self._lock:
+                        self._busy -= 1
+            del task, future, fn, args, kwargs
+            with self._lock:
+                self._spare += 1
+
+    def close(self) -> None:
+        """Let idle threads exit; busy ones finish (they are daemons) and then exit."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for _ in range(self._threads):
+                self._queue.put(None)

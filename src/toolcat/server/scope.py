@@ -1,0 +1,84 @@
+"""What one caller of the server may see, search and call.
+
+A ``Scope`` is the server's ``--toolkit``/``--tag``/``--allow``/``--deny`` selection, narrowed
+by the caller's principal when a tokens file names one. The same ``allows`` test bounds
+``tools/list``, ``search_tools`` and every call path (a tool's own name, ``call_tool``, a
+pinned ``toolkit.name@version``), so what a caller cannot see it cannot call either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..models import RegisteredTool
+from ..policy import Policy
+from ..store.writer import same_version
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A selection of catalog tools.
+
+    Attributes:
+        name: Who the scope belongs to (``server`` or a principal's name), for messages.
+        toolkits: Only these toolkits (``name`` or ``name@version``); empty = every toolkit.
+        tags: Only tools carrying all of these tags.
+        policy: Allow/deny rules on top of the catalog's own.
+    """
+
+    name: str = "server"
+    toolkits: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    policy: Policy = field(default_factory=Policy)
+
+    parent: Scope | None = None
+
+    def narrowed(self, other: Scope) -> Scope:
+        """``other`` inside this scope: a tool must be in both (each with its own rules, so
+        a principal's ``allow`` never lifts the server's ``deny``)."""
+        return Scope(other.name, other.toolkits, other.tags, other.policy, parent=self)
+
+    @property
+    def all_tags(self) -> tuple[str, ...]:
+        """Every tag a tool must carry (the catalog filters on these itself)."""
+        mine = self.parent.all_tags if self.parent else ()
+        return tuple(dict.fromkeys((*mine, *self.tags)))
+
+    @property
+    def single_toolkit(self) -> str | None:
+        """The one toolkit the catalog can filter on itself, if there is exactly one."""
+        if len(self.toolkits) == 1:
+            return self.toolkits[0]
+        return self.parent.single_toolkit if self.parent and not self.toolkits else None
+
+    def allows(self, tool: RegisteredTool) -> bool:
+        return self.refusal(tool) is None
+
+    def refusal(self, tool: RegisteredTool) -> str | None:
+        """Why ``tool`` is outside this scope (one line), or ``None``."""
+        if self.parent is not None:
+            refused = self.parent.refusal(tool)
+            if refused is not None:
+                return refused
+        if self.toolkits and not any(_toolkit_matches(t, tool) for t in self.toolkits):
+            return f"{tool.id!r} is not in the toolkits this server serves to {self.name}"
+        missing = [t for t in self.tags if t not in tool.tags]
+        if missing:
+            return f"{tool.id!r} lacks the tag(s) {', '.join(missing)} this server requires"
+        rule = self.policy.denying_rule(tool)
+        if rule is not None:
+            return f"tool {tool.id!r} is denied to {self.name} by rule {rule!r}"
+        return None
+
+
+def _toolkit_name(selector: str) -> str:
+    return selector.split("@", 1)[0]
+
+
+def _toolkit_matches(selector: str, tool: RegisteredTool) -> bool:
+    name, _, version = selector.partition("@")
+    if name != tool.toolkit:
+        return False
+    if not version:
+        return True
+    return same_version(tool.version, version)

@@ -1,0 +1,273 @@
+"""OpenAPI import: documents read into toolkits, calls forwarded to a real local HTTP API."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tests.fixtures import openapi_app
+from tests.helpers import free_port, table_snapshot
+from toolcat import Catalog
+from toolcat.cli import cli
+from toolcat.errors import ImportFailedError, ManifestError
+from toolcat.openapi_client import parse_implementation
+
+SHARED = next(
+    (p / "shared" / "openapi" for p in Path(__file__).resolve().parents if (p / "shared").is_dir()),
+    Path("/nonexistent"),
+)
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[str]:
+    base, server = openapi_app.serve(free_port())
+    yield base
+    server.should_exit = True
+
+
+@pytest.fixture
+def pets(catalog: Catalog, api: str) -> Catalog:
+    catalog.register_openapi(f"{api}/openapi.json", toolkit="pets")
+    return catalog
+
+
+def test_one_tool_per_operation_with_merged_parameters(pets: Catalog, api: str) -> None:
+    tools = {t.name: t for t in pets.iter_tools(toolkit="pets")}
+    assert sorted(tools) == [
+        "createPet",
+        "echo_put",
+        "getPet",
+        "listPets",
+        "private",
+        "slow",
+        "text",
+    ]
+    create = tools["createPet"]
+    assert create.description == "Add a pet"
+    assert create.defer_loading
+    assert {"pets", "write", "openapi"} <= set(create.tags)
+    assert create.parameters["required"] == ["name", "species"]
+    assert set(create.parameters["properties"]) == {"X-Request-Id", "name", "species", "tags"}
+    plan = parse_implementation(create.implementation or "")
+    assert plan.base_url == f"{api}/api"  # the relative server URL, resolved against the document
+    assert (plan.method, plan.path) == ("POST", "/pets")
+    assert plan.args["X-Request-Id"] == ("header", "X-Request-Id")
+    assert plan.args["species"] == ("body", "species")
+    listing = tools["listPets"]
+    assert listing.description == "List pets.\n\nThe pets, optionally only those of one species."
+    assert listing.parameters["properties"]["limit"] == {
+        "type": "integer",
+        "minimum": 1,
+        "default": 10,
+        "description": "How many pets at most.",
+    }
+    assert listing.annotations is not None and listing.annotations.read_only
+    get = tools["getPet"]
+    assert get.parameters["required"] == ["petId"]  # from the path item's parameters
+    echo = tools["echo_put"]
+    echo_plan = parse_implementation(echo.implementation or "")
+    assert echo_plan.args["name"] == ("query", "name")
+    assert echo_plan.args["body_name"] == ("body", "name")  # renamed, not dropped
+    tree = echo.parameters["properties"]["tree"]
+    assert tree["properties"]["children"]["items"] == {
+        "description": "(recursive: Node; any JSON value)"
+    }
+
+
+def test_calls_send_path_query_header_and_body(pets: Catalog) -> None:
+    created = pets.call(
+        "createPet", {"name": "Tom", "species": "cat", "X-Request-Id": "r-1", "tags": ["grey"]}
+    )
+    assert created.success, created.error
+    assert created.data["name"] == "Tom" and created.data["tags"] == ["grey"]
+    pet_id = created.data["id"]
+    got = pets.call("getPet", {"petId": pet_id})
+    assert got.success and got.data == created.data
+    pets.call("createPet", {"name": "Rex", "species": "dog"})
+    cats = pets.call("listPets", {"species": "cat"})
+    assert cats.success and [p["name"] for p in cats.data] == ["Tom"]
+    echoed = pets.call(
+        "echo_put", {"word": "a b/c", "ids": [1, 2], "name": "q", "body_name": "b", "tree": {}}
+    )
+    assert echoed.success, echoed.error
+    assert echoed.data["raw_path"] == "/api/echo/a%20b%2Fc"  # one path segment
+    assert ["ids", "1,2"] in echoed.data["query"]  # explode: false
+    assert echoed.data["body"] == {"name": "b", "tree": {}}
+    assert pets.call("text").data == "just text"
+
+
+def test_async_call(pets: Catalog) -> None:
+    result = asyncio.run(pets.acall("listPets", {"limit": 1}))
+    assert result.success and isinstance(result.data, list)
+
+
+def test_non_2xx_is_a_tool_error_with_status_and_body(pets: Catalog) -> None:
+    result = pets.call("getPet", {"petId": 999})
+    assert not result.success and result.error_code == "TOOL_ERROR"
+    assert "GET /api/pets/999 answered 404 Not Found" in (result.error or "")
+    assert "no such pet" in (result.error or "")
+    unauthorised = pets.call("private")
+    assert unauthorised.error_code == "TOOL_ERROR" and "401" in (unauthorised.error or "")
+    invalid = pets.call("createPet", {"name": "no species"})
+    assert invalid.error_code == "INVALID_ARGUMENTS"
+
+
+def test_timeout(catalog: Catalog, api: str) -> None:
+    catalog.register_openapi(
+        f"{api}/openapi.json", toolkit="pets", operations=["slow"], timeout=0.3
+    )
+    assert catalog.get("slow").timeout == 0.3
+    result = catalog.call("slow", {"seconds": 3})
+    assert result.error_code == "TIMEOUT", result
+    assert catalog.call("slow", {"seconds": 0}).success
+
+
+def test_secret_header_resolved_from_env_never_stored(
+    catalog: Catalog, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PET_TOKEN", raising=False)
+    catalog.register_openapi(
+        f"{api}/openapi.json",
+        toolkit="pets",
+        operations=["private"],
+        headers={"Authorization": "Bearer ${PET_TOKEN}"},
+    )
+    missing = catalog.call("private")
+    assert missing.error_code == "IMPORT_FAILED" and "PET_TOKEN" in (missing.error or "")
+    monkeypatch.setenv("PET_TOKEN", openapi_app.TOKEN)
+    result = catalog.call("private")
+    assert result.success and result.data == {"secret": "the cake"}
+    with sqlite3.connect(catalog.path) as conn:
+        stored = "\n".join(conn.iterdump())
+    assert "${PET_TOKEN}" in stored and openapi_app.TOKEN not in stored
+
+
+def test_filters(catalog: Catalog, api: str) -> None:
+    spec = f"{api}/openapi.json"
+    catalog.register_openapi(spec, toolkit="writes", include_tags=["WRITE"])
+    assert [t.name for t in catalog.iter_tools(toolkit="writes")] == ["createPet"]
+    catalog.register_openapi(spec, toolkit="two", operations=["getPet", "slow"])
+    assert sorted(t.name for t in catalog.iter_tools(toolkit="two")) == ["getPet", "slow"]
+    before = table_snapshot(catalog.path)
+    close = r"no operation with id 'getPets' \(did you mean getPet"
+    with pytest.raises(ManifestError, match=close):
+        catalog.register_openapi(spec, toolkit="bad", operations=["getPets"])
+    with pytest.raises(ManifestError, match="no operation has the tag"):
+        catalog.register_openapi(spec, toolkit="bad", include_tags=["nope"])
+    assert table_snapshot(catalog.path) == before
+
+
+def test_versions_and_reregistration(catalog: Catalog) -> None:
+    document = copy.deepcopy(openapi_app.DOCUMENT)
+    first = catalog.register_openapi(document, toolkit="pets", base_url="http://127.0.0.1:9")
+    assert (first.status, first.version) == ("added", "1.0.0")
+    same = catalog.register_openapi(document, toolkit="pets", base_url="http://127.0.0.1:9")
+    assert (same.status, same.version) == ("unchanged", "1.0.0")
+    document["paths"]["/text"]["get"]["summary"] = "Plain text, changed"
+    changed = catalog.register_openapi(document, toolkit="pets", base_url="http://127.0.0.1:9")
+    assert changed.version == "1.0.1" and changed.changes["changed"] == ["text"]
+
+
+def _bad(document: dict[str, Any], path: str, method: str, **changes: Any) -> dict[str, Any]:
+    bad = copy.deepcopy(document)
+    bad["paths"][path][method].update(changes)
+    return bad
+
+
+def test_bad_documents_are_clear_errors_and_change_nothing(
+    catalog: Catalog, tmp_path: Path
+) -> None:
+    base = "http://127.0.0.1:9"
+    catalog.register_openapi(openapi_app.DOCUMENT, toolkit="pets", base_url=base)
+    before = table_snapshot(catalog.path)
+    swagger = tmp_path / "swagger.yaml"
+    swagger.write_text("swagger: '2.0'\npaths: {}\n")
+    with pytest.raises(ManifestError, match=r"swagger.yaml: not an OpenAPI 3.0/3.1 document"):
+        catalog.register_openapi(swagger, toolkit="x")
+    no_id = copy.deepcopy(openapi_app.DOCUMENT)
+    del no_id["paths"]["/slow"]["get"]["operationId"]
+    with pytest.raises(ManifestError, match=r"operation GET /slow has no operationId"):
+        catalog.register_openapi(no_id, toolkit="pets", base_url=base)
+    missing_ref = _bad(
+        openapi_app.DOCUMENT, "/slow", "get", parameters=[{"$ref": "#/components/parameters/Nope"}]
+    )
+    with pytest.raises(ManifestError, match=r"operation 'slow' \(GET /slow\): \$ref .*Nope"):
+        catalog.register_openapi(missing_ref, toolkit="pets", base_url=base)
+    no_server = copy.deepcopy(openapi_app.DOCUMENT)  # "/api" is relative, the source is no URL
+    with pytest.raises(ManifestError, match="give the API's URL with base_url"):
+        catalog.register_openapi(no_server, toolkit="pets")
+    with pytest.raises(ImportFailedError, match="cannot read OpenAPI document"):
+        catalog.register_openapi(tmp_path / "missing.json", toolkit="pets")
+    assert table_snapshot(catalog.path) == before
+
+
+def test_colliding_operation_ids_are_all_kept(catalog: Catalog) -> None:
+    document = copy.deepcopy(openapi_app.DOCUMENT)
+    document["paths"]["/text"]["get"]["operationId"] = "echo_put"  # "echo.put" fits to this too
+    catalog.register_openapi(document, toolkit="pets", base_url="http://127.0.0.1:9")
+    names = sorted(t.name for t in catalog.iter_tools(toolkit="pets"))
+    assert len(names) == 7 and "echo_put" in names
+    suffixed = [n for n in names if n.startswith("echo_put_")]
+    assert len(suffixed) == 1 and len(suffixed[0]) == len("echo_put_") + 8
+
+
+@pytest.mark.parametrize(("file", "count"), [("tmdb_oas.json", 54), ("spotify_oas.json", 40)])
+def test_real_documents_register_every_operation(catalog: Catalog, file: str, count: int) -> None:
+    path = SHARED / file
+    if not path.exists():
+        pytest.skip(f"{path} is not here")
+    document = json.loads(path.read_text())
+    ids = [
+        op["operationId"]
+        for item in document["paths"].values()
+        for method, op in item.items()
+        if method in ("get", "put", "post", "delete", "patch")
+    ]
+    result = catalog.register_openapi(path, toolkit=file.split("_")[0])
+    assert result.tools == count == len(ids)
+    tools = list(catalog.iter_tools(toolkit=result.toolkit))
+    plans = {parse_implementation(t.implementation or "").path for t in tools}
+    assert plans == set(document["paths"])
+    assert all(t.description and t.parameters["type"] == "object" for t in tools)
+    assert catalog.search("search for a movie by title" if "tmdb" in file else "album tracks").hits
+
+
+def test_cli_register_openapi(db_path: Path, api: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PET_TOKEN", openapi_app.TOKEN)
+    runner = CliRunner()
+    args = ["--db", str(db_path), "register", "--openapi", f"{api}/openapi.json"]
+    out = runner.invoke(
+        cli,
+        [
+            *args,
+            "--toolkit",
+            "pets",
+            "--header",
+            "Authorization=Bearer ${PET_TOKEN}",
+            "--operation",
+            "private",
+            "--operation",
+            "text",
+            "--json",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["results"][0]["tools"] == 2
+    called = runner.invoke(cli, ["--db", str(db_path), "call", "private"])
+    assert called.exit_code == 0 and "the cake" in called.output
+    tagged = runner.invoke(cli, [*args, "--toolkit", "w", "--include-tag", "write"])
+    assert tagged.exit_code == 0 and "added     w 1.0.0 (1 tool)" in tagged.output
+    no_kit = runner.invoke(cli, args)
+    assert no_kit.exit_code != 0 and "--openapi needs --toolkit NAME" in no_kit.output
+    stray = runner.invoke(cli, ["--db", str(db_path), "register", "x.yaml", "--operation", "a"])
+    assert stray.exit_code != 0 and "go with --openapi" in stray.output
+    bad_header = runner.invoke(cli, [*args, "--toolkit", "p", "--header", "novalue"])
+    assert bad_header.exit_code != 0 and "expected NAME=VALUE" in bad_header.output
