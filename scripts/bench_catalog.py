@@ -1,5 +1,9 @@
 """Benchmark the core catalog: registration, list mode, BM25 search, a cold CLI list.
 
+BM25 is timed beside two peers in the same run, on the same tokenized text and queries:
+tantivy (Rust, via its Python bindings) and bm25s (numpy/scipy sparse matrices), both from
+the dev extra; ratios are toolcat's p50 over the peer's.
+
 The workload is seeded and built from realistic tool text: the tools of ../shared/bench
 when present (about 8,300 public tool definitions), else the sample catalog, repeated with
 numbered names to reach each size. Queries are real benchmark queries (or tool
@@ -151,6 +155,66 @@ def raw_fts(conn: sqlite3.Connection, query: str) -> None:
         ).fetchall()
 
 
+def peer_bm25(conn: sqlite3.Connection, queries: list[str]) -> dict[str, Any]:
+    """tantivy and bm25s over the catalog's own tokenized text (one field, all columns),
+    asked the same queries with the same tokenizer, top 10."""
+    from toolcat.search.tokenize import tokenize
+
+    rows = conn.execute(
+        "SELECT rowid, name, hint, description, params, tags FROM tools_fts"
+    ).fetchall()
+    terms = [list(dict.fromkeys(tokenize(q))) for q in queries]
+    out: dict[str, Any] = {}
+    try:
+        import tantivy
+    except ImportError:
+        out["tantivy"] = "not installed: pip install -e '.[dev]'"
+    else:
+        builder = tantivy.SchemaBuilder()
+        builder.add_integer_field("id", stored=True, fast=True)
+        builder.add_text_field("body", stored=False, tokenizer_name="whitespace")
+        index = tantivy.Index(builder.build())
+        writer = index.writer(heap_size=200_000_000, num_threads=1)
+        for row in rows:
+            writer.add_document(tantivy.Document(id=row[0], body=" ".join(c for c in row[1:] if c)))
+        writer.commit()
+        writer.wait_merging_threads()
+        index.reload()
+        searcher = index.searcher()
+        parsed = {}
+        for ts in terms:
+            key = " ".join(ts)
+            if ts and key not in parsed:
+                parsed[key] = tantivy.Query.boolean_query(
+                    [
+                        (tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", t))
+                        for t in ts
+                    ]
+                )
+
+        def ask_tantivy(ts: list[str]) -> None:
+            if ts:
+                searcher.search(parsed[" ".join(ts)], 10).hits  # noqa: B018
+
+        out["tantivy"] = percentiles(timed(ask_tantivy, terms))
+    try:
+        import bm25s
+    except ImportError:
+        out["bm25s"] = "not installed: pip install -e '.[dev]'"
+    else:
+        corpus = [" ".join(c for c in row[1:] if c).split() for row in rows]
+        retriever = bm25s.BM25()
+        retriever.index(corpus, show_progress=False)
+
+        def ask_bm25s(ts: list[str]) -> None:
+            known = [t for t in ts if t in retriever.vocab_dict]
+            if known:
+                retriever.retrieve([known], k=10, show_progress=False, n_threads=1)
+
+        out["bm25s"] = percentiles(timed(ask_bm25s, terms))
+    return out
+
+
 def bench_size(
     size: int, pool: list[dict[str, Any]], queries: list[str], workdir: Path
 ) -> dict[str, Any]:
@@ -174,6 +238,8 @@ def bench_size(
         def one_phase(q: str) -> list[tuple[int, float]]:
             return bm25.search(conn, q, Filters(), 10, stats, exact_postings=10**12)
 
+        warm_bm25 = percentiles(timed(lambda q: catalog.search(q, k=10, mode="bm25"), qs))
+        peers = peer_bm25(conn, qs)
         result: dict[str, Any] = {
             "tools": size,
             "register_s": round(written - start, 3),
@@ -188,6 +254,13 @@ def bench_size(
             "search_filtered": percentiles(
                 timed(lambda q: catalog.search(q, k=10, tags=["odd"]), qs)
             ),
+            "bm25_warm": warm_bm25,
+            **peers,
+            "bm25_over_tantivy": round(
+                warm_bm25["p50_ms"] / max(peers["tantivy"]["p50_ms"], 1e-9), 2
+            )
+            if "tantivy" in peers
+            else None,
             "raw_fts5": percentiles(timed(lambda q: raw_fts(conn, q), qs)),
             "bm25_module": percentiles(
                 timed(lambda q: bm25.search(conn, q, Filters(), 10, stats), qs)

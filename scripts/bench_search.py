@@ -1,14 +1,22 @@
 """Benchmark embedding and hybrid search, and reindexing.
 
-- Query latency (warm: model loaded, matrix cached) for ``embedding`` and ``hybrid`` at 10k
-  and 100k tools. The tools are the seeded workload of bench_catalog.py; every distinct
+- Query latency in a serving process (a fresh process that opens the catalog and answers
+  queries, as the MCP server does: ONNX query encoder, no torch), warm (matrix, postings
+  index and ONNX session loaded; query cache cleared), for ``embedding``, ``hybrid`` and
+  ``bm25`` at 10k and 100k tools, and that process's peak RSS.
+- Cold one-shot ``toolcat search Q`` (hybrid) beside cold ``toolcat list --json`` on the same
+  catalog, and ``python -c pass``.
+- In-process latency (torch loaded, as right after a reindex) for ``embedding`` and
+  ``hybrid``. The tools are the seeded workload of bench_catalog.py; every distinct
   text is embedded for real once, and numbered variants of a tool reuse its vector (the
   matrix size is what query time depends on, and embedding 100k texts takes most of an hour
   on 2 cores).
-- Reindex throughput against the model's own ``encode`` on the same texts and batch size.
+- Reindex throughput against the model's own ``encode`` on the same texts and batch size,
+  in catalog order (what reindex did before) and shortest first (what it does now).
 - A no-change reindex of the 10k catalog.
 
     python scripts/bench_search.py [--sizes 10000 100000] [--reindex-tools 2000]
+        [--cold-sizes 1000 10000]
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import argparse
 import json
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,14 +95,84 @@ def timed(
     return percentiles(samples)
 
 
-def encode_only(queries: list[str]) -> dict[str, float]:
+def encode_only(queries: list[str]) -> dict[str, Any]:
+    """One query at a time: sentence-transformers (torch) and the ONNX export."""
     encoder = embedder(DEFAULT_MODEL)
+    out: dict[str, Any] = {}
+    fast = encoder.query_encoder()
+    for name, encode in (("torch", encoder.encode), ("onnx", fast.encode if fast else None)):
+        if encode is None:
+            out[name] = encoder.note
+            continue
+        samples = []
+        for query in queries:
+            start = time.perf_counter()
+            encode([query])
+            samples.append(time.perf_counter() - start)
+        out[name] = percentiles(samples)
+    return out
+
+
+SERVE = """
+import json, resource, statistics, sys, time
+from toolcat import Catalog
+from toolcat.search.embeddings import embedder
+db, queries = sys.argv[1], json.loads(sys.argv[2])
+catalog = Catalog(db)
+for q in queries[:20]:
+    catalog.search(q, mode="hybrid")
+    catalog.search(q, mode="bm25")
+out = {}
+for mode in ("hybrid", "embedding", "bm25"):
+    embedder("all-MiniLM-L6-v2")._queries.clear()
     samples = []
-    for query in queries:
+    for q in queries:
         start = time.perf_counter()
-        encoder.encode([query])
+        catalog.search(q, mode=mode, k=10)
         samples.append(time.perf_counter() - start)
-    return percentiles(samples)
+    samples.sort()
+    out[mode] = {"p50_ms": round(statistics.median(samples) * 1000, 3),
+                 "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
+out["rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+out["torch_loaded"] = "torch" in sys.modules
+out["warnings"] = catalog.search(queries[0], mode="hybrid").warnings
+print(json.dumps(out))
+"""
+
+
+def serving(db: Path, queries: list[str]) -> dict[str, Any]:
+    """Warm latencies and peak RSS of a fresh serving process (no torch)."""
+    out = subprocess.run(
+        [sys.executable, "-c", SERVE, str(db), json.dumps(queries)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def cold(db: Path, query: str, runs: int = 7) -> dict[str, Any]:
+    """Cold one-shot commands, interleaved so load hits them alike; ratios to list."""
+    toolcat = [sys.executable, "-m", "toolcat", "--db", str(db)]
+    commands = {
+        "python_c_pass": [sys.executable, "-c", "pass"],
+        "list_json": [*toolcat, "list", "--json"],
+        "search_bm25": [*toolcat, "search", query, "--mode", "bm25"],
+        "search_hybrid": [*toolcat, "search", query],
+    }
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(runs):
+        for name, cmd in commands.items():
+            start = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            samples[name].append(time.perf_counter() - start)
+    p50 = {name: statistics.median(s) * 1000 for name, s in samples.items()}
+    return {
+        **{f"{name}_p50_ms": round(v, 1) for name, v in p50.items()},
+        "list_over_python": round(p50["list_json"] / p50["python_c_pass"], 1),
+        "hybrid_over_list": round(p50["search_hybrid"] / p50["list_json"], 2),
+    }
 
 
 def reindex_throughput(
@@ -111,17 +190,22 @@ def reindex_throughput(
             ).fetchall()
         ]
         encoder.encode(texts[:batch_size], batch_size=batch_size)  # warm
-        start = time.perf_counter()
-        for i in range(0, len(texts), batch_size):
-            encoder.encode(texts[i : i + batch_size], batch_size=batch_size)
-        encode_s = time.perf_counter() - start
+        rates = {}
+        for name, order in (("catalog_order", texts), ("shortest_first", sorted(texts, key=len))):
+            start = time.perf_counter()
+            for i in range(0, len(order), batch_size):
+                encoder.encode(order[i : i + batch_size], batch_size=batch_size)
+            rates[name] = round(len(texts) / (time.perf_counter() - start), 1)
         report = catalog.reindex(batch_size=batch_size)
     return {
         "tools": report.embedded,
         "batch_size": batch_size,
-        "encode_tools_per_s": round(len(texts) / encode_s, 1),
+        "encode_tools_per_s": rates,
+        "shortest_first_over_catalog_order": round(
+            rates["shortest_first"] / rates["catalog_order"], 2
+        ),
         "reindex_tools_per_s": report.tools_per_second,
-        "ratio": round(report.tools_per_second / (len(texts) / encode_s), 3),
+        "reindex_over_catalog_order": round(report.tools_per_second / rates["catalog_order"], 2),
     }
 
 
@@ -130,7 +214,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--reindex-tools", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--cold-sizes", type=int, nargs="*", default=[1000, 10_000])
     args = parser.parse_args()
+    embedder(DEFAULT_MODEL).export_onnx()  # as reindex does
     pool, queries = tool_pool()
     rng = random.Random(SEED)
     sample = list(dict.fromkeys(rng.choice(queries) for _ in range(220)))[:200]
@@ -146,9 +232,17 @@ def main() -> None:
             ),
             flush=True,
         )
-        for size in args.sizes:
-            catalog = build(Path(tmp) / f"c{size}.db", size, pool, cache)
+        for size in sorted(set(args.sizes) | set(args.cold_sizes)):
+            db = Path(tmp) / f"c{size}.db"
+            catalog = build(db, size, pool, cache)
             result: dict[str, Any] = {"tools": size}
+            if size in args.cold_sizes:
+                result["cold"] = cold(db, sample[0])
+            if size not in args.sizes:
+                catalog.close()
+                print(json.dumps(result), flush=True)
+                continue
+            result["serving"] = serving(db, sample)
             short = [" ".join(q.split()[:8]) for q in sample]
             result["encode_query_only"] = encode_only(sample)
             result["embedding"] = timed(catalog, sample, "embedding")

@@ -1,4 +1,7 @@
-"""`import toolcat`, `toolcat --help`, list mode and BM25 search stay light."""
+"""`import toolcat`, `toolcat --help`, list mode and BM25 search stay light: none of the
+heavy packages, and none of the parts of toolcat a read does not run (asyncio, the call
+runtime, reindexing). asyncio and toolcat.runtime are not listed: since the runtime merge,
+catalog.py imports runtime.call at the top (check_timeout/check_isolation in __init__)."""
 
 from __future__ import annotations
 
@@ -18,17 +21,26 @@ HEAVY = [
     "numpy",
     "mcp",
     "httpx",
+    "onnxruntime",
+    "tokenizers",
+    "toolcat.search.reindex",
     "sqlite_utils",
     "jsonschema",
     "toolcat.samples",
 ]
 
+CLI = (
+    "from toolcat.cli import cli\n"
+    "try:\n    cli.main({args})\nexcept SystemExit as e:\n    assert not e.code, e.code"
+)
 SCRIPTS = {
     "import": "import toolcat",
     "help": (
         "from toolcat.cli import cli\ntry:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass"
     ),
     "list": "import toolcat\ntoolcat.Catalog(DB).list(tags=['read-only'])",
+    "cli list": CLI.format(args="['--db', DB, 'list', '--json']"),
+    "cli bm25": CLI.format(args="['--db', DB, 'search', 'convert units', '--mode', 'bm25']"),
     "search": "import toolcat\ntoolcat.Catalog(DB).search('convert units', mode='bm25')",
     "show": "import toolcat\ntoolcat.Catalog(DB).get('files.read_file')",
 }

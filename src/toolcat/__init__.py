@@ -1,41 +1,110 @@
-"""toolcat: a searchable catalog of LLM tool definitions with deferred loading."""
+"""toolcat: a searchable catalog of LLM tool definitions with deferred loading.
 
-from .catalog import Catalog
-from .errors import (
-    AmbiguousNameError,
-    CatalogError,
-    DefinitionChangedError,
-    ImportFailedError,
-    InvalidArgumentsError,
-    InvalidQueryError,
-    ManifestError,
-    NotFoundError,
-    PolicyError,
-    ToolcatError,
-    ToolDeniedError,
-    ToolTimeoutError,
-    UnknownToolError,
-    UnknownToolkitError,
-    VersionConflictError,
-)
-from .models import (
-    RegisteredTool,
-    RegistrationResult,
-    SearchHit,
-    SearchResult,
-    Tool,
-    ToolAnnotations,
-    ToolEvent,
-    Toolkit,
-    ToolkitVersion,
-    ToolPage,
-    ToolResult,
-)
-from .policy import Policy
-from .registry.python import tool
-from .runtime.events import report_log, report_progress
+The public names are imported on first use (PEP 562), so ``import toolcat`` costs almost
+nothing and each command loads only the modules it uses.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
+    from .errors import (
+        AmbiguousNameError,
+        CatalogError,
+        DefinitionChangedError,
+        ImportFailedError,
+        InvalidArgumentsError,
+        InvalidQueryError,
+        ManifestError,
+        NotFoundError,
+        PolicyError,
+        ToolcatError,
+        ToolDeniedError,
+        ToolTimeoutError,
+        UnknownToolError,
+        UnknownToolkitError,
+        VersionConflictError,
+    )
+    from .models import (
+        RegisteredTool,
+        RegistrationResult,
+        SearchHit,
+        SearchResult,
+        Tool,
+        ToolAnnotations,
+        ToolEvent,
+        Toolkit,
+        ToolkitVersion,
+        ToolPage,
+        ToolResult,
+    )
+    from .policy import Policy
+    from .registry.python import tool
+    from .runtime.events import report_log, report_progress
 
 __version__ = "0.1.0"
+
+# Where each public name lives.
+_MODULES = {
+    "Catalog": ".catalog",
+    "Policy": ".policy",
+    "tool": ".registry.python",
+    "report_log": ".runtime.events",
+    "report_progress": ".runtime.events",
+    **dict.fromkeys(
+        [
+            "AmbiguousNameError",
+            "CatalogError",
+            "DefinitionChangedError",
+            "ImportFailedError",
+            "InvalidArgumentsError",
+            "InvalidQueryError",
+            "ManifestError",
+            "NotFoundError",
+            "PolicyError",
+            "ToolcatError",
+            "ToolDeniedError",
+            "ToolTimeoutError",
+            "UnknownToolError",
+            "UnknownToolkitError",
+            "VersionConflictError",
+        ],
+        ".errors",
+    ),
+    **dict.fromkeys(
+        [
+            "RegisteredTool",
+            "RegistrationResult",
+            "SearchHit",
+            "SearchResult",
+            "Tool",
+            "ToolAnnotations",
+            "ToolEvent",
+            "Toolkit",
+            "ToolkitVersion",
+            "ToolPage",
+            "ToolResult",
+        ],
+        ".models",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'toolcat' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_MODULES])
+
 
 __all__ = [
     "AmbiguousNameError",

@@ -7,7 +7,6 @@ manifest parsing live in the packages below it.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import dataclasses
@@ -19,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .addresses import (
     check_text,
@@ -38,7 +37,6 @@ from .errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from .export import ExportedTools, export_tools, registered_tools, tool_items
 from .models import (
     RegisteredTool,
     RegistrationResult,
@@ -54,13 +52,15 @@ from .models import (
 from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.call import Isolation, Runtime, check_isolation, check_timeout, error_result
-from .search import reindex as reindexing
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
 from .store.reader import Filters
 from .trust import check_import_roots
+
+if TYPE_CHECKING:  # imported where used: a command loads only what it runs
+    from .export import ExportedTools
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -651,6 +651,8 @@ class Catalog:
             InvalidQueryError: Unknown format.
             UnknownToolError: An address names no tool.
         """
+        from .export import export_tools, registered_tools, tool_items
+
         items = [tools] if isinstance(tools, str) else tool_items(tools)
         found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
         descriptions = (
@@ -776,6 +778,8 @@ class Catalog:
         """``call`` for async code: runs the call on the runtime's own threads (never the
         event loop's small default executor), without blocking the loop. ``on_event`` is
         called on this event loop; it may be a coroutine function."""
+        import asyncio
+
         loop = asyncio.get_running_loop()
         forward: Callable[[ToolEvent], Any] | None = None
         if on_event is not None:
@@ -872,6 +876,8 @@ class Catalog:
             full: Rebuild everything from the stored definitions.
             progress: Called with (done, total) after each batch.
         """
+        from .search import reindex as reindexing
+
         return reindexing.reindex(
             self._conn,
             self._lock,
@@ -885,4 +891,6 @@ class Catalog:
     def status(self) -> dict[str, Any]:
         """Index coverage per mode, the embedding model, the revision."""
         with self._snapshot() as conn:
+            from .search import reindex as reindexing
+
             return {"path": str(self.path), **reindexing.status(conn, self._search)}

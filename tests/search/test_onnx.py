@@ -1,0 +1,135 @@
+"""Torch-free query encoding: the ONNX export agrees with sentence-transformers, a fresh
+process's hybrid search never imports torch, and a missing, stale or damaged export falls
+back with a one-line note."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BENCH, SAMPLE_TOOLKITS
+from toolcat import Catalog
+from toolcat.search import embeddings, onnx_encoder
+from toolcat.search.embeddings import DEFAULT_MODEL, Embedder, embedder, model_location
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def exported() -> Path:
+    """The bundled model's export in the user cache (made once per machine, as reindex
+    does)."""
+    embedder(DEFAULT_MODEL).export_onnx()
+    folder = onnx_encoder.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    assert (folder / "meta.json").exists()
+    return folder
+
+
+def benchmark_queries(count: int = 300) -> list[str]:
+    """Real queries from ../shared/bench (100 from each of three sources), else the sample
+    tools' descriptions."""
+    queries: list[str] = []
+    for source in ("bfcl", "metatool", "toolalpaca"):
+        path = BENCH / source / "queries.jsonl"
+        if path.exists():
+            lines = path.read_text().splitlines()[: count // 3]
+            queries += [json.loads(line)["query"] for line in lines]
+    if not queries:
+        with Catalog(":memory:") as catalog:
+            catalog.register(SAMPLE_TOOLKITS)
+            queries = [t.description for t in catalog.list(limit=1000).tools]
+    return queries
+
+
+def test_onnx_vectors_agree_with_sentence_transformers(exported: Path) -> None:
+    queries = benchmark_queries()
+    fast = onnx_encoder.OnnxEncoder(exported)
+    model = embedder(DEFAULT_MODEL)
+    reference = model.encode(queries, batch_size=32)
+    import numpy as np
+
+    # One at a time (as queries are asked) and in padded batches.
+    got = np.vstack(
+        [fast.encode([q]) for q in queries[:50]]
+        + [fast.encode(queries[i : i + 16]) for i in range(50, len(queries), 16)]
+    )
+    cosines = (reference * got).sum(axis=1)
+    assert len(queries) >= 30
+    assert cosines.min() >= 0.999, queries[int(cosines.argmin())]
+
+
+def test_fresh_process_hybrid_search_imports_no_torch(exported: Path, tmp_path: Path) -> None:
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        catalog.reindex()
+    code = (
+        "import json, sys, toolcat\n"
+        f"r = toolcat.Catalog({str(db)!r}).search('erase an old document', k=3)\n"
+        "print(json.dumps([r.mode, r.warnings, [h.tool.id for h in r.hits], sorted(sys.modules)]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    mode, warnings, ids, modules = json.loads(out.strip().splitlines()[-1])
+    assert (mode, warnings, ids[0]) == ("hybrid", [], "files.delete_file")
+    heavy = {"torch", "sentence_transformers", "transformers", "mcp"}
+    assert heavy.isdisjoint(m.split(".")[0] for m in modules)
+    assert "onnxruntime" in modules
+
+
+@pytest.fixture
+def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """An empty user cache, and a fresh process-wide embedder registry."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(embeddings, "_embedders", {})
+    yield tmp_path / "cache" / "toolcat" / "onnx"
+
+
+def test_missing_export_falls_back_with_a_note(
+    own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        embeddings.embedder(DEFAULT_MODEL)._model = embedder_model()  # skip a second load
+        with monkeypatch.context() as patch:  # reindex as where onnx is not installed
+            patch.setattr(onnx_encoder, "onnx_installed", lambda: False)
+            catalog.reindex()
+        result = catalog.search("erase an old document", k=3)
+    assert result.hits[0].tool.id == "files.delete_file"
+    assert len(result.warnings) == 1
+    assert "ONNX export of all-MiniLM-L6-v2 is missing" in result.warnings[0]
+    assert "`toolcat reindex` exports it" in result.warnings[0]
+
+
+def test_stale_and_damaged_exports_are_never_used(own_cache: Path, exported: Path) -> None:
+    # An export of the same model with another fingerprint: stale, not served.
+    current = onnx_encoder.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    slug = current.name.rsplit("-", 1)[0]
+    shutil.copytree(exported, own_cache / f"{slug}-0123456789abcdef")
+    found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    assert found is None and why.endswith("is stale")
+    # A damaged export at the current key: loading fails, the search path falls back.
+    shutil.copytree(exported, current)
+    (current / "model.onnx").write_bytes(b"not a model")
+    found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    assert found is None and "cannot load" in why
+    fresh = Embedder(DEFAULT_MODEL)
+    fresh._model = embedder_model()
+    vector = fresh.encode_query("erase an old document")
+    assert vector.shape == (384,) and "cannot load" in fresh.note
+
+
+def embedder_model() -> object:
+    """The loaded sentence-transformers model of the test process's first registry."""
+    return _FIRST.model()
+
+
+_FIRST = embedder(DEFAULT_MODEL)
