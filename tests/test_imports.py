@@ -1,7 +1,6 @@
 """`import toolcat`, `toolcat --help`, list mode and BM25 search stay light: none of the
 heavy packages, and none of the parts of toolcat a read does not run (asyncio, the call
-runtime, reindexing). asyncio and toolcat.runtime are not listed: since the runtime merge,
-catalog.py imports runtime.call at the top (check_timeout/check_isolation in __init__)."""
+runtime, reindexing)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,8 @@ HEAVY = [
     "onnxruntime",
     "tokenizers",
     "toolcat.search.reindex",
+    "asyncio",
+    "toolcat.runtime.call",
     "sqlite_utils",
     "jsonschema",
     "toolcat.samples",

@@ -51,7 +51,7 @@ from .models import (
 )
 from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
-from .runtime.call import Isolation, Runtime, check_isolation, check_timeout, error_result
+from .runtime.settings import Isolation, check_isolation, check_timeout
 from .search.engine import SEARCH_MODES, SearchEngine
 from .store import reader, writer
 from .store.connection import connect, default_path, rollback_quietly
@@ -61,6 +61,7 @@ from .trust import check_import_roots
 
 if TYPE_CHECKING:  # imported where used: a command loads only what it runs
     from .export import ExportedTools
+    from .runtime.call import Runtime
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -684,6 +685,8 @@ class Catalog:
         """The call machinery (worker threads, validators), created on first use."""
         with self._lock:
             if self._runtime is None:
+                from .runtime.call import Runtime  # asyncio and workers: only when calling
+
                 self._runtime = Runtime(
                     self.policy,
                     default_timeout=self.default_timeout,
@@ -757,6 +760,8 @@ class Catalog:
             else:
                 tool, validator = self._resolve(address)
         except Exception as e:
+            from .runtime.call import error_result
+
             return error_result(e, started)
         return self.runtime.call(
             tool,

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import math
 import threading
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
-from ..errors import InvalidArgumentsError, ToolcatError, ToolDeniedError
+from ..errors import ToolcatError, ToolDeniedError
 from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
 from ..policy import Policy
 from ..trust import root_problem
@@ -18,12 +17,16 @@ from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError
 from .loader import load
 from .results import DEFAULT_MAX_RESULT_BYTES, NotSerialisableError, to_jsonable, truncate
+from .settings import (  # noqa: F401  (re-exported)
+    DEFAULT_TIMEOUT,
+    ISOLATIONS,
+    MAX_TIMEOUT,
+    Isolation,
+    Mode,
+    check_isolation,
+    check_timeout,
+)
 
-DEFAULT_TIMEOUT = 60.0
-MAX_TIMEOUT = 24 * 3600.0
-ISOLATIONS = ("thread", "process")
-Mode = Literal["thread", "process"]
-Isolation = Mode | Mapping[str, Mode]  # one mode, or per toolkit name ("*": the rest)
 RESULT_CODES = {
     "UNKNOWN_TOOL",
     "INVALID_ARGUMENTS",
@@ -52,30 +55,6 @@ def error_result(error: BaseException, started: float) -> ToolResult:
     else:
         code, message = "TOOL_ERROR", f"{type(error).__name__}: {error}"[:10_000]
     return make_result(started, error=message, error_code=code)
-
-
-def check_timeout(timeout: Any, what: str = "timeout") -> float:
-    """``timeout`` as seconds, or ``InvalidArgumentsError`` naming the rule."""
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not math.isfinite(timeout)
-        or not 0 < timeout <= MAX_TIMEOUT
-    ):
-        raise InvalidArgumentsError(
-            f"{what} must be a number of seconds above 0 and at most {MAX_TIMEOUT:g}; "
-            f"got {timeout!r}"
-        )
-    return float(timeout)
-
-
-def check_isolation(isolation: Any) -> Isolation:
-    """``isolation`` if it is a mode or a mapping of toolkit names to modes, else ValueError."""
-    modes = isolation.values() if isinstance(isolation, Mapping) else [isolation]
-    for mode in modes:
-        if mode not in ISOLATIONS:
-            raise ValueError(f"isolation must be 'thread' or 'process', not {mode!r}")
-    return dict(isolation) if isinstance(isolation, Mapping) else isolation
 
 
 def make_result(
