@@ -15,18 +15,15 @@ from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
-from . import bm25
+from . import bm25, fusion
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
-from .fusion import score_fusion
 from .regex import regex_search
+from .tokenize import tokenize
 
 SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
 VECTOR_MODES = ("embedding", "hybrid")
-# Hybrid: how many hits each ranking contributes, and their weights in score fusion. Chosen
-# with scripts/tune_hybrid.py: min-max score fusion at 0.45/0.55 beat reciprocal rank
-# fusion on mean R@5 (.707 vs .694) and nDCG@10 (.664 vs .648) over the seven sources.
+# Hybrid: how many hits each ranking contributes to adaptive fusion (search/fusion.py).
 HYBRID_DEPTH = 50
-HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
 MAX_QUERY_CHARS = 100_000
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
@@ -115,20 +112,29 @@ class SearchEngine:
             )
         revision = reader.revision(conn)
         warnings: list[str] = []
+        signals: dict[int, fusion.Candidate] = {}
         if mode == "regex":
             ranked = regex_search(conn, text, filters, k)
             exact = []
         else:
-            ranked = self._rank(conn, mode, text, (model_id, query_vector), filters, k, warnings)
+            ranked, signals = self._rank(
+                conn, mode, text, (model_id, query_vector), filters, k, warnings
+            )
             exact = self._exact_matches(conn, text, filters)
         tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
         top = ranked[0][1] if ranked else 0.0
-        ordered: list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
+        ordered: list[tuple[RegisteredTool, float, str]] = [
+            (t, top + 1.0, "strong") for _, t in exact
+        ]
         exact_ids = {row_id for row_id, _ in exact}
-        ordered += [(tools[i], s) for i, s in ranked if i not in exact_ids and i in tools]
+        ordered += [
+            (tools[i], s, fusion.match(signals.get(i), mode))
+            for i, s in ranked
+            if i not in exact_ids and i in tools
+        ]
         hits = [
-            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool)
-            for rank, (tool, score) in enumerate(ordered[:k], 1)
+            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool, match=match)
+            for rank, (tool, score, match) in enumerate(ordered[:k], 1)
         ]
         return SearchResult.model_construct(
             revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
@@ -143,15 +149,42 @@ class SearchEngine:
         filters: Filters,
         k: int,
         warnings: list[str],
-    ) -> list[tuple[int, float]]:
-        """(row id, score) best first, for the bm25, embedding and hybrid modes."""
+    ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
+        """((row id, score) best first, what fusion knows of each tool) for the bm25,
+        embedding and hybrid modes."""
         revision = reader.revision(conn)
         depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
         lexical: list[tuple[int, float]] = []
+        semantic: list[tuple[int, float]] = []
         if mode in ("bm25", "hybrid"):
             lexical = self.bm25(conn, text, filters, depth, revision)
-            if mode == "bm25":
-                return lexical
+        if mode != "bm25":
+            semantic = self._semantic(conn, query, filters, depth, revision, mode, warnings)
+        if mode != "hybrid":  # signals (for ``match``) of the hits returned only
+            lexical, semantic = lexical[:k], semantic[:k]
+        terms = list(dict.fromkeys(tokenize(text)))[: bm25.MAX_QUERY_TERMS]
+        ids = list(dict.fromkeys([i for i, _ in lexical] + [i for i, _ in semantic]))
+        documents = reader.fts_rows(conn, ids) if terms and ids else {}
+        doc_freq = self.term_stats.lookup(conn, terms) if terms else {}
+        fused, signals = fusion.adaptive_fusion(
+            terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents, depth
+        )
+        if mode == "bm25":
+            return lexical[:k], signals
+        if mode == "embedding":
+            return semantic[:k], signals
+        return fused[:k], signals
+
+    def _semantic(
+        self,
+        conn: sqlite3.Connection,
+        query: tuple[str, Any],
+        filters: Filters,
+        depth: int,
+        revision: int,
+        mode: str,
+        warnings: list[str],
+    ) -> list[tuple[int, float]]:
         model_id, query_vector = query  # (model id, query vector) for the vector modes
         self.vectors.refresh(conn, revision, model_id)
         if self.vectors.missing:
@@ -161,11 +194,7 @@ class SearchEngine:
                 + (" and are found by BM25 only" if mode == "hybrid" else " and cannot be found")
                 + "; run `toolcat reindex` (Catalog.reindex()) to embed them"
             )
-        semantic = self.vectors.search(conn, query_vector, filters, depth)
-        if mode == "embedding":
-            return semantic
-        w_lexical, w_semantic = HYBRID_WEIGHTS
-        return score_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
+        return self.vectors.search(conn, query_vector, filters, depth)
 
     def bm25(
         self, conn: sqlite3.Connection, text: str, filters: Filters, k: int, revision: int

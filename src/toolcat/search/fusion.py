@@ -178,3 +178,27 @@ def adaptive_fusion(
         )
     ordered = sorted(found.items(), key=lambda pair: (-pair[1].fused, pair[0]))
     return [(item, c.fused) for item, c in ordered[:limit]], found
+
+
+# Calibration of ``match`` (README, "Nothing fits"): thresholds on a tool's cosine similarity
+# and query coverage, chosen with scripts/tune_fusion.py on own-catalog versus foreign
+# queries.
+STRONG_COSINE = 0.55
+WEAK_COSINE = 0.35
+STRONG_COVER = 0.8
+WEAK_COVER = 0.5
+
+
+def match(candidate: Candidate | None, mode: str) -> str:
+    """``strong``, ``weak`` or ``none``: how well one hit fits the request."""
+    if candidate is None:
+        return "weak"
+    cosine = candidate.semantic if mode != "bm25" else None
+    cover = candidate.cover
+    if (cosine is not None and cosine >= STRONG_COSINE) or (
+        cover >= STRONG_COVER and candidate.name_cover > 0
+    ):
+        return "strong"
+    if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
+        return "weak"
+    return "none"
