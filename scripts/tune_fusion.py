@@ -26,20 +26,37 @@ sys.path.insert(0, str(ROOT / "src"))
 from toolcat.evaluate import load_source, score_query, source_folders  # noqa: E402
 from toolcat.search.documents import index_fields  # noqa: E402
 from toolcat.search.fusion import (  # noqa: E402
+    Candidate,
     FusionParams,
-    adaptive_fusion,
+    candidates,
+    fuse,
     reciprocal_rank_fusion,
     score_fusion,
 )
 from toolcat.search.tokenize import tokenize  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "scripts"))
+from gather_rankings import reduced  # noqa: E402
+
 Row = dict[str, Any]
 Rule = Callable[[Row], list[str]]
 
 
-def prepare(bench: Path, data: dict[str, Any], pooled: bool) -> dict[str, dict[str, Any]]:
-    """Per source: queries with their terms, the documents and document frequencies."""
-    sources = {s.name: s for s in (load_source(f) for f in source_folders(bench))}
+def prepare(
+    bench: Path, data: dict[str, Any], pooled: bool, max_queries: int, max_tools: int
+) -> dict[str, dict[str, Any]]:
+    wanted = set(data) | {e["foreign_source"] for e in data.values() if "foreign_source" in e}
+    """Per source: queries with their terms, the documents and document frequencies (of the
+    catalog gather_rankings.py searched: the same reduction, the same seeds)."""
+    sources = {}
+    for folder in source_folders(bench):
+        source = load_source(folder)
+        if source.name not in wanted:
+            continue
+        queries = source.queries
+        if len(queries) > max_queries:
+            queries = random.Random(0).sample(queries, max_queries)
+        sources[source.name] = reduced(source, queries, max_tools, 0)
     docs_of: dict[str, dict[str, tuple[str, ...]]] = {}
     for name, source in sources.items():
         prefix = f"{source.toolkit.name}." if pooled else ""
@@ -60,13 +77,22 @@ def prepare(bench: Path, data: dict[str, Any], pooled: bool) -> dict[str, dict[s
             pooled_docs.update(docs)
         pooled_df = frequencies(pooled_docs)
     out = {}
+    df_of = {name: frequencies(docs) for name, docs in docs_of.items()}
     for name, entry in data.items():
         docs = pooled_docs if pooled else docs_of[name]
-        df = pooled_df if pooled else frequencies(docs)
-        for q in entry["queries"]:
+        df = pooled_df if pooled else df_of[name]
+        for q in entry["queries"] + entry.get("foreign", []):
             q["terms"] = list(dict.fromkeys(tokenize(q["text"])))[:32]
             q["sem50"] = q["sem"][:50]
         out[name] = {"queries": entry["queries"], "docs": docs, "df": df, "n": len(docs)}
+        if "foreign" in entry:
+            out[name]["foreign"] = entry["foreign"]
+            other = entry["foreign_source"]
+            out[name]["foreign_entry"] = {
+                "docs": docs_of[other],
+                "df": df_of[other],
+                "n": len(docs_of[other]),
+            }
     return out
 
 
@@ -76,11 +102,20 @@ def halves(rows: Sequence[Row], seed: int, name: str) -> tuple[list[Row], list[R
     return shuffled[:cut], shuffled[cut:]
 
 
+def signals(entry: dict[str, Any], q: Row) -> dict[Any, Candidate]:
+    """The candidates' signals of one query (they do not depend on the parameters: computed
+    once per query and catalog)."""
+    key = "found" if entry.get("kind") != "foreign" else "found_foreign"
+    if key not in q:
+        q[key] = candidates(
+            q["terms"], entry["df"], entry["n"], q["lex"], q["sem50"], entry["docs"]
+        )
+    return q[key]  # type: ignore[no-any-return]
+
+
 def adaptive(params: FusionParams, entry: dict[str, Any]) -> Rule:
     def rank(q: Row) -> list[str]:
-        fused, _ = adaptive_fusion(
-            q["terms"], entry["df"], entry["n"], q["lex"], q["sem50"], entry["docs"], 10, params
-        )
+        fused = fuse(signals(entry, q), q["lex"], q["sem50"], 10, params)
         return [i for i, _ in fused]  # type: ignore[misc]
 
     return rank
@@ -115,6 +150,8 @@ def fit(
     best, best_score = start, objective(start)
     steps = {f.name: 2.0 for f in dataclasses.fields(FusionParams)}
     steps["name_bonus"] = 0.2
+    steps["cover_power"] = 1.0
+    steps["spread"] = 0.4
     for _round in range(4):
         improved = False
         for field in steps:
@@ -134,15 +171,24 @@ def fit(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("rankings")
+    parser.add_argument("rankings", help="Comma-separated files from gather_rankings.py.")
+    parser.add_argument("bench", nargs="?", default=str(ROOT.parent.parent / "shared" / "bench"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--pooled", action="store_true")
     parser.add_argument("--params", help="Comma-separated FusionParams to start from / use.")
     parser.add_argument("--no-fit", action="store_true")
-    parser.add_argument("bench", nargs="?", default=str(ROOT.parent.parent / "shared" / "bench"))
+    parser.add_argument("--max-queries", type=int, default=200)
+    parser.add_argument("--max-tools", type=int, default=600)
     args = parser.parse_args()
-    data = json.loads(Path(args.rankings).read_text())
-    prepared = prepare(Path(args.bench), data, args.pooled)
+    data: dict[str, Any] = {}
+    for name in args.rankings.split(","):
+        part = json.loads(Path(name).read_text())
+        for source, entry in part.items():
+            if "foreign" in entry:
+                entry["foreign_source"] = next(s for s in part if s != source)
+            if source not in data or "foreign" not in data[source]:
+                data[source] = entry
+    prepared = prepare(Path(args.bench), data, args.pooled, args.max_queries, args.max_tools)
     split = {n: halves(e["queries"], args.seed, n) for n, e in prepared.items()}
     start = FusionParams()
     if args.params:
@@ -163,6 +209,69 @@ def main() -> None:
             f"{label:<28} {sum(cells) / len(cells):6.3f} " + " ".join(f"{c:10.3f}" for c in cells),
             flush=True,
         )
+
+
+def top_hit(entry: dict[str, Any], q: Row, params: FusionParams) -> Candidate:
+    """The signals of the best hit (nothing fits is said when every hit is "none"; the best
+    hit has the highest signals in practice, so it decides)."""
+    found = signals(entry, q)
+    fused = fuse(found, q["lex"], q["sem50"], 10, params)
+    if not fused:
+        return Candidate()
+    return max((found[i] for i, _ in fused), key=lambda c: (c.semantic, c.cover))
+
+
+def abstention(
+    params: FusionParams,
+    prepared: dict[str, dict[str, Any]],
+    split: dict[str, tuple[list[Row], list[Row]]],
+) -> None:
+    """How often "nothing fits" is said on own (held-out) and foreign queries."""
+    from toolcat.search.fusion import match
+
+    def says_none(entry: dict[str, Any], q: Row) -> bool:
+        found = signals(entry, q)
+        fused = fuse(found, q["lex"], q["sem50"], 10, params)
+        return all(match(found[i], "hybrid") == "none" for i, _ in fused)
+
+    # Calibrate: the "none" thresholds (cosine, coverage) that say "nothing fits" on the most
+    # foreign queries while saying it on at most 10% of answerable ones (mean over sources).
+    import toolcat.search.fusion as fusion_module
+
+    tops: dict[str, tuple[list[Candidate], list[Candidate]]] = {}
+    for name, entry in prepared.items():
+        if "foreign" not in entry:
+            continue
+        tops[name] = (
+            [top_hit(entry, q, params) for q in split[name][1]],
+            [top_hit(entry["foreign_entry"], q, params) for q in entry["foreign"]],
+        )
+    best = None
+    for cos in [x / 100 for x in range(20, 62, 2)]:
+        for cover in [x / 10 for x in range(3, 11)]:
+
+            def none(c: Candidate, cos: float = cos, cover: float = cover) -> bool:
+                return c.semantic < cos and c.cover < cover
+
+            own = sum(sum(map(none, o)) / len(o) for o, _ in tops.values()) / len(tops)
+            foreign = sum(sum(map(none, f)) / len(f) for _, f in tops.values()) / len(tops)
+            if own <= 0.10 and (best is None or foreign > best[0]):
+                best = (foreign, own, cos, cover)
+    print(
+        f"calibrated none: cosine < {best[2]} and cover < {best[3]}: own {best[1]:.2f}, "
+        f"foreign {best[0]:.2f}"
+        if best
+        else "no calibration meets own <= .10"
+    )
+    if best:
+        fusion_module.WEAK_COSINE, fusion_module.WEAK_COVER = best[2], best[3]
+    print(f"{'nothing fits':<28} {'own':>6} {'foreign':>8}")
+    for name, entry in sorted(prepared.items()):
+        if "foreign" not in entry:
+            continue
+        own = [says_none(entry, q) for q in split[name][1]]
+        foreign = [says_none(entry["foreign_entry"], q) for q in entry["foreign"]]
+        print(f"{name:<28} {sum(own) / len(own):6.2f} {sum(foreign) / len(foreign):8.2f}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.call import Runtime, error_result
 from .search import reindex as reindexing
 from .search.engine import SEARCH_MODES, SearchEngine
+from .search.split import split_request
 from .store import reader, writer
 from .store.connection import connect, default_path
 from .store.migrations import migrate
@@ -61,6 +62,8 @@ MAX_LIMIT = 1000
 RECENT_HITS = 256  # tools of recent searches remembered for learning from use
 LEARNED_PER_TOOL = 20  # newest distinct queries kept per tool
 MAX_LEARNED_CHARS = 500
+# Hybrid search splits compound requests (search/split.py); README, "Multi-tool requests".
+SPLIT_REQUESTS = True
 
 
 def _flatten(sources: Iterable[Any]) -> Iterator[Any]:
@@ -441,6 +444,9 @@ class Catalog:
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
         query_vector = self._search.encode_query(model_id, query) if model_id else None
+        parts = []
+        if mode == "hybrid" and SPLIT_REQUESTS:
+            parts = [(p, self._search.encode_query(model_id, p)) for p in split_request(query)]
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             result = self._search.search(
@@ -451,6 +457,7 @@ class Catalog:
                 query_vector=query_vector,
                 filters=filters,
                 k=k,
+                parts=parts,
             )
         if mode != "regex":
             self.searched(query, [h.tool.id for h in result.hits])

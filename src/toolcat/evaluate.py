@@ -335,6 +335,8 @@ def evaluate(
                 with Catalog(Path(tmp) / "pooled.db") as catalog:
                     catalog.register(*(s.toolkit for s in loaded))
                     if needs_vectors:
+                        if foreign is not None:
+                            _copy_vectors(catalog, foreign.path)
                         _reindex(catalog, "pooled", say)
                     learned = 0
                     if learning:
@@ -360,6 +362,8 @@ def evaluate(
                     with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
                         catalog.register(source.toolkit)
                         if needs_vectors:
+                            if foreign is not None:
+                                _copy_vectors(catalog, foreign.path)
                             _reindex(catalog, source.name, say)
                         learned = 0
                         if learning:
@@ -382,6 +386,27 @@ def evaluate(
             if foreign is not None:
                 foreign.close()
     return results
+
+
+def _copy_vectors(catalog: Catalog, source: Path) -> None:
+    """Take the vectors of identical tool definitions from another catalog file (same model),
+    so that the abstention catalog and the per-source ones embed each tool once."""
+    conn = catalog._conn  # evaluation-only shortcut: vectors are keyed by content hash
+    conn.execute("ATTACH DATABASE ? AS other", (str(source),))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT OR IGNORE INTO embeddings SELECT e.* FROM other.embeddings e "
+            "WHERE e.content_hash IN (SELECT content_hash FROM tools)"
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO meta SELECT key, value FROM other.meta "
+            "WHERE key IN ('embedding_model', 'embedding_dim')"
+        )
+        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        conn.execute("COMMIT")
+    finally:
+        conn.execute("DETACH DATABASE other")
 
 
 def _reindex(catalog: Catalog, what: str, say: Progress) -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
-from . import bm25, fusion
+from . import bm25, fusion, split
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
 from .regex import regex_search
 from .tokenize import tokenize
@@ -96,11 +97,13 @@ class SearchEngine:
         query_vector: Any,
         filters: Filters,
         k: int,
+        parts: Sequence[tuple[str, Any]] = (),
     ) -> SearchResult:
         """Rank the tools ``filters`` lets through, inside one read transaction ``conn``.
 
         Exact tool names (``name`` or ``toolkit.name``, any case) come first, except in
-        regex mode, where the query is a pattern.
+        regex mode, where the query is a pattern. ``parts`` (hybrid mode): the request's
+        parts (search/split.py) with their vectors; each part's best tool joins the top.
         """
         text = query[:MAX_QUERY_CHARS]
         if filters.toolkit_id is not None and not reader.is_active_toolkit(
@@ -120,6 +123,16 @@ class SearchEngine:
             ranked, signals = self._rank(
                 conn, mode, text, (model_id, query_vector), filters, k, warnings
             )
+            if parts:
+                per_part = []
+                for part, vector in parts:
+                    found, part_signals = self._rank(
+                        conn, mode, part, (model_id, vector), filters, 1, []
+                    )
+                    per_part.append(found)
+                    for item, candidate in part_signals.items():
+                        signals.setdefault(item, candidate)
+                ranked = split.merge(ranked, per_part, k)
             exact = self._exact_matches(conn, text, filters)
         tools = reader.tools_by_id(conn, [row_id for row_id, _ in ranked])
         top = ranked[0][1] if ranked else 0.0

@@ -69,6 +69,8 @@ class FusionParams:
     cover: float = 0.0  # ... plus this times its coverage of the whole query
     agreement: float = 0.0  # ... plus this times the overlap of the two top-5 lists
     name_bonus: float = 0.0  # every candidate: plus this times its own name coverage
+    cover_power: float = 1.0  # a BM25 hit counts by (its score / the best) * coverage**this
+    spread: float = 0.0  # cosine blended with its min-max over the list by this share
 
 
 DEFAULT_PARAMS = FusionParams()
@@ -153,8 +155,19 @@ def adaptive_fusion(
     Returns ((id, fused score) best first, the candidates with their signals).
     """
     found = candidates(terms, doc_freq, n_docs, lexical, semantic, documents)
+    return fuse(found, lexical, semantic, limit, params), found
+
+
+def fuse(
+    found: dict[int, Candidate],
+    lexical: Ranking,
+    semantic: Ranking,
+    limit: int,
+    params: FusionParams = DEFAULT_PARAMS,
+) -> list[tuple[int, float]]:
+    """The fused ranking of ``candidates``' output, best first."""
     if not found:
-        return [], found
+        return []
     best = found[lexical[0][0]] if lexical else Candidate()
     top_l = {i for i, _ in lexical[:5]}
     top_s = {i for i, _ in semantic[:5]}
@@ -167,17 +180,21 @@ def adaptive_fusion(
     )
     trust = 1 / (1 + math.exp(-max(-30.0, min(30.0, logit))))
     # Both sides on [0, 1]-ish absolute scales: BM25 relative to its best hit, damped by how
-    # much of the query that best hit covers; cosine as it is.
-    lexical_scale = best.cover
+    # much of the query the hit covers; cosine as it is, optionally spread over the list.
+    top = semantic[0][1] if semantic else 0.0
+    floor = semantic[-1][1] if semantic else 0.0
+    span = top - floor if top > floor else 1.0
     for candidate in found.values():
         candidate.trust = trust
+        cosine = candidate.semantic
+        semantic_part = (1 - params.spread) * cosine + params.spread * (cosine - floor) / span
         candidate.fused = (
-            trust * candidate.lexical * lexical_scale
-            + (1 - trust) * candidate.semantic
+            trust * candidate.lexical * candidate.cover ** max(params.cover_power, 0.0)
+            + (1 - trust) * semantic_part
             + params.name_bonus * candidate.name_cover
         )
     ordered = sorted(found.items(), key=lambda pair: (-pair[1].fused, pair[0]))
-    return [(item, c.fused) for item, c in ordered[:limit]], found
+    return [(item, c.fused) for item, c in ordered[:limit]]
 
 
 # Calibration of ``match`` (README, "Nothing fits"): thresholds on a tool's cosine similarity
