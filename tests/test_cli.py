@@ -69,9 +69,9 @@ def test_list_json_shape_and_pagination(db: Path) -> None:
 
 def test_search_json_shape(db: Path) -> None:
     out = run_json(db, "search", "delete a file", "-k", "3")
-    assert list(out) == ["revision", "query", "mode", "hits"]
+    assert list(out) == ["revision", "query", "mode", "no_match", "hits"]
     assert (out["query"], out["mode"], out["revision"]) == ("delete a file", "bm25", 1)
-    assert [list(h) for h in out["hits"]] == [["rank", "score", "tool"]] * 3
+    assert [list(h) for h in out["hits"]] == [["rank", "score", "match", "tool"]] * 3
     assert out["hits"][0]["tool"]["id"] == "files.delete_file"
     assert out["hits"][0]["tool"]["defer_loading"] is True
     assert list(out["hits"][0]["tool"]) == TOOL_KEYS

@@ -8,6 +8,7 @@ manifest parsing live in the packages below it.
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import dataclasses
 import inspect
@@ -53,6 +54,7 @@ from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.settings import Isolation, check_isolation, check_timeout
 from .search.engine import SEARCH_MODES, SearchEngine
+from .search.split import split_request
 from .store import reader, writer
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
@@ -67,6 +69,11 @@ __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
+RECENT_HITS = 256  # tools of recent searches remembered for learning from use
+LEARNED_PER_TOOL = 20  # newest distinct queries kept per tool
+MAX_LEARNED_CHARS = 500
+# Hybrid search splits compound requests (search/split.py); README, "Multi-tool requests".
+SPLIT_REQUESTS = True
 
 
 def _flatten(sources: Iterable[Any]) -> Iterator[Any]:
@@ -137,6 +144,8 @@ class Catalog:
         self._conn = connect(self.path)
         self._lock = threading.RLock()
         self._search = SearchEngine(embedding_model)
+        # Learning from use: tool id -> the latest query whose search returned it.
+        self._recent_hits: collections.OrderedDict[str, str] = collections.OrderedDict()
         try:
             migrate(self._conn)
         except sqlite3.DatabaseError as e:
@@ -589,9 +598,12 @@ class Catalog:
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
         query_vector = self._search.encode_query(model_id, query) if model_id else None
+        parts = []
+        if mode == "hybrid" and SPLIT_REQUESTS:
+            parts = [(p, self._search.encode_query(model_id, p)) for p in split_request(query)]
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
-            return self._search.search(
+            result = self._search.search(
                 conn,
                 query,
                 mode=mode,
@@ -599,7 +611,75 @@ class Catalog:
                 query_vector=query_vector,
                 filters=filters,
                 k=k,
+                parts=parts,
             )
+        if mode != "regex":
+            self.searched(query, [h.tool.id for h in result.hits])
+        return result
+
+    # -- learning from use ----------------------------------------------------------------
+
+    def searched(self, query: str, tool_ids: Iterable[str]) -> None:
+        """Remember that a search for ``query`` returned these tools, so that a later
+        ``used`` (or ``call``) of one of them records the use. ``search`` does this itself;
+        a server with one ``Catalog`` for many clients keeps its own per-connection memory
+        and calls ``record_use`` instead."""
+        with self._lock:
+            for tool_id in tool_ids:
+                self._recent_hits[tool_id] = query
+                self._recent_hits.move_to_end(tool_id)
+            while len(self._recent_hits) > RECENT_HITS:
+                self._recent_hits.popitem(last=False)
+
+    def used(self, tool_id: str) -> bool:
+        """A tool was called: record (query, tool) when a recent search returned it."""
+        with self._lock:
+            query = self._recent_hits.pop(tool_id, None)
+        return query is not None and self.record_use(query, tool_id)
+
+    def record_use(self, query: str, tool: str) -> bool:
+        """Record that ``query`` was answered by ``tool`` (an address); the next reindex
+        adds the query to the tool's search documents. Returns False when learning from use
+        is off or the query is empty.
+
+        Raises:
+            UnknownToolError: No such tool.
+        """
+        query = query.strip()[:MAX_LEARNED_CHARS]
+        found = self.get(tool)
+        if not query:
+            return False
+        with self._lock:
+            return writer.record_use(self._conn, found.toolkit, found.name, query, LEARNED_PER_TOOL)
+
+    def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Recorded uses, newest first: ``{"tool", "query", "recorded_at"}``."""
+        with self._snapshot() as conn:
+            rows = conn.execute(
+                "SELECT toolkit, name, query, recorded_at FROM usage "
+                + ("WHERE toolkit = ? " if toolkit else "")
+                + "ORDER BY id DESC",
+                (toolkit,) if toolkit else (),
+            ).fetchall()
+        return [{"tool": f"{t}.{n}", "query": q, "recorded_at": at} for t, n, q, at in rows]
+
+    def clear_usage(self, toolkit: str | None = None) -> int:
+        """Forget recorded uses (of one toolkit, or all); returns how many. Run reindex to
+        take them out of the search documents."""
+        with self._lock:
+            return writer.clear_usage(self._conn, toolkit)
+
+    @property
+    def learning(self) -> bool:
+        """Whether uses are recorded and folded into search (a catalog setting, on by
+        default)."""
+        with self._snapshot() as conn:
+            return bool(reader.meta(conn, "learn_from_use"))
+
+    @learning.setter
+    def learning(self, enabled: bool) -> None:
+        with self._lock:
+            writer.set_learning(self._conn, enabled)
 
     def get(self, address: str) -> RegisteredTool:
         """The tool at ``address``: ``name``, ``toolkit.name``, or either with ``@version``.
@@ -763,7 +843,7 @@ class Catalog:
             from .runtime.call import error_result
 
             return error_result(e, started)
-        return self.runtime.call(
+        result = self.runtime.call(
             tool,
             arguments,
             timeout=timeout,
@@ -771,6 +851,10 @@ class Catalog:
             started=started,
             on_event=on_event,
         )
+        if result.success and self._recent_hits:
+            with contextlib.suppress(Exception):  # learning must never fail a call
+                self.used(tool.id)
+        return result
 
     async def acall(
         self,

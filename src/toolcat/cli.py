@@ -458,8 +458,10 @@ def search(
             "revision": result.revision,
             "query": result.query,
             "mode": result.mode,
+            "no_match": result.no_match,
             "hits": [
-                {"rank": h.rank, "score": h.score, "tool": h.tool.summary()} for h in result.hits
+                {"rank": h.rank, "score": h.score, "match": h.match, "tool": h.tool.summary()}
+                for h in result.hits
             ],
         }
         if result.warnings:
@@ -467,9 +469,11 @@ def search(
         emit_json(shape)
         return
     for hit in result.hits:
-        click.echo(f"{hit.rank:>3}. {hit.score:8.3f}  {tool_line(hit.tool)}")
+        click.echo(f"{hit.rank:>3}. {hit.score:8.3f} {hit.match:<6}  {tool_line(hit.tool)}")
     if not result.hits:
         click.echo("no matching tools")
+    elif result.no_match:
+        click.echo("nothing fits: no tool matches this request well")
 
 
 @cli.command()
@@ -844,12 +848,84 @@ def export(
     emit_json(exported.tools if tools_only else exported.to_json())
 
 
+@cli.command()
+@click.argument("action", type=click.Choice(["show", "clear", "on", "off"]), default="show")
+@click.option("--toolkit", help="Only this toolkit's tools.")
+@click.option("-n", "limit", type=int, default=50, show_default=True, help="Uses to show.")
+@json_option
+@click.pass_context
+def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_json: bool) -> None:
+    """Learning from use: show or clear recorded (query, tool) uses, or turn learning on/off.
+
+    A search followed by a call of one of its hits records the query for that tool; reindex
+    adds recorded queries to the tools' search documents.
+    """
+    catalog = open_catalog(ctx)
+    if action == "clear":
+        removed = catalog.clear_usage(toolkit)
+        click.echo(f"cleared {plural(removed, 'use')}; run `toolcat reindex` to unlearn them")
+        return
+    if action in ("on", "off"):
+        catalog.learning = action == "on"
+        click.echo(f"learning from use is {action}; run `toolcat reindex` to apply it")
+        return
+    uses = catalog.usage(toolkit)
+    if as_json:
+        emit_json({"learning": catalog.learning, "uses": uses[:limit], "total": len(uses)})
+        return
+    click.echo(
+        f"learning from use: {'on' if catalog.learning else 'off'}, {plural(len(uses), 'use')}"
+    )
+    for use in uses[:limit]:
+        click.echo(f"{use['recorded_at']}  {use['tool']:<36} {one_line(use['query'], 60)}")
+
+
+EVAL_KEYS = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]
+EVAL_EXTRA = (
+    "pooled",
+    "lenient",
+    "multi_tool",
+    "learned_from",
+    "abstain_own",
+    "abstain_foreign",
+    "refused",
+    "names_mapped",
+    "schemas_repaired",
+)
+
+
 @cli.command(name="eval")
 @click.argument("bench_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
-@click.option("--mode", "modes", multiple=True, help="Search mode to score (repeatable).")
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(SEARCH_MODES),
+    help="Search mode to score (repeatable). Default: bm25, embedding, hybrid.",
+)
 @click.option("--pooled", is_flag=True, help="Search every source's queries against all tools.")
-@click.option("--max-queries", type=int, help="Score a seeded sample of queries per source.")
+@click.option(
+    "--max-queries",
+    type=click.IntRange(min=1),
+    help="Score a seeded sample of queries per source.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the samples.")
+@click.option(
+    "--learn-split",
+    help="Replay the queries of this split as usage, reindex, score the other queries.",
+)
+@click.option(
+    "--learn-fraction",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Replay a seeded share of each source's queries as usage; score the rest.",
+)
+@click.option(
+    "--abstention",
+    is_flag=True,
+    help="Also count 'nothing fits' in each source's own catalog and in one without its tools.",
+)
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 def eval_(
     bench_dir: Path,
@@ -857,45 +933,53 @@ def eval_(
     modes: tuple[str, ...],
     pooled: bool,
     max_queries: int | None,
+    seed: int,
+    learn_split: str | None,
+    learn_fraction: float | None,
+    abstention: bool,
+    quiet: bool,
     as_json: bool,
 ) -> None:
     """Measure retrieval quality on tool-retrieval benchmarks (the ../shared/bench format).
 
     Registers each source's tools into a temporary catalog and scores Recall@1/5/10,
     nDCG@10 and MRR@10 of every query, per source and mode, through the public search API.
+    Progress goes to stderr; each source's rows are printed as soon as they are computed.
     """
-    from .evaluate import evaluate
+    from .evaluate import DEFAULT_MODES, evaluate
 
-    rows = evaluate(
-        bench_dir,
-        sources=sources,
-        modes=modes or SEARCH_MODES,
-        pooled=pooled,
-        max_queries=max_queries,
-    )
-    if as_json:
-        keys = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]
-        emit_json(
-            {
-                "results": [
-                    {
-                        **{k: r[k] for k in keys},
-                        **{
-                            k: r[k]
-                            for k in ("pooled", "lenient", "names_mapped", "schemas_repaired")
-                            if k in r
-                        },
-                    }
-                    for r in rows
-                ]
-            }
-        )
-        return
-    click.echo(f"{'source':<12} {'mode':<10} {'queries':>7}  R@1   R@5   R@10  nDCG@10 MRR@10")
-    for r in rows:
+    started = time.monotonic()
+
+    def progress(message: str) -> None:
+        if not quiet:
+            click.echo(f"[{time.monotonic() - started:5.0f}s] {message}", err=True)
+
+    header = [False]
+    done: list[dict[str, Any]] = []
+
+    def json_rows() -> dict[str, Any]:
+        return {
+            "results": [
+                {**{k: r[k] for k in EVAL_KEYS}, **{k: r[k] for k in EVAL_EXTRA if k in r}}
+                for r in done
+            ]
+        }
+
+    def print_row(r: dict[str, Any]) -> None:
+        done.append(r)
+        if as_json:
+            return
+        if not header[0]:
+            header[0] = True
+            click.echo(
+                f"{'source':<12} {'mode':<10} {'queries':>7}  R@1   R@5   R@10  nDCG@10 MRR@10"
+                "  multi-tool R@5 (n)"
+            )
+        multi = r["multi_tool"]
+        multi_cell = f"  {multi['R@5']:.3f} ({multi['queries']})" if multi["queries"] else ""
         click.echo(
             f"{r['source']:<12} {r['mode']:<10} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
-            f"{r['R@10']:.3f} {r['nDCG@10']:.3f}   {r['MRR@10']:.3f}"
+            f"{r['R@10']:.3f} {r['nDCG@10']:.3f}   {r['MRR@10']:.3f}{multi_cell}"
         )
         if "lenient" in r:
             le = r["lenient"]
@@ -903,6 +987,44 @@ def eval_(
                 f"{'  lenient':<12} {'':<10} {'':>7}  {le['R@1']:.3f} {le['R@5']:.3f} "
                 f"{le['R@10']:.3f} {le['nDCG@10']:.3f}   {le['MRR@10']:.3f}"
             )
+        notes = []
+        if r.get("learned_from"):
+            notes.append(f"learned from {r['learned_from']} uses")
+        if "abstain_own" in r:
+            foreign = r["abstain_foreign"]
+            notes.append(
+                f"nothing fits: own {r['abstain_own']:.2f}, "
+                f"foreign {'-' if foreign is None else f'{foreign:.2f}'}"
+            )
+        if r["names_mapped"] or r["schemas_repaired"]:
+            notes.append(
+                f"{r['names_mapped']} names mapped, {r['schemas_repaired']} schemas repaired"
+            )
+        if r.get("refused"):
+            notes.append(f"{r['refused']} queries refused by the mode")
+        if notes:
+            click.echo(f"{'':<12} {'; '.join(notes)}")
+
+    try:
+        evaluate(
+            bench_dir,
+            sources=sources,
+            modes=modes or DEFAULT_MODES,
+            pooled=pooled,
+            max_queries=max_queries,
+            seed=seed,
+            learn_split=learn_split,
+            learn_fraction=learn_fraction,
+            abstention=abstention,
+            progress=progress,
+            on_row=print_row,
+        )
+    except BaseException:
+        if as_json and done:  # what was computed is not lost
+            emit_json({**json_rows(), "complete": False})
+        raise
+    if as_json:
+        emit_json(json_rows())
 
 
 _LEAVE_AT_ONCE: list[bool] = []

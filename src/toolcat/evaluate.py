@@ -12,22 +12,27 @@ valid JSON Schema are rebuilt from their property names and descriptions, and co
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
 import re
 import tempfile
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .catalog import Catalog
-from .errors import ToolcatError
+from .errors import InvalidQueryError, ToolcatError
 from .models import Tool, Toolkit
 from .names import fitted_name
 
 K_VALUES = (1, 5, 10)
+# Regex mode reads a query as a pattern: it has no place in scoring natural-language requests.
+DEFAULT_MODES = ("bm25", "embedding", "hybrid")
+PROGRESS_EVERY_S = 10.0
 
 
 @dataclass
@@ -36,6 +41,7 @@ class Query:
     text: str
     relevant: list[str]  # the gold tools (strict scoring)
     any_of: list[list[str]] | None  # per gold tool, every name that also counts (lenient)
+    split: str | None = None
 
 
 @dataclass
@@ -117,6 +123,7 @@ def load_source(folder: Path) -> Source:
                 any_of=None
                 if groups is None
                 else [[name_map[n] for n in group if n in name_map] for group in groups],
+                split=None if raw.get("split") is None else str(raw["split"]),
             )
         )
     return Source(name, toolkit, queries, mapped, repaired, lenient, name_map)
@@ -174,83 +181,333 @@ def _average(rows: Iterable[dict[str, float]]) -> dict[str, float]:
     return {k: round(sum(r[k] for r in rows) / len(rows), 4) if rows else 0.0 for k in keys}
 
 
+Progress = Callable[[str], None]
+
+
+def _quiet(_message: str) -> None:
+    pass
+
+
+@dataclass
+class Plan:
+    """Which queries of a source teach the catalog and which are scored."""
+
+    learn: list[Query]
+    score: list[Query]
+
+
+def split_queries(
+    source: Source,
+    *,
+    learn_split: str | None,
+    learn_fraction: float | None,
+    max_queries: int | None,
+    seed: int,
+) -> Plan:
+    """The learning queries (never scored) and a seeded sample of the rest to score."""
+    learn: list[Query] = []
+    rest = list(source.queries)
+    if learn_split is not None:
+        learn = [q for q in rest if q.split == learn_split]
+        rest = [q for q in rest if q.split != learn_split]
+    elif learn_fraction is not None:
+        shuffled = random.Random(f"{seed}:{source.name}:learn").sample(rest, len(rest))
+        cut = round(len(shuffled) * learn_fraction)
+        chosen = {id(q) for q in shuffled[:cut]}
+        learn = [q for q in rest if id(q) in chosen]
+        rest = [q for q in rest if id(q) not in chosen]
+    if max_queries is not None and len(rest) > max_queries:
+        rest = random.Random(seed).sample(rest, max_queries)
+    return Plan(learn, rest)
+
+
+def validate(
+    bench_dir: Path,
+    sources: Sequence[str],
+    modes: Sequence[str],
+    max_queries: int | None,
+    learn_split: str | None,
+    learn_fraction: float | None,
+) -> list[Path]:
+    """Check every option before any work; returns the source folders."""
+    from .search.engine import SEARCH_MODES
+
+    if not bench_dir.is_dir():
+        raise ToolcatError(f"no benchmark folder {str(bench_dir)!r}")
+    unknown = [m for m in modes if m not in SEARCH_MODES]
+    if unknown:
+        raise ToolcatError(f"unknown search mode {unknown[0]!r}; use one of {SEARCH_MODES}")
+    if not modes:
+        raise ToolcatError("give at least one search mode")
+    if max_queries is not None and max_queries < 1:
+        raise ToolcatError(f"max_queries must be at least 1, not {max_queries}")
+    if learn_split is not None and learn_fraction is not None:
+        raise ToolcatError("give --learn-split or --learn-fraction, not both")
+    if learn_fraction is not None and not 0 < learn_fraction < 1:
+        raise ToolcatError(
+            f"learn_fraction must be between 0 and 1 (exclusive), not {learn_fraction}"
+        )
+    folders = source_folders(bench_dir, sources)
+    if learn_split is not None:
+        splits: set[str] = set()
+        for folder in folders:
+            for line in (folder / "queries.jsonl").read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    splits.add(str(json.loads(line).get("split")))
+        if learn_split not in splits:
+            raise ToolcatError(
+                f"no query has split {learn_split!r}; the sources have {sorted(splits)[:20]}"
+            )
+    return folders
+
+
 def evaluate(
     bench_dir: str | Path,
     *,
     sources: Sequence[str] = (),
-    modes: Sequence[str] = ("bm25",),
+    modes: Sequence[str] = DEFAULT_MODES,
     pooled: bool = False,
     max_queries: int | None = None,
     seed: int = 0,
+    learn_split: str | None = None,
+    learn_fraction: float | None = None,
+    abstention: bool = False,
+    progress: Progress | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Score search modes on benchmark sources.
 
     Args:
         bench_dir: Folder of sources in the ``../shared/bench`` format.
         sources: Only these sources (folder names); default all.
-        modes: Search modes to score.
+        modes: Search modes to score (default bm25, embedding and hybrid).
         pooled: Search every source's queries against all sources' tools in one catalog.
         max_queries: Score a seeded sample of at most this many queries per source.
-        seed: Seed of that sample.
+        seed: Seed of that sample and of ``learn_fraction``'s share.
+        learn_split: Replay the queries of this split as usage (search, then record each
+            gold tool), reindex, and score only the other queries.
+        learn_fraction: The same with a seeded share of each source's queries.
+        abstention: Also count how often search says no tool fits, in the source's own
+            catalog (``abstain_own``) and in one holding every other source's tools but
+            none of its own (``abstain_foreign``).
+        progress: Called with a line of progress now and then.
+        on_row: Called with each row as soon as it is computed.
 
     Returns:
         One row per source and mode: ``source``, ``mode``, ``queries``, ``R@1``, ``R@5``,
-        ``R@10``, ``nDCG@10``, ``MRR@10`` (strict), plus lenient figures where the source
-        has alternatives (``lenient``), and the catalog's name mapping counts.
+        ``R@10``, ``nDCG@10``, ``MRR@10`` (strict), ``multi_tool`` (the same for queries
+        with two or more gold tools), ``learned_from`` (uses recorded before scoring),
+        ``lenient`` where the source has alternatives, and the name mapping counts.
     """
-    loaded = [load_source(f) for f in source_folders(Path(bench_dir), sources)]
+    bench = Path(bench_dir)
+    folders = validate(bench, sources, modes, max_queries, learn_split, learn_fraction)
+    say = progress or _quiet
+    loaded = [load_source(f) for f in folders]
+    plans = {
+        s.name: split_queries(
+            s,
+            learn_split=learn_split,
+            learn_fraction=learn_fraction,
+            max_queries=max_queries,
+            seed=seed,
+        )
+        for s in loaded
+    }
+    learning = learn_split is not None or learn_fraction is not None
     results: list[dict[str, Any]] = []
-    needs_vectors = any(m in ("embedding", "hybrid") for m in modes)
+
+    def emit(rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            results.append(row)
+            if on_row is not None:
+                on_row(row)
+
+    needs_vectors = any(m in ("embedding", "hybrid") for m in modes) or abstention
     with tempfile.TemporaryDirectory(prefix="toolcat-eval-") as tmp:
-        if pooled:
-            with Catalog(Path(tmp) / "pooled.db") as catalog:
-                catalog.register(*(s.toolkit for s in loaded))
-                if needs_vectors:
-                    catalog.reindex()
-                for source in loaded:
-                    results += _run(catalog, source, modes, max_queries, seed, pooled=True)
-        else:
-            for source in loaded:
-                with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
-                    catalog.register(source.toolkit)
+        foreign: Catalog | None = None
+        if abstention and len(loaded) > 1:
+            say("abstention: building a catalog of every source's tools")
+            foreign = Catalog(Path(tmp) / "all.db")
+            foreign.register(*(s.toolkit for s in loaded))
+            _reindex(foreign, "all sources", say)
+        try:
+            if pooled:
+                with Catalog(Path(tmp) / "pooled.db") as catalog:
+                    catalog.register(*(s.toolkit for s in loaded))
                     if needs_vectors:
-                        catalog.reindex()
-                    results += _run(catalog, source, modes, max_queries, seed, pooled=False)
+                        if foreign is not None:
+                            _copy_vectors(catalog, foreign.path)
+                        _reindex(catalog, "pooled", say)
+                    learned = 0
+                    if learning:
+                        for source in loaded:
+                            learned += _learn(catalog, source, plans[source.name].learn, say)
+                        _reindex(catalog, "pooled, after learning", say)
+                    for source in loaded:
+                        emit(
+                            _run(
+                                catalog,
+                                source,
+                                plans[source.name].score,
+                                modes,
+                                True,
+                                learned,
+                                foreign,
+                                abstention,
+                                say,
+                            )
+                        )
+            else:
+                for source in loaded:
+                    with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
+                        catalog.register(source.toolkit)
+                        if needs_vectors:
+                            if foreign is not None:
+                                _copy_vectors(catalog, foreign.path)
+                            _reindex(catalog, source.name, say)
+                        learned = 0
+                        if learning:
+                            learned = _learn(catalog, source, plans[source.name].learn, say)
+                            _reindex(catalog, f"{source.name}, after learning", say)
+                        emit(
+                            _run(
+                                catalog,
+                                source,
+                                plans[source.name].score,
+                                modes,
+                                False,
+                                learned,
+                                foreign,
+                                abstention,
+                                say,
+                            )
+                        )
+        finally:
+            if foreign is not None:
+                foreign.close()
     return results
+
+
+def _copy_vectors(catalog: Catalog, source: Path) -> None:
+    """Take the vectors of identical tool definitions from another catalog file (same model),
+    so that the abstention catalog and the per-source ones embed each tool once."""
+    conn = catalog._conn  # evaluation-only shortcut: vectors are keyed by content hash
+    conn.execute("ATTACH DATABASE ? AS other", (str(source),))
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT OR IGNORE INTO embeddings SELECT e.* FROM other.embeddings e "
+            "WHERE e.content_hash IN (SELECT content_hash FROM tools)"
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO meta SELECT key, value FROM other.meta "
+            "WHERE key IN ('embedding_model', 'embedding_dim')"
+        )
+        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        conn.execute("COMMIT")
+    finally:
+        conn.execute("DETACH DATABASE other")
+
+
+def _reindex(catalog: Catalog, what: str, say: Progress) -> None:
+    started = time.monotonic()
+    last = [started]
+
+    def tick(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= PROGRESS_EVERY_S:
+            last[0] = time.monotonic()
+            say(f"{what}: embedded {done}/{total} tools")
+
+    report = catalog.reindex(progress=tick)
+    if report.embedded or report.seconds > PROGRESS_EVERY_S:
+        say(f"{what}: embedded {report.embedded} tools in {report.seconds:.0f}s")
+
+
+def _learn(catalog: Catalog, source: Source, queries: Sequence[Query], say: Progress) -> int:
+    """Replay queries as usage: search, then record each gold tool; returns the uses."""
+    uses = 0
+    for query in queries:
+        catalog.search(query.text, k=10)
+        for name in query.relevant:
+            catalog.record_use(query.text, f"{source.toolkit.name}.{name}")
+            uses += 1
+    if queries:
+        say(f"{source.name}: learned {uses} uses from {len(queries)} queries")
+    return uses
 
 
 def _run(
     catalog: Catalog,
     source: Source,
+    queries: Sequence[Query],
     modes: Sequence[str],
-    max_queries: int | None,
-    seed: int,
-    *,
     pooled: bool,
+    learned: int,
+    foreign: Catalog | None,
+    abstention: bool,
+    say: Progress,
 ) -> list[dict[str, Any]]:
-    queries = source.queries
-    if max_queries is not None and len(queries) > max_queries:
-        queries = random.Random(seed).sample(queries, max_queries)
     prefix = f"{source.toolkit.name}." if pooled else ""
     rows = []
     for mode in modes:
-        strict, lenient = [], []
-        for query in queries:
-            hits = catalog.search(query.text, mode=mode, k=10).hits
-            ranked = [h.tool.id if pooled else h.tool.name for h in hits]
-            strict.append(score_query(ranked, [[prefix + n] for n in query.relevant]))
+        strict, lenient, multi = [], [], []
+        abstained = refused = 0
+        started = last = time.monotonic()
+        for i, query in enumerate(queries, 1):
+            try:
+                result = catalog.search(query.text, mode=mode, k=10)
+                ranked = [h.tool.id if pooled else h.tool.name for h in result.hits]
+                abstained += result.no_match
+            except InvalidQueryError:
+                ranked = []  # a query the mode refuses (a regex over the length limit)
+                refused += 1
+            scores = score_query(ranked, [[prefix + n] for n in query.relevant])
+            strict.append(scores)
+            if len(query.relevant) >= 2:
+                multi.append(scores)
             if query.any_of is not None:
                 lenient.append(score_query(ranked, [[prefix + n for n in g] for g in query.any_of]))
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                say(f"{source.name} {mode}: {i}/{len(queries)} queries, {last - started:.0f}s")
         row: dict[str, Any] = {
             "source": source.name,
             "mode": mode,
             "pooled": pooled,
             "queries": len(queries),
             **_average(strict),
+            "multi_tool": {"queries": len(multi), **_average(multi)},
+            "learned_from": learned,
             "names_mapped": source.names_mapped,
             "schemas_repaired": source.schemas_repaired,
         }
+        if refused:
+            row["refused"] = refused
         if source.lenient:
             row["lenient"] = _average(lenient)
+        if abstention:
+            row["abstain_own"] = round(abstained / len(queries), 4) if queries else 0.0
+            row["abstain_foreign"] = (
+                None if foreign is None else _abstain_foreign(foreign, source, queries, mode)
+            )
         rows.append(row)
     return rows
+
+
+def _abstain_foreign(
+    catalog: Catalog, source: Source, queries: Sequence[Query], mode: str
+) -> float | None:
+    """Share of queries for which search says nothing fits, in a catalog holding every other
+    source's tools: the source's toolkit is removed for the count and registered again (its
+    vectors stay in the file, so nothing is embedded twice)."""
+    if not queries:
+        return 0.0
+    catalog.remove(source.toolkit.name)
+    try:
+        said = 0
+        for query in queries:
+            with contextlib.suppress(InvalidQueryError):
+                said += catalog.search(query.text, mode=mode, k=10).no_match
+    finally:
+        catalog.register(source.toolkit)
+    return round(said / len(queries), 4)

@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    computed_field,
     field_validator,
     model_validator,
 )
@@ -343,13 +344,19 @@ class ToolPage(BaseModel):
 
 
 class SearchHit(BaseModel):
-    """One ranked search result; higher scores are better."""
+    """One ranked search result; higher scores are better.
+
+    ``match`` says how well the tool fits the request, calibrated on benchmark queries
+    (README, "Nothing fits"): ``strong`` (likely what was asked for), ``weak`` (related,
+    worth a look), ``none`` (ranked only because something had to be).
+    """
 
     model_config = ConfigDict(defer_build=True)
 
     rank: int
     score: float
     tool: RegisteredTool
+    match: Literal["strong", "weak", "none"] = "weak"
 
 
 class SearchResult(BaseModel):
@@ -365,6 +372,13 @@ class SearchResult(BaseModel):
     mode: str
     hits: list[SearchHit]
     warnings: list[str] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def no_match(self) -> bool:
+        """True when no tool fits the request (no hit, or every hit's match is ``none``): the
+        agent should ask or stop searching rather than call one of these."""
+        return all(h.match == "none" for h in self.hits)
 
 
 class ReindexReport(BaseModel):

@@ -6,7 +6,7 @@ description; parameter names, descriptions and enum values; tags, toolkit name a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..models import Tool, Toolkit
@@ -37,11 +37,14 @@ def schema_texts(schema: Any, depth: int = 0) -> Iterator[str]:
         yield from schema_texts(items, depth + 1)
 
 
-def index_fields(tool: Tool, toolkit: Toolkit) -> tuple[str, str, str, str, str]:
-    """The text of each FTS5 column for one tool, already tokenized."""
+def index_fields(
+    tool: Tool, toolkit: Toolkit, learned: Sequence[str] = ()
+) -> tuple[str, str, str, str, str]:
+    """The text of each FTS5 column for one tool, already tokenized; ``learned`` queries
+    (recorded uses) join the search hint and examples."""
     return (
         " ".join(tokenize(tool.name)),
-        " ".join(tokenize_all([tool.search_hint, *tool.examples])),
+        " ".join(tokenize_all([tool.search_hint, *tool.examples, *learned])),
         " ".join(tokenize(tool.description)),
         " ".join(tokenize_all(schema_texts(tool.parameters))),
         " ".join(tokenize_all([*tool.tags, *toolkit.tags, toolkit.name, toolkit.description])),

@@ -235,6 +235,10 @@ class VectorIndex:
         self.ids: np.ndarray | None = None
         self.matrix: np.ndarray | None = None
         self.active_tools = 0
+        # The first ``tool_rows`` rows are the tools' vectors; the rest are the vectors of
+        # queries recorded for a tool (learning from use): ``owner`` gives each one's tool row.
+        self.tool_rows = 0
+        self.owner: np.ndarray | None = None
 
     def refresh(self, conn: sqlite3.Connection, revision: int, model_id: str) -> None:
         import numpy as np
@@ -251,6 +255,21 @@ class VectorIndex:
             "SELECT count(*) FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1"
         ).fetchone()[0]
         self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        self.tool_rows = len(rows)
+        position = {tool_id: i for i, (tool_id, _) in enumerate(rows)}
+        learned = []
+        if conn.execute("SELECT value FROM meta WHERE key = 'learn_from_use'").fetchone()[0]:
+            learned = conn.execute(
+                "SELECT t.id, u.vector FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
+                "AND t.name = u.name JOIN toolkits k ON k.id = t.toolkit_id "
+                "WHERE k.active = 1 AND u.model = ? AND u.vector IS NOT NULL",
+                (model_id,),
+            ).fetchall()
+            learned = [r for r in learned if r[0] in position]
+        self.owner = np.fromiter(
+            (position[r[0]] for r in learned), dtype=np.int64, count=len(learned)
+        )
+        rows = rows + learned
         if rows:
             buffer = bytearray(b"".join(r[1] for r in rows))  # writable, so torch can share it
             self.matrix = np.frombuffer(buffer, dtype="<f4").reshape(len(rows), -1)
@@ -261,7 +280,7 @@ class VectorIndex:
     @property
     def missing(self) -> int:
         """Active tools without a vector for this model."""
-        return self.active_tools - (0 if self.ids is None else len(self.ids))
+        return self.active_tools - self.tool_rows
 
     def search(
         self,
@@ -273,7 +292,7 @@ class VectorIndex:
         """The ``k`` nearest tools as (row id, cosine similarity), best first."""
         import numpy as np
 
-        if self.ids is None or self.matrix is None or not len(self.ids):
+        if self.ids is None or self.matrix is None or not self.tool_rows:
             return []
         if self.matrix.shape[1] != query_vector.shape[0]:
             raise EmbeddingError(
@@ -281,6 +300,12 @@ class VectorIndex:
                 f"gives {query_vector.shape[0]}: run `toolcat reindex --full`"
             )
         scores = _similarities(self.matrix, query_vector)
+        if len(scores) > self.tool_rows and self.owner is not None:
+            # A tool is as close as its description or any query it was used for.
+            learned = scores[self.tool_rows :]
+            scores = scores[: self.tool_rows].copy()
+            np.maximum.at(scores, self.owner, learned)
+        ids = self.ids[: self.tool_rows]
         if filters.narrows:
             where, params = filters.sql(active_only=True)
             allowed = np.fromiter(
@@ -294,8 +319,8 @@ class VectorIndex:
                 ),
                 dtype=np.int64,
             )
-            scores = np.where(np.isin(self.ids, allowed), scores, -np.inf)
+            scores = np.where(np.isin(ids, allowed), scores, -np.inf)
         count = min(k, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
         top = top[np.argsort(-scores[top], kind="stable")]
-        return [(int(self.ids[i]), float(scores[i])) for i in top if np.isfinite(scores[i])]
+        return [(int(ids[i]), float(scores[i])) for i in top if np.isfinite(scores[i])]

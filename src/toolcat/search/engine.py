@@ -9,24 +9,28 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
-from . import bm25
+from . import bm25, fusion, split
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
-from .fusion import score_fusion
 from .postings import PostingsIndex
 from .regex import regex_search
+from .tokenize import tokenize
 
 SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
 VECTOR_MODES = ("embedding", "hybrid")
-# Hybrid: how many hits each ranking contributes, and their weights in score fusion. Chosen
-# with scripts/tune_hybrid.py: min-max score fusion at 0.45/0.55 beat reciprocal rank
-# fusion on mean R@5 (.707 vs .694) and nDCG@10 (.664 vs .648) over the seven sources.
+# Hybrid: how many hits each ranking contributes to adaptive fusion (search/fusion.py).
 HYBRID_DEPTH = 50
+# Which fusion hybrid mode ranks by: "score" (min-max score fusion at HYBRID_WEIGHTS, chosen
+# with scripts/tune_hybrid.py) or "adaptive" (search/fusion.py's per-query trust). Measured
+# side by side with `toolcat eval` (README, "Hybrid fusion"); "score" stays until adaptive's
+# parameters beat it on held-out queries.
+HYBRID_FUSION = "score"
 HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
 MAX_QUERY_CHARS = 100_000
 # BM25 from the in-memory postings index from this many queries at one revision on: a
@@ -109,11 +113,13 @@ class SearchEngine:
         query_vector: Any,
         filters: Filters,
         k: int,
+        parts: Sequence[tuple[str, Any]] = (),
     ) -> SearchResult:
         """Rank the tools ``filters`` lets through, inside one read transaction ``conn``.
 
         Exact tool names (``name`` or ``toolkit.name``, any case) come first, except in
-        regex mode, where the query is a pattern.
+        regex mode, where the query is a pattern. ``parts`` (hybrid mode): the request's
+        parts (search/split.py) with their vectors; each part's best tool joins the top.
         """
         text = query[:MAX_QUERY_CHARS]
         if filters.toolkit_id is not None and not reader.is_active_toolkit(
@@ -125,20 +131,39 @@ class SearchEngine:
             )
         revision = reader.revision(conn)
         warnings: list[str] = []
+        signals: dict[int, fusion.Candidate] = {}
         if mode == "regex":
             ranked = regex_search(conn, text, filters, k)
             exact = []
         else:
-            ranked = self._rank(conn, mode, text, (model_id, query_vector), filters, k, warnings)
+            ranked, signals = self._rank(
+                conn, mode, text, (model_id, query_vector), filters, k, warnings
+            )
+            if parts:
+                per_part = []
+                for part, vector in parts:
+                    found, part_signals = self._rank(
+                        conn, mode, part, (model_id, vector), filters, 1, []
+                    )
+                    per_part.append(found)
+                    for item, candidate in part_signals.items():
+                        signals.setdefault(item, candidate)
+                ranked = split.merge(ranked, per_part, k)
             exact = self._exact_matches(conn, text, filters)
         tools = self._tools(conn, [row_id for row_id, _ in ranked], revision)
         top = ranked[0][1] if ranked else 0.0
-        ordered: list[tuple[RegisteredTool, float]] = [(t, top + 1.0) for _, t in exact]
+        ordered: list[tuple[RegisteredTool, float, str]] = [
+            (t, top + 1.0, "strong") for _, t in exact
+        ]
         exact_ids = {row_id for row_id, _ in exact}
-        ordered += [(tools[i], s) for i, s in ranked if i not in exact_ids and i in tools]
+        ordered += [
+            (tools[i], s, fusion.match(signals.get(i), mode))
+            for i, s in ranked
+            if i not in exact_ids and i in tools
+        ]
         hits = [
-            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool)
-            for rank, (tool, score) in enumerate(ordered[:k], 1)
+            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool, match=match)
+            for rank, (tool, score, match) in enumerate(ordered[:k], 1)
         ]
         return SearchResult.model_construct(
             revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
@@ -165,15 +190,48 @@ class SearchEngine:
         filters: Filters,
         k: int,
         warnings: list[str],
-    ) -> list[tuple[int, float]]:
-        """(row id, score) best first, for the bm25, embedding and hybrid modes."""
+    ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
+        """((row id, score) best first, what fusion knows of each tool) for the bm25,
+        embedding and hybrid modes."""
         revision = reader.revision(conn)
         depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
         lexical: list[tuple[int, float]] = []
+        semantic: list[tuple[int, float]] = []
         if mode in ("bm25", "hybrid"):
             lexical = self.bm25(conn, text, filters, depth, revision)
-            if mode == "bm25":
-                return lexical
+        if mode != "bm25":
+            semantic = self._semantic(conn, query, filters, depth, revision, mode, warnings)
+        if mode != "hybrid":  # signals (for ``match``) of the hits returned only
+            lexical, semantic = lexical[:k], semantic[:k]
+        terms = list(dict.fromkeys(tokenize(text)))[: bm25.MAX_QUERY_TERMS]
+        ids = list(dict.fromkeys([i for i, _ in lexical] + [i for i, _ in semantic]))
+        documents = reader.fts_rows(conn, ids) if terms and ids else {}
+        if terms:
+            self.term_stats.refresh(conn, revision)
+        doc_freq = self.term_stats.lookup(conn, terms) if terms else {}
+        fused, signals = fusion.adaptive_fusion(
+            terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents, depth
+        )
+        if mode == "bm25":
+            return lexical[:k], signals
+        if mode == "embedding":
+            return semantic[:k], signals
+        if HYBRID_FUSION == "score":
+            fused = fusion.score_fusion(
+                [(HYBRID_WEIGHTS[0], lexical), (HYBRID_WEIGHTS[1], semantic)], k
+            )
+        return fused[:k], signals
+
+    def _semantic(
+        self,
+        conn: sqlite3.Connection,
+        query: tuple[str, Any],
+        filters: Filters,
+        depth: int,
+        revision: int,
+        mode: str,
+        warnings: list[str],
+    ) -> list[tuple[int, float]]:
         model_id, query_vector = query  # (model id, query vector) for the vector modes
         if embedder(model_id).note:
             warnings.append(embedder(model_id).note)
@@ -185,11 +243,7 @@ class SearchEngine:
                 + (" and are found by BM25 only" if mode == "hybrid" else " and cannot be found")
                 + "; run `toolcat reindex` (Catalog.reindex()) to embed them"
             )
-        semantic = self.vectors.search(conn, query_vector, filters, depth)
-        if mode == "embedding":
-            return semantic
-        w_lexical, w_semantic = HYBRID_WEIGHTS
-        return score_fusion([(w_lexical, lexical), (w_semantic, semantic)], k)
+        return self.vectors.search(conn, query_vector, filters, depth)
 
     def bm25(
         self, conn: sqlite3.Connection, text: str, filters: Filters, k: int, revision: int

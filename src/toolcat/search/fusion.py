@@ -1,15 +1,30 @@
-"""Combining rankings: weighted reciprocal rank fusion (scale-free, so BM25 scores and
-cosine similarities need no common scale)."""
+"""Combining rankings.
+
+``adaptive_fusion`` (hybrid mode) decides per query how far to trust BM25 and how far the
+embeddings, from what the two rankings say about themselves: how much of the query the best
+lexical hit covers (IDF-weighted, in its name and anywhere), how far each ranking's best hit
+is ahead, and whether the two top lists agree. No labels are needed at query time; the few
+parameters in ``FusionParams`` were fitted with scripts/tune_fusion.py on half of each
+benchmark source's queries and checked on the other half (README, "Hybrid fusion").
+
+Scores are put on absolute scales before they are mixed: a BM25 hit counts by the share of
+the query it covers, not by its rank among a handful of hits, so one word of overlap in a
+wrong tool's name cannot outrank a clear semantic match in a small catalog.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 RRF_K = 60
 
+Ranking = Sequence[tuple[int, float]]
+
 
 def reciprocal_rank_fusion(
-    rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]],
+    rankings: Sequence[tuple[float, Ranking]],
     limit: int,
     k: int = RRF_K,
 ) -> list[tuple[int, float]]:
@@ -26,12 +41,11 @@ def reciprocal_rank_fusion(
 
 
 def score_fusion(
-    rankings: Sequence[tuple[float, Sequence[tuple[int, float]]]],
+    rankings: Sequence[tuple[float, Ranking]],
     limit: int,
 ) -> list[tuple[int, float]]:
     """Fuse rankings by their scores: each list min-max normalised to [0, 1] (an id missing
-    from a list gets 0 there), then weighted and summed. Unlike rank fusion this keeps how
-    far ahead a ranking's best hits are."""
+    from a list gets 0 there), then weighted and summed."""
     fused: dict[int, float] = {}
     for weight, ranking in rankings:
         if not ranking:
@@ -44,3 +58,164 @@ def score_fusion(
             fused[item] = fused.get(item, 0.0) + weight * normalised
     ordered = sorted(fused.items(), key=lambda pair: (-pair[1], pair[0]))
     return ordered[:limit]
+
+
+@dataclass(frozen=True)
+class FusionParams:
+    """The fitted knobs of ``adaptive_fusion`` (see scripts/tune_fusion.py)."""
+
+    bias: float = 0.0  # log-odds of trusting BM25 before looking at the query
+    name_cover: float = 0.0  # ... plus this times the best lexical hit's name coverage
+    cover: float = 0.0  # ... plus this times its coverage of the whole query
+    agreement: float = 0.0  # ... plus this times the overlap of the two top-5 lists
+    name_bonus: float = 0.0  # every candidate: plus this times its own name coverage
+    cover_power: float = 1.0  # a BM25 hit counts by (its score / the best) * coverage**this
+    spread: float = 0.0  # cosine blended with its min-max over the list by this share
+
+
+DEFAULT_PARAMS = FusionParams()
+
+
+@dataclass
+class Candidate:
+    """What fusion knows of one tool: its scores in each ranking and its query coverage."""
+
+    lexical: float = 0.0  # BM25 score / the best BM25 score (0 when BM25 did not rank it)
+    semantic: float = 0.0  # cosine similarity (the list's lowest when not in the list)
+    cover: float = 0.0  # IDF-weighted share of the query's terms in the tool's text
+    name_cover: float = 0.0  # ... in the tool's name
+    fused: float = 0.0
+    trust: float = 0.5  # the query's weight on BM25
+
+
+def idf(n_docs: int, doc_freq: int) -> float:
+    """Inverse document frequency, positive for any term; a term no tool has counts as one
+    that one tool has (it is part of the request, so a tool lacking it covers less)."""
+    return math.log(1 + n_docs / max(doc_freq, 1))
+
+
+def coverage(
+    terms: Sequence[str],
+    weights: Mapping[str, float],
+    columns: Sequence[str],
+) -> tuple[float, float]:
+    """(share of the query's IDF mass found anywhere in the document, ... in its name).
+
+    ``columns`` are the document's tokenized FTS5 columns, the name first.
+    """
+    total = sum(weights[t] for t in terms)
+    if not total:
+        return 0.0, 0.0
+    name = set(columns[0].split())
+    anywhere = set(name)
+    for text in columns[1:]:
+        anywhere.update(text.split())
+    return (
+        sum(weights[t] for t in terms if t in anywhere) / total,
+        sum(weights[t] for t in terms if t in name) / total,
+    )
+
+
+def candidates(
+    terms: Sequence[str],
+    doc_freq: Mapping[str, int],
+    n_docs: int,
+    lexical: Ranking,
+    semantic: Ranking,
+    documents: Mapping[int, Sequence[str]],
+) -> dict[int, Candidate]:
+    """Every tool either ranking returned, with its absolute signals."""
+    weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in terms}
+    top_lexical = lexical[0][1] if lexical and lexical[0][1] > 0 else 1.0
+    floor = semantic[-1][1] if semantic else 0.0
+    found: dict[int, Candidate] = {}
+    for item, score in semantic:
+        found[item] = Candidate(semantic=score)
+    for item, score in lexical:
+        found.setdefault(item, Candidate(semantic=floor)).lexical = score / top_lexical
+    for item, candidate in found.items():
+        columns = documents.get(item)
+        if columns is not None:
+            candidate.cover, candidate.name_cover = coverage(terms, weights, columns)
+    return found
+
+
+def adaptive_fusion(
+    terms: Sequence[str],
+    doc_freq: Mapping[str, int],
+    n_docs: int,
+    lexical: Ranking,
+    semantic: Ranking,
+    documents: Mapping[int, Sequence[str]],
+    limit: int,
+    params: FusionParams = DEFAULT_PARAMS,
+) -> tuple[list[tuple[int, float]], dict[int, Candidate]]:
+    """Fuse a BM25 and an embedding ranking with a per-query trust in each.
+
+    Returns ((id, fused score) best first, the candidates with their signals).
+    """
+    found = candidates(terms, doc_freq, n_docs, lexical, semantic, documents)
+    return fuse(found, lexical, semantic, limit, params), found
+
+
+def fuse(
+    found: dict[int, Candidate],
+    lexical: Ranking,
+    semantic: Ranking,
+    limit: int,
+    params: FusionParams = DEFAULT_PARAMS,
+) -> list[tuple[int, float]]:
+    """The fused ranking of ``candidates``' output, best first."""
+    if not found:
+        return []
+    best = found[lexical[0][0]] if lexical else Candidate()
+    top_l = {i for i, _ in lexical[:5]}
+    top_s = {i for i, _ in semantic[:5]}
+    agreement = len(top_l & top_s) / 5 if top_l and top_s else 0.0
+    logit = (
+        params.bias
+        + params.name_cover * best.name_cover
+        + params.cover * best.cover
+        + params.agreement * agreement
+    )
+    trust = 1 / (1 + math.exp(-max(-30.0, min(30.0, logit))))
+    # Both sides on [0, 1]-ish absolute scales: BM25 relative to its best hit, damped by how
+    # much of the query the hit covers; cosine as it is, optionally spread over the list.
+    top = semantic[0][1] if semantic else 0.0
+    floor = semantic[-1][1] if semantic else 0.0
+    span = top - floor if top > floor else 1.0
+    for candidate in found.values():
+        candidate.trust = trust
+        cosine = candidate.semantic
+        semantic_part = (1 - params.spread) * cosine + params.spread * (cosine - floor) / span
+        candidate.fused = (
+            trust * candidate.lexical * candidate.cover ** max(params.cover_power, 0.0)
+            + (1 - trust) * semantic_part
+            + params.name_bonus * candidate.name_cover
+        )
+    ordered = sorted(found.items(), key=lambda pair: (-pair[1].fused, pair[0]))
+    return [(item, c.fused) for item, c in ordered[:limit]]
+
+
+# Calibration of ``match`` (README, "Nothing fits"): thresholds on a tool's cosine similarity
+# and query coverage, chosen with scripts/tune_fusion.py on own-catalog versus foreign
+# queries.
+STRONG_COSINE = 0.55
+WEAK_COSINE = 0.35
+STRONG_COVER = 0.8
+WEAK_COVER = 0.5
+
+
+def match(candidate: Candidate | None, mode: str) -> str:
+    """``strong``, ``weak`` or ``none``: how well one hit fits the request."""
+    if candidate is None:
+        return "weak"
+    cosine = candidate.semantic if mode != "bm25" else None
+    cover = candidate.cover
+    if (cosine is not None and cosine >= STRONG_COSINE) or (
+        cover >= STRONG_COVER and candidate.name_cover > 0
+    ):
+        return "strong"
+    if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
+        return "weak"
+    return "none"

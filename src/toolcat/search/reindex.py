@@ -61,6 +61,9 @@ def reindex(
         done += len(batch)
         if progress is not None:
             progress(done, len(stale))
+    _embed_usage(conn, lock, model_id, encoder, batch_size)
+    with lock:
+        writer.fold_usage(conn)
     if encoder is not None:
         encoder.export_onnx()  # torch-free query encoding from now on
     with lock:
@@ -86,6 +89,34 @@ def _needs_export(model_id: str) -> bool:
     from .onnx_encoder import onnx_installed
 
     return embeddings_installed() and onnx_installed() and not embedder(model_id).onnx_current()
+
+
+def _embed_usage(
+    conn: sqlite3.Connection,
+    lock: AbstractContextManager[Any],
+    model_id: str,
+    encoder: Any,
+    batch_size: int,
+) -> int:
+    """Embed recorded queries that have no vector for the model (learning from use)."""
+    with lock:
+        if not reader.meta(conn, "learn_from_use") or not embeddings_installed():
+            return 0
+        stale = conn.execute(
+            "SELECT id, query FROM usage WHERE model IS NOT ? OR vector IS NULL ORDER BY id",
+            (model_id,),
+        ).fetchall()
+    if not stale:
+        return 0
+    encoder = encoder or embedder(model_id)
+    for start in range(0, len(stale), batch_size):
+        batch = stale[start : start + batch_size]
+        vectors = encoder.encode([q for _, q in batch], batch_size=batch_size)
+        with lock:
+            writer.store_usage_vectors(
+                conn, model_id, [(i, to_blob(v)) for (i, _), v in zip(batch, vectors, strict=True)]
+            )
+    return len(stale)
 
 
 def status(conn: sqlite3.Connection, engine: SearchEngine) -> dict[str, Any]:

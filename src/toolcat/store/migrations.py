@@ -110,6 +110,31 @@ def m001_initial(db: Any) -> None:
     )
 
 
+@migration
+def m002_usage(db: Any) -> None:
+    """Learning from use: (query, tool) pairs, keyed by ``toolkit.name`` so they survive new
+    versions; ``vector`` is the query's embedding under ``model``, filled in by reindex."""
+    db.execute(
+        """
+        CREATE TABLE usage (
+            id INTEGER PRIMARY KEY,
+            toolkit TEXT NOT NULL,
+            name TEXT NOT NULL,
+            query TEXT NOT NULL,
+            query_key TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            model TEXT,
+            vector BLOB,
+            UNIQUE (toolkit, name, query_key)
+        )
+        """
+    )
+    db.execute("CREATE INDEX usage_tool ON usage (toolkit, name, id)")
+    db["meta"].insert_all(
+        [{"key": "learn_from_use", "value": 1}, {"key": "usage_revision", "value": 0}]
+    )
+
+
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -268,3 +268,17 @@ def toolkit_rows(conn: sqlite3.Connection, name: str) -> list[tuple[int, str, st
             "SELECT id, version, content_hash, deprecated FROM toolkits WHERE name = ?", (name,)
         )
     ]
+
+
+def fts_rows(conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[str, ...]]:
+    """Row id -> the tool's tokenized FTS5 columns (name, hint, description, params, tags)."""
+    found: dict[int, tuple[str, ...]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for row in conn.execute(
+            "SELECT rowid, name, hint, description, params, tags FROM tools_fts "
+            f"WHERE rowid IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ):
+            found[row[0]] = tuple(row[1:])
+    return found

@@ -17,6 +17,7 @@ from ..errors import UnknownToolkitError, VersionConflictError
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
 from .connection import rollback_quietly
+from .reader import meta as read_meta
 from .reader import revision as read_revision
 from .reader import toolkit_rows
 
@@ -94,12 +95,118 @@ def refresh_active(
 
 
 def _index(conn: sqlite3.Connection, toolkit: Toolkit, tools: Sequence[tuple[int, Tool]]) -> None:
-    """Add tools (with their row ids) to the FTS5 index."""
+    """Add tools (with their row ids) to the FTS5 index, with the queries they were
+    recorded for (learning from use) when that is on."""
+    learned = learned_queries(conn, toolkit.name)
     conn.executemany(
         "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
         "VALUES (?, ?, ?, ?, ?, ?)",
-        [(tool_id, *index_fields(tool, toolkit)) for tool_id, tool in tools],
+        [
+            (tool_id, *index_fields(tool, toolkit, learned.get(tool.name, ())))
+            for tool_id, tool in tools
+        ],
     )
+
+
+def learned_queries(conn: sqlite3.Connection, toolkit: str) -> dict[str, list[str]]:
+    """Tool name -> recorded queries (newest first) of one toolkit; empty when learning
+    from use is off."""
+    if not read_meta(conn, "learn_from_use"):
+        return {}
+    found: dict[str, list[str]] = {}
+    for name, query in conn.execute(
+        "SELECT name, query FROM usage WHERE toolkit = ? ORDER BY id DESC", (toolkit,)
+    ):
+        found.setdefault(name, []).append(query)
+    return found
+
+
+def record_use(conn: sqlite3.Connection, toolkit: str, name: str, query: str, keep: int) -> bool:
+    """Record that ``query`` led to the tool; the newest ``keep`` distinct queries of a tool
+    are kept. Returns whether anything changed (False when learning is off)."""
+    if not read_meta(conn, "learn_from_use"):
+        return False
+    key = " ".join(query.casefold().split())
+    with write_transaction(conn):
+        conn.execute(
+            "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
+            (toolkit, name, key),
+        )
+        conn.execute(
+            "INSERT INTO usage (toolkit, name, query, query_key, recorded_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (toolkit, name, query, key, datetime.now(timezone.utc).isoformat(timespec="seconds")),
+        )
+        conn.execute(
+            "DELETE FROM usage WHERE toolkit = ? AND name = ? AND id NOT IN "
+            "(SELECT id FROM usage WHERE toolkit = ? AND name = ? ORDER BY id DESC LIMIT ?)",
+            (toolkit, name, toolkit, name, keep),
+        )
+        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'usage_revision'")
+    return True
+
+
+def fold_usage(conn: sqlite3.Connection) -> int:
+    """Re-index the FTS5 rows of toolkits whose recorded uses changed since the last fold
+    (those with uses now, and those folded last time); returns the tools re-indexed."""
+    if read_meta(conn, "usage_folded") == read_meta(conn, "usage_revision"):
+        return 0
+    with write_transaction(conn):
+        now = {r[0] for r in conn.execute("SELECT DISTINCT toolkit FROM usage")}
+        if not read_meta(conn, "learn_from_use"):
+            now = set()
+        before = set(json.loads(read_meta(conn, "usage_toolkits") or "[]"))
+        count = 0
+        for name in sorted(now | before):
+            row = conn.execute(
+                "SELECT id FROM toolkits WHERE name = ? AND active = 1", (name,)
+            ).fetchone()
+            if row is None:
+                continue
+            toolkit, tools = _stored_toolkit(conn, row[0])
+            conn.executemany(
+                "DELETE FROM tools_fts WHERE rowid = ?", [(tool_id,) for tool_id, _ in tools]
+            )
+            _index(conn, toolkit, tools)
+            count += len(tools)
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('usage_toolkits', ?), "
+            "('usage_folded', (SELECT value FROM meta WHERE key = 'usage_revision'))",
+            (json.dumps(sorted(now)),),
+        )
+        bump_revision(conn)
+    return count
+
+
+def set_learning(conn: sqlite3.Connection, enabled: bool) -> None:
+    """Turn learning from use on or off; the next reindex adds or drops what was learned."""
+    with write_transaction(conn):
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'learn_from_use'", (int(enabled),))
+        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'usage_revision'")
+        bump_revision(conn)
+
+
+def clear_usage(conn: sqlite3.Connection, toolkit: str | None = None) -> int:
+    """Forget recorded uses (of one toolkit, or all); reindex drops them from the index."""
+    with write_transaction(conn):
+        if toolkit is None:
+            removed = conn.execute("DELETE FROM usage").rowcount
+        else:
+            removed = conn.execute("DELETE FROM usage WHERE toolkit = ?", (toolkit,)).rowcount
+        if removed:
+            conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'usage_revision'")
+    return int(removed)
+
+
+def store_usage_vectors(
+    conn: sqlite3.Connection, model: str, rows: Sequence[tuple[int, bytes]]
+) -> None:
+    with write_transaction(conn):
+        conn.executemany(
+            "UPDATE usage SET model = ?, vector = ? WHERE id = ?",
+            [(model, blob, row_id) for row_id, blob in rows],
+        )
+        bump_revision(conn)
 
 
 def _stored_toolkit(

@@ -1,0 +1,115 @@
+"""Learning from use: recorded (query, tool) pairs reach the search documents at reindex.
+
+Searches here are BM25 (the learned query vectors are covered in test_fusion.py).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.helpers import SAMPLE_TOOLKITS
+from toolcat import Catalog, UnknownToolError
+from toolcat.catalog import LEARNED_PER_TOOL
+from toolcat.cli import cli
+
+QUERY = "zorbify the quarterly ledger"  # words no sample tool has
+
+
+def _ids(catalog: Catalog, query: str) -> list[str]:
+    return [h.tool.id for h in catalog.search(query, mode="bm25", k=5).hits]
+
+
+def test_a_recorded_use_is_found_after_reindex(sample_catalog: Catalog) -> None:
+    assert "data.json_diff" not in _ids(sample_catalog, QUERY)
+    assert sample_catalog.record_use(QUERY, "data.json_diff") is True
+    assert "data.json_diff" not in _ids(sample_catalog, QUERY)  # not before reindex
+    sample_catalog.reindex()
+    assert _ids(sample_catalog, QUERY)[0] == "data.json_diff"
+    [use] = sample_catalog.usage()
+    assert (use["tool"], use["query"]) == ("data.json_diff", QUERY)
+
+
+def test_unknown_tools_are_refused(sample_catalog: Catalog) -> None:
+    with pytest.raises(UnknownToolError):
+        sample_catalog.record_use(QUERY, "data.no_such_tool")
+    assert sample_catalog.usage() == []
+
+
+def test_uses_are_deduplicated_and_bounded_newest_kept(sample_catalog: Catalog) -> None:
+    sample_catalog.record_use(QUERY, "data.json_diff")
+    sample_catalog.record_use("  " + QUERY.upper() + " ", "data.json_diff")
+    assert len(sample_catalog.usage()) == 1
+    for i in range(LEARNED_PER_TOOL + 5):
+        sample_catalog.record_use(f"request number {i}", "data.json_diff")
+    uses = sample_catalog.usage()
+    assert len(uses) == LEARNED_PER_TOOL
+    assert uses[0]["query"] == f"request number {LEARNED_PER_TOOL + 4}"
+    assert QUERY.upper() not in {u["query"].strip() for u in uses}  # the oldest went
+
+
+def test_learning_off_records_nothing_and_reindex_unlearns(sample_catalog: Catalog) -> None:
+    sample_catalog.record_use(QUERY, "data.json_diff")
+    sample_catalog.reindex()
+    assert _ids(sample_catalog, QUERY)[:1] == ["data.json_diff"]
+    sample_catalog.learning = False
+    assert sample_catalog.learning is False
+    assert sample_catalog.record_use("another request", "data.json_diff") is False
+    sample_catalog.reindex()
+    assert "data.json_diff" not in _ids(sample_catalog, QUERY)
+    sample_catalog.learning = True
+    sample_catalog.reindex()
+    assert _ids(sample_catalog, QUERY)[:1] == ["data.json_diff"]
+
+
+def test_clear_forgets_and_reindex_drops_from_the_index(sample_catalog: Catalog) -> None:
+    sample_catalog.record_use(QUERY, "data.json_diff")
+    sample_catalog.reindex()
+    assert sample_catalog.clear_usage() == 1
+    sample_catalog.reindex()
+    assert sample_catalog.usage() == []
+    assert "data.json_diff" not in _ids(sample_catalog, QUERY)
+
+
+def test_a_call_after_a_search_records_the_use(sample_catalog: Catalog) -> None:
+    query = "prime factors of a number"
+    hits = sample_catalog.search(query, mode="bm25", k=3).hits
+    assert hits[0].tool.id == "math.prime_factors"
+    assert sample_catalog.call("math.prime_factors", {"n": 12}).success
+    assert [(u["tool"], u["query"]) for u in sample_catalog.usage()] == [
+        ("math.prime_factors", query)
+    ]
+    # a call of a tool no search returned records nothing
+    assert sample_catalog.call("math.percent_change", {"old": 4, "new": 6}).success
+    assert len(sample_catalog.usage()) == 1
+
+
+def test_learned_queries_survive_a_new_version(sample_catalog: Catalog, tmp_path: Path) -> None:
+    sample_catalog.record_use(QUERY, "data.json_diff")
+    sample_catalog.reindex()
+    db = sqlite3.connect(sample_catalog.path)
+    hint = db.execute(
+        "SELECT f.hint FROM tools_fts f JOIN tools t ON t.id = f.rowid "
+        "WHERE t.toolkit = 'data' AND t.name = 'json_diff'"
+    ).fetchone()[0]
+    db.close()
+    assert "zorbifi" in hint or "zorbify" in hint
+
+
+def test_usage_cli(tmp_path: Path) -> None:
+    db = str(tmp_path / "c.db")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", db, "register", str(SAMPLE_TOOLKITS)]).exit_code == 0
+    with Catalog(db) as catalog:
+        catalog.record_use(QUERY, "data.json_diff")
+    shown = runner.invoke(cli, ["--db", db, "usage"])
+    assert shown.exit_code == 0 and "data.json_diff" in shown.output and "1 use" in shown.output
+    off = runner.invoke(cli, ["--db", db, "usage", "off"])
+    assert off.exit_code == 0 and "off" in off.output
+    cleared = runner.invoke(cli, ["--db", db, "usage", "clear"])
+    assert cleared.exit_code == 0 and "cleared 1 use" in cleared.output
+    with Catalog(db) as catalog:
+        assert catalog.usage() == [] and catalog.learning is False
