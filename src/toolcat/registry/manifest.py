@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +298,30 @@ def _reason(problem: Any) -> str:
         return "this field is required"
     message = str(problem["msg"])
     return message.removeprefix("Value error, ")
+
+
+def imported_toolkit(
+    source: str,
+    *,
+    toolkit: str,
+    version: str,
+    description: str,
+    tags: Sequence[str],
+    defer_loading: bool,
+    tools: list[dict[str, Any]],
+) -> Toolkit:
+    """A toolkit built from tool definitions read elsewhere (an MCP server, an OpenAPI
+    document), validated as a manifest would be; errors name ``source``. ``tags[0]`` is the
+    kind of import (``mcp``, ``openapi``)."""
+    data: dict[str, Any] = {
+        "toolkit": toolkit,
+        "version": version,
+        "description": description,
+        "tags": list(tags),
+        "defer_loading": defer_loading,
+        "tools": tools,
+    }
+    try:
+        return toolkit_from_data(data)
+    except ManifestError as e:
+        raise e.in_file(source) from e

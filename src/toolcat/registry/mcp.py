@@ -18,7 +18,7 @@ from ..mcpclient import (
 )
 from ..models import TOOL_NAME_RE, RegisteredTool, Toolkit
 from ..names import fitted_name
-from .manifest import toolkit_from_data
+from .manifest import imported_toolkit
 
 
 def toolkit_from_mcp(
@@ -50,18 +50,15 @@ def toolkit_from_mcp(
         raise ManifestError("the server lists no tools", file=source, toolkit=toolkit)
     taken: set[str] = set()
     tools = [_tool_data(raw, endpoint, taken, on_change) for raw in remote_tools]
-    data: dict[str, Any] = {
-        "toolkit": toolkit,
-        "version": version,
-        "description": description or _server_description(server, endpoint),
-        "tags": ["mcp", *tags],
-        "defer_loading": defer_loading,
-        "tools": tools,
-    }
-    try:
-        return toolkit_from_data(data)
-    except ManifestError as e:
-        raise e.in_file(source) from e
+    return imported_toolkit(
+        source,
+        toolkit=toolkit,
+        version=version,
+        description=description or _server_description(server, endpoint),
+        tags=["mcp", *tags],
+        defer_loading=defer_loading,
+        tools=tools,
+    )
 
 
 def _tool_data(

@@ -33,7 +33,7 @@ from ..errors import ImportFailedError, ManifestError
 from ..models import Toolkit
 from ..names import fitted_name
 from ..openapi_client import DEFAULT_TIMEOUT, Operation
-from .manifest import toolkit_from_data
+from .manifest import imported_toolkit
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 ARGUMENT_INVALID = r"[^A-Za-z0-9_.-]+"  # Anthropic's rule for property names, the strictest
@@ -354,18 +354,15 @@ def toolkit_from_openapi(
     first_line = str(info.get("description") or "").strip().split("\n", 1)[0]
     if first_line:
         default_description = f"{default_description}: {first_line}"
-    data: dict[str, Any] = {
-        "toolkit": toolkit,
-        "version": version,
-        "description": description or default_description[:500],
-        "tags": ["openapi", *tags],
-        "defer_loading": defer_loading,
-        "tools": tools,
-    }
-    try:
-        return toolkit_from_data(data)
-    except ManifestError as e:
-        raise e.in_file(label) from e
+    return imported_toolkit(
+        label,
+        toolkit=toolkit,
+        version=version,
+        description=description or default_description[:500],
+        tags=["openapi", *tags],
+        defer_loading=defer_loading,
+        tools=tools,
+    )
 
 
 def _base_url(document: Mapping[str, Any], label: str, base_url: str | None, toolkit: str) -> str:

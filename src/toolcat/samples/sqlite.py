@@ -18,29 +18,8 @@ __toolcat__ = {
 }
 
 
-# Informational pragmas a tool may run; every other pragma, and any pragma that sets a
-# value, is refused by the authorizer.
-_READ_PRAGMAS = {
-    "table_info",
-    "table_xinfo",
-    "table_list",
-    "index_list",
-    "index_info",
-    "index_xinfo",
-    "foreign_key_list",
-    "foreign_key_check",
-    "integrity_check",
-    "quick_check",
-    "user_version",
-    "application_id",
-    "page_count",
-    "page_size",
-    "encoding",
-    "collation_list",
-    "function_list",
-    "data_version",
-    "freelist_count",
-}
+# Informational pragmas a tool may run (those here may name a table or index); every other
+# pragma, and any pragma that sets a value, is refused by the authorizer.
 _PRAGMAS_WITH_ARGUMENT = {
     "table_info",
     "table_xinfo",
@@ -52,6 +31,17 @@ _PRAGMAS_WITH_ARGUMENT = {
     "foreign_key_check",
     "integrity_check",
     "quick_check",
+}
+_READ_PRAGMAS = _PRAGMAS_WITH_ARGUMENT | {
+    "user_version",
+    "application_id",
+    "page_count",
+    "page_size",
+    "encoding",
+    "collation_list",
+    "function_list",
+    "data_version",
+    "freelist_count",
 }
 # SQL functions that reach the file system or the process, should an extension provide them.
 _DENIED_FUNCTIONS = {
