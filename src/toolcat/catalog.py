@@ -597,10 +597,12 @@ class Catalog:
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
-        query_vector = self._search.encode_query(model_id, query) if model_id else None
+        pieces = split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
+        query_vector = None
         parts = []
-        if mode == "hybrid" and SPLIT_REQUESTS:
-            parts = [(p, self._search.encode_query(model_id, p)) for p in split_request(query)]
+        if model_id:  # the request and its parts in one model call
+            query_vector, *part_vectors = self._search.encode_queries(model_id, [query, *pieces])
+            parts = list(zip(pieces, part_vectors, strict=True))
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             result = self._search.search(

@@ -153,16 +153,29 @@ class Embedder:
 
     def encode_query(self, text: str) -> np.ndarray:
         """The vector of one query, from a small cache when it was asked before."""
-        found: np.ndarray | None = self._queries.get(text)
-        if found is None:
+        return self.encode_queries([text])[0]
+
+    def encode_queries(self, texts: list[str]) -> list[np.ndarray]:
+        """One vector per query, those not in the cache encoded together in one batch (a
+        request and its parts cost one model call)."""
+        found: dict[str, np.ndarray] = {}
+        with self._lock:
+            for text in texts:
+                cached = self._queries.get(text)
+                if cached is not None:
+                    found[text] = cached
+        missing = list(dict.fromkeys(t for t in texts if t not in found))
+        if missing:
             fast = self.query_encoder()
-            clipped = text[:MAX_TEXT_CHARS]
-            found = (fast.encode([clipped]) if fast is not None else self.encode([clipped]))[0]
+            clipped = [text[:MAX_TEXT_CHARS] for text in missing]
+            vectors = fast.encode(clipped) if fast is not None else self.encode(clipped)
             with self._lock:
-                self._queries[text] = found
-                if len(self._queries) > QUERY_CACHE_SIZE:
+                for text, vector in zip(missing, vectors, strict=True):
+                    found[text] = vector
+                    self._queries[text] = vector
+                while len(self._queries) > QUERY_CACHE_SIZE:
                     self._queries.popitem(last=False)
-        return found
+        return [found[text] for text in texts]
 
 
 def _load(model_id: str) -> Any:

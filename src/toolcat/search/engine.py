@@ -101,6 +101,11 @@ class SearchEngine:
         """The query's vector (milliseconds of CPU: call it outside the catalog's lock)."""
         return embedder(model_id).encode_query(text)
 
+    @staticmethod
+    def encode_queries(model_id: str, texts: list[str]) -> list[Any]:
+        """``encode_query`` for several texts in one model call."""
+        return embedder(model_id).encode_queries(texts)
+
     # -- ranking --------------------------------------------------------------------------
 
     def search(
