@@ -209,6 +209,7 @@ def main() -> None:
             f"{label:<28} {sum(cells) / len(cells):6.3f} " + " ".join(f"{c:10.3f}" for c in cells),
             flush=True,
         )
+    abstention(params, prepared, split)
 
 
 def top_hit(entry: dict[str, Any], q: Row, params: FusionParams) -> Candidate:
