@@ -647,12 +647,28 @@ class Catalog:
         Raises:
             UnknownToolError: No such tool.
         """
-        query = query.strip()[:MAX_LEARNED_CHARS]
-        found = self.get(tool)
-        if not query:
-            return False
+        return self.record_uses([(query, tool)]) > 0
+
+    def record_uses(self, uses: Iterable[tuple[str, str]]) -> int:
+        """``record_use`` for many (query, tool address) pairs in one transaction, in order
+        (the last is the newest). Every address is checked before anything is written;
+        empty queries are skipped. Returns how many were recorded (0 when learning is off).
+
+        Raises:
+            UnknownToolError: No such tool (nothing is recorded).
+        """
+        resolved: dict[str, RegisteredTool] = {}
+        rows = []
+        for query, tool in uses:
+            if tool not in resolved:
+                resolved[tool] = self.get(tool)
+            text = query.strip()[:MAX_LEARNED_CHARS]
+            if text:
+                rows.append((resolved[tool].toolkit, resolved[tool].name, text))
+        if not rows:
+            return 0
         with self._lock:
-            return writer.record_use(self._conn, found.toolkit, found.name, query, LEARNED_PER_TOOL)
+            return writer.record_uses(self._conn, rows, LEARNED_PER_TOOL)
 
     def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
         """Recorded uses, newest first: ``{"tool", "query", "recorded_at"}``."""
