@@ -120,6 +120,30 @@ def test_eval_cli_json_shape(tmp_path: Path) -> None:
     assert missing.exit_code == 1 and "no source nope" in missing.stderr
 
 
+def test_learning_scores_the_same_queries_before_and_after(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    alpha = tmp_path / "alpha" / "queries.jsonl"
+    queries = [json.loads(line) for line in alpha.read_text().splitlines()]
+    # Learning queries share no word with the tools; the scored one matches only them.
+    queries = [
+        {"id": "1", "query": "zorbify the forecast", "relevant": ["get.weather"], "split": "a"},
+        {"id": "2", "query": "zorbify my correspondence", "relevant": ["send:email"], "split": "a"},
+        {"id": "3", "query": "zorbify correspondence", "relevant": ["send:email"], "split": "b"},
+        *queries,
+    ]
+    alpha.write_text("\n".join(json.dumps(q) for q in queries))
+    rows = evaluate(tmp_path, sources=["alpha"], modes=["bm25"], learn_split="a")
+    before, after = rows
+    assert (before["learned_from"], after["learned_from"]) == (0, 2)
+    assert before["queries"] == after["queries"] == 3  # the learned queries are never scored
+    assert after["R@1"] > before["R@1"]
+    fraction = evaluate(
+        tmp_path, sources=["alpha"], modes=["bm25"], learn_fraction=0.5, max_queries=1
+    )
+    assert [r["queries"] for r in fraction] == [1, 1]
+    assert [r["learned_from"] for r in fraction] == [0, 2]
+
+
 @pytest.mark.skipif(not (BENCH / "toolalpaca").is_dir(), reason="../shared/bench not present")
 def test_bm25_beats_the_published_baseline_on_toolalpaca() -> None:
     [row] = evaluate(BENCH, sources=["toolalpaca"], modes=["bm25"])

@@ -113,3 +113,19 @@ def test_usage_cli(tmp_path: Path) -> None:
     assert cleared.exit_code == 0 and "cleared 1 use" in cleared.output
     with Catalog(db) as catalog:
         assert catalog.usage() == [] and catalog.learning is False
+
+
+def test_record_uses_in_one_go_checks_every_tool_first(sample_catalog: Catalog) -> None:
+    uses = [(f"request number {i}", "data.json_diff") for i in range(LEARNED_PER_TOOL + 3)]
+    uses += [("  ", "math.prime_factors"), (QUERY, "math.prime_factors")]
+    with pytest.raises(UnknownToolError):
+        sample_catalog.record_uses([*uses, (QUERY, "data.no_such_tool")])
+    assert sample_catalog.usage() == []  # nothing half-recorded
+    assert sample_catalog.record_uses(uses) == LEARNED_PER_TOOL + 4  # the blank one skipped
+    recorded = sample_catalog.usage()
+    assert [u["tool"] for u in recorded].count("data.json_diff") == LEARNED_PER_TOOL
+    assert recorded[0] == {**recorded[0], "tool": "math.prime_factors", "query": QUERY}
+    assert f"request number {LEARNED_PER_TOOL + 2}" in {u["query"] for u in recorded}
+    assert "request number 0" not in {u["query"] for u in recorded}  # the oldest went
+    sample_catalog.learning = False
+    assert sample_catalog.record_uses(uses) == 0
