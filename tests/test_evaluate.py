@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,6 +145,41 @@ def test_learning_scores_the_same_queries_before_and_after(tmp_path: Path) -> No
     )
     assert [r["queries"] for r in fraction] == [1, 1]
     assert [r["learned_from"] for r in fraction] == [0, 2]
+
+
+def test_a_killed_eval_still_prints_what_it_computed(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    slow = tmp_path / "zeta"  # scored after alpha and beta, long enough to be killed in
+    slow.mkdir()
+    (slow / "tools.jsonl").write_text(
+        "\n".join(
+            json.dumps({"name": f"tool_{i}", "description": f"does thing {i}"}) for i in range(50)
+        )
+    )
+    (slow / "queries.jsonl").write_text(
+        "\n".join(
+            json.dumps(
+                {"id": str(i), "query": f"do thing {i % 50}", "relevant": [f"tool_{i % 50}"]}
+            )
+            for i in range(200_000)
+        )
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolcat.cli", "eval", str(tmp_path), "--mode", "bm25", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    for line in process.stderr:  # each row is announced on stderr as it is computed
+        if line.split("] ", 1)[-1].startswith("beta bm25: R@5"):
+            break
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    printed = json.loads(out)
+    assert printed["complete"] is False
+    assert [r["source"] for r in printed["results"]] == ["alpha", "beta"]
+    assert process.returncode != 0
 
 
 @pytest.mark.skipif(not (BENCH / "toolalpaca").is_dir(), reason="../shared/bench not present")

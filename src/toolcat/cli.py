@@ -967,7 +967,12 @@ def eval_(
 
     def print_row(r: dict[str, Any]) -> None:
         done.append(r)
-        if as_json:
+        if as_json:  # the JSON comes at the end; each row is announced as it is computed
+            learned = f", learned from {r['learned_from']} uses" if r.get("learned_from") else ""
+            progress(
+                f"{r['source']} {r['mode']}: R@5 {r['R@5']:.3f}, nDCG@10 {r['nDCG@10']:.3f} "
+                f"over {r['queries']} queries{learned}"
+            )
             return
         if not header[0]:
             header[0] = True
@@ -1005,6 +1010,14 @@ def eval_(
         if notes:
             click.echo(f"{'':<12} {'; '.join(notes)}")
 
+    import signal
+    import threading
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")  # so a killed run still prints its JSON
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
     try:
         evaluate(
             bench_dir,
@@ -1023,6 +1036,9 @@ def eval_(
         if as_json and done:  # what was computed is not lost
             emit_json({**json_rows(), "complete": False})
         raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     if as_json:
         emit_json(json_rows())
 
