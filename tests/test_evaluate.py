@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from tests.helpers import BENCH
 from toolcat.cli import cli
+from toolcat.errors import ToolcatError
 from toolcat.evaluate import catalog_name, evaluate, score_query
 
 
@@ -145,6 +146,23 @@ def test_learning_scores_the_same_queries_before_and_after(tmp_path: Path) -> No
     )
     assert [r["queries"] for r in fraction] == [1, 1]
     assert [r["learned_from"] for r in fraction] == [0, 2]
+
+
+def test_a_vector_cache_embeds_each_tool_once(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    bench = tmp_path / "bench"
+    _write_bench(bench)
+    cache = tmp_path / "vectors.db"
+    said: list[str] = []
+    first = evaluate(bench, modes=["embedding"], vector_cache=cache, progress=said.append)
+    assert any("embedded 2 tools" in line for line in said)
+    said.clear()
+    again = evaluate(bench, modes=["embedding"], vector_cache=cache, progress=said.append)
+    assert not any("embedded" in line for line in said), said
+    assert [r["R@5"] for r in again] == [r["R@5"] for r in first]
+    (tmp_path / "not-a-db").write_text("hello, I am not SQLite " * 100)
+    with pytest.raises(ToolcatError, match="vector cache"):
+        evaluate(bench, modes=["embedding"], vector_cache=tmp_path / "not-a-db")
 
 
 def test_a_killed_eval_still_prints_what_it_computed(tmp_path: Path) -> None:

@@ -651,22 +651,28 @@ class Catalog:
 
     def record_uses(self, uses: Iterable[tuple[str, str]]) -> int:
         """``record_use`` for many (query, tool address) pairs in one transaction, in order
-        (the last is the newest). Every address is checked before anything is written;
-        empty queries are skipped. Returns how many were recorded (0 when learning is off).
+        (the last is the newest). A compound request ("do X. Then do Y") is recorded as the
+        part of it that names the tool best (``toolcat.search.learned``). Every address is
+        checked before anything is written; empty queries are skipped. Returns how many
+        were recorded (0 when learning is off).
 
         Raises:
             UnknownToolError: No such tool (nothing is recorded).
         """
+        from .search.learned import answered_part
+
         resolved: dict[str, RegisteredTool] = {}
-        rows = []
+        pairs = []
         for query, tool in uses:
             if tool not in resolved:
                 resolved[tool] = self.get(tool)
             text = query.strip()[:MAX_LEARNED_CHARS]
             if text:
-                rows.append((resolved[tool].toolkit, resolved[tool].name, text))
-        if not rows:
+                pairs.append((text, resolved[tool]))
+        if not pairs:
             return 0
+        with self._snapshot() as conn:  # a compound request teaches each tool its own part
+            rows = [(t.toolkit, t.name, answered_part(conn, text, t)) for text, t in pairs]
         with self._lock:
             return writer.record_uses(self._conn, rows, LEARNED_PER_TOOL)
 

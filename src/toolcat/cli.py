@@ -925,6 +925,11 @@ EVAL_EXTRA = (
     is_flag=True,
     help="Also count 'nothing fits' in each source's own catalog and in one without its tools.",
 )
+@click.option(
+    "--vector-cache",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file of tool vectors to reuse across runs (created if missing).",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 def eval_(
@@ -937,6 +942,7 @@ def eval_(
     learn_split: str | None,
     learn_fraction: float | None,
     abstention: bool,
+    vector_cache: Path | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -1029,6 +1035,7 @@ def eval_(
             learn_split=learn_split,
             learn_fraction=learn_fraction,
             abstention=abstention,
+            vector_cache=vector_cache,
             progress=progress,
             on_row=print_row,
         )

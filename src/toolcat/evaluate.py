@@ -17,6 +17,7 @@ import json
 import math
 import random
 import re
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -272,6 +273,7 @@ def evaluate(
     learn_split: str | None = None,
     learn_fraction: float | None = None,
     abstention: bool = False,
+    vector_cache: str | Path | None = None,
     progress: Progress | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -292,6 +294,8 @@ def evaluate(
         abstention: Also count how often search says no tool fits, in the source's own
             catalog (``abstain_own``) and in one holding every other source's tools but
             none of its own (``abstain_foreign``).
+        vector_cache: A file of tool vectors (created if missing) that reindexing takes
+            from and adds to, so repeated evaluations embed each tool once.
         progress: Called with a line of progress now and then.
         on_row: Called with each row as soon as it is computed.
 
@@ -316,6 +320,7 @@ def evaluate(
         for s in loaded
     }
     learning = learn_split is not None or learn_fraction is not None
+    cache = Path(vector_cache) if vector_cache is not None else None
     results: list[dict[str, Any]] = []
 
     def emit(rows: list[dict[str, Any]]) -> None:
@@ -331,7 +336,7 @@ def evaluate(
             say("abstention: building a catalog of every source's tools")
             foreign = Catalog(Path(tmp) / "all.db")
             foreign.register(*(s.toolkit for s in loaded))
-            _reindex(foreign, "all sources", say)
+            _reindex(foreign, "all sources", say, cache)
         try:
             if pooled:
                 with Catalog(Path(tmp) / "pooled.db") as catalog:
@@ -339,7 +344,7 @@ def evaluate(
                     if needs_vectors:
                         if foreign is not None:
                             _copy_vectors(catalog, foreign.path)
-                        _reindex(catalog, "pooled", say)
+                        _reindex(catalog, "pooled", say, cache)
                     learned = 0
                     if learning:  # the same queries scored before learning, then after
                         for source in loaded:
@@ -369,7 +374,7 @@ def evaluate(
                         if needs_vectors:
                             if foreign is not None:
                                 _copy_vectors(catalog, foreign.path)
-                            _reindex(catalog, source.name, say)
+                            _reindex(catalog, source.name, say, cache)
                         learned = 0
                         if learning:  # the same queries scored before learning, then after
                             score = plans[source.name].score
@@ -416,7 +421,56 @@ def _copy_vectors(catalog: Catalog, source: Path) -> None:
         conn.execute("DETACH DATABASE other")
 
 
-def _reindex(catalog: Catalog, what: str, say: Progress) -> None:
+def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
+    """Take the vectors of identical definitions from ``cache`` (``take``) or put the
+    catalog's new ones there: a file of (content hash, model, vector) rows, so repeated
+    evaluations embed each tool once."""
+    from .search.embeddings import DEFAULT_MODEL
+
+    conn = catalog._conn  # evaluation-only shortcut, as _copy_vectors
+    try:
+        with sqlite3.connect(cache) as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings (content_hash TEXT NOT NULL, "
+                "model TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
+            )
+        conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
+    except sqlite3.DatabaseError as e:
+        raise ToolcatError(f"cannot use {str(cache)!r} as a vector cache: {e}") from e
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if take:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            model = row[0] if row and row[0] else DEFAULT_MODEL
+            copied = conn.execute(
+                "INSERT OR IGNORE INTO embeddings (content_hash, model, vector) "
+                "SELECT content_hash, model, vector FROM cache.embeddings "
+                "WHERE model = ? AND content_hash IN (SELECT content_hash FROM tools)",
+                (model,),
+            ).rowcount
+            if copied:
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?), "
+                    "('embedding_dim', (SELECT length(vector) / 4 FROM embeddings LIMIT 1))",
+                    (model,),
+                )
+                conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        else:
+            conn.execute(
+                "INSERT OR IGNORE INTO cache.embeddings (content_hash, model, vector) "
+                "SELECT content_hash, model, vector FROM main.embeddings"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.execute("DETACH DATABASE cache")
+
+
+def _reindex(catalog: Catalog, what: str, say: Progress, cache: Path | None = None) -> None:
+    if cache is not None:
+        _exchange_vectors(catalog, cache, take=True)
     started = time.monotonic()
     last = [started]
 
@@ -428,6 +482,8 @@ def _reindex(catalog: Catalog, what: str, say: Progress) -> None:
     report = catalog.reindex(progress=tick)
     if report.embedded or report.seconds > PROGRESS_EVERY_S:
         say(f"{what}: embedded {report.embedded} tools in {report.seconds:.0f}s")
+    if cache is not None and report.embedded:
+        _exchange_vectors(catalog, cache, take=False)
 
 
 def _learn(catalog: Catalog, source: Source, queries: Sequence[Query], say: Progress) -> int:

@@ -129,3 +129,22 @@ def test_record_uses_in_one_go_checks_every_tool_first(sample_catalog: Catalog) 
     assert "request number 0" not in {u["query"] for u in recorded}  # the oldest went
     sample_catalog.learning = False
     assert sample_catalog.record_uses(uses) == 0
+
+
+def test_a_compound_request_teaches_each_tool_its_own_part(sample_catalog: Catalog) -> None:
+    request = "Convert 5 km into miles please. Then find the prime factors of 360"
+    assert (
+        sample_catalog.record_uses(
+            [(request, "math.convert_units"), (request, "math.prime_factors")]
+        )
+        == 2
+    )
+    learned = {u["tool"]: u["query"] for u in sample_catalog.usage()}
+    assert learned == {
+        "math.convert_units": "Convert 5 km into miles please",
+        "math.prime_factors": "find the prime factors of 360",
+    }
+    # A part that names nothing of the tool teaches nothing on its own: the whole is kept.
+    unrelated = "Zorbify the ledger. Then frobnicate the quarterly widgets"
+    sample_catalog.record_use(unrelated, "data.json_diff")
+    assert sample_catalog.usage()[0]["query"] == unrelated
