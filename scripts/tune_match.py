@@ -153,6 +153,11 @@ def main() -> None:
             finally:
                 everything.register(source.toolkit)
             print(f"{source.name}: signals in {time.perf_counter() - started:.0f}s", flush=True)
+        for source, other in zip(sources, sources[1:] + sources[:1], strict=True):
+            if other is not source:  # for comparison: one other source's catalog
+                signals[source.name]["paired"] = [
+                    best_signals(owns[other.name], q.text) for q in fit[source.name]
+                ]
         if args.out:
             Path(args.out).write_text(json.dumps(signals))
         best: tuple[float, float, float, float] | None = None
@@ -165,6 +170,16 @@ def main() -> None:
                     best = (foreign, own, cosine, cover)
         if best is None:
             raise SystemExit("no thresholds keep 'nothing fits' within the own budget")
+        print("fit half, mean over sources: own / all other sources / the next source alone")
+        for cosine, cover in [(c, v) for c in (0.25, 0.3, 0.35, 0.4, 0.45) for v in (0.5, 0.7)]:
+            means = [
+                sum(rate(s.get(kind, []), cosine, cover) for s in signals.values()) / len(signals)
+                for kind in ("own", "foreign", "paired")
+            ]
+            print(
+                f"  cosine < {cosine:.2f}, coverage < {cover:.2f}: "
+                + " / ".join(f"{m:.3f}" for m in means)
+            )
         foreign, own, cosine, cover = best
         print(
             f"fitted (half of each source): WEAK_COSINE = {cosine}, WEAK_COVER = {cover} "
