@@ -34,6 +34,7 @@ from .errors import (
     DeprecatedToolError,
     InvalidQueryError,
     ManifestError,
+    ToolcatError,
     UnknownToolError,
     UnknownToolkitError,
     VersionConflictError,
@@ -671,10 +672,36 @@ class Catalog:
                 pairs.append((text, resolved[tool]))
         if not pairs:
             return 0
-        with self._snapshot() as conn:  # a compound request teaches each tool its own part
-            rows = [(t.toolkit, t.name, answered_part(conn, text, t)) for text, t in pairs]
+        # A request answered by several tools (in this batch, or recorded before for another
+        # tool) teaches each tool only its own part, the earlier whole ones included.
+        answered: dict[str, set[str]] = {}
+        for text, t in pairs:
+            answered.setdefault(writer.query_key(text), set()).add(t.id)
+        with self._snapshot() as conn:
+            compound = [k for k in answered if split_request(k)]
+            recorded = writer.recorded_for(conn, compound)
+        rewrite: builtins.list[tuple[str, str, str]] = []
+        for toolkit, name, query in recorded:
+            tools = answered[writer.query_key(query)]
+            if f"{toolkit}.{name}" not in tools:
+                tools.add(f"{toolkit}.{name}")
+                rewrite.append((toolkit, name, query))
+        earlier = []
+        for toolkit, name, query in rewrite:
+            with contextlib.suppress(ToolcatError):  # a tool removed since keeps the whole
+                earlier.append((query, self.get(f"{toolkit}.{name}")))
+        with self._snapshot() as conn:
+            rows = [
+                (t.toolkit, t.name, text)
+                if len(answered[writer.query_key(text)]) < 2
+                else (t.toolkit, t.name, answered_part(conn, text, t))
+                for text, t in [*earlier, *pairs]
+            ]
+        forget = [(t, n, q) for t, n, q in rewrite if any(r[:2] == (t, n) for r in rows)]
         with self._lock:
-            return writer.record_uses(self._conn, rows, LEARNED_PER_TOOL)
+            return writer.record_uses(self._conn, rows, LEARNED_PER_TOOL, forget=forget) - len(
+                earlier
+            )
 
     def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
         """Recorded uses, newest first: ``{"tool", "query", "recorded_at"}``."""

@@ -133,18 +133,25 @@ def test_record_uses_in_one_go_checks_every_tool_first(sample_catalog: Catalog) 
 
 def test_a_compound_request_teaches_each_tool_its_own_part(sample_catalog: Catalog) -> None:
     request = "Convert 5 km into miles please. Then find the prime factors of 360"
-    assert (
-        sample_catalog.record_uses(
-            [(request, "math.convert_units"), (request, "math.prime_factors")]
-        )
-        == 2
-    )
-    learned = {u["tool"]: u["query"] for u in sample_catalog.usage()}
-    assert learned == {
+    parts = {
         "math.convert_units": "Convert 5 km into miles please",
         "math.prime_factors": "find the prime factors of 360",
     }
+    # Answered by one tool, the request is kept whole (its other parts may be arguments).
+    sample_catalog.record_use(request, "math.convert_units")
+    assert sample_catalog.usage()[0]["query"] == request
+    # A second tool answering the same request splits it, the earlier use included.
+    assert sample_catalog.record_use(request, "math.prime_factors")
+    assert {u["tool"]: u["query"] for u in sample_catalog.usage()} == parts
+    sample_catalog.clear_usage()
+    pairs = [(request, "math.convert_units"), (request, "math.prime_factors")]
+    assert sample_catalog.record_uses(pairs) == 2  # both in one batch
+    assert {u["tool"]: u["query"] for u in sample_catalog.usage()} == parts
     # A part that names nothing of the tool teaches nothing on its own: the whole is kept.
     unrelated = "Zorbify the ledger. Then frobnicate the quarterly widgets"
-    sample_catalog.record_use(unrelated, "data.json_diff")
-    assert sample_catalog.usage()[0]["query"] == unrelated
+    sample_catalog.record_uses([(unrelated, "data.json_diff"), (unrelated, "math.prime_factors")])
+    assert sample_catalog.usage()[1] == {
+        **sample_catalog.usage()[1],
+        "tool": "data.json_diff",
+        "query": unrelated,
+    }

@@ -127,18 +127,45 @@ def record_use(conn: sqlite3.Connection, toolkit: str, name: str, query: str, ke
     return record_uses(conn, [(toolkit, name, query)], keep) > 0
 
 
-def record_uses(conn: sqlite3.Connection, uses: Iterable[tuple[str, str, str]], keep: int) -> int:
-    """Record (toolkit, tool name, query) uses in order, in one transaction; the newest
-    ``keep`` distinct queries of each tool are kept. Returns how many were recorded (0 when
-    learning is off)."""
+def query_key(query: str) -> str:
+    """What makes two recorded queries the same (case and spacing aside)."""
+    return " ".join(query.casefold().split())
+
+
+def recorded_for(conn: sqlite3.Connection, keys: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(toolkit, tool name, query) of the uses recorded under these query keys, oldest first."""
+    found: list[tuple[str, str, str]] = []
+    for start in range(0, len(keys), 500):
+        chunk = list(keys[start : start + 500])
+        found += conn.execute(
+            "SELECT toolkit, name, query FROM usage "
+            f"WHERE query_key IN ({','.join('?' * len(chunk))}) ORDER BY id",
+            chunk,
+        ).fetchall()
+    return found
+
+
+def record_uses(
+    conn: sqlite3.Connection,
+    uses: Iterable[tuple[str, str, str]],
+    keep: int,
+    forget: Iterable[tuple[str, str, str]] = (),
+) -> int:
+    """Record (toolkit, tool name, query) uses in order, in one transaction, after forgetting
+    the (toolkit, tool name, query) uses in ``forget``; the newest ``keep`` distinct queries
+    of each tool are kept. Returns how many were recorded (0 when learning is off)."""
     if not read_meta(conn, "learn_from_use"):
         return 0
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     count = 0
     touched: set[tuple[str, str]] = set()
     with write_transaction(conn):
+        conn.executemany(
+            "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
+            [(toolkit, name, query_key(query)) for toolkit, name, query in forget],
+        )
         for toolkit, name, query in uses:
-            key = " ".join(query.casefold().split())
+            key = query_key(query)
             conn.execute(
                 "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
                 (toolkit, name, key),
