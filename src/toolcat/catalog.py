@@ -660,7 +660,7 @@ class Catalog:
         Raises:
             UnknownToolError: No such tool (nothing is recorded).
         """
-        from .search.learned import answered_part
+        from .search import learned
 
         resolved: dict[str, RegisteredTool] = {}
         pairs = []
@@ -672,36 +672,19 @@ class Catalog:
                 pairs.append((text, resolved[tool]))
         if not pairs:
             return 0
-        # A request answered by several tools (in this batch, or recorded before for another
-        # tool) teaches each tool only its own part, the earlier whole ones included.
-        answered: dict[str, set[str]] = {}
-        for text, t in pairs:
-            answered.setdefault(writer.query_key(text), set()).add(t.id)
         with self._snapshot() as conn:
-            compound = [k for k in answered if split_request(k)]
-            recorded = writer.recorded_for(conn, compound)
-        rewrite: builtins.list[tuple[str, str, str]] = []
-        for toolkit, name, query in recorded:
-            tools = answered[writer.query_key(query)]
-            if f"{toolkit}.{name}" not in tools:
-                tools.add(f"{toolkit}.{name}")
-                rewrite.append((toolkit, name, query))
+            answered, rewrite = learned.answered_by(conn, [(text, t.id) for text, t in pairs])
         earlier = []
         for toolkit, name, query in rewrite:
             with contextlib.suppress(ToolcatError):  # a tool removed since keeps the whole
                 earlier.append((query, self.get(f"{toolkit}.{name}")))
         with self._snapshot() as conn:
-            rows = [
-                (t.toolkit, t.name, text)
-                if len(answered[writer.query_key(text)]) < 2
-                else (t.toolkit, t.name, answered_part(conn, text, t))
-                for text, t in [*earlier, *pairs]
-            ]
-        forget = [(t, n, q) for t, n, q in rewrite if any(r[:2] == (t, n) for r in rows)]
+            rows = learned.lessons(conn, [*earlier, *pairs], answered)
+        kept = {(t.toolkit, t.name) for _, t in earlier}
+        forget = [(t, n, q) for t, n, q in rewrite if (t, n) in kept]
         with self._lock:
-            return writer.record_uses(self._conn, rows, LEARNED_PER_TOOL, forget=forget) - len(
-                earlier
-            )
+            recorded = writer.record_uses(self._conn, rows, LEARNED_PER_TOOL, forget=forget)
+        return recorded - len(earlier) if recorded else 0
 
     def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
         """Recorded uses, newest first: ``{"tool", "query", "recorded_at"}``."""

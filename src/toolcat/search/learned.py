@@ -16,11 +16,46 @@ import sqlite3
 from collections.abc import Sequence
 
 from ..models import RegisteredTool
+from ..store import writer
 from .bm25 import index_totals
 from .documents import schema_texts
 from .fusion import idf
 from .split import split_request
 from .tokenize import tokenize, tokenize_all
+
+
+def answered_by(
+    conn: sqlite3.Connection, uses: Sequence[tuple[str, str]]
+) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    """For (query, tool id) uses about to be recorded: query key -> every tool that answered
+    it (these and those recorded before), and the earlier (toolkit, name, query) uses of a
+    compound request that now has several tools, which are to be recorded again as parts."""
+    answered: dict[str, set[str]] = {}
+    for text, tool_id in uses:
+        answered.setdefault(writer.query_key(text), set()).add(tool_id)
+    compound = [key for key in answered if split_request(key)]
+    rewrite = []
+    for toolkit, name, query in writer.recorded_for(conn, compound):
+        tools = answered[writer.query_key(query)]
+        if f"{toolkit}.{name}" not in tools:
+            tools.add(f"{toolkit}.{name}")
+            rewrite.append((toolkit, name, query))
+    return answered, [r for r in rewrite if len(answered[writer.query_key(r[2])]) > 1]
+
+
+def lessons(
+    conn: sqlite3.Connection,
+    uses: Sequence[tuple[str, RegisteredTool]],
+    answered: dict[str, set[str]],
+) -> list[tuple[str, str, str]]:
+    """(toolkit, tool name, text to learn) per use: the whole request when one tool answered
+    it (its other parts may be that tool's arguments), else the tool's own part."""
+    return [
+        (tool.toolkit, tool.name, text)
+        if len(answered[writer.query_key(text)]) < 2
+        else (tool.toolkit, tool.name, answered_part(conn, text, tool))
+        for text, tool in uses
+    ]
 
 
 def answered_part(conn: sqlite3.Connection, query: str, tool: RegisteredTool) -> str:
