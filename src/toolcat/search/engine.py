@@ -268,6 +268,8 @@ class SearchEngine:
                 if count >= POSTINGS_AFTER:
                     self.postings.build(conn, revision, weights)
             if self.postings.current(revision, weights):
+                # The index knows every term's frequency: FTS5's vocabulary is not asked.
+                self.term_stats.adopt(conn, revision, self.postings.doc_freq)
                 return self.postings.search(text, k, bm25.MAX_QUERY_TERMS)
         self.term_stats.refresh(conn, revision)
         return bm25.search(conn, text, filters, k, self.term_stats, weights)

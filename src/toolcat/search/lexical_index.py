@@ -32,6 +32,7 @@ many times; one-shot commands never build an index (engine.py, ``POSTINGS_AFTER`
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import sqlite3
 from collections import Counter
@@ -50,6 +51,7 @@ CANDIDATE_FACTOR = 3
 MAX_REPEAT = 16
 # Term queries kept per revision (agents repeat words); forgotten past this many.
 QUERY_CACHE = 50_000
+ZEROS = itertools.repeat(0.0)  # what a tool lacking a term adds
 
 
 def candidates(k: int) -> int:
@@ -85,10 +87,10 @@ class TantivyIndex:
         self.weights: tuple[float, ...] = ()
         self.n_docs = 0
         self.doc_freq: dict[str, int] = {}
-        self.counts: dict[int, dict[str, float]] = {}  # row id -> term -> weighted count
-        self.norms: dict[int, float] = {}  # row id -> k1 * (1 - b + b * length / avgdl)
-        self._idf: dict[str, float] = {}
-        self._queries: dict[str, Any] = {}
+        # Row id -> term -> the term's whole bm25() contribution to that tool (IDF times
+        # the saturated, length-normalised weighted count): rescoring only adds numbers.
+        self.contributions: dict[int, dict[str, float]] = {}
+        self._queries: dict[str, Any] = {}  # term -> tantivy term query
         self._row_ids: list[int] = []  # doc id in the one segment -> row id
         self._searcher: Any = None
         self._schema: Any = None
@@ -136,13 +138,19 @@ class TantivyIndex:
         searcher = index.searcher()
         n_docs = len(lengths)
         avgdl = (sum(lengths.values()) / n_docs) if n_docs else 1.0
-        self.norms = {d: K1 * (1 - B + B * n / avgdl) for d, n in lengths.items()}
-        self.counts, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
+        idf = {}
+        for term, df in doc_freq.items():
+            value = math.log((n_docs - df + 0.5) / (df + 0.5))
+            idf[term] = (value if value > 0 else 1e-6) * (K1 + 1)
+        for doc, found in counts.items():
+            norm = K1 * (1 - B + B * lengths[doc] / avgdl)
+            counts[doc] = {t: idf[t] * f / (f + norm) for t, f in found.items()}
+        self.contributions, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
         # One writer thread and one commit make one segment with documents in the order
         # they were added; anything else is mapped through the "id" fast field.
         self._row_ids = row_ids if searcher.num_segments == 1 else []
         self._searcher, self._schema = searcher, index.schema
-        self._idf, self._queries = {}, {}
+        self._queries = {}
         self.revision, self.weights = revision, weights
 
     def terms(self, text: str, max_terms: int) -> list[str]:
@@ -157,32 +165,25 @@ class TantivyIndex:
         useful = [t for t in present if doc_freq[t] * 2 <= self.n_docs] or present
         return useful[:max_terms]
 
-    def _term(self, term: str) -> tuple[Any, float]:
-        """(tantivy's query for the term, FTS5's IDF of it), made once per revision."""
-        query = self._queries.get(term)
-        if query is None:
-            tantivy = tantivy_module()
-            if len(self._queries) > QUERY_CACHE:
-                self._queries, self._idf = {}, {}
-            query = tantivy.Query.term_query(self._schema, "body", term)
-            df = self.doc_freq[term]
-            idf = math.log((self.n_docs - df + 0.5) / (df + 0.5))
-            self._queries[term], self._idf[term] = query, idf if idf > 0 else 1e-6
-        return query, self._idf[term]
-
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score), best first (ties by row id)."""
-        terms = self.terms(text, max_terms)
+        return self.rank(self.terms(text, max_terms), k)
+
+    def rank(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them)."""
         if not terms:
             return []
         tantivy = tantivy_module()
         should = tantivy.Occur.Should
+        queries = self._queries
+        if len(queries) > QUERY_CACHE:
+            queries.clear()
         clauses = []
-        idf: dict[str, float] = {}  # term -> FTS5's IDF * (k1 + 1)
         for term in terms:
-            query, weight = self._term(term)
+            query = queries.get(term)
+            if query is None:
+                query = queries[term] = tantivy.Query.term_query(self._schema, "body", term)
             clauses.append((should, query))
-            idf[term] = weight * (K1 + 1)
         hits = self._searcher.search(
             tantivy.Query.boolean_query(clauses), candidates(k), count=False
         ).hits
@@ -191,17 +192,8 @@ class TantivyIndex:
             found = [row_ids[address.doc] for _, address in hits]
         else:
             found = self._searcher.fast_field_values("id", [address for _, address in hits])
-        counts, norms = self.counts, self.norms
-        scored = []
-        for doc in found:
-            count = counts[doc]
-            norm = norms[doc]
-            score = 0.0
-            for term in count.keys() & idf.keys():
-                f = count[term]
-                score += idf[term] * f / (f + norm)
-            scored.append((-score, doc))
-        scored.sort()
+        contributions = self.contributions
+        scored = sorted((-sum(map(contributions[doc].get, terms, ZEROS)), doc) for doc in found)
         return [(doc, -score) for score, doc in scored[:k]]
 
 
@@ -217,6 +209,11 @@ class LexicalIndex:
     @property
     def revision(self) -> int:
         return self.index.revision if self.index is not None else -1
+
+    @property
+    def doc_freq(self) -> dict[str, int]:
+        """How many tools hold each indexed term, at ``revision``."""
+        return self.index.doc_freq if self.index is not None else {}
 
     def current(self, revision: int, weights: Sequence[float]) -> bool:
         return self.index is not None and self.index.current(revision, weights)
