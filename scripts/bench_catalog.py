@@ -2,7 +2,17 @@
 
 BM25 is timed beside two peers in the same run, on the same tokenized text and queries:
 tantivy (Rust, via its Python bindings) and bm25s (numpy/scipy sparse matrices), both from
-the dev extra; ratios are toolcat's p50 over the peer's.
+the dev extra; ratios are toolcat's p50 over the peer's. What each side includes:
+
+- ``bm25_warm``: ``Catalog.search(q, k=10, mode="bm25")`` end to end in a process that has
+  searched before (read transaction, revision check, tokenizing and stemming the query,
+  ranking with the in-memory index, exact-name check, match signals, building the hits).
+- ``bm25_core``: the in-memory index alone (search/lexical_index.py) given the query's index
+  terms: tantivy's candidates and their exact FTS5 rescoring; ``postings_core``: the
+  pure-Python fallback given the same terms.
+- ``tantivy``: a pre-built query of the same terms (one field, every column, all of the
+  query's terms) asked for its top 10 (``count=False``, as toolcat asks); query parsing and
+  tokenizing are not timed. ``bm25s`` likewise.
 
 The workload is seeded and built from realistic tool text: the tools of ../shared/bench
 when present (about 8,300 public tool definitions), else the sample catalog, repeated with
@@ -34,6 +44,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from toolcat import Catalog, Tool, Toolkit  # noqa: E402
 from toolcat.registry.manifest import load_manifests  # noqa: E402
 from toolcat.search import bm25  # noqa: E402
+from toolcat.search.postings import PostingsIndex  # noqa: E402
 from toolcat.store.reader import Filters  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "bench"
@@ -129,17 +140,53 @@ def timed(fn: Any, runs: list[Any]) -> list[float]:
     return samples
 
 
-def agreement(queries: list[str], fast: Any, exact: Any) -> dict[str, float]:
-    """How often the two-phase ranking agrees with scoring every matching row."""
-    top1 = overlap = 0.0
+def agreement(
+    queries: list[str], fast: Any, exact: Any, prefix: str = "two_phase"
+) -> dict[str, float]:
+    """How often a ranking agrees with scoring every matching row in FTS5: same best tool,
+    the same top 10 in the same order, and the share of the exact top 10 it returns."""
+    top1 = same = overlap = 0.0
     for q in queries:
         a, b = [r for r, _ in fast(q)], [r for r, _ in exact(q)]
         top1 += a[:1] == b[:1]
+        same += a == b
         overlap += len(set(a) & set(b)) / max(len(b), 1)
     return {
-        "two_phase_top1_agreement": round(top1 / len(queries), 3),
-        "two_phase_top10_overlap": round(overlap / len(queries), 3),
+        f"{prefix}_top1_agreement": round(top1 / len(queries), 3),
+        f"{prefix}_top10_identical": round(same / len(queries), 3),
+        f"{prefix}_top10_overlap": round(overlap / len(queries), 3),
     }
+
+
+def lexical_costs(db: Path, queries: list[str], conn: sqlite3.Connection) -> dict[str, Any]:
+    """What the in-memory index costs a fresh process: the first query (FTS5), the query
+    that builds the index, and each index's build alone (inside one read transaction)."""
+    from toolcat.search.engine import POSTINGS_AFTER
+    from toolcat.search.lexical_index import TantivyIndex, tantivy_module
+    from toolcat.search.postings import PostingsIndex
+
+    out: dict[str, Any] = {}
+    with Catalog(db) as fresh:
+        start = time.perf_counter()
+        fresh.search(queries[0], k=10, mode="bm25")
+        out["first_query_ms"] = round((time.perf_counter() - start) * 1000, 2)
+        for q in queries[1 : POSTINGS_AFTER - 1]:
+            fresh.search(q, k=10, mode="bm25")
+        start = time.perf_counter()
+        fresh.search(queries[POSTINGS_AFTER - 1], k=10, mode="bm25")
+        out["index_building_query_ms"] = round((time.perf_counter() - start) * 1000, 2)
+        out["index_backend"] = fresh._search.postings.backend
+    builds = [("postings_build_s", PostingsIndex)]
+    if tantivy_module() is not None:
+        builds.insert(0, ("tantivy_index_build_s", TantivyIndex))
+    revision = int(conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0])
+    for key, kind in builds:
+        conn.execute("BEGIN")
+        start = time.perf_counter()
+        kind().build(conn, revision, bm25.DEFAULT_WEIGHTS)
+        out[key] = round(time.perf_counter() - start, 3)
+        conn.execute("COMMIT")
+    return out
 
 
 def raw_fts(conn: sqlite3.Connection, query: str) -> None:
@@ -194,7 +241,7 @@ def peer_bm25(conn: sqlite3.Connection, queries: list[str]) -> dict[str, Any]:
 
         def ask_tantivy(ts: list[str]) -> None:
             if ts:
-                searcher.search(parsed[" ".join(ts)], 10).hits  # noqa: B018
+                searcher.search(parsed[" ".join(ts)], 10, count=False).hits  # noqa: B018
 
         out["tantivy"] = percentiles(timed(ask_tantivy, terms))
     try:
@@ -239,7 +286,17 @@ def bench_size(
             return bm25.search(conn, q, Filters(), 10, stats, exact_postings=10**12)
 
         warm_bm25 = percentiles(timed(lambda q: catalog.search(q, k=10, mode="bm25"), qs))
+        lexical = catalog._search.postings.index  # built by the searches above
+        assert lexical is not None and lexical.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+        index_terms = {q: lexical.terms(q, bm25.MAX_QUERY_TERMS) for q in qs}
+        core = percentiles(timed(lambda q: lexical.rank(index_terms[q], 10), qs))
+        fallback = PostingsIndex()
+        conn.execute("BEGIN")
+        fallback.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+        conn.execute("COMMIT")
+        postings_core = percentiles(timed(lambda q: fallback.rank(index_terms[q], 10), qs))
         peers = peer_bm25(conn, qs)
+        tantivy_p50 = peers["tantivy"]["p50_ms"] if isinstance(peers.get("tantivy"), dict) else None
         result: dict[str, Any] = {
             "tools": size,
             "register_s": round(written - start, 3),
@@ -255,12 +312,17 @@ def bench_size(
                 timed(lambda q: catalog.search(q, k=10, tags=["odd"]), qs)
             ),
             "bm25_warm": warm_bm25,
+            "bm25_core": core,
+            "bm25_core_backend": type(lexical).__name__,
+            "postings_core": postings_core,
             **peers,
-            "bm25_over_tantivy": round(
-                warm_bm25["p50_ms"] / max(peers["tantivy"]["p50_ms"], 1e-9), 2
-            )
-            if "tantivy" in peers
-            else None,
+            "bm25_over_tantivy": ratio(warm_bm25, tantivy_p50),
+            "bm25_core_over_tantivy": ratio(core, tantivy_p50),
+            "postings_core_over_tantivy": ratio(postings_core, tantivy_p50),
+            **agreement(
+                qs, lambda q: lexical.search(q, 10, bm25.MAX_QUERY_TERMS), one_phase, "lexical"
+            ),
+            **lexical_costs(db, qs, conn),
             "raw_fts5": percentiles(timed(lambda q: raw_fts(conn, q), qs)),
             "bm25_module": percentiles(
                 timed(lambda q: bm25.search(conn, q, Filters(), 10, stats), qs)
@@ -276,6 +338,23 @@ def bench_size(
     if size <= 1000:
         result["cold_cli_list_json"] = cold_cli(db)
     return result
+
+
+def ratio(ours: dict[str, float], peer_p50: float | None) -> float | None:
+    return round(ours["p50_ms"] / max(peer_p50, 1e-9), 2) if peer_p50 else None
+
+
+def import_ms(module: str) -> float | None:
+    """Cumulative import time of ``module`` in a fresh interpreter (-X importtime)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        return None
+    last = [line for line in done.stderr.splitlines() if line.rstrip().endswith(f" {module}")]
+    return round(int(last[-1].split("|")[1]) / 1000, 1) if last else None
 
 
 def cold_cli(db: Path, runs: int = 15) -> dict[str, float]:
@@ -303,6 +382,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print JSON only.")
     args = parser.parse_args()
     pool, queries = tool_pool()
+    imports = {"tantivy_import_ms": import_ms("tantivy")}
+    if not args.json:
+        print(json.dumps(imports), flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
@@ -311,7 +393,7 @@ def main() -> None:
             if not args.json:
                 print(json.dumps(result), flush=True)
     if args.json:
-        print(json.dumps({"pool_tools": len(pool), "results": results}, indent=2))
+        print(json.dumps({"pool_tools": len(pool), **imports, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -92,7 +92,11 @@ class PostingsIndex:
 
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score), best first (ties by row id)."""
-        terms = sorted(self.terms(text, max_terms), key=lambda t: -self.bound[t])
+        return self.rank(self.terms(text, max_terms), k)
+
+    def rank(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them)."""
+        terms = sorted(terms, key=lambda t: -self.bound[t])
         if not terms:
             return []
         remaining = [0.0] * (len(terms) + 1)  # remaining[i]: bounds of terms[i:] summed

@@ -1,0 +1,179 @@
+"""The tantivy-backed index returns FTS5's exact scores and (nearly always) FTS5's ranking,
+is never served at another revision, and gives way to the pure-Python postings where
+tantivy cannot be imported."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from tests.search.test_postings import bench_toolkits, exact_fts5
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import bm25
+from toolcat.search.engine import POSTINGS_AFTER
+from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, candidates, repeats
+from toolcat.search.postings import PostingsIndex
+
+pytest.importorskip("tantivy")
+
+
+def built(catalog: Catalog) -> TantivyIndex:
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    return index
+
+
+def test_scores_are_fts5s_and_rankings_agree_on_real_tools(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits()
+    catalog.register(kits)
+    index = built(catalog)
+    rng = random.Random(11)
+    queries += [" ".join(rng.sample(q.split(), min(3, len(q.split())))) for q in queries[:50]]
+    identical = overlap = 0.0
+    for query in queries:
+        expected = exact_fts5(catalog, query, 10)
+        got = index.search(query, 10, bm25.MAX_QUERY_TERMS)
+        # Every returned score is the one FTS5 gives that tool (exact rescoring) ...
+        fts5 = dict(exact_fts5(catalog, query, 1000))
+        for row_id, score in got:
+            assert score == pytest.approx(fts5[row_id], abs=1e-6), query
+        # ... the best tool is FTS5's best (up to ties) ...
+        if expected:
+            assert got[0][1] == pytest.approx(expected[0][1], abs=1e-6), query
+        identical += [i for i, _ in got] == [i for i, _ in expected]
+        shared = {i for i, _ in got} & {i for i, _ in expected}
+        overlap += len(shared) / len(expected) if expected else got == []
+    # ... and the top 10 is FTS5's in all but a few long queries (tantivy's own BM25 picks
+    # the candidates: a tool FTS5 ranks 10th can fall outside them).
+    assert identical / len(queries) >= 0.97
+    assert overlap / len(queries) >= 0.995
+
+
+def test_top_k_matches_the_postings_index_for_every_k(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(600)
+    catalog.register(kits)
+    index = built(catalog)
+    postings = PostingsIndex()
+    with catalog._snapshot() as conn:
+        postings.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    for k in (1, 3, 50):
+        assert candidates(k) >= k + 20
+        for query in queries[:60]:
+            got = index.search(query, k, bm25.MAX_QUERY_TERMS)
+            want = postings.search(query, k, bm25.MAX_QUERY_TERMS)
+            assert len(got) == len(want)
+            assert got[0] == pytest.approx(want[0]) if want else got == []
+
+
+def test_several_segments_map_through_the_id_field(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    index = built(catalog)
+    by_position = [index.search(q, 10, bm25.MAX_QUERY_TERMS) for q in queries[:40]]
+    index._row_ids = []  # as when tantivy wrote more than one segment
+    assert [index.search(q, 10, bm25.MAX_QUERY_TERMS) for q in queries[:40]] == by_position
+
+
+def test_column_weights_become_repeats() -> None:
+    assert repeats(bm25.DEFAULT_WEIGHTS) == [8, 4, 3, 1, 1]
+    assert repeats((1.0, 0.0, 100.0)) == [1, 0, 16]
+    assert repeats((0.0, 0.0)) == [0, 0]
+
+
+def test_a_change_from_another_connection_is_never_answered_from_the_old_index(
+    db_path: Path,
+) -> None:
+    with Catalog(db_path) as server, Catalog(db_path) as admin:
+        server.register(SAMPLE_TOOLKITS)
+        for _ in range(POSTINGS_AFTER):
+            before = server.search("wipe a file for good", mode="bm25", k=3)
+        engine = server._search
+        assert engine.postings.backend == "tantivy"
+        assert engine.postings.current(server.revision, bm25.DEFAULT_WEIGHTS)
+        assert "shredder.shred_file" not in [h.tool.id for h in before.hits]
+        admin.register(
+            Toolkit(
+                name="shredder",
+                version="1",
+                tools=[Tool(name="shred_file", description="Wipe a file for good")],
+            )
+        )
+        after = server.search("wipe a file for good", mode="bm25", k=3)
+        assert after.revision == admin.revision > before.revision
+        assert after.hits[0].tool.id == "shredder.shred_file"
+        # The index of the old revision is still in memory, but was not asked: FTS5 was.
+        assert engine.postings.revision == before.revision
+        for _ in range(POSTINGS_AFTER):
+            again = server.search("wipe a file for good", mode="bm25", k=3)
+        assert engine.postings.revision == admin.revision
+        assert [h.tool.id for h in again.hits] == [h.tool.id for h in after.hits]
+        # Removing the tool: gone from the next answer, whichever path gives it.
+        admin.remove("shredder")
+        gone = server.search("wipe a file for good", mode="bm25", k=3)
+        assert "shredder.shred_file" not in [h.tool.id for h in gone.hits]
+
+
+def test_failed_build_leaves_nothing_to_serve(catalog: Catalog) -> None:
+    catalog.register(SAMPLE_TOOLKITS)
+    index = LexicalIndex("tantivy")
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    assert index.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+    with catalog._snapshot() as conn, pytest.raises(ValueError):
+        index.build(conn, catalog.revision + 1, (1.0, 2.0))  # wrong column count
+    assert index.index is None
+    assert not index.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+
+
+FALLBACK = """
+import json, sys
+sys.modules["tantivy"] = None  # as if it were not installed
+from toolcat import Catalog
+with Catalog({db!r}) as catalog:
+    ranked = [
+        [(h.tool.id, h.score) for h in catalog.search(q, mode="bm25", k=5).hits]
+        for q in {queries!r} for _ in range(2)
+    ]
+    print(json.dumps({{"backend": catalog._search.postings.backend, "ranked": ranked}}))
+"""
+
+
+def test_without_tantivy_the_postings_index_serves_the_same_hits(tmp_path: Path) -> None:
+    db = tmp_path / "catalog.db"
+    queries = ["delete a file", "convert units of temperature", "send an email to a user"]
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        ranked = [
+            [(h.tool.id, h.score) for h in catalog.search(q, mode="bm25", k=5).hits]
+            for q in queries
+            for _ in range(2)
+        ]
+        assert catalog._search.postings.backend == "tantivy"
+    out = subprocess.run(
+        [sys.executable, "-c", FALLBACK.format(db=str(db), queries=queries)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fallback = json.loads(out.strip().splitlines()[-1])
+    assert fallback["backend"] == "postings"
+    assert fallback["ranked"] == [[list(hit) for hit in hits] for hits in ranked]
+
+
+def test_a_one_shot_search_never_imports_tantivy(tmp_path: Path) -> None:
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    code = (
+        f"import sys, toolcat\ntoolcat.Catalog({str(db)!r}).search('convert units', "
+        "mode='bm25')\nprint('tantivy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
