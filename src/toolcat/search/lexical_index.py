@@ -7,22 +7,31 @@ stamped with the catalog revision it was built at; a search at any other revisio
 it, and it lives only in the process's memory, so there is nothing on disk that a
 ``kill -9`` could tear.
 
-How it ranks: tantivy (Rust) picks the best ``candidates(k)`` tools for the query's terms
-from one text field in which each column's tokens are repeated in proportion to its weight
-(name 8x, hint 4x, description 3x, parameters and tags once), and those candidates are then
-scored exactly as FTS5's ``bm25()`` scores them (same IDF, weighted term frequencies, length
-normalisation over unweighted lengths) from per-tool term counts kept here. The scores
-returned are therefore FTS5's; the ranking is FTS5's whenever FTS5's top ``k`` lie within
-tantivy's top ``candidates(k)``: measured by scripts/bench_catalog.py (``lexical_top10_*``:
-identical top 10 for ~99% of long benchmark queries and top-10 overlap above 0.99 at 10k
-tools), and bounded below by tests/search/test_lexical_index.py on real tools.
+How it ranks. The scores returned are exactly FTS5's ``bm25()`` with the catalog's column
+weights, and so is the ranking, certified per query:
+
+1. tantivy (Rust) holds one text field per tool, built so that tantivy's own BM25 score of
+   a tool is an upper bound of FTS5's, and a close one (within 1% at the median, 5% at
+   worst, measured). Each column's tokens are repeated in proportion to its weight (name
+   8x, hint 4x, description 3x, parameters and tags once), so tantivy's term frequency is
+   FTS5's weighted one times ``s`` (= 2); each tool is padded with a filler token and
+   empty documents are added so that tantivy's length normalisation, ``K'``, is ``s``
+   times FTS5's, ``K``, (then ``s*f / (s*f + K')`` = ``f / (f + K)``); lengths are rounded
+   down, and tantivy's one-byte length codes round down too, so the bound holds; each term
+   query is boosted by FTS5's IDF over tantivy's.
+2. tantivy returns its best ``k + EXTRA`` tools; they are rescored exactly from the terms'
+   ``bm25()`` contributions kept here (Python dicts, built with the index).
+3. If the ``k``-th exact score beats tantivy's score of the last tool returned, no tool
+   outside them can reach the top ``k`` (its exact score is at most its tantivy score):
+   the top ``k`` is FTS5's. Otherwise tantivy is asked for four times as many and the test
+   is repeated (about 4% of long benchmark queries at 10k tools need a second round).
 
 Why this and not the alternatives (measured at 10k tools, same run, long benchmark queries,
 README "Catalog: registration, list, BM25 search"): the pure-Python MaxScore index ranks in
-~0.5 ms, ten times tantivy; tantivy's own BM25 ranking (per-field boosts or repeated tokens)
-is ~1.5x faster still than this, but its IDF, saturation and quantised lengths differ from
-FTS5's, so its top 10 agreed with FTS5's for only ~14% of queries and scores fed to hybrid
-fusion would change. Rescoring ``candidates(k)`` tools costs a few microseconds each.
+~0.5 ms, ten times tantivy; tantivy ranking with its own BM25 and the columns as repeated
+tokens kept FTS5's top 10 for only 14% of queries, and using it as is would lower nDCG@10 on
+three of seven benchmark sources; rescoring its top 30 without the bound kept the top 10 for
+98% of queries at 0.15 ms; the bound makes it exact with ~14 rescored tools (~0.1 ms).
 
 tantivy is an optional dependency (``pip install 'toolcat[fast]'``): a 17 MB compiled wheel
 that needs Python 3.11 in its current release and pays off only in processes that search
@@ -44,19 +53,20 @@ from .tokenize import tokenize
 
 K1 = 1.2
 B = 0.75
-# Tools tantivy hands over for exact scoring, for a top ``k``: k plus this many, at least.
-EXTRA_CANDIDATES = 20
-CANDIDATE_FACTOR = 3
+# Tools tantivy hands over for exact scoring, for a top ``k``: k plus this many, then four
+# times as many each round until the top k is certified (or this many tools were rescored).
+EXTRA_CANDIDATES = 4
+MAX_CANDIDATES = 4096
+# Column weights that are not multiples of the lightest: no bound, a fixed depth instead.
+UNBOUNDED_CANDIDATES = 30
+# tantivy scores in 32-bit floats: the bound is trusted up to this relative error.
+SLACK = 1e-4
+FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces it
 # A column's tokens are repeated round(weight / the smallest weight) times, at most this.
 MAX_REPEAT = 16
 # Term queries kept per revision (agents repeat words); forgotten past this many.
 QUERY_CACHE = 50_000
 ZEROS = itertools.repeat(0.0)  # what a tool lacking a term adds
-
-
-def candidates(k: int) -> int:
-    """How many tools tantivy proposes for an exact top ``k``."""
-    return max(k + EXTRA_CANDIDATES, CANDIDATE_FACTOR * k)
 
 
 @functools.cache
@@ -90,6 +100,9 @@ class TantivyIndex:
         # Row id -> term -> the term's whole bm25() contribution to that tool (IDF times
         # the saturated, length-normalised weighted count): rescoring only adds numbers.
         self.contributions: dict[int, dict[str, float]] = {}
+        self.bounded = False  # tantivy's scores bound FTS5's (weights are multiples)
+        self.rounds: Counter[int] = Counter()  # queries by rounds needed (0: uncertified)
+        self._boost: dict[str, float] = {}  # term -> FTS5's IDF / tantivy's
         self._queries: dict[str, Any] = {}  # term -> tantivy term query
         self._row_ids: list[int] = []  # doc id in the one segment -> row id
         self._searcher: Any = None
@@ -102,6 +115,42 @@ class TantivyIndex:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
         tantivy = tantivy_module()
         weights = tuple(weights)
+        times = repeats(weights)
+        unit = min([w for w in weights if w > 0], default=1.0)
+        scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
+        bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
+        rows = conn.execute(
+            "SELECT rowid, name, hint, description, params, tags FROM tools_fts"
+        ).fetchall()
+        counts: dict[int, dict[str, float]] = {}
+        lengths: list[int] = []  # FTS5's: every token once
+        repeated: list[int] = []  # tantivy's before padding
+        doc_freq: Counter[str] = Counter()
+        for row in rows:
+            found: dict[str, float] = {}
+            length = tokens_in = 0
+            for weight, repeat, text in zip(weights, times, row[1:], strict=True):
+                if not text:
+                    continue
+                tokens = text.split()
+                length += len(tokens)
+                tokens_in += repeat * len(tokens)
+                for token, n in Counter(tokens).items():  # counted in C, added per distinct
+                    found[token] = found.get(token, 0.0) + weight * n
+            doc_freq.update(found.keys())
+            counts[row[0]] = found
+            lengths.append(length)
+            repeated.append(tokens_in)
+        n_docs = len(rows)
+        avgdl = (sum(lengths) / n_docs) if n_docs else 1.0
+        # tantivy's length normalisation must be ``scale`` times FTS5's: a tool's length
+        # over tantivy's average must be ``offset + scale * length / avgdl``.
+        offset = (scale - 1) * (1 - B) / B
+        wanted = [offset + scale * n / avgdl for n in lengths]
+        per_unit = math.ceil(
+            max([r / w for r, w in zip(repeated, wanted, strict=True) if w], default=1.0)
+        )
+        per_unit = max(per_unit, 1)
         builder = tantivy.SchemaBuilder()
         builder.add_integer_field("id", stored=False, indexed=False, fast=True)
         builder.add_text_field(
@@ -109,48 +158,43 @@ class TantivyIndex:
         )
         index = tantivy.Index(builder.build())
         writer = index.writer(heap_size=256_000_000, num_threads=1)
-        times = repeats(weights)
-        counts: dict[int, dict[str, float]] = {}
-        lengths: dict[int, int] = {}
-        doc_freq: Counter[str] = Counter()
-        row_ids: list[int] = []
-        rows = conn.execute("SELECT rowid, name, hint, description, params, tags FROM tools_fts")
-        for row in rows:
-            doc = row[0]
-            found: dict[str, float] = {}
-            length = 0
-            body: list[str] = []
-            for weight, repeat, text in zip(weights, times, row[1:], strict=True):
-                if not text:
-                    continue
-                tokens = text.split()
-                length += len(tokens)
-                for token, n in Counter(tokens).items():  # counted in C, added per distinct
-                    found[token] = found.get(token, 0.0) + weight * n
-                body += [text] * repeat
-            doc_freq.update(found.keys())
-            counts[doc], lengths[doc] = found, length
-            row_ids.append(doc)
-            writer.add_document(tantivy.Document(id=doc, body=" ".join(body)))
+        total = 0
+        for row, tokens_in, want in zip(rows, repeated, wanted, strict=True):
+            body = [
+                text
+                for repeat, text in zip(times, row[1:], strict=True)
+                for _ in range(repeat)
+                if text
+            ]
+            padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in
+            if padded > tokens_in:
+                body.append(" ".join([FILLER] * (padded - tokens_in)))
+            total += padded
+            writer.add_document(tantivy.Document(id=row[0], body=" ".join(body)))
+        if bounded:
+            # Empty documents bring tantivy's average length up to ``per_unit`` (not past).
+            for _ in range(max(0, total // per_unit - n_docs)):
+                writer.add_document(tantivy.Document(id=-1))
         writer.commit()
         writer.wait_merging_threads()
         index.reload()
         searcher = index.searcher()
-        n_docs = len(lengths)
-        avgdl = (sum(lengths.values()) / n_docs) if n_docs else 1.0
-        idf = {}
+        everyone = searcher.num_docs
+        idf: dict[str, float] = {}
+        boost: dict[str, float] = {}
         for term, df in doc_freq.items():
             value = math.log((n_docs - df + 0.5) / (df + 0.5))
-            idf[term] = (value if value > 0 else 1e-6) * (K1 + 1)
-        for doc, found in counts.items():
-            norm = K1 * (1 - B + B * lengths[doc] / avgdl)
-            counts[doc] = {t: idf[t] * f / (f + norm) for t, f in found.items()}
+            idf[term] = value if value > 0 else 1e-6
+            boost[term] = idf[term] / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
+        for (doc, found), length in zip(counts.items(), lengths, strict=True):
+            norm = K1 * (1 - B + B * length / avgdl)
+            counts[doc] = {t: idf[t] * (K1 + 1) * f / (f + norm) for t, f in found.items()}
         self.contributions, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
+        self.bounded, self._boost, self._queries = bounded, boost, {}
         # One writer thread and one commit make one segment with documents in the order
         # they were added; anything else is mapped through the "id" fast field.
-        self._row_ids = row_ids if searcher.num_segments == 1 else []
+        self._row_ids = [row[0] for row in rows] if searcher.num_segments == 1 else []
         self._searcher, self._schema = searcher, index.schema
-        self._queries = {}
         self.revision, self.weights = revision, weights
 
     def terms(self, text: str, max_terms: int) -> list[str]:
@@ -182,18 +226,31 @@ class TantivyIndex:
         for term in terms:
             query = queries.get(term)
             if query is None:
-                query = queries[term] = tantivy.Query.term_query(self._schema, "body", term)
+                query = tantivy.Query.term_query(self._schema, "body", term)
+                query = queries[term] = tantivy.Query.boost_query(query, self._boost[term])
             clauses.append((should, query))
-        hits = self._searcher.search(
-            tantivy.Query.boolean_query(clauses), candidates(k), count=False
-        ).hits
-        if self._row_ids:
-            row_ids = self._row_ids
-            found = [row_ids[address.doc] for _, address in hits]
-        else:
-            found = self._searcher.fast_field_values("id", [address for _, address in hits])
+        query = tantivy.Query.boolean_query(clauses)
         contributions = self.contributions
-        scored = sorted((-sum(map(contributions[doc].get, terms, ZEROS)), doc) for doc in found)
+        depth = k + EXTRA_CANDIDATES if self.bounded else max(k, UNBOUNDED_CANDIDATES)
+        rounds = 0
+        while True:
+            rounds += 1
+            hits = self._searcher.search(query, depth, count=False).hits
+            if self._row_ids:
+                row_ids = self._row_ids
+                found = [row_ids[address.doc] for _, address in hits]
+            else:
+                found = self._searcher.fast_field_values("id", [a for _, a in hits])
+            scored = sorted((-sum(map(contributions[doc].get, terms, ZEROS)), doc) for doc in found)
+            if len(hits) < depth:  # every matching tool was rescored
+                break
+            if self.bounded and -scored[k - 1][0] > hits[-1][0] * (1 + SLACK):
+                break  # no tool left out scores above the k-th
+            if not self.bounded or depth >= MAX_CANDIDATES:
+                rounds = 0  # best effort, not certified
+                break
+            depth = min(depth * 4, MAX_CANDIDATES)
+        self.rounds[rounds] += 1
         return [(doc, -score) for score, doc in scored[:k]]
 
 
