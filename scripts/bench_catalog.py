@@ -289,7 +289,9 @@ def bench_size(
         lexical = catalog._search.postings.index  # built by the searches above
         assert lexical is not None and lexical.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
         index_terms = {q: lexical.terms(q, bm25.MAX_QUERY_TERMS) for q in qs}
+        rounds_before = dict(getattr(lexical, "rounds", {}))
         core = percentiles(timed(lambda q: lexical.rank(index_terms[q], 10), qs))
+        rounds = {n: c - rounds_before.get(n, 0) for n, c in getattr(lexical, "rounds", {}).items()}
         fallback = PostingsIndex()
         conn.execute("BEGIN")
         fallback.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
@@ -314,6 +316,9 @@ def bench_size(
             "bm25_warm": warm_bm25,
             "bm25_core": core,
             "bm25_core_backend": type(lexical).__name__,
+            # Core queries by tantivy rounds needed to certify the exact top 10 (0: not
+            # certified, best effort).
+            "bm25_core_rounds": {str(n): c for n, c in sorted(rounds.items()) if c},
             "postings_core": postings_core,
             **peers,
             "bm25_over_tantivy": ratio(warm_bm25, tantivy_p50),

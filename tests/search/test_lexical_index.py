@@ -194,3 +194,26 @@ def test_a_one_shot_search_never_imports_tantivy(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_tantivy_that_fails_to_build_gives_way_to_the_postings(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog.register(SAMPLE_TOOLKITS)
+    for _ in range(POSTINGS_AFTER):
+        catalog.search("delete a file", mode="bm25", k=5)
+    assert catalog._search.postings.backend == "tantivy"
+    catalog.register(Toolkit(name="extra", version="1", tools=[Tool(name="noop", description="x")]))
+
+    def old_tantivy(*_: object) -> None:
+        raise AttributeError("'Searcher' object has no attribute 'fast_field_values'")
+
+    monkeypatch.setattr(TantivyIndex, "build", old_tantivy)
+    for _ in range(POSTINGS_AFTER):
+        got = catalog.search("delete a file", mode="bm25", k=5)
+    lexical = catalog._search.postings
+    assert lexical.backend == "postings" and "fast_field_values" in lexical.error
+    assert isinstance(lexical.index, PostingsIndex)
+    assert lexical.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+    expected = exact_fts5(catalog, "delete a file", 5)
+    assert [h.score for h in got.hits] == pytest.approx([round(s, 6) for _, s in expected])

@@ -61,6 +61,7 @@ MAX_CANDIDATES = 4096
 UNBOUNDED_CANDIDATES = 30
 # tantivy scores in 32-bit floats: the bound is trusted up to this relative error.
 SLACK = 1e-4
+COLUMNS = ("name", "hint", "description", "params", "tags")  # of tools_fts
 FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces it
 # A column's tokens are repeated round(weight / the smallest weight) times, at most this.
 MAX_REPEAT = 16
@@ -119,9 +120,7 @@ class TantivyIndex:
         unit = min([w for w in weights if w > 0], default=1.0)
         scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
-        rows = conn.execute(
-            "SELECT rowid, name, hint, description, params, tags FROM tools_fts"
-        ).fetchall()
+        rows = conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts").fetchall()
         counts: dict[int, dict[str, float]] = {}
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
@@ -262,6 +261,7 @@ class LexicalIndex:
     def __init__(self, backend: str | None = None) -> None:
         self.backend = backend  # "tantivy", "postings", or None: tantivy when importable
         self.index: TantivyIndex | PostingsIndex | None = None
+        self.error = ""  # why tantivy was given up, if it was
 
     @property
     def revision(self) -> int:
@@ -280,7 +280,18 @@ class LexicalIndex:
         if self.backend is None:
             self.backend = "tantivy" if tantivy_module() is not None else "postings"
         self.index = None  # a stale index is never served, nor kept while its successor builds
-        index = TantivyIndex() if self.backend == "tantivy" else PostingsIndex()
+        if self.backend == "tantivy" and len(weights) == len(COLUMNS):
+            tantivy_index = TantivyIndex()
+            try:
+                tantivy_index.build(conn, revision, weights)
+            except (AttributeError, TypeError, ValueError, OSError) as e:
+                # A tantivy release whose API differs from the one this was written for
+                # (0.27): search on with the pure-Python index, which scores the same.
+                self.backend, self.error = "postings", f"tantivy index: {e}"
+            else:
+                self.index = tantivy_index
+                return
+        index = PostingsIndex()
         index.build(conn, revision, weights)
         self.index = index
 
