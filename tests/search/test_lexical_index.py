@@ -217,3 +217,30 @@ def test_a_tantivy_that_fails_to_build_gives_way_to_the_postings(
     assert lexical.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
     expected = exact_fts5(catalog, "delete a file", 5)
     assert [h.score for h in got.hits] == pytest.approx([round(s, 6) for _, s in expected])
+
+
+def test_weights_that_are_not_multiples_still_give_fts5s_scores(catalog: Catalog) -> None:
+    from toolcat.store.reader import Filters
+
+    kits, queries = bench_toolkits(600)
+    catalog.register(kits)
+    weights = (4.0, 2.0, 1.3, 0.5, 0.7)
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, weights)
+    assert not index.bounded
+    stats = bm25.TermStats()
+    stats.refresh(catalog._conn, catalog.revision)
+    same = 0
+    for query in queries[:80]:
+        expected = bm25.search(
+            catalog._conn, query, Filters(), 10, stats, weights, exact_postings=10**12
+        )
+        everything = dict(
+            bm25.search(catalog._conn, query, Filters(), 1000, stats, weights, 10**12)
+        )
+        got = index.search(query, 10, bm25.MAX_QUERY_TERMS)
+        for row_id, score in got:
+            assert score == pytest.approx(everything[row_id], abs=1e-6)
+        same += [i for i, _ in got] == [i for i, _ in expected]
+    assert same >= 0.9 * 80  # no certificate here: a fixed depth of candidates

@@ -46,7 +46,7 @@ import math
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from .postings import PostingsIndex
 from .tokenize import tokenize
@@ -78,6 +78,13 @@ def tantivy_module() -> Any:
     except ImportError:
         return None
     return tantivy
+
+
+def _body(times: Sequence[int], texts: Sequence[str]) -> str:
+    """tantivy's one field: each column's tokens ``times`` over."""
+    return " ".join(
+        [text for repeat, text in zip(times, texts, strict=True) for _ in range(repeat) if text]
+    )
 
 
 def repeats(weights: Sequence[float]) -> list[int]:
@@ -121,25 +128,26 @@ class TantivyIndex:
         scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
         rows = conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts").fetchall()
+        # Per tool: term -> ``scale`` times FTS5's weighted count (tantivy's count).
         counts: dict[int, dict[str, float]] = {}
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
         doc_freq: Counter[str] = Counter()
         for row in rows:
-            found: dict[str, float] = {}
-            length = tokens_in = 0
-            for weight, repeat, text in zip(weights, times, row[1:], strict=True):
-                if not text:
-                    continue
-                tokens = text.split()
-                length += len(tokens)
-                tokens_in += repeat * len(tokens)
-                for token, n in Counter(tokens).items():  # counted in C, added per distinct
-                    found[token] = found.get(token, 0.0) + weight * n
+            texts = [text or "" for text in row[1:]]
+            lengths.append(sum(len(text.split()) for text in texts))
+            if bounded:  # the repeated columns hold the weighted counts: count them in C
+                tokens = _body(times, texts).split()
+                found = cast(dict[str, float], Counter(tokens))  # int counts: float's subset
+                repeated.append(len(tokens))
+            else:
+                found = {}
+                for weight, text in zip(weights, texts, strict=True):
+                    for token, n in Counter(text.split()).items():
+                        found[token] = found.get(token, 0.0) + weight * n * scale
+                repeated.append(sum(r * len(t.split()) for r, t in zip(times, texts, strict=True)))
             doc_freq.update(found.keys())
             counts[row[0]] = found
-            lengths.append(length)
-            repeated.append(tokens_in)
         n_docs = len(rows)
         avgdl = (sum(lengths) / n_docs) if n_docs else 1.0
         # tantivy's length normalisation must be ``scale`` times FTS5's: a tool's length
@@ -159,17 +167,12 @@ class TantivyIndex:
         writer = index.writer(heap_size=256_000_000, num_threads=1)
         total = 0
         for row, tokens_in, want in zip(rows, repeated, wanted, strict=True):
-            body = [
-                text
-                for repeat, text in zip(times, row[1:], strict=True)
-                for _ in range(repeat)
-                if text
-            ]
+            body = _body(times, [text or "" for text in row[1:]])
             padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in
             if padded > tokens_in:
-                body.append(" ".join([FILLER] * (padded - tokens_in)))
+                body += (" " + FILLER) * (padded - tokens_in)
             total += padded
-            writer.add_document(tantivy.Document(id=row[0], body=" ".join(body)))
+            writer.add_document(tantivy.Document(id=row[0], body=body))
         if bounded:
             # Empty documents bring tantivy's average length up to ``per_unit`` (not past).
             for _ in range(max(0, total // per_unit - n_docs)):
@@ -185,9 +188,12 @@ class TantivyIndex:
             value = math.log((n_docs - df + 0.5) / (df + 0.5))
             idf[term] = value if value > 0 else 1e-6
             boost[term] = idf[term] / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
+        for term, value in idf.items():
+            idf[term] = value * (K1 + 1)
         for (doc, found), length in zip(counts.items(), lengths, strict=True):
-            norm = K1 * (1 - B + B * length / avgdl)
-            counts[doc] = {t: idf[t] * (K1 + 1) * f / (f + norm) for t, f in found.items()}
+            # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
+            norm = scale * K1 * (1 - B + B * length / avgdl)
+            counts[doc] = {t: idf[t] * f / (f + norm) for t, f in found.items()}
         self.contributions, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
         self.bounded, self._boost, self._queries = bounded, boost, {}
         # One writer thread and one commit make one segment with documents in the order
