@@ -19,6 +19,7 @@ from toolcat.search import bm25
 from toolcat.search.engine import POSTINGS_AFTER
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, repeats
 from toolcat.search.postings import PostingsIndex
+from toolcat.search.tokenize import tokenize
 
 pytest.importorskip("tantivy")
 
@@ -244,3 +245,20 @@ def test_weights_that_are_not_multiples_still_give_fts5s_scores(catalog: Catalog
             assert score == pytest.approx(everything[row_id], abs=1e-6)
         same += [i for i, _ in got] == [i for i, _ in expected]
     assert same >= 0.9 * 80  # no certificate here: a fixed depth of candidates
+
+
+def test_term_statistics_come_from_the_index_once_built(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(400)
+    catalog.register(kits)
+    for query in queries[:POSTINGS_AFTER]:
+        catalog.search(query, mode="bm25")
+    stats = catalog._search.term_stats
+    assert stats.complete and stats.revision == catalog.revision
+    fresh = bm25.TermStats()
+    fresh.refresh(catalog._conn, catalog.revision)
+    terms = [*sorted({t for q in queries[:40] for t in tokenize(q)}), "zzzabsentterm"]
+    assert stats.lookup(catalog._conn, terms) == fresh.lookup(catalog._conn, terms)
+    assert (stats.n_docs, stats.total_tokens) == (fresh.n_docs, fresh.total_tokens)
+    catalog.register(Toolkit(name="late", version="1", tools=[Tool(name="x", description="y")]))
+    catalog.search(queries[0], mode="bm25")  # FTS5 again: the revision moved
+    assert not stats.complete and stats.revision == catalog.revision

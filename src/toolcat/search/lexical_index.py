@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import itertools
 import math
 import sqlite3
 from collections import Counter
@@ -72,7 +71,6 @@ FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces 
 MAX_REPEAT = 16
 # Term queries kept per revision (agents repeat words); forgotten past this many.
 QUERY_CACHE = 50_000
-ZEROS = itertools.repeat(0.0)  # what a tool lacking a term adds
 
 
 @functools.cache
@@ -241,6 +239,7 @@ class TantivyIndex:
             clauses.append((should, query))
         query = tantivy.Query.boolean_query(clauses)
         contributions = self.contributions
+        wanted = frozenset(terms)
         bounded = self.bounded
         depth = k + EXTRA_CANDIDATES if bounded else max(k, UNBOUNDED_CANDIDATES)
         rounds = 0
@@ -261,7 +260,8 @@ class TantivyIndex:
                 if bounded and len(best) == k and best[0][0] > bound * (1 + SLACK):
                     certified = True
                     break
-                entry = (sum(map(contributions[doc].get, terms, ZEROS)), -doc)
+                known = contributions[doc]  # the few query terms the tool has, summed in C
+                entry = (sum(map(known.__getitem__, known.keys() & wanted)), -doc)
                 if len(best) < k:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
