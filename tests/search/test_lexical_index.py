@@ -262,3 +262,17 @@ def test_term_statistics_come_from_the_index_once_built(catalog: Catalog) -> Non
     catalog.register(Toolkit(name="late", version="1", tools=[Tool(name="x", description="y")]))
     catalog.search(queries[0], mode="bm25")  # FTS5 again: the revision moved
     assert not stats.complete and stats.revision == catalog.revision
+
+
+def test_empty_and_tiny_catalogs(catalog: Catalog) -> None:
+    index = built(catalog)
+    assert index.search("anything at all", 10, bm25.MAX_QUERY_TERMS) == []
+    catalog.register(
+        Toolkit(name="one", version="1", tools=[Tool(name="read_file", description="Read a file")])
+    )
+    index = built(catalog)
+    got = index.search("read the file", 10, bm25.MAX_QUERY_TERMS)
+    assert [s for _, s in got] == pytest.approx(
+        [s for _, s in exact_fts5(catalog, "read the file", 10)]
+    )
+    assert len(got) == 1

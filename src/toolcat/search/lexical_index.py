@@ -67,6 +67,9 @@ UNBOUNDED_CANDIDATES = 30
 SLACK = 1e-4
 COLUMNS = ("name", "hint", "description", "params", "tags")  # of tools_fts
 FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces it
+# Mean tokens per tool in tantivy after padding beyond which the bound is given up (the
+# benchmark catalogs need ~190; a catalog of long texts with a few name-only tools more).
+MAX_PADDED_LENGTH = 4000
 # A column's tokens are repeated round(weight / the smallest weight) times, at most this.
 MAX_REPEAT = 16
 # Term queries kept per revision (agents repeat words); forgotten past this many.
@@ -161,6 +164,8 @@ class TantivyIndex:
             max([r / w for r, w in zip(repeated, wanted, strict=True) if w], default=1.0)
         )
         per_unit = max(per_unit, 1)
+        if per_unit * (offset + scale) > MAX_PADDED_LENGTH:
+            bounded = False  # padding would cost more than it saves: a fixed depth instead
         builder = tantivy.SchemaBuilder()
         builder.add_integer_field("id", stored=False, indexed=False, fast=True)
         builder.add_text_field(
