@@ -87,9 +87,9 @@ def tantivy_module() -> Any:
 
 
 def _body(times: Sequence[int], texts: Sequence[str]) -> str:
-    """tantivy's one field: each column's tokens ``times`` over."""
-    return " ".join(
-        [text for repeat, text in zip(times, texts, strict=True) for _ in range(repeat) if text]
+    """tantivy's one field: each column's tokens ``times`` over (repeated in C)."""
+    return "".join(
+        [(text + " ") * repeat for repeat, text in zip(times, texts, strict=True) if text]
     )
 
 
@@ -178,7 +178,7 @@ class TantivyIndex:
             body = _body(times, [text or "" for text in row[1:]])
             padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in
             if padded > tokens_in:
-                body += (" " + FILLER) * (padded - tokens_in)
+                body += (FILLER + " ") * (padded - tokens_in)
             total += padded
             writer.add_document(tantivy.Document(id=row[0], body=body))
         if bounded:
