@@ -32,11 +32,13 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidQueryError, UnknownToolError
-from .models import RegisteredTool, SearchHit, SearchResult, ToolPage
 from .names import fitted_name
+
+if TYPE_CHECKING:  # the CLI reads FORMATS for its options: no pydantic for that
+    from .models import RegisteredTool
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic", "gemini", "mcp")
 ANTHROPIC_SEARCH_TOOLS = {
@@ -334,6 +336,8 @@ def _json_or_text(text: str) -> Any:
 
 def tool_items(tools: Iterable[Any]) -> list[Any]:
     """The items of a ``SearchResult`` (its hits), a ``ToolPage`` (its tools) or an iterable."""
+    from .models import SearchResult, ToolPage
+
     if isinstance(tools, SearchResult):
         return list(tools.hits)
     if isinstance(tools, ToolPage):
@@ -343,6 +347,8 @@ def tool_items(tools: Iterable[Any]) -> list[Any]:
 
 def registered_tools(tools: Iterable[Any]) -> list[RegisteredTool]:
     """RegisteredTools from tools, search hits, a ``SearchResult`` or a ``ToolPage``."""
+    from .models import RegisteredTool, SearchHit
+
     found: list[RegisteredTool] = []
     for item in tool_items(tools):
         tool = item.tool if isinstance(item, SearchHit) else item

@@ -28,8 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-TOOLKIT_NAME_RE = re.compile(r"[a-z0-9_-]{1,64}")
+from .names import TOOL_NAME_RE, TOOLKIT_NAME_RE
+
 # Every pattern is used with ``fullmatch``: ``$`` would also match before a final newline,
 # letting ``files\n`` pass for ``files``.
 IMPLEMENTATION_RE = re.compile(
