@@ -42,7 +42,6 @@ from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.settings import Isolation, check_isolation, check_timeout
 from .search.modes import SEARCH_MODES
-from .search.split import split_request
 from .store import reader
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
@@ -667,6 +666,8 @@ class Catalog:
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
+        from .search.split import split_request
+
         pieces = split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
         query_vector = None
         parts = []
