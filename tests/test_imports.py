@@ -57,6 +57,7 @@ NOT_FOR_LIST = [
     "toolcat.search.engine",
     "toolcat.search.bm25",
     "toolcat.store.writer",
+    "toolcat.export",
     "toolcat.registry.manifest",
     "packaging",
     "regex",

@@ -26,7 +26,7 @@ from .errors import (
     ToolDeniedError,
     UnknownToolError,
 )
-from .export import FORMATS
+from .formats import FORMATS
 from .policy import Policy
 
 if TYPE_CHECKING:

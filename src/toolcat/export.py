@@ -35,12 +35,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidQueryError, UnknownToolError
+from .formats import FORMATS as FORMATS  # toolcat.export.FORMATS, as before
 from .names import fitted_name
 
 if TYPE_CHECKING:  # the CLI reads FORMATS for its options: no pydantic for that
     from .models import RegisteredTool
 
-FORMATS = ("openai-chat", "openai-responses", "anthropic", "gemini", "mcp")
 ANTHROPIC_SEARCH_TOOLS = {
     "bm25": {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"},
     "regex": {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
