@@ -187,12 +187,13 @@ class Catalog:
     @property
     def _search(self) -> SearchEngine:
         """The search machinery (BM25 statistics, vectors), created on first use."""
-        with self._lock:
-            if self._engine is None:
-                from .search.engine import SearchEngine
+        if self._engine is None:  # the lock only the first time, not at every access
+            with self._lock:
+                if self._engine is None:
+                    from .search.engine import SearchEngine
 
-                self._engine = SearchEngine(self._embedding_model)
-            return self._engine
+                    self._engine = SearchEngine(self._embedding_model)
+        return self._engine
 
     @property
     def revision(self) -> int:
