@@ -16,14 +16,14 @@ from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
-from . import bm25, fusion, split
+from . import bm25, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
 from .lexical_index import LexicalIndex
 from .regex import regex_search
 from .tokenize import tokenize
 
-SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
-VECTOR_MODES = ("embedding", "hybrid")
+SEARCH_MODES = modes.SEARCH_MODES
+VECTOR_MODES = modes.VECTOR_MODES
 # Hybrid: how many hits each ranking contributes to adaptive fusion (search/fusion.py).
 HYBRID_DEPTH = 50
 # Which fusion hybrid mode ranks by: "score" (min-max score fusion at HYBRID_WEIGHTS, chosen
