@@ -5,6 +5,7 @@ tantivy cannot be imported."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -276,3 +277,21 @@ def test_empty_and_tiny_catalogs(catalog: Catalog) -> None:
         [s for _, s in exact_fts5(catalog, "read the file", 10)]
     )
     assert len(got) == 1
+
+
+def test_a_tantivy_whose_scores_do_not_bound_fts5s_loses_the_certificate(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    assert built(catalog).bounded
+    real_log = math.log
+
+    def idf_off(x: float) -> float:  # every IDF 1.5x: contributions outgrow tantivy's scores
+        return real_log(x) * (1.5 if x > 1.0 else 1.0)
+
+    monkeypatch.setattr("toolcat.search.lexical_index.math.log", idf_off)
+    index = built(catalog)
+    monkeypatch.undo()
+    assert not index.bounded
+    assert index.search(queries[0], 10, bm25.MAX_QUERY_TERMS)  # still answers, fixed depth

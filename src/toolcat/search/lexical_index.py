@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
 import sqlite3
 from collections import Counter
@@ -208,7 +209,30 @@ class TantivyIndex:
         # they were added; anything else is mapped through the "id" fast field.
         self._row_ids = [row[0] for row in rows] if searcher.num_segments == 1 else []
         self._searcher, self._schema = searcher, index.schema
+        if bounded and not self._bound_holds():
+            self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
         self.revision, self.weights = revision, weights
+
+    def _bound_holds(self, terms: int = 24, hits: int = 20) -> bool:
+        """Whether tantivy's score bounds FTS5's on a sample (one-term queries over a few
+        terms of the first tools): the certificate rests on tantivy's BM25 details (its
+        length codes, averages, constants), checked here for the tantivy installed."""
+        tantivy = tantivy_module()
+        row_of = self._row_ids
+        for term in itertools.islice(self.doc_freq, terms):
+            query = tantivy.Query.boost_query(
+                tantivy.Query.term_query(self._schema, "body", term), self._boost[term]
+            )
+            found = self._searcher.search(query, hits, count=False).hits
+            ids = (
+                [row_of[a.doc] for _, a in found]
+                if row_of
+                else self._searcher.fast_field_values("id", [a for _, a in found])
+            )
+            for (score, _), doc in zip(found, ids, strict=True):
+                if score * (1 + SLACK) < self.contributions[doc][term]:
+                    return False
+        return True
 
     def terms(self, text: str, max_terms: int) -> list[str]:
         """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
