@@ -12,7 +12,8 @@ weights, and so is the ranking, certified per query:
 
 1. tantivy (Rust) holds one text field per tool, built so that tantivy's own BM25 score of
    a tool is an upper bound of FTS5's, and a close one (0.8% above it at the median, under
-   5% at worst, on 10k tools; tests/search/test_lexical_index.py checks the bound). Each
+   5% at worst, on 10k tools; tests/search/test_lexical_index.py checks the bound, and each
+   build checks it on a sample, falling back to a fixed candidate depth if it fails). Each
    column's tokens are repeated in proportion to its weight (name 8x, hint 4x, description
    3x, parameters and tags once), so tantivy's term frequency is FTS5's weighted one times
    ``s`` (= 2); each tool is padded with a filler token and empty documents are added so
