@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ from click.testing import CliRunner
 
 from tests.helpers import BENCH
 from toolcat.cli import cli
+from toolcat.errors import ToolcatError
 from toolcat.evaluate import catalog_name, evaluate, score_query
 
 
@@ -118,6 +122,82 @@ def test_eval_cli_json_shape(tmp_path: Path) -> None:
     ]
     missing = CliRunner().invoke(cli, ["eval", str(tmp_path), "--source", "nope"])
     assert missing.exit_code == 1 and "no source nope" in missing.stderr
+
+
+def test_learning_scores_the_same_queries_before_and_after(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    alpha = tmp_path / "alpha" / "queries.jsonl"
+    queries = [json.loads(line) for line in alpha.read_text().splitlines()]
+    # Learning queries share no word with the tools; the scored one matches only them.
+    queries = [
+        {"id": "1", "query": "zorbify the forecast", "relevant": ["get.weather"], "split": "a"},
+        {"id": "2", "query": "zorbify my correspondence", "relevant": ["send:email"], "split": "a"},
+        {"id": "3", "query": "zorbify correspondence", "relevant": ["send:email"], "split": "b"},
+        *queries,
+    ]
+    alpha.write_text("\n".join(json.dumps(q) for q in queries))
+    rows = evaluate(tmp_path, sources=["alpha"], modes=["bm25"], learn_split="a")
+    before, after = rows
+    assert (before["learned_from"], after["learned_from"]) == (0, 2)
+    assert before["queries"] == after["queries"] == 3  # the learned queries are never scored
+    assert after["R@1"] > before["R@1"]
+    fraction = evaluate(
+        tmp_path, sources=["alpha"], modes=["bm25"], learn_fraction=0.5, max_queries=1
+    )
+    assert [r["queries"] for r in fraction] == [1, 1]
+    assert [r["learned_from"] for r in fraction] == [0, 2]
+
+
+def test_a_vector_cache_embeds_each_tool_once(tmp_path: Path) -> None:
+    pytest.importorskip("sentence_transformers")
+    bench = tmp_path / "bench"
+    _write_bench(bench)
+    cache = tmp_path / "vectors.db"
+    said: list[str] = []
+    first = evaluate(bench, modes=["embedding"], vector_cache=cache, progress=said.append)
+    assert any("embedded 2 tools" in line for line in said)
+    said.clear()
+    again = evaluate(bench, modes=["embedding"], vector_cache=cache, progress=said.append)
+    assert not any("embedded" in line for line in said), said
+    assert [r["R@5"] for r in again] == [r["R@5"] for r in first]
+    (tmp_path / "not-a-db").write_text("hello, I am not SQLite " * 100)
+    with pytest.raises(ToolcatError, match="vector cache"):
+        evaluate(bench, modes=["embedding"], vector_cache=tmp_path / "not-a-db")
+
+
+def test_a_killed_eval_still_prints_what_it_computed(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    slow = tmp_path / "zeta"  # scored after alpha and beta, long enough to be killed in
+    slow.mkdir()
+    (slow / "tools.jsonl").write_text(
+        "\n".join(
+            json.dumps({"name": f"tool_{i}", "description": f"does thing {i}"}) for i in range(50)
+        )
+    )
+    (slow / "queries.jsonl").write_text(
+        "\n".join(
+            json.dumps(
+                {"id": str(i), "query": f"do thing {i % 50}", "relevant": [f"tool_{i % 50}"]}
+            )
+            for i in range(200_000)
+        )
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolcat.cli", "eval", str(tmp_path), "--mode", "bm25", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    for line in process.stderr:  # each row is announced on stderr as it is computed
+        if line.split("] ", 1)[-1].startswith("beta bm25: R@5"):
+            break
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    printed = json.loads(out)
+    assert printed["complete"] is False
+    assert [r["source"] for r in printed["results"]] == ["alpha", "beta"]
+    assert process.returncode != 0
 
 
 @pytest.mark.skipif(not (BENCH / "toolalpaca").is_dir(), reason="../shared/bench not present")

@@ -34,6 +34,7 @@ from .errors import (
     DeprecatedToolError,
     InvalidQueryError,
     ManifestError,
+    ToolcatError,
     UnknownToolError,
     UnknownToolkitError,
     VersionConflictError,
@@ -719,14 +720,44 @@ class Catalog:
         Raises:
             UnknownToolError: No such tool.
         """
-        query = query.strip()[:MAX_LEARNED_CHARS]
-        found = self.get(tool)
-        if not query:
-            return False
+        return self.record_uses([(query, tool)]) > 0
+
+    def record_uses(self, uses: Iterable[tuple[str, str]]) -> int:
+        """``record_use`` for many (query, tool address) pairs in one transaction, in order
+        (the last is the newest). A compound request ("do X. Then do Y") is recorded as the
+        part of it that names the tool best (``toolcat.search.learned``). Every address is
+        checked before anything is written; empty queries are skipped. Returns how many
+        were recorded (0 when learning is off).
+
+        Raises:
+            UnknownToolError: No such tool (nothing is recorded).
+        """
+        from .search import learned
         from .store import writer
 
+        resolved: dict[str, RegisteredTool] = {}
+        pairs = []
+        for query, tool in uses:
+            if tool not in resolved:
+                resolved[tool] = self.get(tool)
+            text = query.strip()[:MAX_LEARNED_CHARS]
+            if text:
+                pairs.append((text, resolved[tool]))
+        if not pairs:
+            return 0
+        with self._snapshot() as conn:
+            answered, rewrite = learned.answered_by(conn, [(text, t.id) for text, t in pairs])
+        earlier = []
+        for toolkit, name, query in rewrite:
+            with contextlib.suppress(ToolcatError):  # a tool removed since keeps the whole
+                earlier.append((query, self.get(f"{toolkit}.{name}")))
+        with self._snapshot() as conn:
+            rows = learned.lessons(conn, [*earlier, *pairs], answered)
+        kept = {(t.toolkit, t.name) for _, t in earlier}
+        forget = [(t, n, q) for t, n, q in rewrite if (t, n) in kept]
         with self._lock:
-            return writer.record_use(self._conn, found.toolkit, found.name, query, LEARNED_PER_TOOL)
+            recorded = writer.record_uses(self._conn, rows, LEARNED_PER_TOOL, forget=forget)
+        return recorded - len(earlier) if recorded else 0
 
     def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
         """Recorded uses, newest first: ``{"tool", "query", "recorded_at"}``."""

@@ -924,6 +924,11 @@ EVAL_EXTRA = (
     is_flag=True,
     help="Also count 'nothing fits' in each source's own catalog and in one without its tools.",
 )
+@click.option(
+    "--vector-cache",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A file of tool vectors to reuse across runs (created if missing).",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 def eval_(
@@ -936,6 +941,7 @@ def eval_(
     learn_split: str | None,
     learn_fraction: float | None,
     abstention: bool,
+    vector_cache: Path | None,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -966,7 +972,12 @@ def eval_(
 
     def print_row(r: dict[str, Any]) -> None:
         done.append(r)
-        if as_json:
+        if as_json:  # the JSON comes at the end; each row is announced as it is computed
+            learned = f", learned from {r['learned_from']} uses" if r.get("learned_from") else ""
+            progress(
+                f"{r['source']} {r['mode']}: R@5 {r['R@5']:.3f}, nDCG@10 {r['nDCG@10']:.3f} "
+                f"over {r['queries']} queries{learned}"
+            )
             return
         if not header[0]:
             header[0] = True
@@ -1004,6 +1015,14 @@ def eval_(
         if notes:
             click.echo(f"{'':<12} {'; '.join(notes)}")
 
+    import signal
+    import threading
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")  # so a killed run still prints its JSON
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
     try:
         evaluate(
             bench_dir,
@@ -1015,6 +1034,7 @@ def eval_(
             learn_split=learn_split,
             learn_fraction=learn_fraction,
             abstention=abstention,
+            vector_cache=vector_cache,
             progress=progress,
             on_row=print_row,
         )
@@ -1022,6 +1042,9 @@ def eval_(
         if as_json and done:  # what was computed is not lost
             emit_json({**json_rows(), "complete": False})
         raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
     if as_json:
         emit_json(json_rows())
 

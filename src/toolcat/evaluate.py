@@ -17,6 +17,7 @@ import json
 import math
 import random
 import re
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -272,6 +273,7 @@ def evaluate(
     learn_split: str | None = None,
     learn_fraction: float | None = None,
     abstention: bool = False,
+    vector_cache: str | Path | None = None,
     progress: Progress | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -284,12 +286,16 @@ def evaluate(
         pooled: Search every source's queries against all sources' tools in one catalog.
         max_queries: Score a seeded sample of at most this many queries per source.
         seed: Seed of that sample and of ``learn_fraction``'s share.
-        learn_split: Replay the queries of this split as usage (search, then record each
-            gold tool), reindex, and score only the other queries.
-        learn_fraction: The same with a seeded share of each source's queries.
+        learn_split: Replay the queries of this split as usage (record each one with its
+            gold tools), reindex, and score only the other queries (never a learned one).
+        learn_fraction: The same with a seeded share of each source's queries. With
+            either, each source's scored queries are scored twice, before learning
+            (``learned_from`` 0) and after, so the two rows compare like with like.
         abstention: Also count how often search says no tool fits, in the source's own
             catalog (``abstain_own``) and in one holding every other source's tools but
             none of its own (``abstain_foreign``).
+        vector_cache: A file of tool vectors (created if missing) that reindexing takes
+            from and adds to, so repeated evaluations embed each tool once.
         progress: Called with a line of progress now and then.
         on_row: Called with each row as soon as it is computed.
 
@@ -314,6 +320,7 @@ def evaluate(
         for s in loaded
     }
     learning = learn_split is not None or learn_fraction is not None
+    cache = Path(vector_cache) if vector_cache is not None else None
     results: list[dict[str, Any]] = []
 
     def emit(rows: list[dict[str, Any]]) -> None:
@@ -329,7 +336,7 @@ def evaluate(
             say("abstention: building a catalog of every source's tools")
             foreign = Catalog(Path(tmp) / "all.db")
             foreign.register(*(s.toolkit for s in loaded))
-            _reindex(foreign, "all sources", say)
+            _reindex(foreign, "all sources", say, cache)
         try:
             if pooled:
                 with Catalog(Path(tmp) / "pooled.db") as catalog:
@@ -337,9 +344,12 @@ def evaluate(
                     if needs_vectors:
                         if foreign is not None:
                             _copy_vectors(catalog, foreign.path)
-                        _reindex(catalog, "pooled", say)
+                        _reindex(catalog, "pooled", say, cache)
                     learned = 0
-                    if learning:
+                    if learning:  # the same queries scored before learning, then after
+                        for source in loaded:
+                            score = plans[source.name].score
+                            emit(_run(catalog, source, score, modes, True, 0, None, False, say))
                         for source in loaded:
                             learned += _learn(catalog, source, plans[source.name].learn, say)
                         _reindex(catalog, "pooled, after learning", say)
@@ -364,9 +374,11 @@ def evaluate(
                         if needs_vectors:
                             if foreign is not None:
                                 _copy_vectors(catalog, foreign.path)
-                            _reindex(catalog, source.name, say)
+                            _reindex(catalog, source.name, say, cache)
                         learned = 0
-                        if learning:
+                        if learning:  # the same queries scored before learning, then after
+                            score = plans[source.name].score
+                            emit(_run(catalog, source, score, modes, False, 0, None, False, say))
                             learned = _learn(catalog, source, plans[source.name].learn, say)
                             _reindex(catalog, f"{source.name}, after learning", say)
                         emit(
@@ -409,7 +421,56 @@ def _copy_vectors(catalog: Catalog, source: Path) -> None:
         conn.execute("DETACH DATABASE other")
 
 
-def _reindex(catalog: Catalog, what: str, say: Progress) -> None:
+def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
+    """Take the vectors of identical definitions from ``cache`` (``take``) or put the
+    catalog's new ones there: a file of (content hash, model, vector) rows, so repeated
+    evaluations embed each tool once."""
+    from .search.embeddings import DEFAULT_MODEL
+
+    conn = catalog._conn  # evaluation-only shortcut, as _copy_vectors
+    try:
+        with sqlite3.connect(cache) as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings (content_hash TEXT NOT NULL, "
+                "model TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
+            )
+        conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
+    except sqlite3.DatabaseError as e:
+        raise ToolcatError(f"cannot use {str(cache)!r} as a vector cache: {e}") from e
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        if take:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+            model = row[0] if row and row[0] else DEFAULT_MODEL
+            copied = conn.execute(
+                "INSERT OR IGNORE INTO embeddings (content_hash, model, vector) "
+                "SELECT content_hash, model, vector FROM cache.embeddings "
+                "WHERE model = ? AND content_hash IN (SELECT content_hash FROM tools)",
+                (model,),
+            ).rowcount
+            if copied:
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?), "
+                    "('embedding_dim', (SELECT length(vector) / 4 FROM embeddings LIMIT 1))",
+                    (model,),
+                )
+                conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        else:
+            conn.execute(
+                "INSERT OR IGNORE INTO cache.embeddings (content_hash, model, vector) "
+                "SELECT content_hash, model, vector FROM main.embeddings"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.execute("DETACH DATABASE cache")
+
+
+def _reindex(catalog: Catalog, what: str, say: Progress, cache: Path | None = None) -> None:
+    if cache is not None:
+        _exchange_vectors(catalog, cache, take=True)
     started = time.monotonic()
     last = [started]
 
@@ -421,16 +482,17 @@ def _reindex(catalog: Catalog, what: str, say: Progress) -> None:
     report = catalog.reindex(progress=tick)
     if report.embedded or report.seconds > PROGRESS_EVERY_S:
         say(f"{what}: embedded {report.embedded} tools in {report.seconds:.0f}s")
+    if cache is not None and report.embedded:
+        _exchange_vectors(catalog, cache, take=False)
 
 
 def _learn(catalog: Catalog, source: Source, queries: Sequence[Query], say: Progress) -> int:
-    """Replay queries as usage: search, then record each gold tool; returns the uses."""
-    uses = 0
-    for query in queries:
-        catalog.search(query.text, k=10)
-        for name in query.relevant:
-            catalog.record_use(query.text, f"{source.toolkit.name}.{name}")
-            uses += 1
+    """Replay queries as usage: record each (query, gold tool) pair, in one transaction;
+    returns the uses recorded. What a search would have returned does not change what is
+    recorded (the gold tools), so none is run: replaying metatool's 10k learning queries
+    takes a second, not minutes."""
+    prefix = f"{source.toolkit.name}."
+    uses = catalog.record_uses((q.text, prefix + name) for q in queries for name in q.relevant)
     if queries:
         say(f"{source.name}: learned {uses} uses from {len(queries)} queries")
     return uses

@@ -113,3 +113,45 @@ def test_usage_cli(tmp_path: Path) -> None:
     assert cleared.exit_code == 0 and "cleared 1 use" in cleared.output
     with Catalog(db) as catalog:
         assert catalog.usage() == [] and catalog.learning is False
+
+
+def test_record_uses_in_one_go_checks_every_tool_first(sample_catalog: Catalog) -> None:
+    uses = [(f"request number {i}", "data.json_diff") for i in range(LEARNED_PER_TOOL + 3)]
+    uses += [("  ", "math.prime_factors"), (QUERY, "math.prime_factors")]
+    with pytest.raises(UnknownToolError):
+        sample_catalog.record_uses([*uses, (QUERY, "data.no_such_tool")])
+    assert sample_catalog.usage() == []  # nothing half-recorded
+    assert sample_catalog.record_uses(uses) == LEARNED_PER_TOOL + 4  # the blank one skipped
+    recorded = sample_catalog.usage()
+    assert [u["tool"] for u in recorded].count("data.json_diff") == LEARNED_PER_TOOL
+    assert recorded[0] == {**recorded[0], "tool": "math.prime_factors", "query": QUERY}
+    assert f"request number {LEARNED_PER_TOOL + 2}" in {u["query"] for u in recorded}
+    assert "request number 0" not in {u["query"] for u in recorded}  # the oldest went
+    sample_catalog.learning = False
+    assert sample_catalog.record_uses(uses) == 0
+
+
+def test_a_compound_request_teaches_each_tool_its_own_part(sample_catalog: Catalog) -> None:
+    request = "Convert 5 km into miles please. Then find the prime factors of 360"
+    parts = {
+        "math.convert_units": "Convert 5 km into miles please",
+        "math.prime_factors": "find the prime factors of 360",
+    }
+    # Answered by one tool, the request is kept whole (its other parts may be arguments).
+    sample_catalog.record_use(request, "math.convert_units")
+    assert sample_catalog.usage()[0]["query"] == request
+    # A second tool answering the same request splits it, the earlier use included.
+    assert sample_catalog.record_use(request, "math.prime_factors")
+    assert {u["tool"]: u["query"] for u in sample_catalog.usage()} == parts
+    sample_catalog.clear_usage()
+    pairs = [(request, "math.convert_units"), (request, "math.prime_factors")]
+    assert sample_catalog.record_uses(pairs) == 2  # both in one batch
+    assert {u["tool"]: u["query"] for u in sample_catalog.usage()} == parts
+    # A part that names nothing of the tool teaches nothing on its own: the whole is kept.
+    unrelated = "Zorbify the ledger. Then frobnicate the quarterly widgets"
+    sample_catalog.record_uses([(unrelated, "data.json_diff"), (unrelated, "math.prime_factors")])
+    assert sample_catalog.usage()[1] == {
+        **sample_catalog.usage()[1],
+        "tool": "data.json_diff",
+        "query": unrelated,
+    }

@@ -43,6 +43,7 @@ from ..models import RegisteredTool, ToolEvent, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
 from .scope import Scope
+from .usage import RecentSearches
 from .watcher import RevisionWatcher
 
 if TYPE_CHECKING:
@@ -219,6 +220,7 @@ class CatalogServer:
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
         self.readers = Readers(catalog, o.readers)
+        self.recent = RecentSearches()  # learning from use: each caller's recent searches
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
         self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
         self._lists_revision = -1
@@ -262,6 +264,19 @@ class CatalogServer:
         if request is not None:
             principal = request.scope.get(PRINCIPAL_KEY)
         return self.scope if principal is None else self.scope.narrowed(principal.scope)
+
+    def _caller(self, ctx: Any) -> tuple[str | None, str | None]:
+        """Who a 2026 request comes from, for learning from use (server/usage.py): the
+        principal its token names and the client's name, each None when not known."""
+        request = getattr(ctx, "request", None)
+        principal = request.scope.get(PRINCIPAL_KEY) if request is not None else None
+        params = getattr(ctx.session, "client_params", None)
+        info = getattr(params, "client_info", None)
+        client = getattr(info, "name", None)
+        return (
+            principal.name if principal is not None else None,
+            client if isinstance(client, str) else None,
+        )
 
     def _legacy_connection(self, ctx: Any) -> Any | None:
         """The connection of a 2025-era session (None on 2026 requests, which have none)."""
@@ -423,7 +438,20 @@ class CatalogServer:
         outcome = await self.catalog.acall(  # the version resolved and checked above
             tool, arguments, on_event=_progress_to(ctx.session)
         )
+        if outcome.success:
+            await self._learn(ctx, connection, tool)
         return _result(outcome, structured=tool.output_schema is not None)
+
+    async def _learn(self, ctx: Any, connection: Any | None, tool: RegisteredTool) -> None:
+        """A successful call of a tool a recent search of this caller returned: record
+        (query, tool) in the catalog (nothing when its learning from use is off)."""
+        query = self.recent.called(self._caller(ctx), connection, tool.id)
+        if query is None:
+            return
+        try:
+            await self.readers.run(lambda c: c.record_use(query, tool.id))
+        except Exception as e:  # learning must never fail a call (a busy or read-only file)
+            logger.warning("could not record a use of %s: %s", tool.id, e)
 
     # -- search_tools -----------------------------------------------------------------------
 
@@ -458,6 +486,10 @@ class CatalogServer:
             found, hits, names = await self.readers.run(search)
         except ToolcatError as e:
             return _error(e.code, str(e))
+        if found.mode != "regex":  # a pattern is not a request to learn from
+            self.recent.searched(
+                self._caller(ctx), connection, query, [hit.tool.id for hit in hits]
+            )
         new = False
         if connection is not None:
             revealed = self._revealed(connection)

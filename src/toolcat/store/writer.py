@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -124,26 +124,67 @@ def learned_queries(conn: sqlite3.Connection, toolkit: str) -> dict[str, list[st
 def record_use(conn: sqlite3.Connection, toolkit: str, name: str, query: str, keep: int) -> bool:
     """Record that ``query`` led to the tool; the newest ``keep`` distinct queries of a tool
     are kept. Returns whether anything changed (False when learning is off)."""
+    return record_uses(conn, [(toolkit, name, query)], keep) > 0
+
+
+def query_key(query: str) -> str:
+    """What makes two recorded queries the same (case and spacing aside)."""
+    return " ".join(query.casefold().split())
+
+
+def recorded_for(conn: sqlite3.Connection, keys: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(toolkit, tool name, query) of the uses recorded under these query keys, oldest first."""
+    found: list[tuple[str, str, str]] = []
+    for start in range(0, len(keys), 500):
+        chunk = list(keys[start : start + 500])
+        found += conn.execute(
+            "SELECT toolkit, name, query FROM usage "
+            f"WHERE query_key IN ({','.join('?' * len(chunk))}) ORDER BY id",
+            chunk,
+        ).fetchall()
+    return found
+
+
+def record_uses(
+    conn: sqlite3.Connection,
+    uses: Iterable[tuple[str, str, str]],
+    keep: int,
+    forget: Iterable[tuple[str, str, str]] = (),
+) -> int:
+    """Record (toolkit, tool name, query) uses in order, in one transaction, after forgetting
+    the (toolkit, tool name, query) uses in ``forget``; the newest ``keep`` distinct queries
+    of each tool are kept. Returns how many were recorded (0 when learning is off)."""
     if not read_meta(conn, "learn_from_use"):
-        return False
-    key = " ".join(query.casefold().split())
+        return 0
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    count = 0
+    touched: set[tuple[str, str]] = set()
     with write_transaction(conn):
-        conn.execute(
+        conn.executemany(
             "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
-            (toolkit, name, key),
+            [(toolkit, name, query_key(query)) for toolkit, name, query in forget],
         )
-        conn.execute(
-            "INSERT INTO usage (toolkit, name, query, query_key, recorded_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (toolkit, name, query, key, datetime.now(timezone.utc).isoformat(timespec="seconds")),
-        )
-        conn.execute(
+        for toolkit, name, query in uses:
+            key = query_key(query)
+            conn.execute(
+                "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
+                (toolkit, name, key),
+            )
+            conn.execute(
+                "INSERT INTO usage (toolkit, name, query, query_key, recorded_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (toolkit, name, query, key, now),
+            )
+            touched.add((toolkit, name))
+            count += 1
+        conn.executemany(
             "DELETE FROM usage WHERE toolkit = ? AND name = ? AND id NOT IN "
             "(SELECT id FROM usage WHERE toolkit = ? AND name = ? ORDER BY id DESC LIMIT ?)",
-            (toolkit, name, toolkit, name, keep),
+            [(toolkit, name, toolkit, name, keep) for toolkit, name in sorted(touched)],
         )
-        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'usage_revision'")
-    return True
+        if count:
+            conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'usage_revision'")
+    return count
 
 
 def fold_usage(conn: sqlite3.Connection) -> int:

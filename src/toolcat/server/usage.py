@@ -1,0 +1,73 @@
+"""Learning from use in the server: which searches a caller ran, so that a later call of one
+of their hits records (query, tool) in the catalog.
+
+A ``Catalog`` remembers its own searches, but the server answers many callers from a few
+catalog connections, so the memory lives here, one per caller:
+
+- a **2025-11-25 session**: its connection (the memory lives and dies with the session);
+- a **2026-07-28 request** (stateless, no session): the principal its bearer token names
+  (a tokens file or ``--token``), together with the ``clientInfo`` name the request's
+  ``_meta`` carries, if any; with neither (stdio, or HTTP without tokens), one anonymous
+  caller. Two anonymous clients of one HTTP server therefore share a memory: a search by
+  one followed by a call by the other of the same tool is recorded, a harmless
+  mis-attribution (the query did lead to the tool somewhere), never a leak of results.
+
+Both are bounded: the newest ``PER_CALLER`` tools per caller and ``MAX_CALLERS`` stateless
+callers, the least recently active forgotten first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, MutableMapping
+from typing import Any
+
+PER_CALLER = 100  # tools of recent searches remembered per caller
+MAX_CALLERS = 1_000  # stateless callers remembered at once
+STATE_KEY = "toolcat.recent_searches"  # a legacy connection's memory, in its state
+
+
+class RecentSearches:
+    """Tool id → the latest query whose search returned it, per caller."""
+
+    def __init__(self, per_caller: int = PER_CALLER, max_callers: int = MAX_CALLERS) -> None:
+        self.per_caller = per_caller
+        self.max_callers = max_callers
+        self._stateless: OrderedDict[Hashable, OrderedDict[str, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _memory(self, caller: Hashable, connection: Any | None) -> OrderedDict[str, str]:
+        if connection is not None:
+            state: MutableMapping[str, Any] = connection.state
+            memory: OrderedDict[str, str] = state.setdefault(STATE_KEY, OrderedDict())
+            return memory
+        memory = self._stateless.setdefault(caller, OrderedDict())
+        self._stateless.move_to_end(caller)
+        while len(self._stateless) > self.max_callers:
+            self._stateless.popitem(last=False)
+        return memory
+
+    def searched(
+        self, caller: Hashable, connection: Any | None, query: str, tool_ids: Iterable[str]
+    ) -> None:
+        """A search for ``query`` returned these tools (catalog-wide ids) to ``caller``."""
+        with self._lock:
+            memory = self._memory(caller, connection)
+            for tool_id in tool_ids:
+                memory[tool_id] = query
+                memory.move_to_end(tool_id)
+            while len(memory) > self.per_caller:
+                memory.popitem(last=False)
+
+    def called(self, caller: Hashable, connection: Any | None, tool_id: str) -> str | None:
+        """``caller`` called a tool successfully: the query of the recent search that found
+        it, forgotten now (one search, one recorded use), or ``None``."""
+        with self._lock:
+            if connection is None and caller not in self._stateless:
+                return None
+            return self._memory(caller, connection).pop(tool_id, None)
+
+    def __len__(self) -> int:
+        """Stateless callers remembered (for tests of the bound)."""
+        return len(self._stateless)
