@@ -69,8 +69,11 @@ def model_location(model_id: str) -> str:
 class Embedder:
     """One loaded model: encodes documents and (cached) queries into unit vectors.
 
-    Documents go through sentence-transformers; queries through the ONNX export when it is
-    current (``note`` says why not when it is not).
+    Queries and documents go through the model's ONNX export when it is current (queries on
+    one thread, documents on every core), else through sentence-transformers (``note`` says
+    why). Both give the same vectors (cosine ≥ 0.999, tests/search/test_onnx.py); the export
+    needs neither torch nor loading the model, so a reindex with an export never imports
+    torch.
     """
 
     def __init__(self, model_id: str) -> None:
@@ -80,6 +83,8 @@ class Embedder:
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._onnx: onnx_encoder.OnnxEncoder | None = None
         self._onnx_checked = False
+        self._documents: onnx_encoder.OnnxEncoder | None = None
+        self._documents_checked = False
         self.note = ""
 
     def query_encoder(self) -> onnx_encoder.OnnxEncoder | None:
@@ -100,14 +105,24 @@ class Embedder:
                 )
             return self._onnx
 
+    def document_encoder(self) -> onnx_encoder.OnnxEncoder | None:
+        """The ONNX encoder for batches (every core), when the export is current."""
+        with self._lock:
+            if not self._documents_checked:
+                self._documents_checked = True
+                if os.environ.get("TOOLCAT_ONNX", "1") != "0":
+                    location = model_location(self.model_id)
+                    self._documents = onnx_encoder.load(self.model_id, location, threads=0)[0]
+            return self._documents
+
     def onnx_current(self) -> bool:
         """Whether a current ONNX export of the model exists (a few stat calls)."""
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists()
 
     def export_onnx(self) -> None:
-        """Export the model for torch-free query encoding (``reindex`` calls this); a
-        model that cannot be exported keeps the sentence-transformers path."""
+        """Export the model for torch-free query and document encoding (``reindex`` calls
+        this); a model that cannot be exported keeps the sentence-transformers path."""
         if not onnx_encoder.onnx_installed() or self.onnx_current():
             return
         try:
@@ -117,12 +132,12 @@ class Embedder:
 
             warnings.warn(
                 f"cannot export {self.model_id} to ONNX ({type(e).__name__}: {str(e)[:200]}); "
-                "queries will be encoded with sentence-transformers",
+                "it will be run with sentence-transformers",
                 RuntimeWarning,
                 stacklevel=2,
             )
         with self._lock:
-            self._onnx_checked = False
+            self._onnx_checked = self._documents_checked = False
             self._queries.clear()
 
     def model(self) -> Any:
@@ -133,13 +148,25 @@ class Embedder:
 
     @property
     def dimension(self) -> int:
+        fast = self.document_encoder()
+        if fast is not None:
+            return fast.dimension
         model = self.model()
         # sentence-transformers 5 renamed get_sentence_embedding_dimension
         get = getattr(model, "get_embedding_dimension", None)
         return int(get() if get else model.get_sentence_embedding_dimension())
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text."""
+        """Unit-length float32 vectors, one row per text (``batch_size``: texts per
+        sentence-transformers batch; the ONNX path batches by token count)."""
+        fast = self.document_encoder()
+        if fast is not None:
+            return fast.encode(list(texts))
+        return self.model_encode(texts, batch_size)
+
+    def model_encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """The vectors sentence-transformers gives (what the ONNX export is checked
+        against)."""
         import numpy as np
 
         vectors = self.model().encode(
