@@ -6,8 +6,9 @@ transformer, pooling and normalisation as one ONNX graph, and the tokenizer as
 by the model id and a fingerprint of the model's files. A fresh process then encodes a query
 with ``onnxruntime`` and ``tokenizers`` in milliseconds instead of importing torch for
 seconds, and later reindexes encode documents with it too (3.5x the tools/s of
-sentence-transformers on the benchmark texts, README "Embedding and hybrid speed"). An export whose fingerprint no longer matches the model's files is never used (the
-key differs); a folder appears whole or not at all (written aside, then renamed), so a
+sentence-transformers on the benchmark texts, README "Embedding and hybrid speed"). An
+export whose fingerprint no longer matches the model's files is never used (the key
+differs); a folder appears whole or not at all (written aside, then renamed), so a
 process killed mid-export leaves nothing that could be served.
 """
 
