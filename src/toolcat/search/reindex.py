@@ -38,13 +38,18 @@ def reindex(
         _, active = reader.vector_coverage(conn, model_id)
         dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
     # Shortest texts first: batches of like lengths pad little (measured 2.3x the tools/s of
-    # catalog order on the benchmark texts).
+    # catalog order on the benchmark texts with sentence-transformers).
     texts = {h: embedding_text(Tool.model_construct(**json.loads(d))) for h, d in stale}
     order = sorted(texts, key=lambda h: len(texts[h]))
     encoder = None
     if stale or model_id != recorded or _needs_export(model_id):
         # Load the model before changing anything: a model that cannot load loses nothing.
+        # Export it first, so that documents too are encoded by the export; once one is
+        # made, a reindex neither imports torch nor loads the model.
         encoder = embedder(model_id)
+        if not encoder.onnx_current():
+            encoder.model()
+            encoder.export_onnx()
         dimension = encoder.dimension
     fts_rows = 0
     if full:
@@ -64,8 +69,6 @@ def reindex(
     _embed_usage(conn, lock, model_id, encoder, batch_size)
     with lock:
         writer.fold_usage(conn)
-    if encoder is not None:
-        encoder.export_onnx()  # torch-free query encoding from now on
     with lock:
         if model_id != recorded or dimension != reader.meta(conn, "embedding_dim"):
             writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
