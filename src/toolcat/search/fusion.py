@@ -244,10 +244,8 @@ def hybrid_fusion(
         return [], found
     weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in [*terms, *doc_freq]}
     total = sum(weights[t] for t in terms)
-    visibility = (
-        sum(weights[t] for t in terms if doc_freq.get(t, 0) > 0) / total if total else 0.0
-    )
-    trust = params.lexical_weight * visibility ** params.visibility_power
+    visibility = sum(weights[t] for t in terms if doc_freq.get(t, 0) > 0) / total if total else 0.0
+    trust = params.lexical_weight * visibility**params.visibility_power
     lexical_part = _normalised(lexical, floor_at_zero=len(lexical) < depth)
     semantic_part = _normalised(semantic)
     query_terms = set(terms)
