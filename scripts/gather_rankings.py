@@ -9,6 +9,11 @@ Rankings come from the search engine's own BM25 and vector index (``SearchEngine
 ``VectorIndex.search``), the ones hybrid mode fuses. scripts/tune_fusion.py reads the file.
 
     python scripts/gather_rankings.py OUT.json [BENCH] [--max-queries 600] [--max-tools 0]
+    python scripts/gather_rankings.py SMALL.json --small
+
+``--small`` instead saves the small catalogs and cases of tests/search/test_fusion.py (a clear
+semantic match must beat one word of name overlap; a request that names the tool must win),
+which scripts/tune_fusion.py --small uses to rule fusion settings out.
 
 ``--max-tools N`` (N > 0) cuts a source's own catalog to the sampled queries' gold tools plus
 seeded others; the default 0 keeps every tool (the vector cache embeds each tool once across
@@ -43,6 +48,7 @@ VECTOR_CACHE_SCHEMA = (
     "vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
 )
 LEXICAL_DEPTH = 50
+EMPTY = {"type": "object", "properties": {}}
 
 
 def with_cached_vectors(catalog: Catalog, cache: Path) -> None:
@@ -93,7 +99,11 @@ def main() -> None:
     parser.add_argument("--cache", default="vectors.db", help="Vector cache file.")
     parser.add_argument("--source", action="append", default=[])
     parser.add_argument("--no-pooled", action="store_true")
+    parser.add_argument("--small", action="store_true", help="Only the small catalogs' cases.")
     args = parser.parse_args()
+    if args.small:
+        Path(args.out).write_text(json.dumps({"own": small_catalogs(args)}))
+        return
     sources = []
     samples = {}
     for folder in source_folders(Path(args.bench), args.source):
@@ -129,6 +139,36 @@ def main() -> None:
                 out["own"][source.name] = entry
             print(f"{source.name}: {time.perf_counter() - started:.0f}s", flush=True)
     Path(args.out).write_text(json.dumps(out))
+
+
+def small_catalogs(args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.search.test_fusion import CASES, CATALOGS
+
+    from toolcat import Toolkit
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, tools in CATALOGS.items():
+            queries = [
+                Query(id=f"{name}-{i}", text=text, relevant=[tool], split="", any_of=None)
+                for i, (catalog, text, tool) in enumerate(CASES)
+                if catalog == name
+            ]
+            toolkit = Toolkit(
+                name="team",
+                version="1",
+                tools=[{"name": n, "description": d, "parameters": EMPTY} for n, d in tools],
+            )
+            source = Source(name=name, toolkit=toolkit, queries=queries)
+            with Catalog(Path(tmp) / f"{name}.db") as catalog:
+                catalog.register(toolkit)
+                catalog.reindex()
+                vectors = encode({name: queries})
+                entry = gather(catalog, source, queries, vectors, False, args)
+                entry["docs"] = documents(catalog, pooled=False)
+                out[name] = entry
+    return out
 
 
 def encode(samples: dict[str, list[Query]]) -> dict[str, Any]:

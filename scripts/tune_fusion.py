@@ -9,7 +9,10 @@ queries with two or more relevant tools) for bm25, embedding, the former default
 0.45/0.55, every part's best tool joins) and the chosen fusion. Fusion runs through
 ``fusion.hybrid_fusion`` and ``split.merge``/``split.fits``, as in the search engine.
 
-    python scripts/tune_fusion.py RANKINGS.json [--seed 0] [--no-fit]
+    python scripts/tune_fusion.py RANKINGS.json [--small SMALL.json] [--seed 0] [--no-fit]
+
+With ``--small`` (from ``gather_rankings.py SMALL.json --small``) the fit keeps the settings
+that rank the most small-catalog cases right, and the best mean R@5 among those.
 """
 
 from __future__ import annotations
@@ -153,8 +156,15 @@ def r5(rule: Rule, rows: Sequence[Row], multi: bool = False) -> float:
     )
 
 
-def fit(data: dict[str, dict[str, list[Row]]], seed: int) -> HybridParams:
-    best: tuple[float, HybridParams] | None = None
+def small_misses(params: HybridParams, small: dict[str, list[Row]]) -> list[str]:
+    rule = new_rule(params)
+    return [q["id"] for rows in small.values() for q in rows if rule(q)[:1] != q["relevant"]]
+
+
+def fit(
+    data: dict[str, dict[str, list[Row]]], small: dict[str, list[Row]], seed: int
+) -> HybridParams:
+    best: tuple[int, float, HybridParams] | None = None
     grid = itertools.product((0.45, 0.5, 0.6, 0.7), (1.0, 2.0, 3.0), (0.0, 0.1, 0.2, 0.3))
     for weight, power, bonus in grid:
         params = HybridParams(weight, power, bonus)
@@ -164,11 +174,12 @@ def fit(data: dict[str, dict[str, list[Row]]], seed: int) -> HybridParams:
             for name, rows in sources.items()
         ]
         score = sum(cells) / len(cells)
-        print(f"  {params}: {score:.4f}", flush=True)
-        if best is None or score > best[0]:
-            best = (score, params)
+        missed = len(small_misses(params, small))
+        print(f"  {params}: {score:.4f}, small-catalog cases missed {missed}", flush=True)
+        if best is None or (-missed, score) > (best[0], best[1]):
+            best = (-missed, score, params)
     assert best is not None
-    return best[1]
+    return best[2]
 
 
 def main() -> None:
@@ -176,10 +187,14 @@ def main() -> None:
     parser.add_argument("rankings", help="A file from gather_rankings.py.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-fit", action="store_true", help="Report the shipped parameters.")
+    parser.add_argument("--small", help="Small-catalog cases from gather_rankings.py --small.")
     args = parser.parse_args()
     data = load(Path(args.rankings))
-    params = HYBRID_PARAMS if args.no_fit else fit(data, args.seed)
+    small = load(Path(args.small))["own"] if args.small else {}
+    params = HYBRID_PARAMS if args.no_fit else fit(data, small, args.seed)
     print(f"params: {dataclasses.asdict(params)}")
+    if small:
+        print(f"small-catalog cases missed: {small_misses(params, small) or 'none'}")
     rules: list[tuple[str, Rule]] = [
         ("bm25", lambda q: [i for i, _ in q["lexical"][:10]]),
         ("embedding", lambda q: [i for i, _ in q["semantic"][:10]]),
