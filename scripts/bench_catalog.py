@@ -2,7 +2,18 @@
 
 BM25 is timed beside two peers in the same run, on the same tokenized text and queries:
 tantivy (Rust, via its Python bindings) and bm25s (numpy/scipy sparse matrices), both from
-the dev extra; ratios are toolcat's p50 over the peer's.
+the dev extra; ratios are toolcat's p50 over the peer's. The contenders are timed query by
+query, interleaved, so a change in the machine's load hits them alike. What each includes:
+
+- ``bm25_warm``: ``Catalog.search(q, k=10, mode="bm25")`` end to end in a process that has
+  searched before (read transaction, revision check, tokenizing and stemming the query,
+  ranking with the in-memory index, exact-name check, match signals, building the hits).
+- ``bm25_core``: the in-memory index alone (search/lexical_index.py) given the query's index
+  terms: tantivy's candidates and their exact FTS5 rescoring; ``postings_core``: the
+  pure-Python fallback given the same terms.
+- ``tantivy``: a pre-built query of the same terms (one field, every column, all of the
+  query's terms) asked for its top 10 (``count=False``, as toolcat asks); query parsing and
+  tokenizing are not timed. ``bm25s`` likewise.
 
 The workload is seeded and built from realistic tool text: the tools of ../shared/bench
 when present (about 8,300 public tool definitions), else the sample catalog, repeated with
@@ -34,6 +45,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from toolcat import Catalog, Tool, Toolkit  # noqa: E402
 from toolcat.registry.manifest import load_manifests  # noqa: E402
 from toolcat.search import bm25  # noqa: E402
+from toolcat.search.postings import PostingsIndex  # noqa: E402
 from toolcat.store.reader import Filters  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "bench"
@@ -129,17 +141,53 @@ def timed(fn: Any, runs: list[Any]) -> list[float]:
     return samples
 
 
-def agreement(queries: list[str], fast: Any, exact: Any) -> dict[str, float]:
-    """How often the two-phase ranking agrees with scoring every matching row."""
-    top1 = overlap = 0.0
+def agreement(
+    queries: list[str], fast: Any, exact: Any, prefix: str = "two_phase"
+) -> dict[str, float]:
+    """How often a ranking agrees with scoring every matching row in FTS5: same best tool,
+    the same top 10 in the same order, and the share of the exact top 10 it returns."""
+    top1 = same = overlap = 0.0
     for q in queries:
         a, b = [r for r, _ in fast(q)], [r for r, _ in exact(q)]
         top1 += a[:1] == b[:1]
+        same += a == b
         overlap += len(set(a) & set(b)) / max(len(b), 1)
     return {
-        "two_phase_top1_agreement": round(top1 / len(queries), 3),
-        "two_phase_top10_overlap": round(overlap / len(queries), 3),
+        f"{prefix}_top1_agreement": round(top1 / len(queries), 3),
+        f"{prefix}_top10_identical": round(same / len(queries), 3),
+        f"{prefix}_top10_overlap": round(overlap / len(queries), 3),
     }
+
+
+def lexical_costs(db: Path, queries: list[str], conn: sqlite3.Connection) -> dict[str, Any]:
+    """What the in-memory index costs a fresh process: the first query (FTS5), the query
+    that builds the index, and each index's build alone (inside one read transaction)."""
+    from toolcat.search.engine import POSTINGS_AFTER
+    from toolcat.search.lexical_index import TantivyIndex, tantivy_module
+    from toolcat.search.postings import PostingsIndex
+
+    out: dict[str, Any] = {}
+    with Catalog(db) as fresh:
+        start = time.perf_counter()
+        fresh.search(queries[0], k=10, mode="bm25")
+        out["first_query_ms"] = round((time.perf_counter() - start) * 1000, 2)
+        for q in queries[1 : POSTINGS_AFTER - 1]:
+            fresh.search(q, k=10, mode="bm25")
+        start = time.perf_counter()
+        fresh.search(queries[POSTINGS_AFTER - 1], k=10, mode="bm25")
+        out["index_building_query_ms"] = round((time.perf_counter() - start) * 1000, 2)
+        out["index_backend"] = fresh._search.postings.backend
+    builds = [("postings_build_s", PostingsIndex)]
+    if tantivy_module() is not None:
+        builds.insert(0, ("tantivy_index_build_s", TantivyIndex))
+    revision = int(conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0])
+    for key, kind in builds:
+        conn.execute("BEGIN")
+        start = time.perf_counter()
+        kind().build(conn, revision, bm25.DEFAULT_WEIGHTS)
+        out[key] = round(time.perf_counter() - start, 3)
+        conn.execute("COMMIT")
+    return out
 
 
 def raw_fts(conn: sqlite3.Connection, query: str) -> None:
@@ -155,20 +203,21 @@ def raw_fts(conn: sqlite3.Connection, query: str) -> None:
         ).fetchall()
 
 
-def peer_bm25(conn: sqlite3.Connection, queries: list[str]) -> dict[str, Any]:
-    """tantivy and bm25s over the catalog's own tokenized text (one field, all columns),
-    asked the same queries with the same tokenizer, top 10."""
+def peer_bm25(conn: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]:
+    """tantivy and bm25s over the catalog's own tokenized text (one field, all columns):
+    ({name: (prepare, ask)}, {name: why it is missing}). ``prepare(q)`` tokenizes ``q`` with
+    our tokenizer and builds the peer's query (not timed); ``ask(prepared)`` is timed."""
     from toolcat.search.tokenize import tokenize
 
     rows = conn.execute(
         "SELECT rowid, name, hint, description, params, tags FROM tools_fts"
     ).fetchall()
-    terms = [list(dict.fromkeys(tokenize(q))) for q in queries]
-    out: dict[str, Any] = {}
+    peers: dict[str, Any] = {}
+    missing: dict[str, Any] = {}
     try:
         import tantivy
     except ImportError:
-        out["tantivy"] = "not installed: pip install -e '.[dev]'"
+        missing["tantivy"] = "not installed: pip install -e '.[dev]'"
     else:
         builder = tantivy.SchemaBuilder()
         builder.add_integer_field("id", stored=True, fast=True)
@@ -181,38 +230,103 @@ def peer_bm25(conn: sqlite3.Connection, queries: list[str]) -> dict[str, Any]:
         writer.wait_merging_threads()
         index.reload()
         searcher = index.searcher()
-        parsed = {}
-        for ts in terms:
-            key = " ".join(ts)
-            if ts and key not in parsed:
-                parsed[key] = tantivy.Query.boolean_query(
+
+        def prepare_tantivy(q: str) -> Any:
+            terms = list(dict.fromkeys(tokenize(q)))
+            return (
+                tantivy.Query.boolean_query(
                     [
                         (tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", t))
-                        for t in ts
+                        for t in terms
                     ]
                 )
+                if terms
+                else None
+            )
 
-        def ask_tantivy(ts: list[str]) -> None:
-            if ts:
-                searcher.search(parsed[" ".join(ts)], 10).hits  # noqa: B018
+        def ask_tantivy(query: Any) -> None:
+            if query is not None:
+                searcher.search(query, 10, count=False).hits  # noqa: B018
 
-        out["tantivy"] = percentiles(timed(ask_tantivy, terms))
+        peers["tantivy"] = (prepare_tantivy, ask_tantivy)
     try:
         import bm25s
     except ImportError:
-        out["bm25s"] = "not installed: pip install -e '.[dev]'"
+        missing["bm25s"] = "not installed: pip install -e '.[dev]'"
     else:
         corpus = [" ".join(c for c in row[1:] if c).split() for row in rows]
         retriever = bm25s.BM25()
         retriever.index(corpus, show_progress=False)
 
-        def ask_bm25s(ts: list[str]) -> None:
-            known = [t for t in ts if t in retriever.vocab_dict]
+        def prepare_bm25s(q: str) -> list[str]:
+            return [t for t in dict.fromkeys(tokenize(q)) if t in retriever.vocab_dict]
+
+        def ask_bm25s(known: list[str]) -> None:
             if known:
                 retriever.retrieve([known], k=10, show_progress=False, n_threads=1)
 
-        out["bm25s"] = percentiles(timed(ask_bm25s, terms))
-    return out
+        peers["bm25s"] = (prepare_bm25s, ask_bm25s)
+    return peers, missing
+
+
+def bm25_beside_peers(
+    catalog: Catalog, conn: sqlite3.Connection, qs: list[str]
+) -> tuple[dict[str, Any], Any]:
+    """Every BM25 contender timed query by query, interleaved (so a change in the machine's
+    load hits all of them alike): toolcat end to end, its ranking core, the pure-Python
+    fallback's core, tantivy, bm25s. Each query is first asked end to end, so the
+    tokenizer meets its words there first, as a new query would."""
+    lexical = catalog._search.postings.index  # built by the warm-up searches
+    assert lexical is not None and lexical.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+    fallback = PostingsIndex()
+    conn.execute("BEGIN")
+    fallback.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    conn.execute("COMMIT")
+    peers, missing = peer_bm25(conn)
+    rounds_before = dict(getattr(lexical, "rounds", {}))
+    samples: dict[str, list[float]] = {
+        name: [] for name in ("bm25_warm", "bm25_core", "postings_core", *peers)
+    }
+    for q in qs:
+        start = time.perf_counter()
+        catalog.search(q, k=10, mode="bm25")
+        samples["bm25_warm"].append(time.perf_counter() - start)
+        terms = lexical.terms(q, bm25.MAX_QUERY_TERMS)
+        for name, index in (("bm25_core", lexical), ("postings_core", fallback)):
+            start = time.perf_counter()
+            index.rank(terms, 10)
+            samples[name].append(time.perf_counter() - start)
+        for name, (prepare, ask) in peers.items():
+            prepared = prepare(q)
+            start = time.perf_counter()
+            ask(prepared)
+            samples[name].append(time.perf_counter() - start)
+    rounds = {n: c - rounds_before.get(n, 0) for n, c in getattr(lexical, "rounds", {}).items()}
+    out: dict[str, Any] = {name: percentiles(times) for name, times in samples.items()}
+    if "tantivy" in peers:
+        # The same two back to back, each over all the queries in a row (warm CPU caches
+        # favour the faster one): a second view of the core's ratio.
+        prepare, ask = peers["tantivy"]
+        prepared = [prepare(q) for q in qs]
+        terms = [lexical.terms(q, bm25.MAX_QUERY_TERMS) for q in qs]
+        core_batch = percentiles(timed(lambda t: lexical.rank(t, 10), terms))
+        tantivy_batch = percentiles(timed(ask, prepared))
+        out["bm25_core_in_a_row"], out["tantivy_in_a_row"] = core_batch, tantivy_batch
+        out["bm25_core_over_tantivy_in_a_row"] = ratio(core_batch, tantivy_batch["p50_ms"])
+    out.update(missing)
+    tantivy_p50 = out["tantivy"]["p50_ms"] if "tantivy" in peers else None
+    out.update(
+        {
+            "bm25_core_backend": type(lexical).__name__,
+            # Queries (end to end and core, so each twice) by tantivy rounds needed to
+            # certify the exact top 10 (0: not certified, best effort).
+            "bm25_core_rounds": {str(n): c for n, c in sorted(rounds.items()) if c},
+            "bm25_over_tantivy": ratio(out["bm25_warm"], tantivy_p50),
+            "bm25_core_over_tantivy": ratio(out["bm25_core"], tantivy_p50),
+            "postings_core_over_tantivy": ratio(out["postings_core"], tantivy_p50),
+        }
+    )
+    return out, lexical
 
 
 def bench_size(
@@ -238,8 +352,7 @@ def bench_size(
         def one_phase(q: str) -> list[tuple[int, float]]:
             return bm25.search(conn, q, Filters(), 10, stats, exact_postings=10**12)
 
-        warm_bm25 = percentiles(timed(lambda q: catalog.search(q, k=10, mode="bm25"), qs))
-        peers = peer_bm25(conn, qs)
+        bm25_figures, lexical = bm25_beside_peers(catalog, conn, qs)
         result: dict[str, Any] = {
             "tools": size,
             "register_s": round(written - start, 3),
@@ -254,13 +367,11 @@ def bench_size(
             "search_filtered": percentiles(
                 timed(lambda q: catalog.search(q, k=10, tags=["odd"]), qs)
             ),
-            "bm25_warm": warm_bm25,
-            **peers,
-            "bm25_over_tantivy": round(
-                warm_bm25["p50_ms"] / max(peers["tantivy"]["p50_ms"], 1e-9), 2
-            )
-            if "tantivy" in peers
-            else None,
+            **bm25_figures,
+            **agreement(
+                qs, lambda q: lexical.search(q, 10, bm25.MAX_QUERY_TERMS), one_phase, "lexical"
+            ),
+            **lexical_costs(db, qs, conn),
             "raw_fts5": percentiles(timed(lambda q: raw_fts(conn, q), qs)),
             "bm25_module": percentiles(
                 timed(lambda q: bm25.search(conn, q, Filters(), 10, stats), qs)
@@ -274,26 +385,69 @@ def bench_size(
         result["search"]["p50_ms"] / max(result["raw_fts5"]["p50_ms"], 1e-9), 2
     )
     if size <= 1000:
-        result["cold_cli_list_json"] = cold_cli(db)
+        result["cold_cli"] = cold_cli(db, qs[0])
     return result
 
 
-def cold_cli(db: Path, runs: int = 15) -> dict[str, float]:
-    """Wall time of a fresh `toolcat list --json` process."""
-    cmd = [sys.executable, "-m", "toolcat", "--db", str(db), "list", "--json"]
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        samples.append(time.perf_counter() - start)
-    baseline = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        baseline.append(time.perf_counter() - start)
+def ratio(ours: dict[str, float], peer_p50: float | None) -> float | None:
+    return round(ours["p50_ms"] / max(peer_p50, 1e-9), 2) if peer_p50 else None
+
+
+def import_ms(module: str) -> float | None:
+    """Cumulative import time of ``module`` in a fresh interpreter (-X importtime)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        return None
+    last = [line for line in done.stderr.splitlines() if line.rstrip().endswith(f" {module}")]
+    return round(int(last[-1].split("|")[1]) / 1000, 1) if last else None
+
+
+def cold_cli(db: Path, query: str, runs: int = 21) -> dict[str, Any]:
+    """Fresh `toolcat` processes beside a bare `python -c pass`: p50 of interleaved runs (so
+    load hits every command alike) and each command's ratio to the bare start.
+
+    Timed as installed: toolcat's bytecode is compiled first, as `pip install` does (an
+    editable checkout run with PYTHONDONTWRITEBYTECODE=1, as here, would otherwise compile
+    every module from source at every start). `list_json_no_bytecode` runs the same list from
+    a copy of the sources without bytecode, to show that cost.
+    """
+    import compileall
+    import os
+    import shutil
+
+    package = ROOT / "src" / "toolcat"
+    compileall.compile_dir(package, quiet=1)
+    bare = Path(tempfile.mkdtemp()) / "src"
+    shutil.copytree(package, bare / "toolcat", ignore=shutil.ignore_patterns("__pycache__"))
+    toolcat = [sys.executable, "-m", "toolcat", "--db", str(db)]
+    no_pyc = {**os.environ, "PYTHONPATH": str(bare), "PYTHONDONTWRITEBYTECODE": "1"}
+    commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        "python_c_pass": ([sys.executable, "-c", "pass"], None),
+        "list_json": ([*toolcat, "list", "--json"], None),
+        "help": ([sys.executable, "-m", "toolcat", "--help"], None),
+        "search_bm25": ([*toolcat, "search", query, "--mode", "bm25"], None),
+        "list_json_no_bytecode": ([*toolcat, "list", "--json"], no_pyc),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in commands}
+    try:
+        for _ in range(runs):
+            for name, (cmd, env) in commands.items():
+                start = time.perf_counter()
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+                samples[name].append(time.perf_counter() - start)
+    finally:
+        shutil.rmtree(bare.parent)
+    p50 = {name: statistics.median(s) * 1000 for name, s in samples.items()}
+    base = p50["python_c_pass"]
     return {
-        "p50_ms": round(statistics.median(samples) * 1000, 1),
-        "python_startup_p50_ms": round(statistics.median(baseline) * 1000, 1),
+        "runs": runs,
+        "load_1min": round(os.getloadavg()[0], 2),
+        **{f"{name}_p50_ms": round(v, 1) for name, v in p50.items()},
+        **{f"{name}_over_python": round(v / base, 1) for name, v in p50.items() if v != base},
     }
 
 
@@ -303,6 +457,9 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print JSON only.")
     args = parser.parse_args()
     pool, queries = tool_pool()
+    imports = {"tantivy_import_ms": import_ms("tantivy")}
+    if not args.json:
+        print(json.dumps(imports), flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
@@ -311,7 +468,7 @@ def main() -> None:
             if not args.json:
                 print(json.dumps(result), flush=True)
     if args.json:
-        print(json.dumps({"pool_tools": len(pool), "results": results}, indent=2))
+        print(json.dumps({"pool_tools": len(pool), **imports, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -153,7 +153,14 @@ def serving(db: Path, queries: list[str]) -> dict[str, Any]:
 
 
 def cold(db: Path, query: str, runs: int = 7) -> dict[str, Any]:
-    """Cold one-shot commands, interleaved so load hits them alike; ratios to list."""
+    """Cold one-shot commands, interleaved so load hits them alike; ratios to list.
+
+    toolcat's bytecode is compiled first, as `pip install` does (with PYTHONDONTWRITEBYTECODE
+    set, an editable checkout recompiles every module at every start); see bench_catalog.py.
+    """
+    import compileall
+
+    compileall.compile_dir(ROOT / "src" / "toolcat", quiet=1)
     toolcat = [sys.executable, "-m", "toolcat", "--db", str(db)]
     commands = {
         "python_c_pass": [sys.executable, "-c", "pass"],

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,7 @@ from toolcat import (
     AmbiguousNameError,
     Catalog,
     InvalidQueryError,
+    Policy,
     Toolkit,
     UnknownToolError,
     UnknownToolkitError,
@@ -184,6 +186,53 @@ def test_list_pagination_covers_everything_once(sample_catalog: Catalog) -> None
         if cursor is None:
             break
     assert seen == everything
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"include_deferred": True, "limit": 3},
+        {"tags": ["filesystem", "read-only"]},
+        {"toolkit": "math"},
+        {"toolkit": "files@1.0.0", "include_deferred": True},
+        {"include_denied": True, "include_deferred": True},
+    ],
+    ids=["default", "deferred-paged", "tags", "toolkit", "pinned", "denied"],
+)
+def test_list_summaries_is_list_as_plain_data(
+    sample_catalog: Catalog, kwargs: dict[str, Any]
+) -> None:
+    """Page after page, the plain-dict list (the CLI's) says exactly what ``list`` says."""
+    sample_catalog.policy = Policy.of(deny=["tag:destructive"])
+    cursor = None
+    pages = seen = 0
+    while True:
+        page = sample_catalog.list(**kwargs, cursor=cursor)
+        seen += len(page.tools)
+        plain = sample_catalog.list_summaries(**kwargs, cursor=cursor)
+        expected = {
+            "revision": page.revision,
+            "tools": [t.summary() for t in page.tools],
+            "next_cursor": page.next_cursor,
+        }
+        # As JSON text: 0 == False in Python, not in what `toolcat list --json` prints.
+        assert json.dumps(plain) == json.dumps(expected)
+        pages += 1
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen > 0
+    assert pages > 1 or "limit" not in kwargs
+
+
+def test_list_summaries_errors_as_list(sample_catalog: Catalog) -> None:
+    with pytest.raises(InvalidQueryError, match="cursor"):
+        sample_catalog.list_summaries(cursor="garbage!")
+    with pytest.raises(InvalidQueryError):
+        sample_catalog.list_summaries(limit=0)
+    with pytest.raises(UnknownToolkitError):
+        sample_catalog.list_summaries(toolkit="math@9")
 
 
 @pytest.mark.parametrize("cursor", ["garbage!", "W10", "bm90IGpzb24", '["a"]'])

@@ -9,7 +9,7 @@ import json
 import re
 
 from .errors import InvalidQueryError, UnknownToolError, UnknownToolkitError
-from .models import TOOL_NAME_RE, TOOLKIT_NAME_RE
+from .names import TOOL_NAME_RE, TOOLKIT_NAME_RE
 
 # The characters of a PEP 440 version (normalised or not); matched whole, like every name.
 VERSION_RE = re.compile(r"[A-Za-z0-9.!+_-]{1,64}")

@@ -38,32 +38,33 @@ from .errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from .models import (
-    RegisteredTool,
-    RegistrationResult,
-    ReindexReport,
-    SearchHit,
-    SearchResult,
-    ToolEvent,
-    Toolkit,
-    ToolkitVersion,
-    ToolPage,
-    ToolResult,
-)
 from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.settings import Isolation, check_isolation, check_timeout
-from .search.engine import SEARCH_MODES, SearchEngine
-from .search.split import split_request
-from .store import reader, writer
+from .search.modes import SEARCH_MODES
+from .store import reader
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
 from .store.reader import Filters
 from .trust import check_import_roots
 
-if TYPE_CHECKING:  # imported where used: a command loads only what it runs
+# Imported where used: a command loads only what it runs, and list mode's plain-dict path
+# (``list_summaries``) never imports pydantic (tests/test_imports.py).
+if TYPE_CHECKING:
     from .export import ExportedTools
+    from .models import (
+        RegisteredTool,
+        RegistrationResult,
+        ReindexReport,
+        SearchResult,
+        ToolEvent,
+        Toolkit,
+        ToolkitVersion,
+        ToolPage,
+        ToolResult,
+    )
     from .runtime.call import Runtime
+    from .search.engine import SearchEngine
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -143,7 +144,8 @@ class Catalog:
         self._resolved_revision = -1
         self._conn = connect(self.path)
         self._lock = threading.RLock()
-        self._search = SearchEngine(embedding_model)
+        self._embedding_model = embedding_model
+        self._engine: SearchEngine | None = None
         # Learning from use: tool id -> the latest query whose search returned it.
         self._recent_hits: collections.OrderedDict[str, str] = collections.OrderedDict()
         try:
@@ -183,6 +185,17 @@ class Catalog:
             self._conn.execute("COMMIT")
 
     @property
+    def _search(self) -> SearchEngine:
+        """The search machinery (BM25 statistics, vectors), created on first use."""
+        if self._engine is None:  # the lock only the first time, not at every access
+            with self._lock:
+                if self._engine is None:
+                    from .search.engine import SearchEngine
+
+                    self._engine = SearchEngine(self._embedding_model)
+        return self._engine
+
+    @property
     def revision(self) -> int:
         """A counter bumped by every change to the catalog."""
         with self._lock:
@@ -215,7 +228,9 @@ class Catalog:
             VersionConflictError: A version is registered with other content and
                 ``replace`` is false.
         """
+        from .models import Toolkit
         from .registry.manifest import check_toolkit, load_manifests
+        from .store import writer
 
         batch: list[tuple[Toolkit, str | None]] = []
         problems: builtins.list[ManifestError] = []  # every source's, reported together
@@ -305,6 +320,7 @@ class Catalog:
         from .credentials import references
         from .mcpclient import forget, make_endpoint
         from .registry.mcp import check_on_change, toolkit_from_mcp
+        from .store import writer
 
         if cwd is not None:
             cwd = os.fspath(cwd)
@@ -416,6 +432,8 @@ class Catalog:
     ) -> RegistrationResult:
         """Register an imported toolkit: a changed one becomes the next version unless the
         version was given (``pinned``); ``changes`` compares with the newest registered."""
+        from .store import writer
+
         old = (
             ()
             if newest is None
@@ -447,12 +465,16 @@ class Catalog:
         version = version or pinned
         if version is None:
             raise UnknownToolkitError("deprecate needs a version: toolkit@version")
+        from .store import writer
+
         with self._lock:
             return writer.deprecate(self._conn, name, version)
 
     def remove(self, toolkit: str, version: str | None = None) -> int:
         """Remove one version of a toolkit (``toolkit@version``) or all of it; returns the
         number of versions removed."""
+        from .store import writer
+
         name, pinned = parse_toolkit_ref(toolkit)
         with self._lock:
             removed, _revision = writer.remove(self._conn, name, version or pinned)
@@ -489,6 +511,8 @@ class Catalog:
                     f"every version of toolkit {name!r} is deprecated; pin one: {pins}"
                 )
             return dataclasses.replace(base, toolkit=name)
+        from .store import writer
+
         for row_id, registered, _digest, _deprecated in rows:
             if writer.same_version(registered, version):
                 return dataclasses.replace(base, toolkit_id=row_id)
@@ -521,18 +545,62 @@ class Catalog:
             A page of tools with the catalog revision and the cursor of the next page
             (``None`` on the last page).
         """
+        from .models import ToolPage
+
+        rows, revision, next_cursor = self._list_rows(
+            tags, toolkit, include_deferred, limit, cursor, include_denied
+        )
+        tools = [reader.row_to_tool(row) for row in rows]
+        return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
+
+    def list_summaries(
+        self,
+        *,
+        tags: Iterable[str] = (),
+        toolkit: str | None = None,
+        include_deferred: bool = False,
+        limit: int = DEFAULT_LIST_LIMIT,
+        cursor: str | None = None,
+        include_denied: bool = False,
+    ) -> dict[str, Any]:
+        """``list`` as plain data, the shape ``toolcat list --json`` prints:
+        ``{"revision", "tools": [RegisteredTool.summary(), ...], "next_cursor"}``.
+
+        Builds no models (pydantic is not even imported), so a one-shot process that only
+        lists starts fast. Arguments and errors are those of ``list``.
+        """
+        rows, revision, next_cursor = self._list_rows(
+            tags, toolkit, include_deferred, limit, cursor, include_denied
+        )
+        return {
+            "revision": revision,
+            "tools": [reader.row_to_summary(row) for row in rows],
+            "next_cursor": next_cursor,
+        }
+
+    def _list_rows(
+        self,
+        tags: Iterable[str],
+        toolkit: str | None,
+        include_deferred: bool,
+        limit: int,
+        cursor: str | None,
+        include_denied: bool,
+    ) -> tuple[builtins.list[tuple[Any, ...]], int, str | None]:
+        """(rows of one page, revision, next cursor) for ``list`` and ``list_summaries``."""
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         after = decode_cursor(cursor) if cursor else None
         with self._snapshot() as conn:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
-            tools = reader.list_tools(conn, filters, after, limit + 1)
+            rows = reader.list_rows(conn, filters, after, limit + 1)
             revision = reader.revision(conn)
         next_cursor = None
-        if len(tools) > limit:
-            tools = tools[:limit]
-            next_cursor = encode_cursor(tools[-1].toolkit, tools[-1].name)
-        return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
+        if len(rows) > limit:
+            rows = rows[:limit]
+            _id, name, toolkit_name, *_ = rows[-1]  # reader.TOOL_COLUMNS
+            next_cursor = encode_cursor(toolkit_name, name)
+        return rows, revision, next_cursor
 
     def iter_tools(
         self,
@@ -594,9 +662,13 @@ class Catalog:
         with self._lock:
             mode, model_id = self._search.plan(self._conn, mode)
         if not query.strip():
+            from .models import SearchHit, SearchResult
+
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
+        from .search.split import split_request
+
         pieces = split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
         query_vector = None
         parts = []
@@ -651,6 +723,8 @@ class Catalog:
         found = self.get(tool)
         if not query:
             return False
+        from .store import writer
+
         with self._lock:
             return writer.record_use(self._conn, found.toolkit, found.name, query, LEARNED_PER_TOOL)
 
@@ -668,6 +742,8 @@ class Catalog:
     def clear_usage(self, toolkit: str | None = None) -> int:
         """Forget recorded uses (of one toolkit, or all); returns how many. Run reindex to
         take them out of the search documents."""
+        from .store import writer
+
         with self._lock:
             return writer.clear_usage(self._conn, toolkit)
 
@@ -680,6 +756,8 @@ class Catalog:
 
     @learning.setter
     def learning(self, enabled: bool) -> None:
+        from .store import writer
+
         with self._lock:
             writer.set_learning(self._conn, enabled)
 
@@ -694,6 +772,8 @@ class Catalog:
         with self._snapshot() as conn:
             found = reader.find_tools(conn, name, toolkit=toolkit, active_only=version is None)
             if version is not None:
+                from .store import writer
+
                 found = [(i, t) for i, t in found if writer.same_version(t.version, version)]
             if not found and version is None:
                 inactive = reader.find_tools(conn, name, toolkit=toolkit, active_only=False)
@@ -837,6 +917,8 @@ class Catalog:
         try:
             if timeout is not None:
                 check_timeout(timeout)
+            from .models import RegisteredTool
+
             if isinstance(address, RegisteredTool):
                 tool, validator = address, self.runtime.validator(address)
             else:

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -26,9 +26,11 @@ from .errors import (
     ToolDeniedError,
     UnknownToolError,
 )
-from .export import FORMATS
-from .models import RegisteredTool, ToolEvent
+from .formats import FORMATS
 from .policy import Policy
+
+if TYPE_CHECKING:
+    from .models import ToolEvent
 
 F = TypeVar("F", bound=Callable[..., Any])
 CALL_EXIT_CODES = {
@@ -89,9 +91,9 @@ def one_line(text: str, width: int = 80) -> str:
     return first if len(first) <= width else first[: width - 1] + "…"
 
 
-def tool_line(tool: RegisteredTool) -> str:
-    deferred = " [deferred]" if tool.defer_loading else ""
-    return f"{tool.id:<36} {one_line(tool.description, 70)}{deferred}"
+def tool_line(tool_id: str, description: str, defer_loading: bool) -> str:
+    deferred = " [deferred]" if defer_loading else ""
+    return f"{tool_id:<36} {one_line(description, 70)}{deferred}"
 
 
 @click.group(cls=ToolcatGroup)
@@ -402,23 +404,18 @@ def list_(
     as_json: bool,
 ) -> None:
     """List the always-on tools (list mode)."""
-    page = open_catalog(ctx).list(
+    # Plain dicts, not models: a one-shot `toolcat list` never imports pydantic.
+    page = open_catalog(ctx).list_summaries(
         tags=tags, toolkit=toolkit, include_deferred=include_deferred, limit=limit, cursor=cursor
     )
     if as_json:
-        emit_json(
-            {
-                "revision": page.revision,
-                "tools": [t.summary() for t in page.tools],
-                "next_cursor": page.next_cursor,
-            }
-        )
+        emit_json(page)
         return
-    for tool in page.tools:
-        click.echo(tool_line(tool))
-    footer = f"{plural(len(page.tools), 'tool')}, revision {page.revision}"
-    if page.next_cursor:
-        footer += f"; more with --cursor {page.next_cursor}"
+    for tool in page["tools"]:
+        click.echo(tool_line(tool["id"], tool["description"], tool["defer_loading"]))
+    footer = f"{plural(len(page['tools']), 'tool')}, revision {page['revision']}"
+    if page["next_cursor"]:
+        footer += f"; more with --cursor {page['next_cursor']}"
     click.echo(footer)
 
 
@@ -469,7 +466,9 @@ def search(
         emit_json(shape)
         return
     for hit in result.hits:
-        click.echo(f"{hit.rank:>3}. {hit.score:8.3f} {hit.match:<6}  {tool_line(hit.tool)}")
+        t = hit.tool
+        line = tool_line(t.id, t.description, t.defer_loading)
+        click.echo(f"{hit.rank:>3}. {hit.score:8.3f} {hit.match:<6}  {line}")
     if not result.hits:
         click.echo("no matching tools")
     elif result.no_match:

@@ -32,13 +32,15 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidQueryError, UnknownToolError
-from .models import RegisteredTool, SearchHit, SearchResult, ToolPage
+from .formats import FORMATS as FORMATS  # toolcat.export.FORMATS, as before
 from .names import fitted_name
 
-FORMATS = ("openai-chat", "openai-responses", "anthropic", "gemini", "mcp")
+if TYPE_CHECKING:  # the CLI reads FORMATS for its options: no pydantic for that
+    from .models import RegisteredTool
+
 ANTHROPIC_SEARCH_TOOLS = {
     "bm25": {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"},
     "regex": {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"},
@@ -334,6 +336,8 @@ def _json_or_text(text: str) -> Any:
 
 def tool_items(tools: Iterable[Any]) -> list[Any]:
     """The items of a ``SearchResult`` (its hits), a ``ToolPage`` (its tools) or an iterable."""
+    from .models import SearchResult, ToolPage
+
     if isinstance(tools, SearchResult):
         return list(tools.hits)
     if isinstance(tools, ToolPage):
@@ -343,6 +347,8 @@ def tool_items(tools: Iterable[Any]) -> list[Any]:
 
 def registered_tools(tools: Iterable[Any]) -> list[RegisteredTool]:
     """RegisteredTools from tools, search hits, a ``SearchResult`` or a ``ToolPage``."""
+    from .models import RegisteredTool, SearchHit
+
     found: list[RegisteredTool] = []
     for item in tool_items(tools):
         tool = item.tool if isinstance(item, SearchHit) else item

@@ -7,9 +7,12 @@ Definitions (``Tool``, ``Toolkit``) are what an admin writes in a manifest or de
 code; they validate strictly (unknown fields are errors, so typos surface). What the catalog
 hands back (``RegisteredTool``, ``ToolPage``, ``SearchResult``...) is built from rows the
 catalog validated on the way in, so it is constructed without validating again.
-"""
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: pydantic would have to evaluate every field's
+annotation from its string when the classes are created, which made importing this module
+about 1.6 times slower (measured in-process, pydantic already imported: 14 ms against 9 ms
+on a loaded machine). Annotations that name a class defined later are quoted.
+"""
 
 import hashlib
 import json
@@ -28,8 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
-TOOLKIT_NAME_RE = re.compile(r"[a-z0-9_-]{1,64}")
+from .names import TOOL_NAME_RE, TOOLKIT_NAME_RE
+
 # Every pattern is used with ``fullmatch``: ``$`` would also match before a final newline,
 # letting ``files\n`` pass for ``files``.
 IMPLEMENTATION_RE = re.compile(
@@ -256,7 +259,7 @@ class Toolkit(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> Toolkit:
+    def _consistent(self) -> "Toolkit":
         seen: set[str] = set()
         for tool in self.tools:
             if tool.name in seen:

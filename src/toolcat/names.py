@@ -1,10 +1,16 @@
-"""Names that must fit someone else's rules (a provider's tool names, benchmark tool names)."""
+"""Naming rules: toolcat's own (tool and toolkit names), and names fitted to someone else's
+rules (a provider's tool names, benchmark tool names).
+
+Standard library only, so the modules that check names (``models``, ``addresses``) share one
+rule without the list path importing pydantic.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import re
 
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TOOLKIT_NAME_RE = re.compile(r"[a-z0-9_-]{1,64}")
 HASH_CHARS = 8
 
 
@@ -34,6 +40,8 @@ def fitted_name(
     if must_start and not re.match(must_start, name):  # the first character only
         name = f"_{name}"
     if len(name) > max_length or name in taken:
+        import hashlib  # only for a name that does not fit as it is
+
         suffix = hashlib.sha1(raw.encode()).hexdigest()[:HASH_CHARS]
         name = f"{name[: max_length - HASH_CHARS - 1]}_{suffix}"
         counter = 1

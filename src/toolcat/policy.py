@@ -16,12 +16,14 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import PolicyError
-from .models import RegisteredTool
 
-Guard = Callable[[RegisteredTool, dict[str, Any]], "str | bool | None"]
+if TYPE_CHECKING:  # list mode builds no models: a policy reaches it as SQL only
+    from .models import RegisteredTool
+
+Guard = Callable[["RegisteredTool", dict[str, Any]], "str | bool | None"]
 
 MAX_RULE_LENGTH = 200
 _FIELDS = {"tag": "tag", "toolkit": "toolkit"}

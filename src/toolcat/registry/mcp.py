@@ -16,8 +16,8 @@ from ..mcpclient import (
     definition_digest,
     read_tools,
 )
-from ..models import TOOL_NAME_RE, RegisteredTool, Toolkit
-from ..names import fitted_name
+from ..models import RegisteredTool, Toolkit
+from ..names import TOOL_NAME_RE, fitted_name
 from .manifest import imported_toolkit
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ..models import RegisteredTool, Tool, ToolkitVersion, content_hash
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a read that sorts versions builds no models of its own
     from packaging.version import Version
+
+    from ..models import RegisteredTool, Tool, ToolkitVersion
 
 # What makes a tool "changed" for a caller: what it does, what it takes and where it runs.
 CHANGE_KEYS = ("description", "parameters", "output_schema", "annotations", "implementation")
@@ -42,6 +42,8 @@ def sort_versions(found: Iterable[ToolkitVersion]) -> list[ToolkitVersion]:
 
 def tool_digest(tool: Tool | RegisteredTool) -> str:
     """A content hash of what a caller depends on (``CHANGE_KEYS``)."""
+    from ..models import content_hash
+
     return content_hash(tool.model_dump(mode="json", include=set(CHANGE_KEYS)))
 
 

@@ -34,7 +34,8 @@ class TermStats:
     """Document frequencies and the document count, cached for one catalog revision.
 
     FTS5's fts5vocab lookups cost about 30 µs a term; agents repeat words, so a catalog keeps
-    one of these and it forgets everything when the revision moves.
+    one of these and it forgets everything when the revision moves. Where an in-memory
+    index of the same revision holds every term's frequency (``adopt``), nothing is asked.
     """
 
     def __init__(self) -> None:
@@ -42,15 +43,26 @@ class TermStats:
         self.n_docs = 0
         self.total_tokens = 0
         self.doc_freq: dict[str, int] = {}
+        self.complete = False  # doc_freq holds every indexed term (adopted from an index)
 
     def refresh(self, conn: sqlite3.Connection, revision: int) -> None:
         if revision != self.revision:
             self.revision = revision
             self.n_docs, self.total_tokens = index_totals(conn)
-            self.doc_freq = {}
+            self.doc_freq, self.complete = {}, False
+
+    def adopt(self, conn: sqlite3.Connection, revision: int, doc_freq: dict[str, int]) -> None:
+        """Use an in-memory index's frequencies of every term, built at ``revision`` (read
+        only from here on: the index keeps serving them)."""
+        self.refresh(conn, revision)
+        if not self.complete:
+            self.doc_freq, self.complete = doc_freq, True
 
     def lookup(self, conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, int]:
         """Document frequency of each term (0 when absent), from the cache or the index."""
+        if self.complete:
+            get = self.doc_freq.get
+            return {t: get(t, 0) for t in terms}
         missing = [t for t in terms if t not in self.doc_freq]
         for start in range(0, len(missing), 500):
             chunk = missing[start : start + 500]

@@ -16,14 +16,14 @@ from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
-from . import bm25, fusion, split
+from . import bm25, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
-from .postings import PostingsIndex
+from .lexical_index import LexicalIndex
 from .regex import regex_search
 from .tokenize import tokenize
 
-SEARCH_MODES = ("bm25", "embedding", "hybrid", "regex")
-VECTOR_MODES = ("embedding", "hybrid")
+SEARCH_MODES = modes.SEARCH_MODES
+VECTOR_MODES = modes.VECTOR_MODES
 # Hybrid: how many hits each ranking contributes to fusion (search/fusion.py).
 HYBRID_DEPTH = 50
 # Which fusion hybrid mode ranks by: "hybrid" (fusion.hybrid_fusion, per-query BM25 weight
@@ -59,7 +59,7 @@ class SearchEngine:
     def __init__(self, embedding_model: str | None = None) -> None:
         self.embedding_model = embedding_model
         self.term_stats = bm25.TermStats()
-        self.postings = PostingsIndex()
+        self.postings = LexicalIndex()
         self.vectors = VectorIndex()
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
@@ -265,9 +265,9 @@ class SearchEngine:
     ) -> list[tuple[int, float]]:
         """BM25 alone: (row id, score) best first.
 
-        Unfiltered queries use the in-memory postings index once a revision has been asked
-        ``POSTINGS_AFTER`` times (same scores as FTS5, exact top ``k``); filtered ones and
-        the first at a revision ask FTS5.
+        Unfiltered queries use the in-memory index (search/lexical_index.py: tantivy's
+        candidates scored as FTS5 scores them) once a revision has been asked
+        ``POSTINGS_AFTER`` times; filtered ones and the first at a revision ask FTS5.
         """
         weights = bm25.DEFAULT_WEIGHTS
         if not filters.narrows:
@@ -278,6 +278,8 @@ class SearchEngine:
                 if count >= POSTINGS_AFTER:
                     self.postings.build(conn, revision, weights)
             if self.postings.current(revision, weights):
+                # The index knows every term's frequency: FTS5's vocabulary is not asked.
+                self.term_stats.adopt(conn, revision, self.postings.doc_freq)
                 return self.postings.search(text, k, bm25.MAX_QUERY_TERMS)
         self.term_stats.refresh(conn, revision)
         return bm25.search(conn, text, filters, k, self.term_stats, weights)

@@ -37,6 +37,7 @@ class PostingsIndex:
         self.n_docs = 0
         self.postings: dict[str, dict[int, float]] = {}
         self.bound: dict[str, float] = {}
+        self.doc_freq: dict[str, int] = {}
 
     def current(self, revision: int, weights: Sequence[float]) -> bool:
         return self.revision == revision and self.weights == tuple(weights)
@@ -75,6 +76,7 @@ class PostingsIndex:
             postings[term] = scored
             bound[term] = max(scored.values())
         self.postings, self.bound, self.n_docs = postings, bound, n_docs
+        self.doc_freq = {term: len(docs) for term, docs in postings.items()}
         self.revision, self.weights = revision, tuple(weights)
 
     def terms(self, text: str, max_terms: int) -> list[str]:
@@ -90,7 +92,11 @@ class PostingsIndex:
 
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score), best first (ties by row id)."""
-        terms = sorted(self.terms(text, max_terms), key=lambda t: -self.bound[t])
+        return self.rank(self.terms(text, max_terms), k)
+
+    def rank(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them)."""
+        terms = sorted(terms, key=lambda t: -self.bound[t])
         if not terms:
             return []
         remaining = [0.0] * (len(terms) + 1)  # remaining[i]: bounds of terms[i:] summed

@@ -1,14 +1,19 @@
-"""Read queries over the catalog tables, in plain ``sqlite3`` (no sqlite-utils on the read path)."""
+"""Read queries over the catalog tables, in plain ``sqlite3`` (no sqlite-utils on the read path).
+
+Models are imported where they are built: list mode can render rows as plain dicts
+(``row_to_summary``) and so never imports pydantic (tests/test_imports.py).
+"""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..models import RegisteredTool, ToolAnnotations, ToolkitVersion
-from ..policy import Policy
+if TYPE_CHECKING:
+    from ..models import RegisteredTool, ToolkitVersion
+    from ..policy import Policy
 
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "
@@ -120,6 +125,8 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
 
     The definition was validated when it was registered, so it is not validated again.
     """
+    from ..models import RegisteredTool, ToolAnnotations
+
     _id, name, toolkit, version, defer_loading, tags, definition, deprecated, module = row
     data = json.loads(definition)
     annotations = data.get("annotations")
@@ -147,10 +154,27 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     )
 
 
-def list_tools(
+def row_to_summary(row: tuple[Any, ...]) -> dict[str, Any]:
+    """``row_to_tool(row).summary()``, without building the model (list mode's JSON)."""
+    _id, name, toolkit, version, defer_loading, tags, definition, _deprecated, _module = row
+    data = json.loads(definition)
+    return {
+        "id": f"{toolkit}.{name}",
+        "name": name,
+        "toolkit": toolkit,
+        "version": version,
+        "description": data["description"],
+        "parameters": data["parameters"],
+        "tags": json.loads(tags),
+        "defer_loading": bool(defer_loading),
+    }
+
+
+def list_rows(
     conn: sqlite3.Connection, filters: Filters, after: tuple[str, str] | None, limit: int
-) -> list[RegisteredTool]:
-    """Tools matching ``filters`` in (toolkit, name) order, starting after ``after``."""
+) -> list[tuple[Any, ...]]:
+    """Rows (``TOOL_COLUMNS``) of the tools matching ``filters`` in (toolkit, name) order,
+    starting after ``after``."""
     where, params = filters.sql()
     if after is not None:
         where += " AND (t.toolkit, t.name) > (?, ?)"
@@ -162,7 +186,7 @@ def list_tools(
         f"WHERE {where} ORDER BY t.toolkit, t.name LIMIT ?",
         [*params, limit],
     ).fetchall()
-    return [row_to_tool(row) for row in rows]
+    return rows
 
 
 def active_tool_ids(conn: sqlite3.Connection, limit: int) -> list[str] | None:
@@ -239,6 +263,8 @@ def toolkit_versions(conn: sqlite3.Connection, name: str | None = None) -> list[
         f"FROM toolkits k WHERE {where} ORDER BY k.name, k.id",
         params,
     ).fetchall()
+    from ..models import ToolkitVersion
+
     return [
         ToolkitVersion.model_construct(
             toolkit=r[0],

@@ -1,0 +1,354 @@
+"""The in-memory BM25 index long-lived processes search: tantivy finds, Python scores.
+
+SQLite stays the system of record. Like ``PostingsIndex`` (postings.py, the pure-Python
+index this one falls back to where ``tantivy`` cannot be imported), the index is built from
+``tools_fts`` (the already tokenized column texts) inside the caller's read transaction and
+stamped with the catalog revision it was built at; a search at any other revision never uses
+it, and it lives only in the process's memory, so there is nothing on disk that a
+``kill -9`` could tear.
+
+How it ranks. The scores returned are exactly FTS5's ``bm25()`` with the catalog's column
+weights, and so is the ranking, certified per query:
+
+1. tantivy (Rust) holds one text field per tool, built so that tantivy's own BM25 score of
+   a tool is an upper bound of FTS5's, and a close one (0.8% above it at the median, under
+   5% at worst, on 10k tools; tests/search/test_lexical_index.py checks the bound, and each
+   build checks it on a sample, falling back to a fixed candidate depth if it fails). Each
+   column's tokens are repeated in proportion to its weight (name 8x, hint 4x, description
+   3x, parameters and tags once), so tantivy's term frequency is FTS5's weighted one times
+   ``s`` (= 2); each tool is padded with a filler token and empty documents are added so
+   that tantivy's length normalisation, ``K'``, is ``s`` times FTS5's, ``K`` (then
+   ``s*f / (s*f + K')`` = ``f / (f + K)``); lengths are rounded down, and tantivy's one-byte
+   length codes round down too, so the bound holds; each term query is boosted by FTS5's
+   IDF over tantivy's.
+2. tantivy returns its best ``k + EXTRA_CANDIDATES`` tools, best first by its score; they
+   are rescored exactly, in that order, from the terms' ``bm25()`` contributions kept here
+   (Python dicts, built with the index).
+3. As soon as the ``k``-th best exact score beats tantivy's score of the next candidate, no
+   tool from there on, returned or not, can enter the top ``k`` (its exact score is at most
+   its tantivy score): the top ``k`` is FTS5's, certified. On benchmark queries this holds
+   right after the first ``k`` (median 10 tools rescored for a top 10 at 1k and 10k tools).
+   If the candidates run out first, tantivy is asked for four times as many.
+
+Why this and not the alternatives (measured at 10k tools, same run, long benchmark queries,
+README "Catalog: registration, list, BM25 search"): the pure-Python MaxScore index ranks in
+~0.5 ms, ten times tantivy; tantivy ranking with its own BM25 and the columns as repeated
+tokens kept FTS5's top 10 for only 14% of queries, and using it as is would lower nDCG@10 on
+three of seven benchmark sources; rescoring its top 30 without the bound kept the top 10 for
+98% of queries at 0.15 ms; the bound makes it exact, rescoring ~10 tools (~0.09 ms).
+
+tantivy is an optional dependency (``pip install 'toolcat[fast]'``): a 17 MB compiled wheel
+that needs Python 3.11 in its current release and pays off only in processes that search
+many times; one-shot commands never build an index (engine.py, ``POSTINGS_AFTER``).
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import math
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, cast
+
+from .postings import PostingsIndex
+from .tokenize import tokenize
+
+K1 = 1.2
+B = 0.75
+# Tools tantivy hands over for exact scoring, for a top ``k``: k plus this many (those not
+# needed are not rescored), then four times as many each round until the top k is certified
+# (or this many tools were asked for). 16: a second round is rare at 100k tools (2 of 300).
+EXTRA_CANDIDATES = 16
+MAX_CANDIDATES = 4096
+# Column weights that are not multiples of the lightest: no bound, a fixed depth instead.
+UNBOUNDED_CANDIDATES = 30
+# tantivy scores in 32-bit floats: the bound is trusted up to this relative error.
+SLACK = 1e-4
+COLUMNS = ("name", "hint", "description", "params", "tags")  # of tools_fts
+FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces it
+# Mean tokens per tool in tantivy after padding beyond which the bound is given up (the
+# benchmark catalogs need ~190; a catalog of long texts with a few name-only tools more).
+MAX_PADDED_LENGTH = 4000
+# A column's tokens are repeated round(weight / the smallest weight) times, at most this.
+MAX_REPEAT = 16
+# Term queries kept per revision (agents repeat words); forgotten past this many.
+QUERY_CACHE = 50_000
+
+
+@functools.cache
+def tantivy_module() -> Any:
+    """The ``tantivy`` module, or None where it is not installed (checked once)."""
+    try:
+        import tantivy
+    except ImportError:
+        return None
+    return tantivy
+
+
+def _body(times: Sequence[int], texts: Sequence[str]) -> str:
+    """tantivy's one field: each column's tokens ``times`` over (repeated in C)."""
+    return "".join(
+        [(text + " ") * repeat for repeat, text in zip(times, texts, strict=True) if text]
+    )
+
+
+def repeats(weights: Sequence[float]) -> list[int]:
+    """How often each column's tokens go into tantivy's one field: in proportion to the
+    column's weight, the lightest positive column once."""
+    positive = [w for w in weights if w > 0]
+    if not positive:
+        return [0] * len(weights)
+    unit = min(positive)
+    return [min(MAX_REPEAT, max(1, round(w / unit))) if w > 0 else 0 for w in weights]
+
+
+class TantivyIndex:
+    """tantivy's candidates, FTS5's exact ``bm25()`` scores; one catalog revision."""
+
+    def __init__(self) -> None:
+        self.revision = -1
+        self.weights: tuple[float, ...] = ()
+        self.n_docs = 0
+        self.doc_freq: dict[str, int] = {}
+        # Row id -> term -> the term's whole bm25() contribution to that tool (IDF times
+        # the saturated, length-normalised weighted count): rescoring only adds numbers.
+        self.contributions: dict[int, dict[str, float]] = {}
+        self.bounded = False  # tantivy's scores bound FTS5's (weights are multiples)
+        self.rounds: Counter[int] = Counter()  # queries by rounds needed (0: uncertified)
+        self._boost: dict[str, float] = {}  # term -> FTS5's IDF / tantivy's
+        self._queries: dict[str, Any] = {}  # term -> tantivy term query
+        self._row_ids: list[int] = []  # doc id in the one segment -> row id
+        self._searcher: Any = None
+        self._schema: Any = None
+
+    def current(self, revision: int, weights: Sequence[float]) -> bool:
+        return self.revision == revision and self.weights == tuple(weights)
+
+    def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
+        """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
+        tantivy = tantivy_module()
+        weights = tuple(weights)
+        times = repeats(weights)
+        unit = min([w for w in weights if w > 0], default=1.0)
+        scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
+        bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
+        rows = conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts").fetchall()
+        # Per tool: term -> ``scale`` times FTS5's weighted count (tantivy's count).
+        counts: dict[int, dict[str, float]] = {}
+        lengths: list[int] = []  # FTS5's: every token once
+        repeated: list[int] = []  # tantivy's before padding
+        doc_freq: Counter[str] = Counter()
+        for row in rows:
+            texts = [text or "" for text in row[1:]]
+            lengths.append(sum(len(text.split()) for text in texts))
+            if bounded:  # the repeated columns hold the weighted counts: count them in C
+                tokens = _body(times, texts).split()
+                found = cast(dict[str, float], Counter(tokens))  # int counts: float's subset
+                repeated.append(len(tokens))
+            else:
+                found = {}
+                for weight, text in zip(weights, texts, strict=True):
+                    for token, n in Counter(text.split()).items():
+                        found[token] = found.get(token, 0.0) + weight * n * scale
+                repeated.append(sum(r * len(t.split()) for r, t in zip(times, texts, strict=True)))
+            doc_freq.update(found.keys())
+            counts[row[0]] = found
+        n_docs = len(rows)
+        avgdl = (sum(lengths) / n_docs) if n_docs else 1.0
+        # tantivy's length normalisation must be ``scale`` times FTS5's: a tool's length
+        # over tantivy's average must be ``offset + scale * length / avgdl``.
+        offset = (scale - 1) * (1 - B) / B
+        wanted = [offset + scale * n / avgdl for n in lengths]
+        per_unit = math.ceil(
+            max([r / w for r, w in zip(repeated, wanted, strict=True) if w], default=1.0)
+        )
+        per_unit = max(per_unit, 1)
+        if per_unit * (offset + scale) > MAX_PADDED_LENGTH:
+            bounded = False  # padding would cost more than it saves: a fixed depth instead
+        builder = tantivy.SchemaBuilder()
+        builder.add_integer_field("id", stored=False, indexed=False, fast=True)
+        builder.add_text_field(
+            "body", stored=False, tokenizer_name="whitespace", index_option="freq"
+        )
+        index = tantivy.Index(builder.build())
+        writer = index.writer(heap_size=256_000_000, num_threads=1)
+        total = 0
+        for row, tokens_in, want in zip(rows, repeated, wanted, strict=True):
+            body = _body(times, [text or "" for text in row[1:]])
+            padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in
+            if padded > tokens_in:
+                body += (FILLER + " ") * (padded - tokens_in)
+            total += padded
+            writer.add_document(tantivy.Document(id=row[0], body=body))
+        if bounded:
+            # Empty documents bring tantivy's average length up to ``per_unit`` (not past).
+            for _ in range(max(0, total // per_unit - n_docs)):
+                writer.add_document(tantivy.Document(id=-1))
+        writer.commit()
+        writer.wait_merging_threads()
+        index.reload()
+        searcher = index.searcher()
+        everyone = searcher.num_docs
+        idf: dict[str, float] = {}
+        boost: dict[str, float] = {}
+        for term, df in doc_freq.items():
+            value = math.log((n_docs - df + 0.5) / (df + 0.5))
+            idf[term] = value if value > 0 else 1e-6
+            boost[term] = idf[term] / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
+        for term, value in idf.items():
+            idf[term] = value * (K1 + 1)
+        for (doc, found), length in zip(counts.items(), lengths, strict=True):
+            # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
+            norm = scale * K1 * (1 - B + B * length / avgdl)
+            counts[doc] = {t: idf[t] * f / (f + norm) for t, f in found.items()}
+        self.contributions, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
+        self.bounded, self._boost, self._queries = bounded, boost, {}
+        # One writer thread and one commit make one segment with documents in the order
+        # they were added; anything else is mapped through the "id" fast field.
+        self._row_ids = [row[0] for row in rows] if searcher.num_segments == 1 else []
+        self._searcher, self._schema = searcher, index.schema
+        if bounded and not self._bound_holds():
+            self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
+        self.revision, self.weights = revision, weights
+
+    def _bound_holds(self, terms: int = 24, hits: int = 20) -> bool:
+        """Whether tantivy's score bounds FTS5's on a sample (one-term queries over a few
+        terms of the first tools): the certificate rests on tantivy's BM25 details (its
+        length codes, averages, constants), checked here for the tantivy installed."""
+        tantivy = tantivy_module()
+        row_of = self._row_ids
+        for term in itertools.islice(self.doc_freq, terms):
+            query = tantivy.Query.boost_query(
+                tantivy.Query.term_query(self._schema, "body", term), self._boost[term]
+            )
+            found = self._searcher.search(query, hits, count=False).hits
+            ids = (
+                [row_of[a.doc] for _, a in found]
+                if row_of
+                else self._searcher.fast_field_values("id", [a for _, a in found])
+            )
+            for (score, _), doc in zip(found, ids, strict=True):
+                if score * (1 + SLACK) < self.contributions[doc][term]:
+                    return False
+        return True
+
+    def terms(self, text: str, max_terms: int) -> list[str]:
+        """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
+        the index lacks are dropped, and those in more than half of the tools too (they
+        carry FTS5's floor IDF) unless nothing else is left."""
+        doc_freq = self.doc_freq
+        present = sorted(
+            (t for t in dict.fromkeys(tokenize(text)) if t in doc_freq),
+            key=doc_freq.__getitem__,
+        )
+        useful = [t for t in present if doc_freq[t] * 2 <= self.n_docs] or present
+        return useful[:max_terms]
+
+    def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score), best first (ties by row id)."""
+        return self.rank(self.terms(text, max_terms), k)
+
+    def rank(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them)."""
+        if not terms:
+            return []
+        tantivy = tantivy_module()
+        should = tantivy.Occur.Should
+        queries = self._queries
+        if len(queries) > QUERY_CACHE:
+            queries.clear()
+        clauses = []
+        for term in terms:
+            query = queries.get(term)
+            if query is None:
+                query = tantivy.Query.term_query(self._schema, "body", term)
+                query = queries[term] = tantivy.Query.boost_query(query, self._boost[term])
+            clauses.append((should, query))
+        query = tantivy.Query.boolean_query(clauses)
+        contributions = self.contributions
+        wanted = frozenset(terms)
+        bounded = self.bounded
+        depth = k + EXTRA_CANDIDATES if bounded else max(k, UNBOUNDED_CANDIDATES)
+        rounds = 0
+        while True:
+            rounds += 1
+            hits = self._searcher.search(query, depth, count=False).hits
+            if self._row_ids:
+                row_ids = self._row_ids
+                found = [(score, row_ids[address.doc]) for score, address in hits]
+            else:
+                ids = self._searcher.fast_field_values("id", [a for _, a in hits])
+                found = list(zip([score for score, _ in hits], ids, strict=True))
+            best: list[tuple[float, int]] = []  # the k best exact (score, -row id), a heap
+            certified = len(hits) < depth  # every matching tool is among them
+            for bound, doc in found:
+                # tantivy's scores come best first and bound the exact ones from above:
+                # once the k-th exact score beats this one, no tool from here on can enter.
+                if bounded and len(best) == k and best[0][0] > bound * (1 + SLACK):
+                    certified = True
+                    break
+                known = contributions[doc]  # the few query terms the tool has, summed in C
+                entry = (sum(map(known.__getitem__, known.keys() & wanted)), -doc)
+                if len(best) < k:
+                    heapq.heappush(best, entry)
+                elif entry > best[0]:
+                    heapq.heapreplace(best, entry)
+            if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
+                break
+            if not bounded or depth >= MAX_CANDIDATES:
+                rounds = 0  # best effort, not certified
+                break
+            depth = min(depth * 4, MAX_CANDIDATES)
+        self.rounds[rounds] += 1
+        return [(-doc, score) for score, doc in sorted(best, reverse=True)]
+
+
+class LexicalIndex:
+    """The in-memory BM25 index of one engine: tantivy's where the ``tantivy`` package is
+    importable, else the pure-Python postings (same scores). Nothing is imported before the
+    first build, so a process that never builds one never loads tantivy."""
+
+    def __init__(self, backend: str | None = None) -> None:
+        self.backend = backend  # "tantivy", "postings", or None: tantivy when importable
+        self.index: TantivyIndex | PostingsIndex | None = None
+        self.error = ""  # why tantivy was given up, if it was
+
+    @property
+    def revision(self) -> int:
+        return self.index.revision if self.index is not None else -1
+
+    @property
+    def doc_freq(self) -> dict[str, int]:
+        """How many tools hold each indexed term, at ``revision``."""
+        return self.index.doc_freq if self.index is not None else {}
+
+    def current(self, revision: int, weights: Sequence[float]) -> bool:
+        return self.index is not None and self.index.current(revision, weights)
+
+    def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
+        """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
+        if self.backend is None:
+            self.backend = "tantivy" if tantivy_module() is not None else "postings"
+        self.index = None  # a stale index is never served, nor kept while its successor builds
+        if self.backend == "tantivy" and len(weights) == len(COLUMNS):
+            tantivy_index = TantivyIndex()
+            try:
+                tantivy_index.build(conn, revision, weights)
+            except (AttributeError, TypeError, ValueError, OSError) as e:
+                # A tantivy release whose API differs from the one this was written for
+                # (0.27): search on with the pure-Python index, which scores the same.
+                self.backend, self.error = "postings", f"tantivy index: {e}"
+            else:
+                self.index = tantivy_index
+                return
+        index = PostingsIndex()
+        index.build(conn, revision, weights)
+        self.index = index
+
+    def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score), best first; call only when ``current``."""
+        assert self.index is not None
+        return self.index.search(text, k, max_terms)

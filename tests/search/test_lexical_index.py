@@ -1,0 +1,297 @@
+"""The tantivy-backed index returns FTS5's exact scores and (nearly always) FTS5's ranking,
+is never served at another revision, and gives way to the pure-Python postings where
+tantivy cannot be imported."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from tests.search.test_postings import bench_toolkits, exact_fts5
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import bm25
+from toolcat.search.engine import POSTINGS_AFTER
+from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, repeats
+from toolcat.search.postings import PostingsIndex
+from toolcat.search.tokenize import tokenize
+
+pytest.importorskip("tantivy")
+
+
+def built(catalog: Catalog) -> TantivyIndex:
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    return index
+
+
+def test_rankings_and_scores_are_fts5s_on_real_tools(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits()
+    catalog.register(kits)
+    index = built(catalog)
+    assert index.bounded
+    rng = random.Random(11)
+    queries += [" ".join(rng.sample(q.split(), min(3, len(q.split())))) for q in queries[:50]]
+    compared = 0
+    for query in queries:
+        for k in (1, 10, 50):
+            expected = exact_fts5(catalog, query, k)
+            got = index.search(query, k, bm25.MAX_QUERY_TERMS)
+            assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
+            # Same tools wherever scores differ by more than rounding (ties may swap).
+            if len({round(s, 5) for _, s in expected}) == len(expected):
+                assert [i for i, _ in got] == [i for i, _ in expected], query
+            compared += 1
+    assert compared >= 600
+    assert index.rounds[0] == 0  # every answer certified
+
+
+def test_tantivys_score_bounds_fts5s_from_above(catalog: Catalog) -> None:
+    """The certificate rests on this: padded lengths and boosts make tantivy's BM25 of a
+    tool at least FTS5's (and close to it)."""
+    kits, queries = bench_toolkits(800)
+    catalog.register(kits)
+    index = built(catalog)
+    tantivy = pytest.importorskip("tantivy")
+    ratios = []
+    for query in queries[:80]:
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        if not terms:
+            continue
+        index.rank(terms, 1)  # makes the term queries
+        clauses = [(tantivy.Occur.Should, index._queries[t]) for t in terms]
+        hits = index._searcher.search(tantivy.Query.boolean_query(clauses), 40).hits
+        for score, address in hits:
+            exact = sum(index.contributions[index._row_ids[address.doc]].get(t, 0.0) for t in terms)
+            ratios.append(score / exact)
+    assert len(ratios) > 500
+    assert min(ratios) >= 1 - 1e-5
+    assert sorted(ratios)[len(ratios) // 2] < 1.02
+
+
+def test_top_k_matches_the_postings_index_for_every_k(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(600)
+    catalog.register(kits)
+    index = built(catalog)
+    postings = PostingsIndex()
+    with catalog._snapshot() as conn:
+        postings.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    for k in (1, 3, 50):
+        for query in queries[:60]:
+            got = index.search(query, k, bm25.MAX_QUERY_TERMS)
+            want = postings.search(query, k, bm25.MAX_QUERY_TERMS)
+            assert len(got) == len(want)
+            assert got[0] == pytest.approx(want[0]) if want else got == []
+
+
+def test_several_segments_map_through_the_id_field(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    index = built(catalog)
+    by_position = [index.search(q, 10, bm25.MAX_QUERY_TERMS) for q in queries[:40]]
+    index._row_ids = []  # as when tantivy wrote more than one segment
+    assert [index.search(q, 10, bm25.MAX_QUERY_TERMS) for q in queries[:40]] == by_position
+
+
+def test_column_weights_become_repeats() -> None:
+    assert repeats(bm25.DEFAULT_WEIGHTS) == [8, 4, 3, 1, 1]
+    assert repeats((1.0, 0.0, 100.0)) == [1, 0, 16]
+    assert repeats((0.0, 0.0)) == [0, 0]
+
+
+def test_a_change_from_another_connection_is_never_answered_from_the_old_index(
+    db_path: Path,
+) -> None:
+    with Catalog(db_path) as server, Catalog(db_path) as admin:
+        server.register(SAMPLE_TOOLKITS)
+        for _ in range(POSTINGS_AFTER):
+            before = server.search("wipe a file for good", mode="bm25", k=3)
+        engine = server._search
+        assert engine.postings.backend == "tantivy"
+        assert engine.postings.current(server.revision, bm25.DEFAULT_WEIGHTS)
+        assert "shredder.shred_file" not in [h.tool.id for h in before.hits]
+        admin.register(
+            Toolkit(
+                name="shredder",
+                version="1",
+                tools=[Tool(name="shred_file", description="Wipe a file for good")],
+            )
+        )
+        after = server.search("wipe a file for good", mode="bm25", k=3)
+        assert after.revision == admin.revision > before.revision
+        assert after.hits[0].tool.id == "shredder.shred_file"
+        # The index of the old revision is still in memory, but was not asked: FTS5 was.
+        assert engine.postings.revision == before.revision
+        for _ in range(POSTINGS_AFTER):
+            again = server.search("wipe a file for good", mode="bm25", k=3)
+        assert engine.postings.revision == admin.revision
+        assert [h.tool.id for h in again.hits] == [h.tool.id for h in after.hits]
+        # Removing the tool: gone from the next answer, whichever path gives it.
+        admin.remove("shredder")
+        gone = server.search("wipe a file for good", mode="bm25", k=3)
+        assert "shredder.shred_file" not in [h.tool.id for h in gone.hits]
+
+
+def test_failed_build_leaves_nothing_to_serve(catalog: Catalog) -> None:
+    catalog.register(SAMPLE_TOOLKITS)
+    index = LexicalIndex("tantivy")
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    assert index.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+    with catalog._snapshot() as conn, pytest.raises(ValueError):
+        index.build(conn, catalog.revision + 1, (1.0, 2.0))  # wrong column count
+    assert index.index is None
+    assert not index.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+
+
+FALLBACK = """
+import json, sys
+sys.modules["tantivy"] = None  # as if it were not installed
+from toolcat import Catalog
+with Catalog({db!r}) as catalog:
+    ranked = [
+        [(h.tool.id, h.score) for h in catalog.search(q, mode="bm25", k=5).hits]
+        for q in {queries!r} for _ in range(2)
+    ]
+    print(json.dumps({{"backend": catalog._search.postings.backend, "ranked": ranked}}))
+"""
+
+
+def test_without_tantivy_the_postings_index_serves_the_same_hits(tmp_path: Path) -> None:
+    db = tmp_path / "catalog.db"
+    queries = ["delete a file", "convert units of temperature", "send an email to a user"]
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        ranked = [
+            [(h.tool.id, h.score) for h in catalog.search(q, mode="bm25", k=5).hits]
+            for q in queries
+            for _ in range(2)
+        ]
+        assert catalog._search.postings.backend == "tantivy"
+    out = subprocess.run(
+        [sys.executable, "-c", FALLBACK.format(db=str(db), queries=queries)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fallback = json.loads(out.strip().splitlines()[-1])
+    assert fallback["backend"] == "postings"
+    assert fallback["ranked"] == [[list(hit) for hit in hits] for hits in ranked]
+
+
+def test_a_one_shot_search_never_imports_tantivy(tmp_path: Path) -> None:
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    code = (
+        f"import sys, toolcat\ntoolcat.Catalog({str(db)!r}).search('convert units', "
+        "mode='bm25')\nprint('tantivy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_tantivy_that_fails_to_build_gives_way_to_the_postings(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    catalog.register(SAMPLE_TOOLKITS)
+    for _ in range(POSTINGS_AFTER):
+        catalog.search("delete a file", mode="bm25", k=5)
+    assert catalog._search.postings.backend == "tantivy"
+    catalog.register(Toolkit(name="extra", version="1", tools=[Tool(name="noop", description="x")]))
+
+    def old_tantivy(*_: object) -> None:
+        raise AttributeError("'Searcher' object has no attribute 'fast_field_values'")
+
+    monkeypatch.setattr(TantivyIndex, "build", old_tantivy)
+    for _ in range(POSTINGS_AFTER):
+        got = catalog.search("delete a file", mode="bm25", k=5)
+    lexical = catalog._search.postings
+    assert lexical.backend == "postings" and "fast_field_values" in lexical.error
+    assert isinstance(lexical.index, PostingsIndex)
+    assert lexical.current(catalog.revision, bm25.DEFAULT_WEIGHTS)
+    expected = exact_fts5(catalog, "delete a file", 5)
+    assert [h.score for h in got.hits] == pytest.approx([round(s, 6) for _, s in expected])
+
+
+def test_weights_that_are_not_multiples_still_give_fts5s_scores(catalog: Catalog) -> None:
+    from toolcat.store.reader import Filters
+
+    kits, queries = bench_toolkits(600)
+    catalog.register(kits)
+    weights = (4.0, 2.0, 1.3, 0.5, 0.7)
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, weights)
+    assert not index.bounded
+    stats = bm25.TermStats()
+    stats.refresh(catalog._conn, catalog.revision)
+    same = 0
+    for query in queries[:80]:
+        expected = bm25.search(
+            catalog._conn, query, Filters(), 10, stats, weights, exact_postings=10**12
+        )
+        everything = dict(
+            bm25.search(catalog._conn, query, Filters(), 1000, stats, weights, 10**12)
+        )
+        got = index.search(query, 10, bm25.MAX_QUERY_TERMS)
+        for row_id, score in got:
+            assert score == pytest.approx(everything[row_id], abs=1e-6)
+        same += [i for i, _ in got] == [i for i, _ in expected]
+    assert same >= 0.9 * 80  # no certificate here: a fixed depth of candidates
+
+
+def test_term_statistics_come_from_the_index_once_built(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(400)
+    catalog.register(kits)
+    for query in queries[:POSTINGS_AFTER]:
+        catalog.search(query, mode="bm25")
+    stats = catalog._search.term_stats
+    assert stats.complete and stats.revision == catalog.revision
+    fresh = bm25.TermStats()
+    fresh.refresh(catalog._conn, catalog.revision)
+    terms = [*sorted({t for q in queries[:40] for t in tokenize(q)}), "zzzabsentterm"]
+    assert stats.lookup(catalog._conn, terms) == fresh.lookup(catalog._conn, terms)
+    assert (stats.n_docs, stats.total_tokens) == (fresh.n_docs, fresh.total_tokens)
+    catalog.register(Toolkit(name="late", version="1", tools=[Tool(name="x", description="y")]))
+    catalog.search(queries[0], mode="bm25")  # FTS5 again: the revision moved
+    assert not stats.complete and stats.revision == catalog.revision
+
+
+def test_empty_and_tiny_catalogs(catalog: Catalog) -> None:
+    index = built(catalog)
+    assert index.search("anything at all", 10, bm25.MAX_QUERY_TERMS) == []
+    catalog.register(
+        Toolkit(name="one", version="1", tools=[Tool(name="read_file", description="Read a file")])
+    )
+    index = built(catalog)
+    got = index.search("read the file", 10, bm25.MAX_QUERY_TERMS)
+    assert [s for _, s in got] == pytest.approx(
+        [s for _, s in exact_fts5(catalog, "read the file", 10)]
+    )
+    assert len(got) == 1
+
+
+def test_a_tantivy_whose_scores_do_not_bound_fts5s_loses_the_certificate(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    assert built(catalog).bounded
+    real_log = math.log
+
+    def idf_off(x: float) -> float:  # every IDF 1.5x: contributions outgrow tantivy's scores
+        return real_log(x) * (1.5 if x > 1.0 else 1.0)
+
+    monkeypatch.setattr("toolcat.search.lexical_index.math.log", idf_off)
+    index = built(catalog)
+    monkeypatch.undo()
+    assert not index.bounded
+    assert index.search(queries[0], 10, bm25.MAX_QUERY_TERMS)  # still answers, fixed depth
