@@ -1,12 +1,23 @@
 """Fetch the BM25 and embedding rankings of benchmark queries once, for fusion experiments.
 
-For a seeded sample of queries per source, in the source's own catalog and in the pooled one,
-store the top 50 of ``bm25`` and the top 300 of ``embedding`` (tool name or id, score)
-through the public search API, with each query's relevant tools (OUT.json and
-OUT.pooled.json). Sources with more than ``--max-tools`` tools keep every gold tool of the
-sampled queries plus seeded random others. scripts/tune_fusion.py reads the files.
+For a seeded sample of queries per source (the same sample as ``toolcat eval --max-queries
+N``), in the source's own catalog and in the pooled one (all sources' tools), store the top
+50 of BM25 and the top ``--depth`` of the embeddings for the request and for each part
+``search/split.py`` cuts it into, with each query's relevant tools, plus every catalog's
+tokenized FTS5 columns (so fusion signals such as name coverage can be computed offline).
+Rankings come from the search engine's own BM25 and vector index (``SearchEngine.bm25``,
+``VectorIndex.search``), the ones hybrid mode fuses. scripts/tune_fusion.py reads the file.
 
-    python scripts/gather_rankings.py OUT.json [BENCH] [--max-queries 300] [--max-tools 800]
+    python scripts/gather_rankings.py OUT.json [BENCH] [--max-queries 600] [--max-tools 0]
+    python scripts/gather_rankings.py SMALL.json --small
+
+``--small`` instead saves the small catalogs and cases of tests/search/test_fusion.py (a clear
+semantic match must beat one word of name overlap; a request that names the tool must win),
+which scripts/tune_fusion.py --small uses to rule fusion settings out.
+
+``--max-tools N`` (N > 0) cuts a source's own catalog to the sampled queries' gold tools plus
+seeded others; the default 0 keeps every tool (the vector cache embeds each tool once across
+runs: the first run embeds the ~8,300 pooled tools, a few minutes).
 """
 
 from __future__ import annotations
@@ -27,12 +38,17 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
 from toolcat.evaluate import Query, Source, load_source, source_folders  # noqa: E402
-from toolcat.search.embeddings import DEFAULT_MODEL  # noqa: E402
+from toolcat.search.embeddings import DEFAULT_MODEL, embedder  # noqa: E402
+from toolcat.search.split import split_request  # noqa: E402
+from toolcat.store import reader  # noqa: E402
+from toolcat.store.reader import Filters  # noqa: E402
 
 VECTOR_CACHE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS embeddings (content_hash TEXT NOT NULL, model TEXT NOT NULL, "
     "vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
 )
+LEXICAL_DEPTH = 50
+EMPTY = {"type": "object", "properties": {}}
 
 
 def with_cached_vectors(catalog: Catalog, cache: Path) -> None:
@@ -60,10 +76,10 @@ def with_cached_vectors(catalog: Catalog, cache: Path) -> None:
 
 
 def reduced(source: Source, queries: list[Query], limit: int, seed: int) -> Source:
-    """The source with at most ``limit`` tools: every gold tool of ``queries``, then seeded
-    random others (embedding 8,300 tools does not fit this machine's time)."""
+    """The source with at most ``limit`` tools (0: all): every gold tool of ``queries``,
+    then seeded random others."""
     tools = source.toolkit.tools
-    if len(tools) <= limit:
+    if limit <= 0 or len(tools) <= limit:
         return source
     gold = {n for q in queries for n in q.relevant}
     keep = [t for t in tools if t.name in gold]
@@ -76,13 +92,18 @@ def reduced(source: Source, queries: list[Query], limit: int, seed: int) -> Sour
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out")
-    parser.add_argument("bench", nargs="?", default=str(ROOT.parent.parent / "shared" / "bench"))
-    parser.add_argument("--max-queries", type=int, default=300)
-    parser.add_argument("--max-tools", type=int, default=800)
+    parser.add_argument("bench", nargs="?", default=str(ROOT.parent / "shared" / "bench"))
+    parser.add_argument("--max-queries", type=int, default=600)
+    parser.add_argument("--max-tools", type=int, default=0)
+    parser.add_argument("--depth", type=int, default=100, help="Embedding hits kept.")
     parser.add_argument("--cache", default="vectors.db", help="Vector cache file.")
     parser.add_argument("--source", action="append", default=[])
     parser.add_argument("--no-pooled", action="store_true")
+    parser.add_argument("--small", action="store_true", help="Only the small catalogs' cases.")
     args = parser.parse_args()
+    if args.small:
+        Path(args.out).write_text(json.dumps({"own": small_catalogs(args)}))
+        return
     sources = []
     samples = {}
     for folder in source_folders(Path(args.bench), args.source):
@@ -90,56 +111,124 @@ def main() -> None:
         queries = source.queries
         if len(queries) > args.max_queries:
             queries = random.Random(0).sample(queries, args.max_queries)
-        source = reduced(source, queries, args.max_tools, 0)
-        sources.append(source)
+        sources.append(reduced(source, queries, args.max_tools, 0))
         samples[source.name] = queries
     cache = Path(args.cache)
+    vectors = encode(samples)
+    out: dict[str, Any] = {"own": {}, "pooled": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        own: dict[str, Any] = {}
-        catalogs = {}
+        if not args.no_pooled:
+            started = time.perf_counter()
+            with Catalog(Path(tmp) / "pooled.db") as catalog:
+                catalog.register(*(s.toolkit for s in sources))
+                with_cached_vectors(catalog, cache)
+                print(f"pooled catalog: {time.perf_counter() - started:.0f}s", flush=True)
+                docs = documents(catalog, pooled=True)
+                for source in sources:
+                    entry = gather(catalog, source, samples[source.name], vectors, True, args)
+                    out["pooled"][source.name] = entry
+                out["pooled_docs"] = docs
+                print(f"pooled: {time.perf_counter() - started:.0f}s", flush=True)
         for source in sources:
             started = time.perf_counter()
-            catalog = catalogs[source.name] = Catalog(Path(tmp) / f"{source.toolkit.name}.db")
-            catalog.register(source.toolkit)
-            with_cached_vectors(catalog, cache)
-            own[source.name] = gather(catalog, source, samples[source.name], "")
+            with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
+                catalog.register(source.toolkit)
+                with_cached_vectors(catalog, cache)
+                entry = gather(catalog, source, samples[source.name], vectors, False, args)
+                entry["docs"] = documents(catalog, pooled=False)
+                out["own"][source.name] = entry
             print(f"{source.name}: {time.perf_counter() - started:.0f}s", flush=True)
-        # "Nothing fits": each source's queries in the next source's catalog (no right answer).
-        for source, other in zip(sources, sources[1:] + sources[:1], strict=True):
-            if other is not source:
-                found = gather(catalogs[other.name], other, samples[source.name], "")
-                own[source.name]["foreign"] = found["queries"]
-        for catalog in catalogs.values():
-            catalog.close()
-        Path(args.out).write_text(json.dumps(own))
-        if args.no_pooled:
-            return
-        pooled: dict[str, object] = {}
-        with Catalog(Path(tmp) / "pooled.db") as catalog:
-            catalog.register(*(s.toolkit for s in sources))
-            with_cached_vectors(catalog, cache)
-            for source in sources:
-                prefix = f"{source.toolkit.name}."
-                pooled[source.name] = gather(catalog, source, samples[source.name], prefix)
-        Path(args.out.replace(".json", ".pooled.json")).write_text(json.dumps(pooled))
+    Path(args.out).write_text(json.dumps(out))
 
 
-def gather(catalog: Catalog, source: Source, queries: list[Query], prefix: str) -> dict:
+def small_catalogs(args: argparse.Namespace) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.search.test_fusion import CASES, CATALOGS
+
+    from toolcat import Toolkit
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, tools in CATALOGS.items():
+            queries = [
+                Query(id=f"{name}-{i}", text=text, relevant=[tool], split="", any_of=None)
+                for i, (catalog, text, tool) in enumerate(CASES)
+                if catalog == name
+            ]
+            toolkit = Toolkit(
+                name="team",
+                version="1",
+                tools=[{"name": n, "description": d, "parameters": EMPTY} for n, d in tools],
+            )
+            source = Source(name=name, toolkit=toolkit, queries=queries)
+            with Catalog(Path(tmp) / f"{name}.db") as catalog:
+                catalog.register(toolkit)
+                catalog.reindex()
+                vectors = encode({name: queries})
+                entry = gather(catalog, source, queries, vectors, False, args)
+                entry["docs"] = documents(catalog, pooled=False)
+                out[name] = entry
+    return out
+
+
+def encode(samples: dict[str, list[Query]]) -> dict[str, Any]:
+    """Every query's and part's vector, in batches (the same model call search makes)."""
+    every = [q for queries in samples.values() for q in queries]
+    texts = list(dict.fromkeys(t for q in every for t in [q.text, *split_request(q.text)]))
+    model = embedder(DEFAULT_MODEL)
+    found: dict[str, Any] = {}
+    for start in range(0, len(texts), 64):
+        chunk = texts[start : start + 64]
+        found.update(zip(chunk, model.encode_queries(chunk), strict=True))
+    return found
+
+
+def documents(catalog: Catalog, pooled: bool) -> dict[str, list[str]]:
+    """Tool key (id when pooled, else name) -> its tokenized FTS5 columns."""
+    conn = catalog._conn
+    rows = conn.execute(
+        "SELECT t.toolkit, t.name, f.name, f.hint, f.description, f.params, f.tags "
+        "FROM tools t JOIN tools_fts f ON f.rowid = t.id"
+    ).fetchall()
+    return {(f"{r[0]}.{r[1]}" if pooled else r[1]): list(r[2:]) for r in rows}
+
+
+def gather(
+    catalog: Catalog,
+    source: Source,
+    queries: list[Query],
+    vectors: dict[str, Any],
+    pooled: bool,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    engine = catalog._search
+    conn = catalog._conn
+    revision = reader.revision(conn)
+    keys = {
+        r[0]: (f"{r[1]}.{r[2]}" if pooled else r[2])
+        for r in conn.execute("SELECT id, toolkit, name FROM tools")
+    }
+    engine.vectors.refresh(conn, revision, DEFAULT_MODEL)
+    prefix = f"{source.toolkit.name}." if pooled else ""
+
+    def ranked(text: str, depth: int) -> dict[str, Any]:
+        lexical = engine.bm25(conn, text, Filters(), LEXICAL_DEPTH, revision)
+        semantic = engine.vectors.search(conn, vectors[text], Filters(), depth)
+        return {
+            "lex": [(keys[i], s) for i, s in lexical],
+            "sem": [(keys[i], round(float(s), 5)) for i, s in semantic],
+        }
+
     rows = []
     for q in queries:
-        lists = []
-        for mode, depth in (("bm25", 50), ("embedding", 300)):
-            hits = catalog.search(q.text, mode=mode, k=depth).hits
-            lists.append([(h.tool.id if prefix else h.tool.name, h.score) for h in hits])
-        rows.append(
-            {
-                "id": q.id,
-                "text": q.text,
-                "relevant": [prefix + n for n in q.relevant],
-                "lex": lists[0],
-                "sem": lists[1],
-            }
-        )
+        row = {"id": q.id, "text": q.text, "relevant": [prefix + n for n in q.relevant]}
+        row.update(ranked(q.text, args.depth))
+        row["parts"] = [
+            {"text": part, **ranked(part, LEXICAL_DEPTH)} for part in split_request(q.text)
+        ]
+        if q.any_of is not None:
+            row["any_of"] = [[prefix + n for n in g] for g in q.any_of]
+        rows.append(row)
     return {"tools": len(source.toolkit.tools), "queries": rows}
 
 

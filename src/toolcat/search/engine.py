@@ -24,13 +24,12 @@ from .tokenize import tokenize
 
 SEARCH_MODES = modes.SEARCH_MODES
 VECTOR_MODES = modes.VECTOR_MODES
-# Hybrid: how many hits each ranking contributes to adaptive fusion (search/fusion.py).
+# Hybrid: how many hits each ranking contributes to fusion (search/fusion.py).
 HYBRID_DEPTH = 50
-# Which fusion hybrid mode ranks by: "score" (min-max score fusion at HYBRID_WEIGHTS, chosen
-# with scripts/tune_hybrid.py) or "adaptive" (search/fusion.py's per-query trust). Measured
-# side by side with `toolcat eval` (README, "Hybrid fusion"); "score" stays until adaptive's
-# parameters beat it on held-out queries.
-HYBRID_FUSION = "score"
+# Which fusion hybrid mode ranks by: "hybrid" (fusion.hybrid_fusion, per-query BM25 weight
+# from the query's visibility, name hits) or "score" (the former min-max score fusion at
+# HYBRID_WEIGHTS), kept to measure side by side (README, "Hybrid fusion").
+HYBRID_FUSION = "hybrid"
 HYBRID_WEIGHTS = (0.45, 0.55)  # (bm25, embedding)
 MAX_QUERY_CHARS = 100_000
 # BM25 from the in-memory postings index from this many queries at one revision on: a
@@ -124,7 +123,8 @@ class SearchEngine:
 
         Exact tool names (``name`` or ``toolkit.name``, any case) come first, except in
         regex mode, where the query is a pattern. ``parts`` (hybrid mode): the request's
-        parts (search/split.py) with their vectors; each part's best tool joins the top.
+        parts (search/split.py) with their vectors; each part's best tool joins the top
+        when it fits the part clearly (``split.fits``).
         """
         text = query[:MAX_QUERY_CHARS]
         if filters.toolkit_id is not None and not reader.is_active_toolkit(
@@ -150,6 +150,9 @@ class SearchEngine:
                     found, part_signals = self._rank(
                         conn, mode, part, (model_id, vector), filters, 1, []
                     )
+                    best = part_signals.get(found[0][0]) if found else None
+                    if best is None or not split.fits(best.semantic, best.cover):
+                        continue
                     per_part.append(found)
                     for item, candidate in part_signals.items():
                         signals.setdefault(item, candidate)
@@ -213,19 +216,26 @@ class SearchEngine:
         documents = reader.fts_rows(conn, ids) if terms and ids else {}
         if terms:
             self.term_stats.refresh(conn, revision)
-        doc_freq = self.term_stats.lookup(conn, terms) if terms else {}
-        fused, signals = fusion.adaptive_fusion(
-            terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents, depth
-        )
-        if mode == "bm25":
-            return lexical[:k], signals
-        if mode == "embedding":
-            return semantic[:k], signals
+        if mode != "hybrid":
+            doc_freq = self.term_stats.lookup(conn, terms) if terms else {}
+            signals = fusion.candidates(
+                terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents
+            )
+            return (lexical if mode == "bm25" else semantic)[:k], signals
+        # Hybrid also weighs the candidates' names by IDF (fusion.name_hit).
+        names = {t for columns in documents.values() for t in columns[0].split()}
+        doc_freq = self.term_stats.lookup(conn, list(dict.fromkeys([*terms, *names])))
         if HYBRID_FUSION == "score":
+            signals = fusion.candidates(
+                terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents
+            )
             fused = fusion.score_fusion(
                 [(HYBRID_WEIGHTS[0], lexical), (HYBRID_WEIGHTS[1], semantic)], k
             )
-        return fused[:k], signals
+            return fused, signals
+        return fusion.hybrid_fusion(
+            terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents, depth, k
+        )
 
     def _semantic(
         self,

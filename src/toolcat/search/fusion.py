@@ -1,15 +1,21 @@
 """Combining rankings.
 
-``adaptive_fusion`` (hybrid mode) decides per query how far to trust BM25 and how far the
-embeddings, from what the two rankings say about themselves: how much of the query the best
-lexical hit covers (IDF-weighted, in its name and anywhere), how far each ranking's best hit
-is ahead, and whether the two top lists agree. No labels are needed at query time; the few
-parameters in ``FusionParams`` were fitted with scripts/tune_fusion.py on half of each
-benchmark source's queries and checked on the other half (README, "Hybrid fusion").
+``hybrid_fusion`` (hybrid mode) mixes BM25 and embedding scores with a per-query weight taken
+from what the query and the rankings say about themselves, no labels at query time:
 
-Scores are put on absolute scales before they are mixed: a BM25 hit counts by the share of
-the query it covers, not by its rank among a handful of hits, so one word of overlap in a
-wrong tool's name cannot outrank a clear semantic match in a small catalog.
+- BM25 can only see the words of a request that some tool has: its weight shrinks with the
+  share of the query's IDF mass on words no tool in the catalog has ("visibility"). In a team's
+  few dozen tools "book me somewhere to eat tonight" shares one word with the catalog, so one
+  word of name overlap (``book_flight``) cannot outweigh the embeddings' clear match; in a large
+  catalog nearly every word is known and the weight stays.
+- BM25 scores are min-max normalised over the top ``depth`` hits, but when BM25 returned fewer
+  (every tool it matched), over [0, best]: the weakest of a handful of matches still matched.
+- Every candidate gets a bonus for the share of its name the request spells out
+  (IDF-weighted), so a request that names the tool still wins.
+
+The three parameters (``HybridParams``) were chosen with scripts/tune_fusion.py on half of each
+benchmark source's queries and checked on the other half (README, "Hybrid fusion").
+``adaptive_fusion``, an older per-query trust, stays for comparison in that script.
 """
 
 from __future__ import annotations
@@ -86,6 +92,7 @@ class Candidate:
     name_cover: float = 0.0  # ... in the tool's name
     fused: float = 0.0
     trust: float = 0.5  # the query's weight on BM25
+    name_hit: float = 0.0  # IDF-weighted share of the tool's name terms found in the query
 
 
 def idf(n_docs: int, doc_freq: int) -> float:
@@ -103,17 +110,34 @@ def coverage(
 
     ``columns`` are the document's tokenized FTS5 columns, the name first.
     """
-    total = sum(weights[t] for t in terms)
+    pairs = [(t, weights[t]) for t in terms]
+    return _coverage(pairs, sum(w for _, w in pairs), columns)
+
+
+def _coverage(
+    pairs: Sequence[tuple[str, float]], total: float, columns: Sequence[str]
+) -> tuple[float, float]:
     if not total:
         return 0.0, 0.0
-    name = set(columns[0].split())
-    anywhere = set(name)
-    for text in columns[1:]:
-        anywhere.update(text.split())
-    return (
-        sum(weights[t] for t in terms if t in anywhere) / total,
-        sum(weights[t] for t in terms if t in name) / total,
-    )
+    name = columns[0].split()
+    # Columns are space-joined tokens: a substring test per query term is cheaper than
+    # splitting every column of every candidate into sets (this runs ~100 times a query).
+    text = f" {' '.join(columns[1:])} "
+    in_name = anywhere = 0.0
+    for term, weight in pairs:
+        if term in name:
+            in_name += weight
+            anywhere += weight
+        elif f" {term} " in text:
+            anywhere += weight
+    return anywhere / total, in_name / total
+
+
+def name_hit(terms: set[str], weights: Mapping[str, float], name: str) -> float:
+    """IDF-weighted share of a tool name's terms that the query has."""
+    words = set(name.split())
+    total = sum(weights.get(w, 0.0) for w in words)
+    return sum(weights.get(w, 0.0) for w in words if w in terms) / total if total else 0.0
 
 
 def candidates(
@@ -133,10 +157,12 @@ def candidates(
         found[item] = Candidate(semantic=score)
     for item, score in lexical:
         found.setdefault(item, Candidate(semantic=floor)).lexical = score / top_lexical
+    pairs = [(t, weights[t]) for t in terms]
+    total = sum(w for _, w in pairs)
     for item, candidate in found.items():
         columns = documents.get(item)
         if columns is not None:
-            candidate.cover, candidate.name_cover = coverage(terms, weights, columns)
+            candidate.cover, candidate.name_cover = _coverage(pairs, total, columns)
     return found
 
 
@@ -197,6 +223,68 @@ def fuse(
     return [(item, c.fused) for item, c in ordered[:limit]]
 
 
+@dataclass(frozen=True)
+class HybridParams:
+    """The knobs of ``hybrid_fusion`` (chosen with scripts/tune_fusion.py)."""
+
+    lexical_weight: float = 0.6  # BM25's share when every query word is known to the catalog
+    visibility_power: float = 2.0  # ... times visibility ** this
+    name_bonus: float = 0.2  # every candidate: plus this times its name hit
+
+
+HYBRID_PARAMS = HybridParams()
+
+
+def hybrid_fusion(
+    terms: Sequence[str],
+    doc_freq: Mapping[str, int],
+    n_docs: int,
+    lexical: Ranking,
+    semantic: Ranking,
+    documents: Mapping[int, Sequence[str]],
+    depth: int,
+    limit: int,
+    params: HybridParams = HYBRID_PARAMS,
+) -> tuple[list[tuple[int, float]], dict[int, Candidate]]:
+    """Fuse a BM25 and an embedding ranking (each at most ``depth`` hits, best first).
+
+    ``doc_freq`` holds the document frequency of the query's terms and of the candidates'
+    name terms. Returns ((id, fused score) best first, the candidates with their signals).
+    """
+    found = candidates(terms, doc_freq, n_docs, lexical, semantic, documents)
+    if not found:
+        return [], found
+    weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in [*terms, *doc_freq]}
+    total = sum(weights[t] for t in terms)
+    visibility = sum(weights[t] for t in terms if doc_freq.get(t, 0) > 0) / total if total else 0.0
+    trust = params.lexical_weight * visibility**params.visibility_power
+    lexical_part = _normalised(lexical, floor_at_zero=len(lexical) < depth)
+    semantic_part = _normalised(semantic)
+    query_terms = set(terms)
+    for item, candidate in found.items():
+        columns = documents.get(item)
+        if columns is not None:
+            candidate.name_hit = name_hit(query_terms, weights, columns[0])
+        candidate.trust = trust
+        candidate.fused = (
+            trust * lexical_part.get(item, 0.0)
+            + (1 - trust) * semantic_part.get(item, 0.0)
+            + params.name_bonus * candidate.name_hit
+        )
+    ordered = sorted(found.items(), key=lambda pair: (-pair[1].fused, pair[0]))
+    return [(item, c.fused) for item, c in ordered[:limit]], found
+
+
+def _normalised(ranking: Ranking, floor_at_zero: bool = False) -> dict[int, float]:
+    """Scores on [0, 1]: min-max over the list, or over [0, best] with ``floor_at_zero``."""
+    if not ranking:
+        return {}
+    high = ranking[0][1]
+    low = 0.0 if floor_at_zero else min(score for _, score in ranking)
+    span = high - low
+    return {item: (score - low) / span if span > 0 else 1.0 for item, score in ranking}
+
+
 # Calibration of ``match``: a hit is "none" below both WEAK thresholds. Chosen with
 # scripts/tune_fusion.py (the most foreign queries told "nothing fits" while at most 10% of
 # answerable ones are): cosine < 0.30 and coverage < 0.70 gave own .08 / foreign .62, mean
@@ -213,8 +301,10 @@ def match(candidate: Candidate | None, mode: str) -> str:
         return "weak"
     cosine = candidate.semantic if mode != "bm25" else None
     cover = candidate.cover
-    if (cosine is not None and cosine >= STRONG_COSINE) or (
-        cover >= STRONG_COVER and candidate.name_cover > 0
+    if (
+        (cosine is not None and cosine >= STRONG_COSINE)
+        or (cover >= STRONG_COVER and candidate.name_cover > 0)
+        or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
     ):
         return "strong"
     if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:

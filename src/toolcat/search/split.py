@@ -15,6 +15,8 @@ from collections.abc import Sequence
 MAX_PARTS = 4
 MIN_PART_WORDS = 3
 MAX_SPLIT_CHARS = 2000  # longer text (documents pasted in) is not split
+PART_MIN_COSINE = 0.5
+PART_MIN_COVER = 0.8
 _SEPARATORS = re.compile(
     r"(?<=[.?!])\s+(?=[A-Z])|\n+|;\s+|,?\s+(?:and then|then|after that|afterwards|and also)\s+",
     re.IGNORECASE,
@@ -33,6 +35,11 @@ def split_request(text: str) -> list[str]:
     if len(parts) < 2:
         return []
     return parts[:MAX_PARTS]
+
+
+def fits(cosine: float, cover: float) -> bool:
+    """Whether a part's best tool fits the part clearly enough to join the top hits."""
+    return cosine >= PART_MIN_COSINE or cover >= PART_MIN_COVER
 
 
 def merge(
