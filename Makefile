@@ -21,11 +21,11 @@ $(BIN)/python:
 # pulled in by sentence-transformers would download gigabytes of CUDA packages.
 install: $(BIN)/python
 	$(BIN)/python -m pip install -q $(TORCH_PIP)
-	$(BIN)/python -m pip install -q -e '.[embeddings,mcp]'
+	$(BIN)/python -m pip install -q -e '.[embeddings,fast,mcp]'
 
 dev: $(BIN)/python
 	$(BIN)/python -m pip install -q $(TORCH_PIP)
-	$(BIN)/python -m pip install -q -e '.[dev,embeddings,mcp]'
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings,fast,mcp]'
 
 demo: install
 	rm -rf .demo && mkdir -p .demo
