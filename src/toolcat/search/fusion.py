@@ -15,7 +15,6 @@ from what the query and the rankings say about themselves, no labels at query ti
 
 The three parameters (``HybridParams``) were chosen with scripts/tune_fusion.py on half of each
 benchmark source's queries and checked on the other half (README, "Hybrid fusion").
-``adaptive_fusion``, an older per-query trust, stays for comparison in that script.
 """
 
 from __future__ import annotations
@@ -66,27 +65,11 @@ def score_fusion(
     return ordered[:limit]
 
 
-@dataclass(frozen=True)
-class FusionParams:
-    """The fitted knobs of ``adaptive_fusion`` (see scripts/tune_fusion.py)."""
-
-    bias: float = 0.0  # log-odds of trusting BM25 before looking at the query
-    name_cover: float = 0.0  # ... plus this times the best lexical hit's name coverage
-    cover: float = 0.0  # ... plus this times its coverage of the whole query
-    agreement: float = 0.0  # ... plus this times the overlap of the two top-5 lists
-    name_bonus: float = 0.0  # every candidate: plus this times its own name coverage
-    cover_power: float = 1.0  # a BM25 hit counts by (its score / the best) * coverage**this
-    spread: float = 0.0  # cosine blended with its min-max over the list by this share
-
-
-DEFAULT_PARAMS = FusionParams()
-
-
 @dataclass
 class Candidate:
-    """What fusion knows of one tool: its scores in each ranking and its query coverage."""
+    """What fusion knows of one tool: its cosine, its query coverage and name hit, and
+    (hybrid mode) its fused score and the query's weight on BM25."""
 
-    lexical: float = 0.0  # BM25 score / the best BM25 score (0 when BM25 did not rank it)
     semantic: float = 0.0  # cosine similarity (the list's lowest when not in the list)
     cover: float = 0.0  # IDF-weighted share of the query's terms in the tool's text
     name_cover: float = 0.0  # ... in the tool's name
@@ -150,13 +133,12 @@ def candidates(
 ) -> dict[int, Candidate]:
     """Every tool either ranking returned, with its absolute signals."""
     weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in terms}
-    top_lexical = lexical[0][1] if lexical and lexical[0][1] > 0 else 1.0
     floor = semantic[-1][1] if semantic else 0.0
     found: dict[int, Candidate] = {}
     for item, score in semantic:
         found[item] = Candidate(semantic=score)
-    for item, score in lexical:
-        found.setdefault(item, Candidate(semantic=floor)).lexical = score / top_lexical
+    for item, _score in lexical:
+        found.setdefault(item, Candidate(semantic=floor))
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
     for item, candidate in found.items():
@@ -164,63 +146,6 @@ def candidates(
         if columns is not None:
             candidate.cover, candidate.name_cover = _coverage(pairs, total, columns)
     return found
-
-
-def adaptive_fusion(
-    terms: Sequence[str],
-    doc_freq: Mapping[str, int],
-    n_docs: int,
-    lexical: Ranking,
-    semantic: Ranking,
-    documents: Mapping[int, Sequence[str]],
-    limit: int,
-    params: FusionParams = DEFAULT_PARAMS,
-) -> tuple[list[tuple[int, float]], dict[int, Candidate]]:
-    """Fuse a BM25 and an embedding ranking with a per-query trust in each.
-
-    Returns ((id, fused score) best first, the candidates with their signals).
-    """
-    found = candidates(terms, doc_freq, n_docs, lexical, semantic, documents)
-    return fuse(found, lexical, semantic, limit, params), found
-
-
-def fuse(
-    found: dict[int, Candidate],
-    lexical: Ranking,
-    semantic: Ranking,
-    limit: int,
-    params: FusionParams = DEFAULT_PARAMS,
-) -> list[tuple[int, float]]:
-    """The fused ranking of ``candidates``' output, best first."""
-    if not found:
-        return []
-    best = found[lexical[0][0]] if lexical else Candidate()
-    top_l = {i for i, _ in lexical[:5]}
-    top_s = {i for i, _ in semantic[:5]}
-    agreement = len(top_l & top_s) / 5 if top_l and top_s else 0.0
-    logit = (
-        params.bias
-        + params.name_cover * best.name_cover
-        + params.cover * best.cover
-        + params.agreement * agreement
-    )
-    trust = 1 / (1 + math.exp(-max(-30.0, min(30.0, logit))))
-    # Both sides on [0, 1]-ish absolute scales: BM25 relative to its best hit, damped by how
-    # much of the query the hit covers; cosine as it is, optionally spread over the list.
-    top = semantic[0][1] if semantic else 0.0
-    floor = semantic[-1][1] if semantic else 0.0
-    span = top - floor if top > floor else 1.0
-    for candidate in found.values():
-        candidate.trust = trust
-        cosine = candidate.semantic
-        semantic_part = (1 - params.spread) * cosine + params.spread * (cosine - floor) / span
-        candidate.fused = (
-            trust * candidate.lexical * candidate.cover ** max(params.cover_power, 0.0)
-            + (1 - trust) * semantic_part
-            + params.name_bonus * candidate.name_cover
-        )
-    ordered = sorted(found.items(), key=lambda pair: (-pair[1].fused, pair[0]))
-    return [(item, c.fused) for item, c in ordered[:limit]]
 
 
 @dataclass(frozen=True)
@@ -285,10 +210,10 @@ def _normalised(ranking: Ranking, floor_at_zero: bool = False) -> dict[int, floa
     return {item: (score - low) / span if span > 0 else 1.0 for item, score in ranking}
 
 
-# Calibration of ``match``: a hit is "none" below both WEAK thresholds. Chosen with
-# scripts/tune_fusion.py (the most foreign queries told "nothing fits" while at most 10% of
-# answerable ones are): cosine < 0.30 and coverage < 0.70 gave own .08 / foreign .62, mean
-# over seven sources, 200 seeded queries each, held-out half, catalogs of at most 600 tools.
+# Calibration of ``match``: a hit is "none" below both WEAK thresholds, fitted with
+# scripts/tune_match.py on half of each source's queries (the most foreign queries told
+# "nothing fits" while few answerable ones are). Refitting against every other source's tools
+# (.32 / .45) did no better on the held-out half than these (README, "Nothing fits").
 STRONG_COSINE = 0.55
 WEAK_COSINE = 0.30
 STRONG_COVER = 0.8
