@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..store.reader import Filters
 from .tokenize import tokenize
@@ -157,9 +157,16 @@ def query_terms(
     terms = list(dict.fromkeys(tokenize(text)))
     if not terms:
         return []
-    doc_freq = stats.lookup(conn, terms)
-    present = sorted((t for t in terms if doc_freq[t]), key=lambda t: doc_freq[t])
-    useful = [t for t in present if doc_freq[t] * 2 <= stats.n_docs] or present
+    return useful_terms(terms, stats.lookup(conn, terms), stats.n_docs, max_terms)
+
+
+def useful_terms(
+    terms: Sequence[str], doc_freq: Mapping[str, int], n_docs: int, max_terms: int
+) -> list[str]:
+    """``terms`` (distinct) worth scoring, rarest first, by their document frequencies: the
+    rule of ``query_terms``, shared by the in-memory indexes."""
+    present = sorted((t for t in terms if doc_freq.get(t)), key=doc_freq.__getitem__)
+    useful = [t for t in present if doc_freq[t] * 2 <= n_docs] or present
     return useful[:max_terms]
 
 

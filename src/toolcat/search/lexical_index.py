@@ -53,6 +53,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any, cast
 
+from .bm25 import useful_terms
 from .postings import PostingsIndex
 from .tokenize import tokenize
 
@@ -239,13 +240,9 @@ class TantivyIndex:
         """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
         the index lacks are dropped, and those in more than half of the tools too (they
         carry FTS5's floor IDF) unless nothing else is left."""
-        doc_freq = self.doc_freq
-        present = sorted(
-            (t for t in dict.fromkeys(tokenize(text)) if t in doc_freq),
-            key=doc_freq.__getitem__,
+        return useful_terms(
+            list(dict.fromkeys(tokenize(text))), self.doc_freq, self.n_docs, max_terms
         )
-        useful = [t for t in present if doc_freq[t] * 2 <= self.n_docs] or present
-        return useful[:max_terms]
 
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score), best first (ties by row id)."""

@@ -22,6 +22,7 @@ import math
 import sqlite3
 from collections.abc import Sequence
 
+from .bm25 import useful_terms
 from .tokenize import tokenize
 
 K1 = 1.2
@@ -83,12 +84,9 @@ class PostingsIndex:
         """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
         the index lacks are dropped, and those in more than half of the tools too (they
         carry FTS5's floor IDF) unless nothing else is left."""
-        present = sorted(
-            (t for t in dict.fromkeys(tokenize(text)) if t in self.postings),
-            key=lambda t: len(self.postings[t]),
+        return useful_terms(
+            list(dict.fromkeys(tokenize(text))), self.doc_freq, self.n_docs, max_terms
         )
-        useful = [t for t in present if len(self.postings[t]) * 2 <= self.n_docs] or present
-        return useful[:max_terms]
 
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score), best first (ties by row id)."""
