@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from ..models import RegisteredTool
 from ..store import writer
-from .bm25 import index_totals
+from ..store.reader import revision
+from .bm25 import TermStats
 from .documents import schema_texts
 from .fusion import idf
 from .split import split_request
@@ -82,14 +83,7 @@ def answered_part(conn: sqlite3.Connection, query: str, tool: RegisteredTool) ->
 
 
 def _weights(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, float]:
-    n_docs = index_totals(conn)[0]
-    found: dict[str, int] = {}
-    for start in range(0, len(terms), 500):
-        chunk = list(terms[start : start + 500])
-        marks = ",".join("?" * len(chunk))
-        found.update(
-            conn.execute(
-                f"SELECT term, doc FROM tools_fts_vocab WHERE term IN ({marks})", chunk
-            ).fetchall()
-        )
-    return {t: idf(n_docs, found.get(t, 0)) for t in terms}
+    stats = TermStats()
+    stats.refresh(conn, revision(conn))
+    doc_freq = stats.lookup(conn, terms)
+    return {t: idf(stats.n_docs, doc_freq[t]) for t in terms}
