@@ -26,7 +26,6 @@ import argparse
 import dataclasses
 import json
 import random
-import sqlite3
 import sys
 import tempfile
 import time
@@ -37,42 +36,20 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
-from toolcat.evaluate import Query, Source, load_source, source_folders  # noqa: E402
+from toolcat.evaluate import (  # noqa: E402
+    Query,
+    Source,
+    load_source,
+    reindex_with_vector_cache,
+    source_folders,
+)
 from toolcat.search.embeddings import DEFAULT_MODEL, embedder  # noqa: E402
 from toolcat.search.split import split_request  # noqa: E402
 from toolcat.store import reader  # noqa: E402
 from toolcat.store.reader import Filters  # noqa: E402
 
-VECTOR_CACHE_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS embeddings (content_hash TEXT NOT NULL, model TEXT NOT NULL, "
-    "vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
-)
 LEXICAL_DEPTH = 50
 EMPTY = {"type": "object", "properties": {}}
-
-
-def with_cached_vectors(catalog: Catalog, cache: Path) -> None:
-    """Reindex, taking vectors from ``cache`` (a file of content-hash keyed vectors) first
-    and putting the new ones back: the same tool is embedded once across runs."""
-    conn = catalog._conn
-    with sqlite3.connect(cache) as db:
-        db.execute(VECTOR_CACHE_SCHEMA)
-    conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
-    conn.execute(
-        "INSERT OR IGNORE INTO embeddings SELECT c.* FROM cache.embeddings c "
-        "WHERE c.content_hash IN (SELECT content_hash FROM tools)"
-    )
-    conn.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?), "
-        "('embedding_dim', 384)",
-        (DEFAULT_MODEL,),
-    )
-    conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
-    conn.execute("DETACH DATABASE cache")
-    catalog.reindex()
-    conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
-    conn.execute("INSERT OR IGNORE INTO cache.embeddings SELECT * FROM main.embeddings")
-    conn.execute("DETACH DATABASE cache")
 
 
 def reduced(source: Source, queries: list[Query], limit: int, seed: int) -> Source:
@@ -121,7 +98,7 @@ def main() -> None:
             started = time.perf_counter()
             with Catalog(Path(tmp) / "pooled.db") as catalog:
                 catalog.register(*(s.toolkit for s in sources))
-                with_cached_vectors(catalog, cache)
+                reindex_with_vector_cache(catalog, cache)
                 print(f"pooled catalog: {time.perf_counter() - started:.0f}s", flush=True)
                 docs = documents(catalog, pooled=True)
                 for source in sources:
@@ -133,7 +110,7 @@ def main() -> None:
             started = time.perf_counter()
             with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
                 catalog.register(source.toolkit)
-                with_cached_vectors(catalog, cache)
+                reindex_with_vector_cache(catalog, cache)
                 entry = gather(catalog, source, samples[source.name], vectors, False, args)
                 entry["docs"] = documents(catalog, pooled=False)
                 out["own"][source.name] = entry

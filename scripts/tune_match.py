@@ -33,41 +33,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
-from toolcat.evaluate import Query, Source, load_source, source_folders  # noqa: E402
+from toolcat.evaluate import (  # noqa: E402
+    Query,
+    Source,
+    load_source,
+    reindex_with_vector_cache,
+    source_folders,
+)
 from toolcat.search import bm25, fusion  # noqa: E402
-from toolcat.search.embeddings import DEFAULT_MODEL  # noqa: E402
 from toolcat.search.tokenize import tokenize  # noqa: E402
 
 COSINES = [round(0.15 + 0.01 * i, 2) for i in range(41)]  # 0.15 .. 0.55
 COVERS = [round(0.4 + 0.05 * i, 2) for i in range(13)] + [1.01]  # 1.01: coverage ignored
-
-
-def with_cached_vectors(catalog: Catalog, cache: Path) -> None:
-    """Reindex, taking vectors from ``cache`` (content-hash keyed) first and putting the new
-    ones back, so each tool is embedded once across runs (as scripts/gather_rankings.py)."""
-    conn = catalog._conn
-    with sqlite3.connect(cache) as db:
-        db.execute(
-            "CREATE TABLE IF NOT EXISTS embeddings (content_hash TEXT NOT NULL, model TEXT NOT "
-            "NULL, vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
-        )
-    conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
-    conn.execute(
-        "INSERT OR IGNORE INTO embeddings SELECT c.* FROM cache.embeddings c "
-        "WHERE c.content_hash IN (SELECT content_hash FROM tools) AND c.model = ?",
-        (DEFAULT_MODEL,),
-    )
-    conn.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES ('embedding_model', ?), "
-        "('embedding_dim', 384)",
-        (DEFAULT_MODEL,),
-    )
-    conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
-    conn.execute("DETACH DATABASE cache")
-    catalog.reindex()
-    conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
-    conn.execute("INSERT OR IGNORE INTO cache.embeddings SELECT * FROM main.embeddings")
-    conn.execute("DETACH DATABASE cache")
 
 
 def best_signals(catalog: Catalog, text: str) -> tuple[float, float]:
@@ -138,12 +115,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         everything = Catalog(Path(tmp) / "all.db")
         everything.register(*(s.toolkit for s in sources))
-        with_cached_vectors(everything, Path(args.cache))
+        reindex_with_vector_cache(everything, Path(args.cache))
         owns: dict[str, Catalog] = {}
         for source in sources:
             own = owns[source.name] = Catalog(Path(tmp) / f"{source.toolkit.name}.db")
             own.register(source.toolkit)
-            with_cached_vectors(own, Path(args.cache))
+            reindex_with_vector_cache(own, Path(args.cache))
             signals[source.name] = {"own": [best_signals(own, q.text) for q in fit[source.name]]}
             everything.remove(source.toolkit.name)  # every other source's tools
             try:

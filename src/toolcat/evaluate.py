@@ -468,6 +468,12 @@ def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
         conn.execute("DETACH DATABASE cache")
 
 
+def reindex_with_vector_cache(catalog: Catalog, cache: str | Path) -> None:
+    """Reindex ``catalog`` taking vectors of identical definitions from ``cache`` first and
+    putting the new ones back (``evaluate(vector_cache=...)``; the fitting scripts too)."""
+    _reindex(catalog, str(catalog.path), _quiet, Path(cache))
+
+
 def _reindex(catalog: Catalog, what: str, say: Progress, cache: Path | None = None) -> None:
     if cache is not None:
         _exchange_vectors(catalog, cache, take=True)
