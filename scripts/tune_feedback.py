@@ -10,7 +10,7 @@ shipped parameters and ``split.fits``/``split.merge``, as in the search engine.
 
     python scripts/tune_feedback.py RANKINGS.json VECTORS.npz [--half 0|1] [--seed 0]
         [--variant NAME=ALPHA,TOP,GAMMA,TK[,DEPTH[,PART_TOP]]]...
-        [--tool-vectors V.npz | --extra V.npz --margin M]
+        [--tool-vectors V.npz | --extra V.npz --margin M] [--qpp BETA]
 
 A variant: Rocchio feedback (the query vector plus ALPHA times the mean vector of the first
 TOP fused hits, re-ranked over every tool's vector), a toolkit prior (each candidate plus GAMMA
@@ -19,7 +19,9 @@ where feedback re-ranks every tool), and how many
 of each part's best tools may join (``split.merge``). ``--tool-vectors`` ranks by other tool
 vectors (another embedding document: keys ``toolkit.name`` and vectors, as ``--vectors``
 saves them); ``--extra`` gives each tool a second vector, its cosine the higher of the two
-(the second counted ``--margin`` lower). Every variant is scored on the half ``--half``.
+(the second counted ``--margin`` lower). ``--qpp`` multiplies the query's BM25 weight by
+(z-score of BM25's best hit / z-score of the embeddings' best hit) ** BETA.
+Every variant is scored on the half ``--half``.
 """
 
 from __future__ import annotations
@@ -141,9 +143,41 @@ def fuse(
     documents = {i: catalog.columns[i] for i in ids}
     names = {t for i in ids for t in catalog.columns[i][0].split()}
     doc_freq = {t: catalog.df.get(t, 0) for t in [*q["terms"], *names]}
-    return hybrid_fusion(
-        q["terms"], doc_freq, q["n"], q["lexical"], sem, documents, DEPTH, limit, HYBRID_PARAMS
+    found, signals = hybrid_fusion(
+        q["terms"], doc_freq, q["n"], q["lexical"], sem, documents, DEPTH, 10_000, HYBRID_PARAMS
     )
+    if QPP[0] and q["lexical"] and sem and signals:
+        found = _qpp(q["lexical"], sem, signals, QPP[0])
+    return found[:limit], signals
+
+
+QPP = [0.0]  # exponent of the per-query trust from the lists' top-hit z-scores (0: off)
+
+
+def _z(ranking: Sequence[tuple[int, float]]) -> float:
+    values = np.array([s for _, s in ranking], dtype=float)
+    return float((values[0] - values.mean()) / (values.std() + 1e-9)) if len(values) > 2 else 1.0
+
+
+def _qpp(lexical: Any, semantic: Any, signals: Any, beta: float) -> list[tuple[int, float]]:
+    """Re-weigh the lists per query by how far each list's best hit stands out (z-score)."""
+    from toolcat.search.fusion import _normalised
+
+    trust = next(iter(signals.values())).trust
+    ratio = max(_z(lexical), 1e-3) / max(_z(semantic), 1e-3)
+    trust = min(0.9, max(0.05, trust * ratio**beta))
+    lex = _normalised(lexical, floor_at_zero=len(lexical) < DEPTH)
+    sem = _normalised(semantic)
+    scored = [
+        (
+            i,
+            trust * lex.get(i, 0.0)
+            + (1 - trust) * sem.get(i, 0.0)
+            + HYBRID_PARAMS.name_bonus * c.name_hit,
+        )
+        for i, c in signals.items()
+    ]
+    return sorted(scored, key=lambda p: (-p[1], p[0]))
 
 
 def prf_ranking(q: Row, alpha: float, top: int, depth: int) -> list[tuple[int, float]]:
@@ -227,6 +261,7 @@ def main() -> None:
     parser.add_argument("--tool-vectors", help="Tool vectors to rank by instead (.npz).")
     parser.add_argument("--extra", help="A second vector per tool (.npz): cosine = the max.")
     parser.add_argument("--margin", type=float, default=0.0)
+    parser.add_argument("--qpp", type=float, default=0.0, help="Per-query trust exponent.")
     parser.add_argument(
         "--variant", action="append", default=[], help="name=alpha,top,gamma,tk[,depth[,part_top]]"
     )
@@ -235,6 +270,7 @@ def main() -> None:
     data, spaces = load(Path(args.rankings), Path(args.vectors), tool_vectors)
     if args.extra:
         add_extra(data, spaces, Path(args.extra), args.margin)
+    QPP[0] = args.qpp
     variants = args.variant or ["base=0,3,0,10"]
     for v in variants:
         label, _, values = v.partition("=")
