@@ -77,6 +77,11 @@ def main() -> None:
     parser.add_argument("--source", action="append", default=[])
     parser.add_argument("--no-pooled", action="store_true")
     parser.add_argument("--small", action="store_true", help="Only the small catalogs' cases.")
+    parser.add_argument(
+        "--vectors",
+        help="Also save the pooled catalog's tool vectors and the query vectors (.npz), for "
+        "fusion experiments that re-query the vectors (scripts/tune_fusion.py --vectors).",
+    )
     args = parser.parse_args()
     if args.small:
         Path(args.out).write_text(json.dumps({"own": small_catalogs(args)}))
@@ -105,6 +110,9 @@ def main() -> None:
                     entry = gather(catalog, source, samples[source.name], vectors, True, args)
                     out["pooled"][source.name] = entry
                 out["pooled_docs"] = docs
+                out["prefixes"] = {s.name: f"{s.toolkit.name}." for s in sources}
+                if args.vectors:
+                    save_vectors(catalog, vectors, Path(args.vectors))
                 print(f"pooled: {time.perf_counter() - started:.0f}s", flush=True)
         for source in sources:
             started = time.perf_counter()
@@ -146,6 +154,26 @@ def small_catalogs(args: argparse.Namespace) -> dict[str, Any]:
                 entry["docs"] = documents(catalog, pooled=False)
                 out[name] = entry
     return out
+
+
+def save_vectors(catalog: Catalog, queries: dict[str, Any], path: Path) -> None:
+    """The pooled catalog's tool vectors (keyed ``toolkit.name``; a source's own catalog
+    holds the same vectors) and every query's and part's vector."""
+    import numpy as np
+
+    engine = catalog._search
+    conn = catalog._conn
+    engine.vectors.refresh(conn, reader.revision(conn), DEFAULT_MODEL)
+    assert engine.vectors.ids is not None and engine.vectors.matrix is not None
+    keys = {r[0]: f"{r[1]}.{r[2]}" for r in conn.execute("SELECT id, toolkit, name FROM tools")}
+    texts = list(queries)
+    np.savez(
+        path,
+        tool_keys=np.array([keys[int(i)] for i in engine.vectors.ids]),
+        tool_vectors=engine.vectors.matrix[: engine.vectors.tool_rows],
+        query_texts=np.array(texts),
+        query_vectors=np.stack([queries[t] for t in texts]),
+    )
 
 
 def encode(samples: dict[str, list[Query]]) -> dict[str, Any]:
