@@ -445,6 +445,9 @@ def search(
     as_json: bool,
 ) -> None:
     """Search every tool, deferred ones included (search mode)."""
+    from .search.embeddings import one_shot
+
+    one_shot()
     result = open_catalog(ctx).search(
         query, mode=mode, k=k, tags=tags, toolkit=toolkit, include_deferred=not no_deferred
     )

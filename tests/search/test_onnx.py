@@ -48,9 +48,14 @@ def benchmark_queries(count: int = 300) -> list[str]:
     return queries
 
 
-def test_onnx_vectors_agree_with_sentence_transformers(exported: Path) -> None:
+@pytest.mark.parametrize("prepack", [True, False])
+def test_onnx_vectors_agree_with_sentence_transformers(exported: Path, prepack: bool) -> None:
     queries = benchmark_queries()
-    fast = onnx_encoder.OnnxEncoder(exported)
+    # The optimised graph (weights memory-mapped), with and without prepacked weights (a
+    # one-shot search skips packing).
+    fast = onnx_encoder.OnnxEncoder(exported, prepack=prepack)
+    optimised = onnx_encoder.fast_dir(exported, onnx_encoder.ort_version())
+    assert Path(fast.session._model_path) == optimised / onnx_encoder.FAST_GRAPH
     model = embedder(DEFAULT_MODEL)
     reference = model.model_encode(queries, batch_size=32)
     import numpy as np
@@ -200,9 +205,17 @@ def test_stale_and_damaged_exports_are_never_used(own_cache: Path, exported: Pat
     shutil.copytree(exported, own_cache / f"{slug}-0123456789abcdef")
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     assert found is None and why.endswith("is stale")
-    # A damaged export at the current key: loading fails, the search path falls back.
+    # A damaged optimised graph (weights cut short): the exported graph serves instead.
     shutil.copytree(exported, current)
+    fast = onnx_encoder.fast_dir(current, onnx_encoder.ort_version())
+    weights = fast / onnx_encoder.FAST_WEIGHTS
+    weights.write_bytes(weights.read_bytes()[:1_000_000])
+    found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    assert found is not None and why == ""
+    assert Path(found.session._model_path) == current / "model.onnx"
+    # A damaged export at the current key: loading fails, the search path falls back.
     (current / "model.onnx").write_bytes(b"not a model")
+    (fast / onnx_encoder.FAST_GRAPH).write_bytes(b"not a model either")
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     assert found is None and "cannot load" in why
     fresh = Embedder(DEFAULT_MODEL)

@@ -69,6 +69,17 @@ def model_location(model_id: str) -> str:
     return model_id
 
 
+# Set by a process that answers one search and exits (``toolcat search``): its query encoder
+# skips weight prepacking, which costs more at start than it saves on one query.
+_one_shot = False
+
+
+def one_shot() -> None:
+    """Tune query encoding for a process that answers one search and exits."""
+    global _one_shot
+    _one_shot = True
+
+
 class Embedder:
     """One loaded model: encodes documents and (cached) queries into unit vectors.
 
@@ -98,7 +109,9 @@ class Embedder:
                 if os.environ.get("TOOLCAT_ONNX", "1") == "0":
                     found, why = None, "ONNX query encoding is off (TOOLCAT_ONNX=0)"
                 else:
-                    found, why = onnx_encoder.load(self.model_id, model_location(self.model_id))
+                    found, why = onnx_encoder.load(
+                        self.model_id, model_location(self.model_id), prepack=not _one_shot
+                    )
                 self._onnx = found
                 self.note = (
                     f"{why}; queries are encoded with sentence-transformers (seconds to start)"
@@ -118,18 +131,30 @@ class Embedder:
                     self._documents = onnx_encoder.load(self.model_id, location, threads=0)[0]
             return self._documents
 
-    def onnx_current(self) -> bool:
-        """Whether a current ONNX export of the model exists (a few stat calls)."""
+    def onnx_exported(self) -> bool:
+        """Whether a current ONNX export of the model exists (a stat call)."""
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists()
 
+    def onnx_current(self) -> bool:
+        """Whether a current ONNX export of the model exists, with its graph optimised for
+        the installed onnxruntime (a few stat calls)."""
+        folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
+        return (folder / "meta.json").exists() and onnx_encoder.fast_current(folder)
+
     def export_onnx(self) -> None:
         """Export the model for torch-free query and document encoding (``reindex`` calls
-        this); a model that cannot be exported keeps the sentence-transformers path."""
+        this); a model that cannot be exported keeps the sentence-transformers path. An
+        export made by another onnxruntime only gets its optimised graph (no torch)."""
         if not onnx_encoder.onnx_installed() or self.onnx_current():
             return
+        location = model_location(self.model_id)
+        folder = onnx_encoder.export_dir(self.model_id, location)
         try:
-            onnx_encoder.export(self.model(), self.model_id, model_location(self.model_id))
+            if (folder / "meta.json").exists():
+                onnx_encoder.optimise(folder)
+            else:
+                onnx_encoder.export(self.model(), self.model_id, location)
         except Exception as e:
             import warnings
 
@@ -196,8 +221,8 @@ class Embedder:
                     found[text] = cached
         missing = list(dict.fromkeys(t for t in texts if t not in found))
         if missing:
-            fast = self.query_encoder()
             clipped = [text[:MAX_TEXT_CHARS] for text in missing]
+            fast = self.query_encoder()
             vectors = fast.encode(clipped) if fast is not None else self.encode(clipped)
             with self._lock:
                 for text, vector in zip(missing, vectors, strict=True):

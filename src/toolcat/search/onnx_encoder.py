@@ -10,6 +10,13 @@ sentence-transformers on the benchmark texts, README "Embedding and hybrid speed
 export whose fingerprint no longer matches the model's files is never used (the key
 differs); a folder appears whole or not at all (written aside, then renamed), so a
 process killed mid-export leaves nothing that could be served.
+
+Beside the exported graph, reindex saves the graph as onnxruntime optimises it (fusions that
+hold on any CPU, ``ORT_ENABLE_EXTENDED``) with its weights in a separate file, in a folder
+named for the onnxruntime version (``fast-ort<version>``). A process then creates its session
+from that graph with optimisation off and the weights memory-mapped: 70 ms instead of 180 ms
+(parsing 90 MB of protobuf and re-running the optimiser), and 10 ms for a one-shot process
+that also skips prepacking the weights (README "Speed: one-shot search").
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ if TYPE_CHECKING:
 # Bumped when the exported graph or the files beside it change shape.
 FORMAT = 1
 OUTPUT = "sentence_embedding"
+# The optimised graph and its weights inside a ``fast_dir``.
+FAST_GRAPH = "model.onnx"
+FAST_WEIGHTS = "model.onnx.data"
 
 
 def cache_root() -> Path:
@@ -57,6 +67,28 @@ def export_dir(model_id: str, location: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id)[-60:].strip("._") or "model"
     key = hashlib.sha256(f"{model_id}\n{fingerprint(location)}".encode()).hexdigest()[:16]
     return cache_root() / f"{slug}-{key}"
+
+
+def ort_version() -> str:
+    """The installed onnxruntime's version, read from its package metadata (not imported)."""
+    from importlib import metadata
+
+    for name in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino"):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def fast_dir(folder: Path, version: str) -> Path:
+    """Where the optimised graph for onnxruntime ``version`` lives inside an export."""
+    return folder / f"fast-ort{re.sub(r'[^A-Za-z0-9_.+-]+', '_', version)}"
+
+
+def fast_current(folder: Path) -> bool:
+    """Whether ``folder`` holds an optimised graph for the installed onnxruntime."""
+    return (fast_dir(folder, ort_version()) / FAST_GRAPH).exists()
 
 
 def onnx_installed() -> bool:
@@ -126,6 +158,48 @@ def export(model: Any, model_id: str, location: str) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    optimise(target)
+    return target
+
+
+def optimise(folder: Path) -> Path:
+    """Save the export's graph as this onnxruntime optimises it, weights in their own file
+    (memory-mapped on load), unless done; returns its folder. Written aside, then renamed.
+
+    ``ORT_ENABLE_EXTENDED`` is the highest level whose result is not tied to this machine's
+    CPU (``ALL`` may add layout changes for its instruction set); loading it with optimisation
+    off runs as fast as optimising the plain graph at load time (3.0-3.4 ms per query both).
+    """
+    import shutil
+    import tempfile
+
+    import onnxruntime
+
+    target = fast_dir(folder, onnxruntime.__version__)
+    if (target / FAST_GRAPH).exists():
+        return target
+    staging = Path(tempfile.mkdtemp(prefix=".fast-", dir=folder))
+    try:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(staging / FAST_GRAPH)
+        options.log_severity_level = 3
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", FAST_WEIGHTS
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+        onnxruntime.InferenceSession(
+            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
+        try:
+            staging.rename(target)
+        except OSError:  # another process made it first
+            if not (target / FAST_GRAPH).exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
@@ -149,9 +223,12 @@ class OnnxEncoder:
         threads: onnxruntime's intra-op threads: 1 for queries (one query is too small to
             share, and a spinning pool starves the rest of a small machine), 0 for
             onnxruntime's default (every physical core) for reindex batches.
+        prepack: Let onnxruntime repack the weights for its matrix kernels when the session
+            starts. Packing costs ~55 ms at start and halves each run (3.5 against 7.7 ms
+            per query): a one-shot process that encodes one query is faster without it.
     """
 
-    def __init__(self, folder: Path, threads: int = 1) -> None:
+    def __init__(self, folder: Path, threads: int = 1, prepack: bool = True) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
@@ -164,12 +241,32 @@ class OnnxEncoder:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.log_severity_level = 3
-        self.session = onnxruntime.InferenceSession(
-            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
-        )
+        if not prepack:
+            options.add_session_config_entry("session.disable_prepacking", "1")
+        self.session = self._session(folder, options)
         width = self.session.get_outputs()[0].shape[-1]
         self._dimension = width if isinstance(width, int) else None
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _session(folder: Path, options: Any) -> Any:
+        """A session on the optimised graph for this onnxruntime when there is one that
+        loads, else on the exported graph (a damaged optimised graph only costs time)."""
+        import onnxruntime
+
+        fast = fast_dir(folder, onnxruntime.__version__) / FAST_GRAPH
+        if fast.exists():
+            level = options.graph_optimization_level
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+            try:
+                return onnxruntime.InferenceSession(
+                    str(fast), options, providers=["CPUExecutionProvider"]
+                )
+            except Exception:
+                options.graph_optimization_level = level
+        return onnxruntime.InferenceSession(
+            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+        )
 
     @property
     def dimension(self) -> int:
@@ -227,7 +324,9 @@ class OnnxEncoder:
         return vectors
 
 
-def load(model_id: str, location: str, threads: int = 1) -> tuple[OnnxEncoder | None, str]:
+def load(
+    model_id: str, location: str, threads: int = 1, prepack: bool = True
+) -> tuple[OnnxEncoder | None, str]:
     """(the encoder, "") for a current export of ``model_id``, else (None, why not)."""
     if not onnx_installed():
         return None, "onnxruntime and tokenizers are not installed"
@@ -239,6 +338,6 @@ def load(model_id: str, location: str, threads: int = 1) -> tuple[OnnxEncoder | 
         )
         return None, f"the ONNX export of {model_id} is {'stale' if older else 'missing'}"
     try:
-        return OnnxEncoder(folder, threads), ""
+        return OnnxEncoder(folder, threads, prepack), ""
     except Exception as e:  # a damaged export: fall back, never fail the search
         return None, f"the ONNX export of {model_id} cannot load ({type(e).__name__})"

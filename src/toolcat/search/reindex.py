@@ -48,7 +48,8 @@ def reindex(
         # made, a reindex neither imports torch nor loads the model.
         encoder = embedder(model_id)
         if not encoder.onnx_current():
-            encoder.model()
+            if not encoder.onnx_exported():  # optimising an export needs no model
+                encoder.model()
             encoder.export_onnx()
         dimension = encoder.dimension
     fts_rows = 0
