@@ -344,6 +344,8 @@ def bench_size(
         qs = [rng.choice(queries) for _ in range(300)]
         for q in qs[:20]:  # warm the page cache
             catalog.search(q)
+        catalog._search.postings.wait()  # the in-memory index builds in the background
+        catalog.search(qs[0])
         conn = sqlite3.connect(db)
         stats = bm25.TermStats()
         stats.refresh(conn, catalog.revision)

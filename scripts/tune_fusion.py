@@ -35,6 +35,7 @@ from toolcat.search import split  # noqa: E402
 from toolcat.search.fusion import (  # noqa: E402
     HYBRID_PARAMS,
     HybridParams,
+    fts_document,
     hybrid_fusion,
     score_fusion,
 )
@@ -67,7 +68,7 @@ def prepare(catalog: Catalog, text: str, lex: Any, sem: Any) -> Row:
     lexical = catalog.ranking(lex)[:DEPTH]
     semantic = catalog.ranking(sem)[:DEPTH]
     ids = {i for i, _ in lexical} | {i for i, _ in semantic}
-    documents = {i: catalog.columns[i] for i in ids}
+    documents = {i: fts_document(catalog.columns[i], terms) for i in ids}
     names = {t for i in ids for t in catalog.columns[i][0].split()}
     doc_freq = {t: catalog.df.get(t, 0) for t in [*terms, *names]}
     return {

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog, Toolkit
-from toolcat.search.fusion import Candidate, coverage, hybrid_fusion, match
+from toolcat.search.fusion import Candidate, coverage, fts_document, hybrid_fusion, match
 from toolcat.search.split import fits, merge, split_request
 
 pytest.importorskip("sentence_transformers")
@@ -193,7 +193,8 @@ def test_coverage_is_idf_weighted_and_by_field() -> None:
 
 
 def test_fusion_trusts_bm25_by_how_much_of_the_query_the_catalog_knows() -> None:
-    docs = {1: ("book flight", "", "", "", ""), 2: ("reserve table", "", "", "", "")}
+    columns = {1: ("book flight", "", "", "", ""), 2: ("reserve table", "", "", "", "")}
+    docs = {i: fts_document(c, ["book", "flight", "eat", "tonight"]) for i, c in columns.items()}
     names = {"book": 1, "flight": 1, "reserve": 1, "table": 1}
     # Every query word is known: BM25's only hit, which the request names, wins.
     fused, found = hybrid_fusion(
@@ -209,7 +210,7 @@ def test_fusion_trusts_bm25_by_how_much_of_the_query_the_catalog_knows() -> None
 
 
 def test_fusion_bm25_floor_is_zero_when_bm25_matched_fewer_than_depth() -> None:
-    docs = {i: (f"t{i}", "", "", "", "") for i in (1, 2, 3)}
+    docs = {i: fts_document((f"t{i}", "", "", "", ""), ["x"]) for i in (1, 2, 3)}
     lexical = [(1, 4.0), (2, 2.0)]
     df = {"x": 2}
     short, _ = hybrid_fusion(["x"], df, 3, lexical, [], docs, 50, 3)

@@ -18,7 +18,8 @@ from ..store import reader
 from ..store.reader import Filters
 from . import bm25, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
-from .lexical_index import LexicalIndex
+from .lexical_index import LexicalIndex, TantivyIndex
+from .postings import PostingsIndex
 from .regex import regex_search
 from .tokenize import tokenize
 
@@ -35,8 +36,13 @@ MAX_QUERY_CHARS = 100_000
 # BM25 from the in-memory postings index from this many queries at one revision on: a
 # one-shot command asks FTS5 once instead of building an index it would use once.
 POSTINGS_AFTER = 2
+# From this many tools on the index is built in the background (1–12 s at 10k–100k tools)
+# while FTS5 answers; smaller catalogs build in the query that asks (under 0.15 s).
+BACKGROUND_BUILD_FROM = 1000
 # Tools built for hits, kept per revision.
 HIT_CACHE_SIZE = 4096
+# Tools whose name weights (hybrid fusion) are kept per revision.
+NAME_CACHE_SIZE = 200_000
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
 
@@ -64,6 +70,8 @@ class SearchEngine:
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
+        self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
+        self._names_revision = -1
 
     # -- which model, which mode ----------------------------------------------------------
 
@@ -142,13 +150,13 @@ class SearchEngine:
             exact = []
         else:
             ranked, signals = self._rank(
-                conn, mode, text, (model_id, query_vector), filters, k, warnings
+                conn, mode, text, (model_id, query_vector), filters, k, warnings, revision
             )
             if parts:
                 per_part = []
                 for part, vector in parts:
                     found, part_signals = self._rank(
-                        conn, mode, part, (model_id, vector), filters, 1, []
+                        conn, mode, part, (model_id, vector), filters, 1, [], revision
                     )
                     best = part_signals.get(found[0][0]) if found else None
                     if best is None or not split.fits(best.semantic, best.cover):
@@ -198,10 +206,10 @@ class SearchEngine:
         filters: Filters,
         k: int,
         warnings: list[str],
+        revision: int,
     ) -> tuple[list[tuple[int, float]], dict[int, fusion.Candidate]]:
         """((row id, score) best first, what fusion knows of each tool) for the bm25,
         embedding and hybrid modes."""
-        revision = reader.revision(conn)
         depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
         lexical: list[tuple[int, float]] = []
         semantic: list[tuple[int, float]] = []
@@ -213,7 +221,7 @@ class SearchEngine:
             lexical, semantic = lexical[:k], semantic[:k]
         terms = list(dict.fromkeys(tokenize(text)))[: bm25.MAX_QUERY_TERMS]
         ids = list(dict.fromkeys([i for i, _ in lexical] + [i for i, _ in semantic]))
-        documents = reader.fts_rows(conn, ids) if terms and ids else {}
+        documents = self._documents(conn, revision, ids, terms) if terms and ids else {}
         if terms:
             self.term_stats.refresh(conn, revision)
         if mode != "hybrid":
@@ -222,9 +230,9 @@ class SearchEngine:
                 terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents
             )
             return (lexical if mode == "bm25" else semantic)[:k], signals
-        # Hybrid also weighs the candidates' names by IDF (fusion.name_hit).
-        names = {t for columns in documents.values() for t in columns[0].split()}
-        doc_freq = self.term_stats.lookup(conn, list(dict.fromkeys([*terms, *names])))
+        # Hybrid also weighs the candidates' names by IDF (fusion.name_hit), kept per tool.
+        names = self._name_weights(conn, revision, documents)
+        doc_freq = self.term_stats.lookup(conn, terms)
         if HYBRID_FUSION == "score":
             signals = fusion.candidates(
                 terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents
@@ -234,8 +242,44 @@ class SearchEngine:
             )
             return fused, signals
         return fusion.hybrid_fusion(
-            terms, doc_freq, self.term_stats.n_docs, lexical, semantic, documents, depth, k
+            terms,
+            doc_freq,
+            self.term_stats.n_docs,
+            lexical,
+            semantic,
+            documents,
+            depth,
+            k,
+            names=names,
         )
+
+    def _name_weights(
+        self, conn: sqlite3.Connection, revision: int, documents: dict[int, fusion.Document]
+    ) -> dict[int, fusion.NameWeight]:
+        """Each candidate's ``fusion.name_weight``, computed once per tool and revision."""
+        if revision != self._names_revision or len(self._names) > NAME_CACHE_SIZE:
+            self._names, self._names_revision = {}, revision
+        known = self._names
+        missing = [(i, d[0]) for i, d in documents.items() if i not in known]
+        if missing:
+            words = list(dict.fromkeys(t for _, name in missing for t in name.split()))
+            doc_freq = self.term_stats.lookup(conn, words)
+            n_docs = self.term_stats.n_docs
+            weights = {t: fusion.idf(n_docs, doc_freq.get(t, 0)) for t in words}
+            for i, name in missing:
+                known[i] = fusion.name_weight(name, weights)
+        return known
+
+    def _documents(
+        self, conn: sqlite3.Connection, revision: int, ids: list[int], terms: list[str]
+    ) -> dict[int, fusion.Document]:
+        """What fusion reads of these tools: from the in-memory index of the revision when
+        there is one (no SQL, no re-splitting columns), else from their ``tools_fts`` rows."""
+        index = self._index(conn, revision)
+        found = index.documents(ids, terms) if index is not None else None
+        if found is not None:
+            return found
+        return {i: fusion.fts_document(c, terms) for i, c in reader.fts_rows(conn, ids).items()}
 
     def _semantic(
         self,
@@ -267,22 +311,39 @@ class SearchEngine:
 
         Unfiltered queries use the in-memory index (search/lexical_index.py: tantivy's
         candidates scored as FTS5 scores them) once a revision has been asked
-        ``POSTINGS_AFTER`` times; filtered ones and the first at a revision ask FTS5.
+        ``POSTINGS_AFTER`` times and the index is built (in the background from
+        ``BACKGROUND_BUILD_FROM`` tools on); filtered ones, and those before, ask FTS5.
         """
         weights = bm25.DEFAULT_WEIGHTS
         if not filters.narrows:
-            if not self.postings.current(revision, weights):
+            index = self._index(conn, revision)
+            if index is None:
                 seen, count = self._bm25_queries
                 count = count + 1 if seen == revision else 1
                 self._bm25_queries = (revision, count)
                 if count >= POSTINGS_AFTER:
-                    self.postings.build(conn, revision, weights)
-            if self.postings.current(revision, weights):
-                # The index knows every term's frequency: FTS5's vocabulary is not asked.
-                self.term_stats.adopt(conn, revision, self.postings.doc_freq)
-                return self.postings.search(text, k, bm25.MAX_QUERY_TERMS)
+                    self.term_stats.refresh(conn, revision)
+                    if self.term_stats.n_docs >= BACKGROUND_BUILD_FROM:
+                        self.postings.build_soon(
+                            conn, revision, weights, getattr(conn, "path", "") or ""
+                        )
+                    else:
+                        self.postings.build(conn, revision, weights)
+                    index = self._index(conn, revision)
+            if index is not None:
+                return index.search(text, k, bm25.MAX_QUERY_TERMS)
         self.term_stats.refresh(conn, revision)
         return bm25.search(conn, text, filters, k, self.term_stats, weights)
+
+    def _index(
+        self, conn: sqlite3.Connection, revision: int
+    ) -> TantivyIndex | PostingsIndex | None:
+        """The in-memory index of this revision, if built; its term frequencies then
+        replace FTS5's vocabulary lookups."""
+        index = self.postings.at(revision, bm25.DEFAULT_WEIGHTS)
+        if index is not None:
+            self.term_stats.adopt(conn, revision, index.doc_freq)
+        return index
 
     @staticmethod
     def _exact_matches(

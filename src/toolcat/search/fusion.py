@@ -20,7 +20,7 @@ benchmark source's queries and checked on the other half (README, "Hybrid fusion
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 RRF_K = 60
@@ -84,6 +84,20 @@ def idf(n_docs: int, doc_freq: int) -> float:
     return math.log(1 + n_docs / max(doc_freq, 1))
 
 
+# What fusion reads of one tool: (its tokenized name column, the query's terms the tool has
+# in any column). Built from the in-memory index of the revision when there is one
+# (engine.py), else from the tool's ``tools_fts`` row (``fts_document``).
+Document = tuple[str, Collection[str]]
+
+
+def fts_document(columns: Sequence[str], terms: Iterable[str]) -> Document:
+    """A ``Document`` from a tool's tokenized FTS5 columns (the name first)."""
+    # Columns are space-joined tokens: a substring test per query term is cheaper than
+    # splitting every column of every candidate into sets (this runs ~100 times a query).
+    text = f" {' '.join(columns)} "
+    return columns[0], {t for t in terms if f" {t} " in text}
+
+
 def coverage(
     terms: Sequence[str],
     weights: Mapping[str, float],
@@ -94,32 +108,44 @@ def coverage(
     ``columns`` are the document's tokenized FTS5 columns, the name first.
     """
     pairs = [(t, weights[t]) for t in terms]
-    return _coverage(pairs, sum(w for _, w in pairs), columns)
+    return _coverage(pairs, sum(w for _, w in pairs), fts_document(columns, terms))
 
 
 def _coverage(
-    pairs: Sequence[tuple[str, float]], total: float, columns: Sequence[str]
+    pairs: Sequence[tuple[str, float]], total: float, document: Document
 ) -> tuple[float, float]:
     if not total:
         return 0.0, 0.0
-    name = columns[0].split()
-    # Columns are space-joined tokens: a substring test per query term is cheaper than
-    # splitting every column of every candidate into sets (this runs ~100 times a query).
-    text = f" {' '.join(columns[1:])} "
+    name = document[0].split()
+    found = document[1]
     in_name = anywhere = 0.0
     for term, weight in pairs:
         if term in name:
             in_name += weight
             anywhere += weight
-        elif f" {term} " in text:
+        elif term in found:
             anywhere += weight
     return anywhere / total, in_name / total
 
 
 def name_hit(terms: set[str], weights: Mapping[str, float], name: str) -> float:
     """IDF-weighted share of a tool name's terms that the query has."""
-    words = set(name.split())
-    total = sum(weights.get(w, 0.0) for w in words)
+    return _name_hit(terms, weights, name_weight(name, weights))
+
+
+# A tool name's distinct terms and their IDF summed: the same for every query at one catalog
+# revision, so the engine keeps them (``hybrid_fusion``'s ``names``).
+NameWeight = tuple[frozenset[str], float]
+
+
+def name_weight(name: str, weights: Mapping[str, float]) -> NameWeight:
+    """``name``'s distinct terms and their IDF (``weights``) summed."""
+    words = frozenset(name.split())
+    return words, sum(weights.get(w, 0.0) for w in words)
+
+
+def _name_hit(terms: set[str], weights: Mapping[str, float], name: NameWeight) -> float:
+    words, total = name
     return sum(weights.get(w, 0.0) for w in words if w in terms) / total if total else 0.0
 
 
@@ -129,7 +155,7 @@ def candidates(
     n_docs: int,
     lexical: Ranking,
     semantic: Ranking,
-    documents: Mapping[int, Sequence[str]],
+    documents: Mapping[int, Document],
 ) -> dict[int, Candidate]:
     """Every tool either ranking returned, with its absolute signals."""
     weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in terms}
@@ -142,9 +168,9 @@ def candidates(
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
     for item, candidate in found.items():
-        columns = documents.get(item)
-        if columns is not None:
-            candidate.cover, candidate.name_cover = _coverage(pairs, total, columns)
+        document = documents.get(item)
+        if document is not None:
+            candidate.cover, candidate.name_cover = _coverage(pairs, total, document)
     return found
 
 
@@ -166,15 +192,17 @@ def hybrid_fusion(
     n_docs: int,
     lexical: Ranking,
     semantic: Ranking,
-    documents: Mapping[int, Sequence[str]],
+    documents: Mapping[int, Document],
     depth: int,
     limit: int,
     params: HybridParams = HYBRID_PARAMS,
+    names: Mapping[int, NameWeight] | None = None,
 ) -> tuple[list[tuple[int, float]], dict[int, Candidate]]:
     """Fuse a BM25 and an embedding ranking (each at most ``depth`` hits, best first).
 
-    ``doc_freq`` holds the document frequency of the query's terms and of the candidates'
-    name terms. Returns ((id, fused score) best first, the candidates with their signals).
+    ``doc_freq`` holds the document frequency of the query's terms and, unless ``names``
+    gives each candidate's ``name_weight``, of the candidates' name terms. Returns ((id,
+    fused score) best first, the candidates with their signals).
     """
     found = candidates(terms, doc_freq, n_docs, lexical, semantic, documents)
     if not found:
@@ -187,9 +215,10 @@ def hybrid_fusion(
     semantic_part = _normalised(semantic)
     query_terms = set(terms)
     for item, candidate in found.items():
-        columns = documents.get(item)
-        if columns is not None:
-            candidate.name_hit = name_hit(query_terms, weights, columns[0])
+        document = documents.get(item)
+        if document is not None:
+            name = names[item] if names is not None else name_weight(document[0], weights)
+            candidate.name_hit = _name_hit(query_terms, weights, name)
         candidate.trust = trust
         candidate.fused = (
             trust * lexical_part.get(item, 0.0)

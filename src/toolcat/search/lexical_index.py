@@ -49,11 +49,14 @@ import heapq
 import itertools
 import math
 import sqlite3
+import threading
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from .bm25 import useful_terms
+from .fusion import Document
 from .postings import PostingsIndex
 from .tokenize import tokenize
 
@@ -117,6 +120,10 @@ class TantivyIndex:
         # Row id -> term -> the term's whole bm25() contribution to that tool (IDF times
         # the saturated, length-normalised weighted count): rescoring only adds numbers.
         self.contributions: dict[int, dict[str, float]] = {}
+        self.names: dict[int, str] = {}  # row id -> tokenized name column (fusion's signals)
+        # Every token of every column is a key of ``contributions`` (no column weighs 0):
+        # fusion's signals can be read from them.
+        self.holds_every_term = False
         self.bounded = False  # tantivy's scores bound FTS5's (weights are multiples)
         self.rounds: Counter[int] = Counter()  # queries by rounds needed (0: uncertified)
         self._boost: dict[str, float] = {}  # term -> FTS5's IDF / tantivy's
@@ -136,6 +143,7 @@ class TantivyIndex:
         unit = min([w for w in weights if w > 0], default=1.0)
         scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
+        counted_in_body = bounded  # counts from the repeated columns (weight 0: left out)
         rows = conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts").fetchall()
         # Per tool: term -> ``scale`` times FTS5's weighted count (tantivy's count).
         counts: dict[int, dict[str, float]] = {}
@@ -206,6 +214,8 @@ class TantivyIndex:
             norm = scale * K1 * (1 - B + B * length / avgdl)
             counts[doc] = {t: idf[t] * f / (f + norm) for t, f in found.items()}
         self.contributions, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
+        self.names = {row[0]: row[1] or "" for row in rows}
+        self.holds_every_term = all(times) or not counted_in_body
         self.bounded, self._boost, self._queries = bounded, boost, {}
         # One writer thread and one commit make one segment with documents in the order
         # they were added; anything else is mapped through the "id" fast field.
@@ -243,6 +253,20 @@ class TantivyIndex:
         return useful_terms(
             list(dict.fromkeys(tokenize(text))), self.doc_freq, self.n_docs, max_terms
         )
+
+    def documents(self, ids: Sequence[int], terms: Sequence[str]) -> dict[int, Document] | None:
+        """fusion's ``Document`` of each of these tools the index holds (None when the
+        index does not hold every term: a column weighing 0)."""
+        if not self.holds_every_term:
+            return None
+        wanted = frozenset(terms)
+        contributions, names = self.contributions, self.names
+        found: dict[int, Document] = {}
+        for doc in ids:
+            known = contributions.get(doc)
+            if known is not None:
+                found[doc] = (names[doc], known.keys() & wanted)
+        return found
 
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score), best first (ties by row id)."""
@@ -306,12 +330,19 @@ class TantivyIndex:
 class LexicalIndex:
     """The in-memory BM25 index of one engine: tantivy's where the ``tantivy`` package is
     importable, else the pure-Python postings (same scores). Nothing is imported before the
-    first build, so a process that never builds one never loads tantivy."""
+    first build, so a process that never builds one never loads tantivy.
+
+    ``build_soon`` builds on a thread of its own, from its own read-only connection, so the
+    query that asks for it (and those after it, until the index is ready) is answered by
+    FTS5 instead of waiting seconds for a large catalog's build. The new index is stamped
+    with the revision that connection read at, and served only to queries at that revision.
+    """
 
     def __init__(self, backend: str | None = None) -> None:
         self.backend = backend  # "tantivy", "postings", or None: tantivy when importable
         self.index: TantivyIndex | PostingsIndex | None = None
         self.error = ""  # why tantivy was given up, if it was
+        self._builder: threading.Thread | None = None
 
     @property
     def revision(self) -> int:
@@ -323,7 +354,64 @@ class LexicalIndex:
         return self.index.doc_freq if self.index is not None else {}
 
     def current(self, revision: int, weights: Sequence[float]) -> bool:
-        return self.index is not None and self.index.current(revision, weights)
+        return self.at(revision, weights) is not None
+
+    def at(self, revision: int, weights: Sequence[float]) -> TantivyIndex | PostingsIndex | None:
+        """The index if it was built at ``revision`` with ``weights``, else None. A query
+        keeps the object it got: a background build that finishes meanwhile replaces
+        ``self.index``, not the index the query is using."""
+        index = self.index
+        return index if index is not None and index.current(revision, weights) else None
+
+    @property
+    def building(self) -> bool:
+        """Whether a background build is running."""
+        return self._builder is not None and self._builder.is_alive()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Wait for a background build to finish (tests, benchmarks)."""
+        builder = self._builder
+        if builder is not None:
+            builder.join(timeout)
+
+    def build_soon(
+        self, conn: sqlite3.Connection, revision: int, weights: Sequence[float], path: str
+    ) -> None:
+        """Build on a background thread from the catalog file at ``path`` (read through a
+        connection of its own); nothing when a build is already running. Without a file
+        (``path`` empty) the build runs here, inside ``conn``'s read transaction."""
+        if not path:
+            self.build(conn, revision, weights)
+            return
+        if self.building:
+            return
+        self.index = None  # the stale index is never served, nor kept while its successor builds
+        self._builder = threading.Thread(
+            target=self._build_from_file,
+            args=(path, tuple(weights)),
+            name="toolcat-lexical-index",
+            daemon=True,  # a process that exits does not wait for an index it will not use
+        )
+        self._builder.start()
+
+    def _build_from_file(self, path: str, weights: tuple[float, ...]) -> None:
+        try:
+            conn = sqlite3.connect(
+                Path(path).resolve().as_uri() + "?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error:
+            return  # the next query past POSTINGS_AFTER tries again; FTS5 answers meanwhile
+        try:
+            conn.execute("BEGIN")
+            row = conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+            self.build(conn, int(row[0]), weights)
+        except Exception as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
+            self.index, self.error = None, f"background build: {e}"
+        finally:
+            conn.close()
 
     def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""

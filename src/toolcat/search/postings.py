@@ -23,6 +23,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from .bm25 import useful_terms
+from .fusion import Document
 from .tokenize import tokenize
 
 K1 = 1.2
@@ -39,6 +40,7 @@ class PostingsIndex:
         self.postings: dict[str, dict[int, float]] = {}
         self.bound: dict[str, float] = {}
         self.doc_freq: dict[str, int] = {}
+        self.names: dict[int, str] = {}  # row id -> tokenized name column (fusion's signals)
 
     def current(self, revision: int, weights: Sequence[float]) -> bool:
         return self.revision == revision and self.weights == tuple(weights)
@@ -47,9 +49,11 @@ class PostingsIndex:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
         freqs: dict[str, dict[int, float]] = {}
         lengths: dict[int, int] = {}
+        names: dict[int, str] = {}
         rows = conn.execute("SELECT rowid, name, hint, description, params, tags FROM tools_fts")
         for row in rows:
             doc = row[0]
+            names[doc] = row[1] or ""
             length = 0
             for weight, text in zip(weights, row[1:], strict=True):
                 if not text:
@@ -76,9 +80,27 @@ class PostingsIndex:
             scored = {d: idf * f * (K1 + 1) / (f + norms[d]) for d, f in docs.items()}
             postings[term] = scored
             bound[term] = max(scored.values())
-        self.postings, self.bound, self.n_docs = postings, bound, n_docs
+        self.postings, self.bound, self.n_docs, self.names = postings, bound, n_docs, names
         self.doc_freq = {term: len(docs) for term, docs in postings.items()}
         self.revision, self.weights = revision, tuple(weights)
+
+    def documents(self, ids: Sequence[int], terms: Sequence[str]) -> dict[int, Document]:
+        """fusion's ``Document`` of each of these tools the index holds."""
+        names = self.names
+        found: dict[int, Document] = {}
+        held: dict[int, set[str]] = {}
+        for doc in ids:
+            name = names.get(doc)
+            if name is not None:
+                held[doc] = set()
+                found[doc] = (name, held[doc])
+        for term in terms:
+            postings = self.postings.get(term)
+            if postings:
+                for doc, has in held.items():
+                    if doc in postings:
+                        has.add(term)
+        return found
 
     def terms(self, text: str, max_terms: int) -> list[str]:
         """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
