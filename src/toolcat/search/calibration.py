@@ -30,9 +30,9 @@ DEPTH = 50  # cosines summed up: hybrid search's depth (engine.HYBRID_DEPTH)
 # Feature order: best cosine, top hit's coverage, best coverage, best cosine minus the 10th,
 # best cosine minus the mean of the top 50, their standard deviation, the top hit's name
 # hit, the query's BM25 weight (fusion.Candidate.trust). Positive weights: more foreign.
-WEIGHTS: tuple[float, ...] = (-8.898, -2.004, -0.997, -4.405, 9.400, -19.793, -0.644, 2.937)
-INTERCEPT = 3.994
-THRESHOLD = 1.053
+WEIGHTS: tuple[float, ...] = (-9.091, -1.705, -1.193, -4.330, 9.361, -19.115, -0.699, 2.891)
+INTERCEPT = 4.037
+THRESHOLD = 1.003
 
 
 @dataclass(frozen=True)
