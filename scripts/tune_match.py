@@ -1,19 +1,24 @@
-"""Fit the "nothing fits" thresholds (search/fusion.py WEAK_COSINE, WEAK_COVER) on half of
-each benchmark source's queries and report the other half.
+"""Fit the "nothing fits" calibration (search/calibration.py: WEIGHTS, INTERCEPT, THRESHOLD)
+on half of each benchmark source's queries and report the other half.
 
-A hit is ``none`` below both weak thresholds, and a search says "nothing fits" when every hit
-is ``none``: so a query is summed up by two numbers, the best cosine and the best
-IDF-weighted query coverage among what it retrieves. Those are read from the embedding top 10
-and the BM25 top 10 (through the public search API, coverage computed as fusion.py computes
-it), never from the hybrid ranking, so the fit does not depend on how hybrid fuses.
+Each source's queries are searched (hybrid, ``Catalog.search``) in five catalogs:
 
-Each source's queries are looked at twice: in the source's own catalog (answerable: saying
-"nothing fits" is a mistake) and in a catalog of every *other* source's tools (the realistic
-case of a request nobody's tools answer; some still are answered by a like tool elsewhere, so
-100% is not the goal). The fit picks the thresholds that tell "nothing fits" to the most
-foreign queries while telling it to at most ``--own-budget`` of answerable ones (mean over
-sources). The held-out half is then scored through ``Catalog.search(...).no_match`` in
-hybrid mode with the fitted thresholds: what a user gets.
+- answerable: its own catalog (``own``) and the catalog of every source (``pooled``);
+- foreign: every *other* source's tools (``foreign``, the realistic case of a request nobody's
+  tools answer, though a like tool elsewhere answers some), the next source's tools alone
+  (``paired``, closer to a catalog of another domain), and as many tools drawn from the other
+  sources as the source has (``matched``).
+
+Catalog size moves every number a search can sum up (the best cosine of 8,000 tools is higher
+than of 100, the spread of the top 50 lower), so answerable and foreign queries are each seen in
+small and large catalogs; fitted on own against foreign alone, the combination learnt "large
+catalog: nothing fits" and said it to 19% of answerable queries in the pooled catalog.
+
+A logistic regression over ``QueryContext.features()`` (each source and each catalog weighing
+alike) is fitted on one half; the threshold is the lowest that keeps "nothing fits" to at most
+``--own-budget`` of the half's own-catalog queries (mean over sources). The other half is then
+searched again with the fitted constants, and with the per-hit rule alone (no context: the
+shipped behaviour before) for comparison.
 
     python scripts/tune_match.py [BENCH] [--max-queries 200] [--cache vectors.db]
 """
@@ -21,13 +26,15 @@ hybrid mode with the fitted thresholds: what a user gets.
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -40,51 +47,44 @@ from toolcat.evaluate import (  # noqa: E402
     reindex_with_vector_cache,
     source_folders,
 )
-from toolcat.search import bm25, fusion  # noqa: E402
-from toolcat.search.tokenize import tokenize  # noqa: E402
+from toolcat.search import calibration, fusion  # noqa: E402
 
-COSINES = [round(0.15 + 0.01 * i, 2) for i in range(41)]  # 0.15 .. 0.55
-COVERS = [round(0.4 + 0.05 * i, 2) for i in range(13)] + [1.01]  # 1.01: coverage ignored
+ANSWERABLE = ("own", "pooled")
+FOREIGN = ("foreign", "paired", "matched")
+KINDS = ANSWERABLE + FOREIGN
 
-
-def best_signals(catalog: Catalog, text: str) -> tuple[float, float]:
-    """(best cosine, best coverage) among the embedding and BM25 top 10."""
-    semantic = catalog.search(text, mode="embedding", k=10).hits
-    lexical = catalog.search(text, mode="bm25", k=10).hits
-    cosine = max((min(h.score, 1.0) for h in semantic), default=0.0)
-    terms = list(dict.fromkeys(tokenize(text)))[: bm25.MAX_QUERY_TERMS]
-    if not terms:
-        return cosine, 0.0
-    keys = {(h.tool.toolkit, h.tool.name) for h in [*semantic, *lexical]}
-    conn = sqlite3.connect(f"file:{catalog.path}?mode=ro", uri=True)
-    try:
-        n_docs = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
-        marks = ",".join("?" * len(terms))
-        freq = dict(
-            conn.execute(f"SELECT term, doc FROM tools_fts_vocab WHERE term IN ({marks})", terms)
-        )
-        weights = {t: fusion.idf(n_docs, freq.get(t, 0)) for t in terms}
-        cover = 0.0
-        for toolkit, name in keys:
-            row = conn.execute(
-                "SELECT f.name, f.hint, f.description, f.params, f.tags FROM tools_fts f "
-                "JOIN tools t ON t.id = f.rowid JOIN toolkits k ON k.id = t.toolkit_id "
-                "WHERE k.active = 1 AND t.toolkit = ? AND t.name = ?",
-                (toolkit, name),
-            ).fetchone()
-            if row is not None:
-                cover = max(cover, fusion.coverage(terms, weights, row)[0])
-    finally:
-        conn.close()
-    return cosine, cover
+seen: list[calibration.QueryContext | None] = []
+_query_context = calibration.query_context
 
 
-def says_none(signals: tuple[float, float], cosine: float, cover: float) -> bool:
-    return signals[0] < cosine and signals[1] < cover
+def _recording(signals: Mapping[int, fusion.Candidate]) -> calibration.QueryContext | None:
+    context = _query_context(signals)
+    seen.append(context)
+    return context
 
 
-def rate(rows: list[tuple[float, float]], cosine: float, cover: float) -> float:
-    return sum(says_none(r, cosine, cover) for r in rows) / len(rows) if rows else 0.0
+def features(catalog: Catalog, text: str) -> list[float] | None:
+    """The features of the whole request's hybrid search (None: nothing to sum up)."""
+    seen.clear()
+    catalog.search(text, mode="hybrid", k=10)
+    context = seen[0] if seen else None
+    return list(context.features()) if context is not None else None
+
+
+def fit(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1e-2) -> tuple[float, np.ndarray]:
+    """Weighted L2-regularised logistic regression (Newton steps) on standardised features;
+    returns (intercept, weights) on the raw features."""
+    mean, scale = x.mean(0), x.std(0) + 1e-9
+    z = np.c_[np.ones(len(x)), (x - mean) / scale]
+    penalty = l2 * np.diag(np.r_[0.0, np.ones(z.shape[1] - 1)])
+    b = np.zeros(z.shape[1])
+    for _ in range(50):
+        p = 1 / (1 + np.exp(-z @ b))
+        gradient = z.T @ (w * (p - y)) + penalty @ b
+        hessian = (z * (w * p * (1 - p))[:, None]).T @ z + penalty
+        b -= np.linalg.solve(hessian, gradient)
+    weights = b[1:] / scale
+    return float(b[0] - (weights * mean).sum()), weights
 
 
 def held_out(catalog: Catalog, queries: list[Query]) -> float:
@@ -100,85 +100,131 @@ def main() -> None:
     parser.add_argument("--cache", default="vectors.db", help="Vector cache file.")
     parser.add_argument("--source", action="append", default=[])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", help="Write the per-query signals here (JSON).")
     args = parser.parse_args()
     sources: list[Source] = [load_source(f) for f in source_folders(Path(args.bench), args.source)]
-    fit: dict[str, list[Query]] = {}
-    test: dict[str, list[Query]] = {}
+    if len(sources) < 2:
+        raise SystemExit("needs two sources or more (foreign catalogs are the others' tools)")
+    fit_half: dict[str, list[Query]] = {}
+    test_half: dict[str, list[Query]] = {}
     for source in sources:
         rng = random.Random(f"{args.seed}:{source.name}")
         sample = rng.sample(source.queries, min(args.max_queries, len(source.queries)))
-        fit[source.name], test[source.name] = sample[::2], sample[1::2]
-    signals: dict[str, dict[str, list[tuple[float, float]]]] = {}
-    report: dict[str, dict[str, float]] = {}
+        fit_half[source.name], test_half[source.name] = sample[::2], sample[1::2]
     started = time.perf_counter()
+    calibration.query_context = _recording
     with tempfile.TemporaryDirectory() as tmp:
-        everything = Catalog(Path(tmp) / "all.db")
-        everything.register(*(s.toolkit for s in sources))
-        reindex_with_vector_cache(everything, Path(args.cache))
-        owns: dict[str, Catalog] = {}
-        for source in sources:
-            own = owns[source.name] = Catalog(Path(tmp) / f"{source.toolkit.name}.db")
-            own.register(source.toolkit)
-            reindex_with_vector_cache(own, Path(args.cache))
-            signals[source.name] = {"own": [best_signals(own, q.text) for q in fit[source.name]]}
+
+        def catalog(name: str, toolkits: list[Any]) -> Catalog:
+            made = Catalog(Path(tmp) / f"{name}.db")
+            made.register(*toolkits)
+            reindex_with_vector_cache(made, Path(args.cache))
+            return made
+
+        everything = catalog("all", [s.toolkit for s in sources])
+        owns = {s.name: catalog(f"own-{i}", [s.toolkit]) for i, s in enumerate(sources)}
+        matched: dict[str, Catalog] = {}
+        for i, source in enumerate(sources):
+            pool = [(o, t) for o in sources if o is not source for t in o.toolkit.tools]
+            chosen = random.Random(f"matched:{source.name}").sample(
+                pool, min(len(pool), len(source.toolkit.tools))
+            )
+            kits = [
+                o.toolkit.model_copy(update={"tools": [t for p, t in chosen if p is o]})
+                for o in sources
+                if o is not source
+            ]
+            matched[source.name] = catalog(f"matched-{i}", [k for k in kits if k.tools])
+
+        def in_each(source: Source, i: int, measure: Callable[[Catalog], Any]) -> dict[str, Any]:
+            out = {
+                "own": measure(owns[source.name]),
+                "pooled": measure(everything),
+                "paired": measure(owns[sources[(i + 1) % len(sources)].name]),
+                "matched": measure(matched[source.name]),
+            }
             everything.remove(source.toolkit.name)  # every other source's tools
             try:
-                signals[source.name]["foreign"] = [
-                    best_signals(everything, q.text) for q in fit[source.name]
-                ]
+                out["foreign"] = measure(everything)
             finally:
                 everything.register(source.toolkit)
-            print(f"{source.name}: signals in {time.perf_counter() - started:.0f}s", flush=True)
-        for source, other in zip(sources, sources[1:] + sources[:1], strict=True):
-            if other is not source:  # for comparison: one other source's catalog
-                signals[source.name]["paired"] = [
-                    best_signals(owns[other.name], q.text) for q in fit[source.name]
-                ]
-        if args.out:
-            Path(args.out).write_text(json.dumps(signals))
-        best: tuple[float, float, float, float] | None = None
-        for cosine in COSINES:
-            for cover in COVERS:
-                own = sum(rate(s["own"], cosine, cover) for s in signals.values()) / len(signals)
-                foreign = sum(rate(s["foreign"], cosine, cover) for s in signals.values())
-                foreign /= len(signals)
-                if own <= args.own_budget and (best is None or foreign > best[0]):
-                    best = (foreign, own, cosine, cover)
-        if best is None:
-            raise SystemExit("no thresholds keep 'nothing fits' within the own budget")
-        print("fit half, mean over sources: own / all other sources / the next source alone")
-        for cosine, cover in [(c, v) for c in (0.25, 0.3, 0.35, 0.4, 0.45) for v in (0.5, 0.7)]:
-            means = [
-                sum(rate(s.get(kind, []), cosine, cover) for s in signals.values()) / len(signals)
-                for kind in ("own", "foreign", "paired")
-            ]
-            print(
-                f"  cosine < {cosine:.2f}, coverage < {cover:.2f}: "
-                + " / ".join(f"{m:.3f}" for m in means)
+            return out
+
+        rows: dict[str, dict[str, list[list[float]]]] = {}
+        for i, source in enumerate(sources):
+            got = in_each(
+                source,
+                i,
+                lambda c, s=source: [
+                    f for q in fit_half[s.name] if (f := features(c, q.text)) is not None
+                ],
             )
-        foreign, own, cosine, cover = best
-        print(
-            f"fitted (half of each source): WEAK_COSINE = {cosine}, WEAK_COVER = {cover} "
-            f"(own {own:.3f}, foreign {foreign:.3f})"
+            rows[source.name] = {k: got[k] for k in KINDS}
+            print(f"{source.name}: features in {time.perf_counter() - started:.0f}s", flush=True)
+        calibration.query_context = _query_context
+
+        xs, ys, ws = [], [], []
+        for per_kind in rows.values():
+            for kind, x in per_kind.items():
+                if not x:
+                    continue
+                label = 0.0 if kind in ANSWERABLE else 1.0
+                group = len(ANSWERABLE) if kind in ANSWERABLE else len(FOREIGN)
+                xs.append(np.array(x))
+                ys.append(np.full(len(x), label))
+                ws.append(np.full(len(x), 1.0 / len(x) / group))
+        weight = np.concatenate(ws)
+        intercept, weights = fit(np.vstack(xs), np.concatenate(ys), weight / weight.mean())
+
+        def rate(x: list[list[float]], threshold: float) -> float:
+            if not x:
+                return 0.0
+            return float(np.mean(intercept + np.array(x) @ weights > threshold))
+
+        own_scores = np.concatenate(
+            [intercept + np.array(r["own"]) @ weights for r in rows.values() if r["own"]]
         )
-        fusion.WEAK_COSINE, fusion.WEAK_COVER = cosine, cover  # what match() reads
-        print(f"{'held-out half':<14} {'queries':>7} {'own':>6} {'foreign':>8}")
-        for source in sources:
-            queries = test[source.name]
-            own_rate = held_out(owns[source.name], queries)
-            everything.remove(source.toolkit.name)
+        threshold = max(own_scores) + 1e-6
+        for t in sorted(own_scores, reverse=True):
+            if np.mean([rate(r["own"], t) for r in rows.values()]) > args.own_budget:
+                break
+            threshold = float(t)
+        print("fit half, mean over sources: " + ", ".join(KINDS))
+        print(
+            "  "
+            + " / ".join(
+                f"{np.mean([rate(r[k], threshold) for r in rows.values()]):.3f}" for k in KINDS
+            )
+        )
+        print(
+            f"fitted: WEIGHTS = ({', '.join(f'{w:.3f}' for w in weights)}), "
+            f"INTERCEPT = {intercept:.3f}, THRESHOLD = {threshold:.3f}"
+        )
+        calibration.WEIGHTS = tuple(float(w) for w in weights)
+        calibration.INTERCEPT, calibration.THRESHOLD = intercept, threshold
+
+        per_hit = fusion.match
+        report: dict[str, dict[str, tuple[float, float]]] = {}
+        for i, source in enumerate(sources):
+            queries = test_half[source.name]
+            new = in_each(source, i, lambda c, q=queries: held_out(c, q))
+            fusion.match = lambda c, mode, context=None: per_hit(c, mode)  # the rule before
             try:
-                foreign_rate = held_out(everything, queries)
+                old = in_each(source, i, lambda c, q=queries: held_out(c, q))
             finally:
-                everything.register(source.toolkit)
-            report[source.name] = {"own": own_rate, "foreign": foreign_rate}
-            print(f"{source.name:<14} {len(queries):>7} {own_rate:6.3f} {foreign_rate:8.3f}")
-        mean_own = sum(r["own"] for r in report.values()) / len(report)
-        mean_foreign = sum(r["foreign"] for r in report.values()) / len(report)
-        print(f"{'mean':<14} {'':>7} {mean_own:6.3f} {mean_foreign:8.3f}")
-        for catalog in [everything, *owns.values()]:
-            catalog.close()
+                fusion.match = per_hit
+            report[source.name] = {k: (float(old[k]), float(new[k])) for k in KINDS}
+        print(f"held-out half, per-hit rule before -> calibrated: {', '.join(KINDS)}")
+        for name, by_kind in report.items():
+            cells = "  ".join(f"{o:.2f}->{n:.2f}" for o, n in by_kind.values())
+            print(f"  {name:<12} {len(test_half[name]):>4}  {cells}")
+        means = "  ".join(
+            f"{np.mean([r[k][0] for r in report.values()]):.3f}->"
+            f"{np.mean([r[k][1] for r in report.values()]):.3f}"
+            for k in KINDS
+        )
+        print(f"  {'mean':<12} {'':>4}  {means}")
+        for made in [everything, *owns.values(), *matched.values()]:
+            made.close()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
-from . import bm25, fusion, modes, split
+from . import bm25, calibration, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
 from .lexical_index import LexicalIndex, TantivyIndex
 from .postings import PostingsIndex
@@ -145,6 +145,7 @@ class SearchEngine:
         revision = reader.revision(conn)
         warnings: list[str] = []
         signals: dict[int, fusion.Candidate] = {}
+        context = None
         if mode == "regex":
             ranked = regex_search(conn, text, filters, k)
             exact = []
@@ -152,6 +153,8 @@ class SearchEngine:
             ranked, signals = self._rank(
                 conn, mode, text, (model_id, query_vector), filters, k, warnings, revision
             )
+            if mode == "hybrid" and HYBRID_FUSION == "hybrid":  # the whole request, not its parts
+                context = calibration.query_context(signals)
             if parts:
                 per_part = []
                 for part, vector in parts:
@@ -173,7 +176,7 @@ class SearchEngine:
         ]
         exact_ids = {row_id for row_id, _ in exact}
         ordered += [
-            (tools[i], s, fusion.match(signals.get(i), mode))
+            (tools[i], s, fusion.match(signals.get(i), mode, context))
             for i, s in ranked
             if i not in exact_ids and i in tools
         ]

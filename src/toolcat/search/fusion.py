@@ -22,6 +22,10 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .calibration import QueryContext
 
 RRF_K = 60
 
@@ -249,8 +253,14 @@ STRONG_COVER = 0.8
 WEAK_COVER = 0.7
 
 
-def match(candidate: Candidate | None, mode: str) -> str:
-    """``strong``, ``weak`` or ``none``: how well one hit fits the request."""
+def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
+    """``strong``, ``weak`` or ``none``: how well one hit fits the request.
+
+    ``strong`` and, without a ``context``, ``weak`` come from the hit's own cosine and query
+    coverage. With the hybrid search's ``context`` (search/calibration.py), the request as a
+    whole decides between the other two: when it says nothing fits, every hit short of
+    ``strong`` is ``none``; else the best-fused hit is at least ``weak``.
+    """
     if candidate is None:
         return "weak"
     cosine = candidate.semantic if mode != "bm25" else None
@@ -261,6 +271,11 @@ def match(candidate: Candidate | None, mode: str) -> str:
         or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
     ):
         return "strong"
+    if context is not None and mode == "hybrid":
+        if context.nothing_fits():
+            return "none"
+        if candidate is context.top:
+            return "weak"
     if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
         return "weak"
     return "none"

@@ -1,0 +1,92 @@
+"""Whether anything in the catalog fits a request ("nothing fits"), from the request's own
+score distribution.
+
+A hit's cosine and query coverage alone cannot tell a request some tool answers from one
+that only has near misses: in a catalog of thousands the best near miss is as close as an
+answer (README, "Nothing fits"). How the best hit stands against the rest of the ranking
+tells more: an answerable request has a clear best tool and a cluster of related tools about
+it. ``QueryContext`` sums up one hybrid search — the best cosine, the mean, spread and 10th of
+the top 50 cosines, the best coverage, the top hit's coverage and name hit, and the query's
+visibility to BM25 — and ``nothing_fits`` is a logistic combination of them.
+
+The constants were fitted with scripts/tune_match.py on half of each benchmark source's
+queries: answerable ones (each source's queries in its own catalog and in the catalog of every
+source) against foreign ones (in every other source's catalog, in one other source's, and in
+as many tools drawn from the others as the source has), so that catalog size alone, which
+moves every one of these numbers, tells nothing. The threshold keeps "nothing fits" to about
+10% of answerable queries on that half; the other half is reported in the README.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .fusion import Candidate
+
+DEPTH = 50  # cosines summed up: hybrid search's depth (engine.HYBRID_DEPTH)
+
+# Feature order: best cosine, top hit's coverage, best coverage, best cosine minus the 10th,
+# best cosine minus the mean of the top 50, their standard deviation, the top hit's name
+# hit, the query's BM25 weight (fusion.Candidate.trust). Positive weights: more foreign.
+WEIGHTS: tuple[float, ...] = (-9.091, -1.705, -1.193, -4.330, 9.361, -19.115, -0.699, 2.891)
+INTERCEPT = 4.037
+THRESHOLD = 1.003
+
+
+@dataclass(frozen=True)
+class QueryContext:
+    """What one hybrid search says about the request as a whole."""
+
+    best_cosine: float
+    tenth_cosine: float
+    mean_cosine: float
+    spread: float  # population standard deviation of the top cosines
+    best_cover: float
+    top_cover: float  # of the best-fused hit
+    top_name_hit: float
+    trust: float
+    top: Candidate  # the best-fused hit
+
+    def features(self) -> tuple[float, ...]:
+        return (
+            self.best_cosine,
+            self.top_cover,
+            self.best_cover,
+            self.best_cosine - self.tenth_cosine,
+            self.best_cosine - self.mean_cosine,
+            self.spread,
+            self.top_name_hit,
+            self.trust,
+        )
+
+    def foreign_score(self) -> float:
+        """The logistic's log-odds that no tool fits (higher: less fits)."""
+        return INTERCEPT + math.fsum(w * x for w, x in zip(WEIGHTS, self.features(), strict=True))
+
+    def nothing_fits(self) -> bool:
+        return self.foreign_score() > THRESHOLD
+
+
+def query_context(signals: Mapping[int, Candidate]) -> QueryContext | None:
+    """The context of a hybrid search from its candidates (each ranking's top hits, with
+    their signals); None when there is nothing to sum up (no tool has a vector)."""
+    if not signals:
+        return None
+    cosines = sorted((c.semantic for c in signals.values()), reverse=True)[:DEPTH]
+    if not cosines or all(c == 0.0 for c in cosines):
+        return None
+    _, best = max(signals.items(), key=lambda pair: (pair[1].fused, -pair[0]))
+    mean = math.fsum(cosines) / len(cosines)
+    return QueryContext(
+        best_cosine=cosines[0],
+        tenth_cosine=cosines[min(9, len(cosines) - 1)],
+        mean_cosine=mean,
+        spread=math.sqrt(math.fsum((c - mean) ** 2 for c in cosines) / len(cosines)),
+        best_cover=max(c.cover for c in signals.values()),
+        top_cover=best.cover,
+        top_name_hit=best.name_hit,
+        trust=best.trust,
+        top=best,
+    )
