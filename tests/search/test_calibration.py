@@ -12,15 +12,12 @@ from toolcat.search import calibration
 from toolcat.search.calibration import QueryContext, query_context
 from toolcat.search.fusion import Candidate, match
 
+from .test_fusion import SMALL
+
 pytest.importorskip("sentence_transformers")
 
 TOOLS = [
-    ("book_flight", "Book an airline flight between two airports."),
-    ("make_restaurant_reservation", "Reserve a table at a restaurant for a time and party size."),
-    ("send_email", "Send an email message to a recipient."),
-    ("get_weather", "Current weather conditions and forecast for a city."),
-    ("delete_file", "Delete a file from disk."),
-    ("convert_currency", "Convert an amount of money between currencies."),
+    *SMALL,
     ("list_calendar_events", "Show the events on a calendar between two dates."),
     ("create_calendar_event", "Add a meeting or appointment to a calendar."),
     ("reset_user_password", "Send a password reset link to a user."),
