@@ -110,7 +110,7 @@ def _context(top: Candidate, nothing_fits: bool) -> QueryContext:
     # Move along the trust feature (the last one) to land on the wanted side.
     trust = shift / calibration.WEIGHTS[-1]
     context = QueryContext(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, trust, top)
-    assert context.nothing_fits() is nothing_fits
+    assert context.nothing_fits is nothing_fits
     return context
 
 

@@ -19,6 +19,7 @@ moves every one of these numbers, tells nothing. The threshold keeps "nothing fi
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,7 +66,9 @@ class QueryContext:
         """The logistic's log-odds that no tool fits (higher: less fits)."""
         return INTERCEPT + math.fsum(w * x for w, x in zip(WEIGHTS, self.features(), strict=True))
 
+    @functools.cached_property
     def nothing_fits(self) -> bool:
+        """Asked once per hit by ``fusion.match``: decided once per request."""
         return self.foreign_score() > THRESHOLD
 
 

@@ -132,11 +132,6 @@ def _coverage(
     return anywhere / total, in_name / total
 
 
-def name_hit(terms: set[str], weights: Mapping[str, float], name: str) -> float:
-    """IDF-weighted share of a tool name's terms that the query has."""
-    return _name_hit(terms, weights, name_weight(name, weights))
-
-
 # A tool name's distinct terms and their IDF summed: the same for every query at one catalog
 # revision, so the engine keeps them (``hybrid_fusion``'s ``names``).
 NameWeight = tuple[frozenset[str], float]
@@ -272,7 +267,7 @@ def match(candidate: Candidate | None, mode: str, context: QueryContext | None =
     ):
         return "strong"
     if context is not None and mode == "hybrid":
-        if context.nothing_fits():
+        if context.nothing_fits:
             return "none"
         if candidate is context.top:
             return "weak"

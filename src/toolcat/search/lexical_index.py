@@ -55,6 +55,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from ..store import reader
+from ..store.connection import BUSY_TIMEOUT_MS
 from .bm25 import useful_terms
 from .fusion import Document
 from .postings import PostingsIndex
@@ -401,13 +403,14 @@ class LexicalIndex:
                 uri=True,
                 isolation_level=None,
                 check_same_thread=False,
+                timeout=BUSY_TIMEOUT_MS / 1000,
             )
-        except sqlite3.Error:
-            return  # the next query past POSTINGS_AFTER tries again; FTS5 answers meanwhile
+        except sqlite3.Error as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
+            self.index, self.error = None, f"background build: {e}"
+            return
         try:
             conn.execute("BEGIN")
-            row = conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
-            self.build(conn, int(row[0]), weights)
+            self.build(conn, reader.revision(conn), weights)
         except Exception as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
             self.index, self.error = None, f"background build: {e}"
         finally:
