@@ -52,9 +52,10 @@ def test_equal_to_model_construct_and_model_validate() -> None:
         {"revision": 3, "query": "rain", "mode": "bm25", "hits": [hit], "warnings": []},
     )
     assert result == SearchResult(revision=3, query="rain", mode="bm25", hits=[hit])
-    assert result.model_dump() == SearchResult(
-        revision=3, query="rain", mode="bm25", hits=[hit]
-    ).model_dump()
+    assert (
+        result.model_dump()
+        == SearchResult(revision=3, query="rain", mode="bm25", hits=[hit]).model_dump()
+    )
     assert result.no_match is False
 
 
