@@ -8,6 +8,8 @@ query, interleaved, so a change in the machine's load hits them alike. What each
 - ``bm25_warm``: ``Catalog.search(q, k=10, mode="bm25")`` end to end in a process that has
   searched before (read transaction, revision check, tokenizing and stemming the query,
   ranking with the in-memory index, exact-name check, match signals, building the hits).
+  ``search``: the same queries asked again (stems and built hits kept, still ranked);
+  ``search_repeated``: and once more (the whole answers kept per revision).
 - ``bm25_core``: the in-memory index alone (search/lexical_index.py) given the query's index
   terms: tantivy's candidates and their exact FTS5 rescoring; ``postings_core``: the
   pure-Python fallback given the same terms.
@@ -370,6 +372,8 @@ def bench_size(
                 timed(lambda _: catalog.list(tags=["bench", "odd"], limit=50), range(300))
             ),
             "search": percentiles(timed(lambda q: catalog.search(q, k=10), qs)),
+            # The same queries once more: unfiltered BM25 answers are kept per revision.
+            "search_repeated": percentiles(timed(lambda q: catalog.search(q, k=10), qs)),
             "search_filtered": percentiles(
                 timed(lambda q: catalog.search(q, k=10, tags=["odd"]), qs)
             ),
