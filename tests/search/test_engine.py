@@ -42,6 +42,7 @@ def test_signals_from_the_index_equal_those_from_fts_rows(
     indexed: tuple[Path, list[str]], mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path, queries = indexed
+    monkeypatch.setattr(engine, "ANSWER_CACHE_SIZE", 0)  # every answer ranked, none kept
     from_rows = []
     with monkeypatch.context() as never_built:  # FTS5 and tools_fts rows only
         never_built.setattr(engine, "POSTINGS_AFTER", 10**9)
@@ -69,10 +70,11 @@ def test_the_background_build_is_served_only_at_its_own_revision(
     kits, queries = bench_toolkits(300)
     path = tmp_path / "catalog.db"
     monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 1)  # background at any size
-    release = threading.Event()
+    release, reading = threading.Event(), threading.Event()
     real_build = TantivyIndex.build
 
     def held_build(self: TantivyIndex, *args: Any) -> None:
+        reading.set()  # its read transaction has read the revision: its snapshot is taken
         assert release.wait(60)
         real_build(self, *args)
 
@@ -85,7 +87,9 @@ def test_the_background_build_is_served_only_at_its_own_revision(
         # The query that asked for the index did not wait for it: FTS5 answered.
         assert lexical.building and lexical.index is None
         assert first[0] == first[1]
-        # A change lands while the build (which read the catalog before it) runs.
+        # A change lands while the build (which read the catalog before it) runs. (Wait for
+        # the build thread to take its snapshot first: on a loaded machine it may not have.)
+        assert reading.wait(60)
         admin.register(
             Toolkit(
                 name="shredder",
@@ -107,3 +111,81 @@ def test_the_background_build_is_served_only_at_its_own_revision(
             (h.tool.id, h.score) for h in after.hits
         ]
         assert all(answers(server, q, "bm25") for q in queries[:5])
+
+
+# -- what a warm engine keeps per revision: built hits and whole BM25 answers -----------------
+
+
+def full(result: Any) -> list[dict[str, Any]]:
+    """Every field of every hit, the tool's internal ``module`` included."""
+    return [
+        {**h.model_dump(), "tool": {**h.tool.model_dump(), "module": h.tool.module}}
+        for h in result.hits
+    ]
+
+
+def test_kept_hits_and_answers_equal_fresh_ones(indexed: tuple[Path, list[str]]) -> None:
+    path, queries = indexed
+    with Catalog(path) as fresh_catalog:
+        fresh_catalog._search  # noqa: B018 (the engine, created)
+        fresh = []
+        for query in queries:
+            fresh.append(full(fresh_catalog.search(query, mode="bm25")))
+            fresh_catalog._search._hits.clear()  # each answer's hits built from rows
+            fresh_catalog._search._answers.clear()
+    with Catalog(path) as warm:
+        first = [warm.search(query, mode="bm25") for query in queries]
+        engine_state = warm._search
+        assert engine_state._hits and len(engine_state._answers) == len(set(queries))
+        again = [warm.search(query, mode="bm25") for query in queries]  # kept answers
+        assert [full(r) for r in first] == fresh
+        assert [full(r) for r in again] == fresh
+        for before, after in zip(first, again, strict=True):
+            assert after is not before and after.hits is not before.hits  # lists of its own
+            after.hits.clear()  # a caller's change stays in its own answer
+        assert [full(warm.search(query, mode="bm25")) for query in queries] == fresh
+        # Built from rows by construct(), hits equal what validation builds.
+        for result in first:
+            for hit in result.hits:
+                validated = type(hit.tool).model_validate(
+                    {**hit.tool.model_dump(), "module": hit.tool.module}
+                )
+                assert hit.tool == validated
+
+
+def test_a_change_from_another_connection_is_seen_by_the_next_query(tmp_path: Path) -> None:
+    """Kept answers and hits belong to one revision: a commit from another connection (or
+    process) is seen by the very next query, never an answer kept from before it."""
+    path = tmp_path / "catalog.db"
+    query = "shred a file"
+    with Catalog(path) as server, Catalog(path) as admin:
+        server.register(SAMPLE_TOOLKITS)
+        kit = Toolkit(
+            name="shredder",
+            version="1",
+            tools=[Tool(name="shred_file", description="Shred a file so it cannot be read")],
+        )
+        admin.register(kit)
+        for _ in range(engine.POSTINGS_AFTER + 1):  # the in-memory index, and a kept answer
+            before = server.search(query, mode="bm25", k=3)
+        assert server._search.postings.current(server.revision, bm25.DEFAULT_WEIGHTS)
+        assert before.hits[0].tool.id == "shredder.shred_file"
+        assert before.hits[0].tool.description == "Shred a file so it cannot be read"
+        assert server._search._answers  # kept
+        # Another connection changes the tool's text (a new version) ...
+        admin.register(
+            Toolkit(
+                name="shredder",
+                version="2",
+                tools=[Tool(name="shred_file", description="Shred a file, overwriting it")],
+            )
+        )
+        after = server.search(query, mode="bm25", k=3)
+        assert after.revision == admin.revision > before.revision
+        assert after.hits[0].tool.description == "Shred a file, overwriting it"
+        assert after.hits[0].tool.version == "2"
+        # ... then removes it: the next query no longer finds it.
+        admin.remove("shredder")
+        gone = server.search(query, mode="bm25", k=3)
+        assert gone.revision == admin.revision
+        assert all(h.tool.toolkit != "shredder" for h in gone.hits)

@@ -146,15 +146,20 @@ def bm25_scores(
 
 
 def query_terms(
-    conn: sqlite3.Connection, text: str, stats: TermStats, max_terms: int = MAX_QUERY_TERMS
+    conn: sqlite3.Connection,
+    text: str,
+    stats: TermStats,
+    max_terms: int = MAX_QUERY_TERMS,
+    tokens: Sequence[str] | None = None,
 ) -> list[str]:
     """The terms worth asking FTS5 for, rarest first.
 
     Terms the index lacks cannot match and are dropped. Terms found in more than half of the
     tools get FTS5's floor IDF (1e-6): they add nothing to a score yet cost the most time, so
-    they are dropped too, unless nothing else is left.
+    they are dropped too, unless nothing else is left. ``tokens``: ``text``'s distinct
+    terms, when the caller has tokenized it already.
     """
-    terms = list(dict.fromkeys(tokenize(text)))
+    terms = list(dict.fromkeys(tokenize(text))) if tokens is None else list(tokens)
     if not terms:
         return []
     return useful_terms(terms, stats.lookup(conn, terms), stats.n_docs, max_terms)
@@ -207,12 +212,14 @@ def search(
     stats: TermStats,
     weights: Sequence[float] = DEFAULT_WEIGHTS,
     exact_postings: int = EXACT_POSTINGS,
+    tokens: Sequence[str] | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` best tools for ``text`` as (tool row id, score), best first; higher is better.
 
-    ``stats`` must have been refreshed for the catalog's current revision.
+    ``stats`` must have been refreshed for the catalog's current revision; ``tokens``:
+    ``text``'s distinct terms, when the caller has tokenized it already.
     """
-    terms = query_terms(conn, text, stats)
+    terms = query_terms(conn, text, stats, tokens=tokens)
     if not terms:
         return []
     doc_freq = stats.lookup(conn, terms)

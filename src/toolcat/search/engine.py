@@ -8,10 +8,12 @@ statistics and the vector matrix, both refreshed when the catalog revision moves
 from __future__ import annotations
 
 import functools
+import itertools
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from ..construct import construct
 from ..errors import EmbeddingError, InvalidQueryError
 from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
@@ -39,8 +41,12 @@ POSTINGS_AFTER = 2
 # From this many tools on the index is built in the background (1–12 s at 10k–100k tools)
 # while FTS5 answers; smaller catalogs build in the query that asks (under 0.15 s).
 BACKGROUND_BUILD_FROM = 1000
-# Tools built for hits, kept per revision.
+# Tools built for hits, kept per revision (the oldest forgotten first past this many).
 HIT_CACHE_SIZE = 4096
+# Unfiltered BM25 answers (queries up to MAX_CACHED_QUERY_CHARS) kept per revision: agents
+# repeat requests. The revision read at every query drops them when anything changed.
+ANSWER_CACHE_SIZE = 1024
+MAX_CACHED_QUERY_CHARS = 1000
 # Tools whose name weights (hybrid fusion) are kept per revision.
 NAME_CACHE_SIZE = 200_000
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
@@ -70,6 +76,8 @@ class SearchEngine:
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
+        self._answers: dict[tuple[str, int], SearchResult] = {}  # (query, k) -> answer, at:
+        self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
 
@@ -143,6 +151,15 @@ class SearchEngine:
                 "List its tools with list(toolkit=...) instead."
             )
         revision = reader.revision(conn)
+        key = None
+        if mode == "bm25" and not filters.narrows and len(query) <= MAX_CACHED_QUERY_CHARS:
+            key = (query, k)
+            if revision != self._answers_revision:
+                self._answers, self._answers_revision = {}, revision
+            kept = self._answers.get(key)
+            if kept is not None:
+                self._index_asked(conn, revision)
+                return self._answer(revision, query, mode, list(kept.hits), list(kept.warnings))
         warnings: list[str] = []
         signals: dict[int, fusion.Candidate] = {}
         context = None
@@ -181,24 +198,42 @@ class SearchEngine:
             if i not in exact_ids and i in tools
         ]
         hits = [
-            SearchHit.model_construct(rank=rank, score=round(score, 6), tool=tool, match=match)
+            construct(
+                SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
+            )
             for rank, (tool, score, match) in enumerate(ordered[:k], 1)
         ]
-        return SearchResult.model_construct(
-            revision=revision, query=query, mode=mode, hits=hits, warnings=warnings
-        )
+        result = self._answer(revision, query, mode, hits, warnings)
+        if key is not None and ANSWER_CACHE_SIZE > 0:
+            answers = self._answers
+            if len(answers) >= ANSWER_CACHE_SIZE:
+                del answers[next(iter(answers))]  # the oldest first
+            answers[key] = self._answer(revision, query, mode, list(hits), list(warnings))
+        return result
+
+    @staticmethod
+    def _answer(
+        revision: int, query: str, mode: str, hits: list[SearchHit], warnings: list[str]
+    ) -> SearchResult:
+        """A ``SearchResult`` of its own (lists not shared with the kept answer)."""
+        values = {"revision": revision, "query": query, "mode": mode, "hits": hits}
+        return construct(SearchResult, {**values, "warnings": warnings})
 
     def _tools(
         self, conn: sqlite3.Connection, ids: list[int], revision: int
     ) -> dict[int, RegisteredTool]:
         """The tools of these rows, kept for the revision (agents ask similar queries: the
         hits of a warm search are mostly built already)."""
-        if revision != self._hits_revision or len(self._hits) > HIT_CACHE_SIZE:
-            self._hits, self._hits_revision = {}, revision
-        missing = [i for i in ids if i not in self._hits]
+        known = self._hits
+        if revision != self._hits_revision:
+            known, self._hits_revision = {}, revision
+            self._hits = known
+        missing = [i for i in ids if i not in known]
         if missing:
-            self._hits.update(reader.tools_by_id(conn, missing))
-        return {i: self._hits[i] for i in ids if i in self._hits}
+            known.update(reader.tools_by_id(conn, missing))
+            for old in list(itertools.islice(known, max(0, len(known) - HIT_CACHE_SIZE))):
+                del known[old]  # the oldest built first (dicts keep insertion order)
+        return {i: known[i] for i in ids if i in known}
 
     def _rank(
         self,
@@ -214,15 +249,16 @@ class SearchEngine:
         """((row id, score) best first, what fusion knows of each tool) for the bm25,
         embedding and hybrid modes."""
         depth = max(k, HYBRID_DEPTH) if mode == "hybrid" else k
+        tokens = list(dict.fromkeys(tokenize(text)))  # the query's distinct terms, tokenized once
         lexical: list[tuple[int, float]] = []
         semantic: list[tuple[int, float]] = []
         if mode in ("bm25", "hybrid"):
-            lexical = self.bm25(conn, text, filters, depth, revision)
+            lexical = self.bm25(conn, text, filters, depth, revision, tokens)
         if mode != "bm25":
             semantic = self._semantic(conn, query, filters, depth, revision, mode, warnings)
         if mode != "hybrid":  # signals (for ``match``) of the hits returned only
             lexical, semantic = lexical[:k], semantic[:k]
-        terms = list(dict.fromkeys(tokenize(text)))[: bm25.MAX_QUERY_TERMS]
+        terms = tokens[: bm25.MAX_QUERY_TERMS]
         ids = list(dict.fromkeys([i for i, _ in lexical] + [i for i, _ in semantic]))
         documents = self._documents(conn, revision, ids, terms) if terms and ids else {}
         if terms:
@@ -308,9 +344,16 @@ class SearchEngine:
         return self.vectors.search(conn, query_vector, filters, depth)
 
     def bm25(
-        self, conn: sqlite3.Connection, text: str, filters: Filters, k: int, revision: int
+        self,
+        conn: sqlite3.Connection,
+        text: str,
+        filters: Filters,
+        k: int,
+        revision: int,
+        tokens: Sequence[str] | None = None,
     ) -> list[tuple[int, float]]:
-        """BM25 alone: (row id, score) best first.
+        """BM25 alone: (row id, score) best first. ``tokens``: ``text``'s distinct terms,
+        when the caller has tokenized it already.
 
         Unfiltered queries use the in-memory index (search/lexical_index.py: tantivy's
         candidates scored as FTS5 scores them) once a revision has been asked
@@ -319,24 +362,38 @@ class SearchEngine:
         """
         weights = bm25.DEFAULT_WEIGHTS
         if not filters.narrows:
-            index = self._index(conn, revision)
-            if index is None:
-                seen, count = self._bm25_queries
-                count = count + 1 if seen == revision else 1
-                self._bm25_queries = (revision, count)
-                if count >= POSTINGS_AFTER:
-                    self.term_stats.refresh(conn, revision)
-                    if self.term_stats.n_docs >= BACKGROUND_BUILD_FROM:
-                        self.postings.build_soon(
-                            conn, revision, weights, getattr(conn, "path", "") or ""
-                        )
-                    else:
-                        self.postings.build(conn, revision, weights)
-                    index = self._index(conn, revision)
+            index = self._index_asked(conn, revision)
             if index is not None:
-                return index.search(text, k, bm25.MAX_QUERY_TERMS)
+                if tokens is None:
+                    return index.search(text, k, bm25.MAX_QUERY_TERMS)
+                useful = bm25.useful_terms(
+                    tokens, index.doc_freq, index.n_docs, bm25.MAX_QUERY_TERMS
+                )
+                return index.rank(useful, k)
         self.term_stats.refresh(conn, revision)
-        return bm25.search(conn, text, filters, k, self.term_stats, weights)
+        return bm25.search(conn, text, filters, k, self.term_stats, weights, tokens=tokens)
+
+    def _index_asked(
+        self, conn: sqlite3.Connection, revision: int
+    ) -> TantivyIndex | PostingsIndex | None:
+        """The in-memory index of this revision for an unfiltered BM25 query (a kept answer
+        counts too): built, or started building, at the ``POSTINGS_AFTER``-th such query."""
+        index = self._index(conn, revision)
+        if index is None:
+            seen, count = self._bm25_queries
+            count = count + 1 if seen == revision else 1
+            self._bm25_queries = (revision, count)
+            if count >= POSTINGS_AFTER:
+                weights = bm25.DEFAULT_WEIGHTS
+                self.term_stats.refresh(conn, revision)
+                if self.term_stats.n_docs >= BACKGROUND_BUILD_FROM:
+                    self.postings.build_soon(
+                        conn, revision, weights, getattr(conn, "path", "") or ""
+                    )
+                else:
+                    self.postings.build(conn, revision, weights)
+                index = self._index(conn, revision)
+        return index
 
     def _index(
         self, conn: sqlite3.Connection, revision: int

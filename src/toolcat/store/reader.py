@@ -11,6 +11,8 @@ import sqlite3
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..construct import construct
+
 if TYPE_CHECKING:
     from ..models import RegisteredTool, ToolkitVersion
     from ..policy import Policy
@@ -123,34 +125,39 @@ def is_active_toolkit(conn: sqlite3.Connection, toolkit_id: int) -> bool:
 def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     """Build a ``RegisteredTool`` from a row selected with ``TOOL_COLUMNS``.
 
-    The definition was validated when it was registered, so it is not validated again.
+    The definition was validated when it was registered, so it is not validated again
+    (``construct``: search builds up to ten of these a query).
     """
     from ..models import RegisteredTool, ToolAnnotations
 
     _id, name, toolkit, version, defer_loading, tags, definition, deprecated, module = row
     data = json.loads(definition)
     annotations = data.get("annotations")
-    return RegisteredTool.model_construct(
-        id=f"{toolkit}.{name}",
-        name=name,
-        toolkit=toolkit,
-        version=version,
-        description=data["description"],
-        parameters=data["parameters"],
-        tags=json.loads(tags),
-        defer_loading=bool(defer_loading),
-        output_schema=data.get("output_schema"),
-        idempotent=data.get("idempotent", False),
-        streaming=data.get("streaming", False),
-        annotations=ToolAnnotations.model_construct(**annotations) if annotations else None,
-        implementation=data.get("implementation"),
-        examples=data.get("examples", []),
-        search_hint=data.get("search_hint"),
-        timeout=data.get("timeout"),
-        max_concurrency=data.get("max_concurrency"),
-        max_result_bytes=data.get("max_result_bytes"),
-        deprecated=bool(deprecated),
-        module=module,
+    get = data.get
+    return construct(
+        RegisteredTool,
+        {
+            "id": f"{toolkit}.{name}",
+            "name": name,
+            "toolkit": toolkit,
+            "version": version,
+            "description": data["description"],
+            "parameters": data["parameters"],
+            "tags": json.loads(tags),
+            "defer_loading": bool(defer_loading),
+            "output_schema": get("output_schema"),
+            "idempotent": get("idempotent", False),
+            "streaming": get("streaming", False),
+            "annotations": ToolAnnotations.model_construct(**annotations) if annotations else None,
+            "implementation": get("implementation"),
+            "examples": get("examples", []),
+            "search_hint": get("search_hint"),
+            "timeout": get("timeout"),
+            "max_concurrency": get("max_concurrency"),
+            "max_result_bytes": get("max_result_bytes"),
+            "deprecated": bool(deprecated),
+            "module": module,
+        },
     )
 
 
