@@ -110,7 +110,10 @@ class Embedder:
                     found, why = None, "ONNX query encoding is off (TOOLCAT_ONNX=0)"
                 else:
                     found, why = onnx_encoder.load(
-                        self.model_id, model_location(self.model_id), prepack=not _one_shot
+                        self.model_id,
+                        model_location(self.model_id),
+                        prepack=not _one_shot,
+                        int8=os.environ.get("TOOLCAT_ONNX_INT8", "1") != "0",
                     )
                 self._onnx = found
                 self.note = (
@@ -137,17 +140,21 @@ class Embedder:
         return (folder / "meta.json").exists()
 
     def onnx_current(self) -> bool:
-        """Whether a current ONNX export of the model exists, with its graph optimised for
-        the installed onnxruntime (a few stat calls)."""
+        """Whether a current ONNX export of the model exists, with its optimised and int8
+        graphs for the installed onnxruntime (a few stat calls)."""
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists() and onnx_encoder.fast_current(folder)
 
     def export_onnx(self) -> None:
         """Export the model for torch-free query and document encoding (``reindex`` calls
-        this); a model that cannot be exported keeps the sentence-transformers path. An
-        export made by another onnxruntime only gets its optimised graph (no torch)."""
+        this), with its optimised and int8 graphs; a model that cannot be exported keeps the
+        sentence-transformers path, and one whose int8 graph cannot be made encodes queries
+        at fp32. An export made by another onnxruntime only gets its saved graphs (no
+        torch)."""
         if not onnx_encoder.onnx_installed() or self.onnx_current():
             return
+        import warnings
+
         location = model_location(self.model_id)
         folder = onnx_encoder.export_dir(self.model_id, location)
         try:
@@ -155,15 +162,27 @@ class Embedder:
                 onnx_encoder.optimise(folder)
             else:
                 onnx_encoder.export(self.model(), self.model_id, location)
+            exported = True
         except Exception as e:
-            import warnings
-
+            exported = False
             warnings.warn(
                 f"cannot export {self.model_id} to ONNX ({type(e).__name__}: {str(e)[:200]}); "
                 "it will be run with sentence-transformers",
                 RuntimeWarning,
                 stacklevel=2,
             )
+        if exported:
+            try:
+                onnx_encoder.quantise(folder)
+            except Exception as e:
+                why = f"{type(e).__name__}: {str(e)[:200]}"
+                onnx_encoder.int8_failed(folder, why)
+                warnings.warn(
+                    f"cannot make the int8 query graph of {self.model_id} ({why}); "
+                    "queries are encoded at fp32",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         with self._lock:
             self._onnx_checked = self._documents_checked = False
             self._queries.clear()
