@@ -104,6 +104,10 @@ def test_queries_use_int8_unless_switched_off(
     model = Embedder(DEFAULT_MODEL)
     assert model.query_encoder().graph == "int8"
     assert model.document_encoder().graph == "optimised"  # reindex stays fp32
+    # A one-shot search skips prepacking, which the int8 graph needs to be fast.
+    monkeypatch.setattr(embeddings, "_one_shot", True)
+    assert Embedder(DEFAULT_MODEL).query_encoder().graph == "optimised"
+    monkeypatch.setattr(embeddings, "_one_shot", False)
     monkeypatch.setenv("TOOLCAT_ONNX_INT8", "0")
     assert Embedder(DEFAULT_MODEL).query_encoder().graph == "optimised"
 

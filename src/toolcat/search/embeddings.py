@@ -70,7 +70,10 @@ def model_location(model_id: str) -> str:
 
 
 # Set by a process that answers one search and exits (``toolcat search``): its query encoder
-# skips weight prepacking, which costs more at start than it saves on one query.
+# skips weight prepacking, which costs more at start than it saves on one query, and so runs
+# the fp32 graph: unpacked, the int8 graph's blocks are expanded at every run (one query
+# 130-190 ms against 50-90 ms for fp32 unpacked, at load 6; session and first query
+# prepacked int8 272 ms against 258 ms for fp32 unpacked).
 _one_shot = False
 
 
@@ -113,7 +116,8 @@ class Embedder:
                         self.model_id,
                         model_location(self.model_id),
                         prepack=not _one_shot,
-                        int8=os.environ.get("TOOLCAT_ONNX_INT8", "1") != "0",
+                        # int8 runs need their prepacked weights (below)
+                        int8=not _one_shot and os.environ.get("TOOLCAT_ONNX_INT8", "1") != "0",
                     )
                 self._onnx = found
                 self.note = (

@@ -349,7 +349,8 @@ class OnnxEncoder:
             starts. Packing costs ~55 ms at start and halves each run (3.5 against 7.7 ms
             per query): a one-shot process that encodes one query is faster without it.
         int8: Run the int8 query graph when it is there and loads (``graph`` says which
-            graph runs: "int8", "optimised" or "exported").
+            graph runs: "int8", "optimised" or "exported"). Worth it with ``prepack`` only:
+            unpacked, its weight blocks are expanded at every run (slower than fp32).
     """
 
     def __init__(
