@@ -67,22 +67,8 @@ def make_variant(folder: Path, out: Path, spec: dict[str, Any]) -> Path:
     quantised = out / "quantised.onnx"
     if "smooth" in spec:
         source = smooth(source, out / "smoothed.onnx", folder, spec["smooth"], spec["smooth_only"])
-    if spec["kind"] == "nbits":
-        from onnxruntime.quantization.matmul_nbits_quantizer import (
-            DefaultWeightOnlyQuantConfig,
-            MatMulNBitsQuantizer,
-        )
-
-        model = onnx.load(str(source))
-        config = DefaultWeightOnlyQuantConfig(
-            block_size=spec["block"],
-            is_symmetric=True,
-            accuracy_level=spec.get("accuracy", 4),
-            bits=spec["bits"],
-        )
-        quantizer = MatMulNBitsQuantizer(model, algo_config=config)
-        quantizer.process()
-        quantizer.model.save_model_to_file(str(quantised), use_external_data_format=False)
+    if spec["kind"] == "nbits":  # what reindex saves, at INT8_BLOCK (onnx_encoder.quantise)
+        onnx.save(onnx_encoder.int8_model(source, spec["block"]), str(quantised))
     else:
         graph = onnx.load(str(source), load_external_data=False).graph
         only = spec.get("only", "weights")

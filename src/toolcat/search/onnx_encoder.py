@@ -247,43 +247,56 @@ def optimise(folder: Path) -> Path:
 
 def quantise(folder: Path) -> Path:
     """Save the int8 query graph (see the module's notes) unless done; returns its folder.
-    Written aside, then renamed, like the optimised graph.
-
-    Each MatMul with a 2-D weight becomes ``MatMulNBits`` (bits 8, ``INT8_BLOCK``,
-    symmetric, ``accuracy_level`` 4: int8 products); the rest of the graph is unchanged
-    and then optimised as the fp32 graph is. Weights are quantised by onnxruntime's own
-    routine (what ``onnxruntime.quantization``'s ``MatMulNBitsQuantizer`` calls, without
-    that module's extra dependencies).
-    """
+    Written aside, then renamed, like the optimised graph."""
     import shutil
     import tempfile
 
-    import numpy as np
     import onnx
     import onnxruntime
-    from onnx import helper, numpy_helper
-    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
 
     target = int8_dir(folder, onnxruntime.__version__)
     if (target / FAST_GRAPH).exists():
         return target
-    model = onnx.load(str(folder / "model.onnx"))
+    model = int8_model(folder / "model.onnx", INT8_BLOCK)
+    staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=folder))
+    try:
+        source = staging / "quantised.onnx"
+        onnx.save(model, str(source))
+        _save_optimised(source, staging)
+        source.unlink()
+        _publish(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def int8_model(path: Path, block: int) -> Any:
+    """The graph at ``path`` with each MatMul on a 2-D weight as ``MatMulNBits`` (bits 8,
+    ``block`` rows per block, symmetric, ``accuracy_level`` 4: int8 products); the rest is
+    unchanged. Weights are quantised by onnxruntime's own routine (what
+    ``onnxruntime.quantization``'s ``MatMulNBitsQuantizer`` calls, without that module's
+    extra dependencies)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
+    model = onnx.load(str(path))
     graph = model.graph
     weights = {i.name: i for i in graph.initializer}
     replaced: set[str] = set()
     nodes = []
     for node in graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "MatMul" else None
-        if weight is None or len(weight.dims) != 2 or weight.dims[0] % INT8_BLOCK:
+        if weight is None or len(weight.dims) != 2 or weight.dims[0] % block:
             nodes.append(node)
             continue
         matrix = np.ascontiguousarray(numpy_helper.to_array(weight), dtype=np.float32)
         rows, cols = matrix.shape
-        blocks = rows // INT8_BLOCK
-        packed = np.zeros((cols, blocks, INT8_BLOCK), dtype=np.uint8)
-        scales = np.zeros((cols, blocks), dtype=np.float32)
-        zero_points = np.zeros((cols, blocks), dtype=np.uint8)  # unused: symmetric
-        quantize_matmul_8bits(packed, matrix, scales, zero_points, INT8_BLOCK, cols, rows, True)
+        packed = np.zeros((cols, rows // block, block), dtype=np.uint8)
+        scales = np.zeros((cols, rows // block), dtype=np.float32)
+        zero_points = np.zeros((cols, rows // block), dtype=np.uint8)  # unused: symmetric
+        quantize_matmul_8bits(packed, matrix, scales, zero_points, block, cols, rows, True)
         stem = f"{weight.name}_int8"
         graph.initializer.extend(
             [
@@ -302,7 +315,7 @@ def quantise(folder: Path) -> Path:
                 K=rows,
                 N=cols,
                 bits=8,
-                block_size=INT8_BLOCK,
+                block_size=block,
                 accuracy_level=4,
             )
         )
@@ -313,16 +326,7 @@ def quantise(folder: Path) -> Path:
     graph.initializer.extend(kept)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=folder))
-    try:
-        source = staging / "quantised.onnx"
-        onnx.save(model, str(source))
-        _save_optimised(source, staging)
-        source.unlink()
-        _publish(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return model
 
 
 # Texts run in batches of like token counts (see ``OnnxEncoder.encode``): a text this many
