@@ -98,9 +98,11 @@ def test_int8_query_graph_stays_close_to_fp32(exported: Path) -> None:
     assert ((batched * got[:16]).sum(axis=1) >= 0.99999).all()
 
 
-def test_queries_use_int8_unless_switched_off(
-    exported: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_queries_use_int8_when_switched_on(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLCAT_ONNX_INT8", raising=False)
+    expected = "int8" if embeddings.INT8_QUERIES else "optimised"
+    assert Embedder(DEFAULT_MODEL).query_encoder().graph == expected
+    monkeypatch.setenv("TOOLCAT_ONNX_INT8", "1")
     model = Embedder(DEFAULT_MODEL)
     assert model.query_encoder().graph == "int8"
     assert model.document_encoder().graph == "optimised"  # reindex stays fp32

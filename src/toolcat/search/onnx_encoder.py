@@ -18,14 +18,14 @@ from that graph with optimisation off and the weights memory-mapped: 70 ms inste
 (parsing 90 MB of protobuf and re-running the optimiser), and 10 ms for a one-shot process
 that also skips prepacking the weights (README "Speed: one-shot search").
 
-Queries run a third graph, also saved by reindex (``int8-b32-ort<version>``): every weight
+Queries can run a third graph (``TOOLCAT_ONNX_INT8=1``; off by default, see
+``embeddings.INT8_QUERIES``), also saved by reindex (``int8-b32-ort<version>``): every weight
 MatMul as ``MatMulNBits``, weights in 8-bit blocks of 32 along the input dimension, one scale
 per block, multiplied in int8 with the activations quantised per block at run time. Its query
 vectors agree with the fp32 graph's at cosine ≥ 0.9993 (300 benchmark queries) and it runs
 in 0.64-0.78x the time; ``toolcat eval`` R@1 and R@5 stay within 0.5 points on every source
 (README "Embedding and hybrid speed", where the per-tensor and per-channel int8 variants
-that lost too much are measured too). Documents (reindex) stay fp32, and
-``TOOLCAT_ONNX_INT8=0`` encodes queries with the fp32 graph as well.
+that lost too much are measured too). Documents (reindex) stay fp32.
 """
 
 from __future__ import annotations
