@@ -3,11 +3,13 @@
 - Query latency in a serving process (a fresh process that opens the catalog and answers
   queries, as the MCP server does: ONNX query encoder, no torch), warm (matrix, postings
   index and ONNX session loaded; query cache cleared), for ``embedding``, ``hybrid`` and
-  ``bm25`` at 10k and 100k tools, and that process's peak RSS.
+  ``bm25`` at 10k and 100k tools, and that process's peak RSS; once with fp32 queries
+  (``TOOLCAT_ONNX_INT8=0``) and once with the int8 query graph, in the same run.
 - Cold one-shot ``toolcat search Q`` (hybrid) beside cold ``toolcat list --json`` on the same
   catalog, and ``python -c pass``.
 - In-process latency (torch loaded, as right after a reindex) for ``embedding`` and
-  ``hybrid``. The tools are the seeded workload of bench_catalog.py; every distinct
+  ``hybrid``, fp32 and int8 queries; query encoding alone with torch, the fp32 graph and
+  the int8 graph, interleaved. The tools are the seeded workload of bench_catalog.py; every distinct
   text is embedded for real once, and numbered variants of a tool reuse its vector (the
   matrix size is what query time depends on, and embedding 100k texts takes most of an hour
   on 2 cores).
@@ -98,21 +100,47 @@ def timed(
     return percentiles(samples)
 
 
-def encode_only(queries: list[str]) -> dict[str, Any]:
-    """One query at a time: sentence-transformers (torch) and the ONNX export."""
+def query_precision(int8: bool) -> None:
+    """Make this process's query encoder the int8 graph or the fp32 one (the query cache is
+    cleared)."""
+    import os
+
+    os.environ["TOOLCAT_ONNX_INT8"] = "1" if int8 else "0"
     encoder = embedder(DEFAULT_MODEL)
-    out: dict[str, Any] = {}
-    fast = encoder.query_encoder()
-    for name, encode in (("torch", encoder.model_encode), ("onnx", fast.encode if fast else None)):
-        if encode is None:
-            out[name] = encoder.note
-            continue
-        samples = []
-        for query in queries:
-            start = time.perf_counter()
-            encode([query])
-            samples.append(time.perf_counter() - start)
-        out[name] = percentiles(samples)
+    with encoder._lock:
+        encoder._onnx_checked = False
+        encoder._queries.clear()
+
+
+def encode_only(queries: list[str]) -> dict[str, Any]:
+    """One query at a time: sentence-transformers (torch), the ONNX export's fp32 graph and
+    its int8 graph (queries interleaved, so load hits them alike)."""
+    encoder = embedder(DEFAULT_MODEL)
+    query_precision(False)
+    fp32 = encoder.query_encoder()
+    query_precision(True)
+    int8 = encoder.query_encoder()
+    ways = {"torch": encoder.model_encode}
+    for name, fast in (("onnx_fp32", fp32), ("onnx_int8", int8)):
+        if fast is None:
+            return {"onnx": encoder.note}
+        ways[name] = fast.encode
+    out: dict[str, Any] = {"graphs": [fp32.graph, int8.graph]}  # type: ignore[union-attr]
+    for label, texts in (
+        ("whole", queries),
+        ("8_words", [" ".join(q.split()[:8]) for q in queries]),
+    ):
+        samples: dict[str, list[float]] = {name: [] for name in ways}
+        for query in texts:
+            for name, encode in ways.items():
+                start = time.perf_counter()
+                encode([query])
+                samples[name].append(time.perf_counter() - start)
+        found = {name: percentiles(times) for name, times in samples.items()}
+        found["int8_over_fp32"] = round(
+            found["onnx_int8"]["p50_ms"] / found["onnx_fp32"]["p50_ms"], 3
+        )
+        out[label] = found
     return out
 
 
@@ -148,13 +176,16 @@ print(json.dumps(out))
 """
 
 
-def serving(db: Path, queries: list[str]) -> dict[str, Any]:
+def serving(db: Path, queries: list[str], int8: bool = True) -> dict[str, Any]:
     """Warm latencies and peak RSS of a fresh serving process (no torch)."""
+    import os
+
     out = subprocess.run(
         [sys.executable, "-c", SERVE, str(db), json.dumps(queries)],
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"},
     ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -309,16 +340,29 @@ def main() -> None:
                 catalog.close()
                 print(json.dumps(result), flush=True)
                 continue
-            result["serving"] = serving(db, sample)
             short = [" ".join(q.split()[:8]) for q in sample]
             result["encode_query_only"] = encode_only(sample)
-            result["embedding"] = timed(catalog, sample, "embedding")
-            result["hybrid"] = timed(catalog, sample, "hybrid")
-            result["embedding_8_words"] = timed(catalog, short, "embedding")
-            result["hybrid_8_words"] = timed(catalog, short, "hybrid")
+            # fp32 queries (TOOLCAT_ONNX_INT8=0) and int8 ones, alternated in one run.
+            for int8 in (False, True):
+                label = "int8" if int8 else "fp32"
+                result[f"serving_{label}"] = serving(db, sample, int8)
+                query_precision(int8)
+                result[f"embedding_{label}"] = timed(catalog, sample, "embedding")
+                result[f"hybrid_{label}"] = timed(catalog, sample, "hybrid")
+                result[f"embedding_8_words_{label}"] = timed(catalog, short, "embedding")
+                result[f"hybrid_8_words_{label}"] = timed(catalog, short, "hybrid")
             result["embedding_vector_cached"] = timed(catalog, sample, "embedding", cached=True)
             result["hybrid_vector_cached"] = timed(catalog, sample, "hybrid", cached=True)
             result["bm25"] = timed(catalog, sample, "bm25")
+            result["hybrid_int8_over_fp32"] = {
+                name: round(result[f"{name}_int8"]["p50_ms"] / result[f"{name}_fp32"]["p50_ms"], 3)
+                for name in ("hybrid", "hybrid_8_words", "embedding", "embedding_8_words")
+            }
+            result["serving_hybrid_int8_over_fp32"] = round(
+                result["serving_int8"]["hybrid"]["p50_ms"]
+                / result["serving_fp32"]["hybrid"]["p50_ms"],
+                3,
+            )
             if size <= 10_000:
                 runs = []
                 for _ in range(3):

@@ -69,8 +69,25 @@ def model_location(model_id: str) -> str:
     return model_id
 
 
+# Queries through the int8 graph unless TOOLCAT_ONNX_INT8 says otherwise ("1" on, "0" off).
+# Off for now: it passes the eval gate (R@1 and R@5 within 0.5 points on every source, README
+# "Embedding and hybrid speed"), but it turns one near-tie of tests/search/test_fusion.py
+# ("book me somewhere to eat tonight", medium catalog: 0.9625 against 0.9555 at fp32) the
+# other way, through the min-max normalised cosines; to be decided with the fusion.
+INT8_QUERIES = False
+
+
+def int8_queries() -> bool:
+    """Whether queries run the int8 graph (``INT8_QUERIES``, or ``TOOLCAT_ONNX_INT8``)."""
+    flag = os.environ.get("TOOLCAT_ONNX_INT8")
+    return INT8_QUERIES if flag is None or not flag.strip() else flag.strip() != "0"
+
+
 # Set by a process that answers one search and exits (``toolcat search``): its query encoder
-# skips weight prepacking, which costs more at start than it saves on one query.
+# skips weight prepacking, which costs more at start than it saves on one query, and so runs
+# the fp32 graph: unpacked, the int8 graph's blocks are expanded at every run (one query
+# 130-190 ms against 50-90 ms for fp32 unpacked, at load 6; session and first query
+# prepacked int8 272 ms against 258 ms for fp32 unpacked).
 _one_shot = False
 
 
@@ -110,7 +127,11 @@ class Embedder:
                     found, why = None, "ONNX query encoding is off (TOOLCAT_ONNX=0)"
                 else:
                     found, why = onnx_encoder.load(
-                        self.model_id, model_location(self.model_id), prepack=not _one_shot
+                        self.model_id,
+                        model_location(self.model_id),
+                        prepack=not _one_shot,
+                        # int8 runs need their prepacked weights (below)
+                        int8=not _one_shot and int8_queries(),
                     )
                 self._onnx = found
                 self.note = (
@@ -137,17 +158,21 @@ class Embedder:
         return (folder / "meta.json").exists()
 
     def onnx_current(self) -> bool:
-        """Whether a current ONNX export of the model exists, with its graph optimised for
-        the installed onnxruntime (a few stat calls)."""
+        """Whether a current ONNX export of the model exists, with its optimised and int8
+        graphs for the installed onnxruntime (a few stat calls)."""
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists() and onnx_encoder.fast_current(folder)
 
     def export_onnx(self) -> None:
         """Export the model for torch-free query and document encoding (``reindex`` calls
-        this); a model that cannot be exported keeps the sentence-transformers path. An
-        export made by another onnxruntime only gets its optimised graph (no torch)."""
+        this), with its optimised and int8 graphs; a model that cannot be exported keeps the
+        sentence-transformers path, and one whose int8 graph cannot be made encodes queries
+        at fp32. An export made by another onnxruntime only gets its saved graphs (no
+        torch)."""
         if not onnx_encoder.onnx_installed() or self.onnx_current():
             return
+        import warnings
+
         location = model_location(self.model_id)
         folder = onnx_encoder.export_dir(self.model_id, location)
         try:
@@ -155,15 +180,27 @@ class Embedder:
                 onnx_encoder.optimise(folder)
             else:
                 onnx_encoder.export(self.model(), self.model_id, location)
+            exported = True
         except Exception as e:
-            import warnings
-
+            exported = False
             warnings.warn(
                 f"cannot export {self.model_id} to ONNX ({type(e).__name__}: {str(e)[:200]}); "
                 "it will be run with sentence-transformers",
                 RuntimeWarning,
                 stacklevel=2,
             )
+        if exported:
+            try:
+                onnx_encoder.quantise(folder)
+            except Exception as e:
+                why = f"{type(e).__name__}: {str(e)[:200]}"
+                onnx_encoder.int8_failed(folder, why)
+                warnings.warn(
+                    f"cannot make the int8 query graph of {self.model_id} ({why}); "
+                    "queries are encoded at fp32",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         with self._lock:
             self._onnx_checked = self._documents_checked = False
             self._queries.clear()
