@@ -448,7 +448,7 @@ def search(
     """Search every tool, deferred ones included (search mode)."""
     # A one-shot search imports pydantic, numpy and onnxruntime: ~30k objects that live
     # until the process exits. Looking for cycles among them while they are created ran
-    # ~100 collections (~10 ms) to free a few hundred objects.
+    # ~100 collections (20-40 ms at load 5) to free a few hundred objects.
     collecting = gc.isenabled()
     gc.disable()
     try:
