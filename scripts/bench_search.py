@@ -19,7 +19,7 @@
 - A no-change reindex of the 10k catalog.
 
     python scripts/bench_search.py [--sizes 10000 100000] [--reindex-tools 2000]
-        [--cold-sizes 1000 10000]
+        [--cold-sizes 1000 10000] [--cold-only] [--cold-runs 7] [--baseline-src ../main/src]
 """
 
 from __future__ import annotations
@@ -191,34 +191,51 @@ def serving(db: Path, queries: list[str], int8: bool = True) -> dict[str, Any]:
     return result
 
 
-def cold(db: Path, query: str, runs: int = 7) -> dict[str, Any]:
+def cold(db: Path, query: str, runs: int = 7, baseline: Path | None = None) -> dict[str, Any]:
     """Cold one-shot commands, interleaved so load hits them alike; ratios to list.
 
     toolcat's bytecode is compiled first, as `pip install` does (with PYTHONDONTWRITEBYTECODE
     set, an editable checkout recompiles every module at every start); see bench_catalog.py.
+    ``baseline``: another checkout's ``src`` (say, main's), whose list and hybrid search run
+    in the same rounds, so a change is timed beside the code before it.
     """
     import compileall
+    import os
 
-    compileall.compile_dir(ROOT / "src" / "toolcat", quiet=1)
-    toolcat = [sys.executable, "-m", "toolcat", "--db", str(db)]
-    commands = {
-        "python_c_pass": [sys.executable, "-c", "pass"],
-        "list_json": [*toolcat, "list", "--json"],
-        "search_bm25": [*toolcat, "search", query, "--mode", "bm25"],
-        "search_hybrid": [*toolcat, "search", query],
+    sources = {"": ROOT / "src", **({"baseline_": baseline} if baseline else {})}
+    commands: dict[str, tuple[list[str], dict[str, str] | None]] = {
+        "python_c_pass": ([sys.executable, "-c", "pass"], None)
     }
+    for prefix, src in sources.items():
+        compileall.compile_dir(src / "toolcat", quiet=1)
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        toolcat = [sys.executable, "-m", "toolcat", "--db", str(db)]
+        commands[f"{prefix}list_json"] = ([*toolcat, "list", "--json"], env)
+        if not prefix:
+            commands["search_bm25"] = ([*toolcat, "search", query, "--mode", "bm25"], env)
+        commands[f"{prefix}search_hybrid"] = ([*toolcat, "search", query], env)
     samples: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(runs):
-        for name, cmd in commands.items():
+        for name, (cmd, env) in commands.items():
             start = time.perf_counter()
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+            )
             samples[name].append(time.perf_counter() - start)
     p50 = {name: statistics.median(s) * 1000 for name, s in samples.items()}
-    return {
+    result: dict[str, Any] = {
+        "runs": runs,
+        "load_1min": round(os.getloadavg()[0], 2),
         **{f"{name}_p50_ms": round(v, 1) for name, v in p50.items()},
-        "list_over_python": round(p50["list_json"] / p50["python_c_pass"], 1),
-        "hybrid_over_list": round(p50["search_hybrid"] / p50["list_json"], 2),
     }
+    for prefix in sources:
+        result[f"{prefix}list_over_python"] = round(
+            p50[f"{prefix}list_json"] / p50["python_c_pass"], 1
+        )
+        result[f"{prefix}hybrid_over_list"] = round(
+            p50[f"{prefix}search_hybrid"] / p50[f"{prefix}list_json"], 2
+        )
+    return result
 
 
 REINDEX = """
@@ -313,29 +330,35 @@ def main() -> None:
     parser.add_argument("--reindex-tools", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--cold-sizes", type=int, nargs="*", default=[1000, 10_000])
+    parser.add_argument("--cold-runs", type=int, default=7, help="Interleaved rounds.")
+    parser.add_argument(
+        "--cold-only",
+        action="store_true",
+        help="Only the cold one-shot commands, at --cold-sizes (no reindex, no serving).",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="Another checkout's src folder: its cold list and hybrid search run beside.",
+    )
     args = parser.parse_args()
+    if args.cold_only:
+        args.sizes, args.reindex_tools = [], 0
     embedder(DEFAULT_MODEL).export_onnx()  # as reindex does
     pool, queries = tool_pool()
     rng = random.Random(SEED)
     sample = list(dict.fromkeys(rng.choice(queries) for _ in range(220)))[:200]
     cache: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        print(
-            json.dumps(
-                {
-                    "reindex": reindex_throughput(
-                        pool, args.reindex_tools, args.batch_size, Path(tmp)
-                    )
-                }
-            ),
-            flush=True,
-        )
+        if args.reindex_tools:
+            reindexing = reindex_throughput(pool, args.reindex_tools, args.batch_size, Path(tmp))
+            print(json.dumps({"reindex": reindexing}), flush=True)
         for size in sorted(set(args.sizes) | set(args.cold_sizes)):
             db = Path(tmp) / f"c{size}.db"
             catalog = build(db, size, pool, cache)
             result: dict[str, Any] = {"tools": size}
             if size in args.cold_sizes:
-                result["cold"] = cold(db, sample[0])
+                result["cold"] = cold(db, sample[0], args.cold_runs, args.baseline_src)
             if size not in args.sizes:
                 catalog.close()
                 print(json.dumps(result), flush=True)

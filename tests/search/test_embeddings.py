@@ -181,3 +181,33 @@ def test_odd_queries_in_vector_modes(catalog: Catalog, mode: str) -> None:
     assert catalog.list(include_deferred=True, limit=1000).tools  # the table is still there
     empty = catalog.search("", mode=mode, k=5)
     assert [h.tool.id for h in empty.hits] == [t.id for t in catalog.list(limit=5).tools]
+
+
+def test_equal_vectors_rank_in_id_order_whatever_order_sqlite_reads_them(
+    catalog: Catalog,
+) -> None:
+    """The matrix is filled in the order SQLite finds the rows (by toolkit and name, not by
+    id); the ranking must not depend on it: tools as close as each other keep the lower id
+    (the one registered first) first, as when the rows were read sorted."""
+    tools = [
+        {"name": name, "description": f"Look up the {word} of a postal parcel."}
+        for name, word in [("zulu_track", "route"), ("alpha_track", "status")]
+    ]
+    catalog.register(Toolkit.model_validate(toolkit_data("parcels", tools=tools)))
+    catalog.reindex()
+    conn = catalog._conn
+    ids = dict(conn.execute("SELECT name, id FROM tools WHERE toolkit = 'parcels'").fetchall())
+    assert ids["zulu_track"] < ids["alpha_track"]  # registered first, read second
+    hashes = dict(
+        conn.execute("SELECT name, content_hash FROM tools WHERE toolkit = 'parcels'").fetchall()
+    )
+    conn.execute(  # alpha_track gets zulu_track's vector: a tie
+        "UPDATE embeddings SET vector = (SELECT vector FROM embeddings WHERE content_hash = ?) "
+        "WHERE content_hash = ?",
+        (hashes["zulu_track"], hashes["alpha_track"]),
+    )
+    conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+    hits = catalog.search("where is my parcel", mode="embedding", toolkit="parcels", k=2).hits
+    assert catalog._search.vectors.order is not None  # the rows were read out of id order
+    assert [h.tool.name for h in hits] == ["zulu_track", "alpha_track"]
+    assert hits[0].score == hits[1].score

