@@ -240,12 +240,23 @@ def test_fusion_adds_the_cosine_and_the_cosine_times_coverage() -> None:
     assert dict(fused)[1] - dict(fused)[2] == pytest.approx(0.5 * p.cosine_cover_weight)
 
 
-def test_each_parts_best_tool_is_lifted_once_in_the_whole_ranking() -> None:
-    found = {1: Candidate(fused=0.9), 2: Candidate(fused=0.8), 3: Candidate(fused=0.75)}
-    ranked = lift_part_tops(found, [3, 3, 9], 2)  # the best of two parts; 9 is not a candidate
-    assert [i for i, _ in ranked] == [3, 1]
-    assert ranked[0][1] == pytest.approx(0.75 + HYBRID_PARAMS.part_bonus)
-    assert found[3].fused == ranked[0][1]  # raised in place: "nothing fits" reads the top
+def test_each_parts_best_tool_is_lifted_once_up_to_the_whole_requests_first_hit() -> None:
+    bonus = HYBRID_PARAMS.part_bonus
+    found = {
+        1: Candidate(fused=0.9),
+        2: Candidate(fused=0.8),
+        3: Candidate(fused=0.75),
+        4: Candidate(fused=0.9 - bonus - 0.05),
+    }
+    # The best of three parts (twice 3); 9 is not a candidate.
+    ranked = lift_part_tops(found, [3, 3, 4, 9], 4)
+    assert [i for i, _ in ranked] == [1, 3, 4, 2]  # 3 stops just below 1, 4 gains the bonus once
+    assert ranked[0][1] == 0.9 and 0.9 - 1e-9 < ranked[1][1] < 0.9
+    assert ranked[2][1] == pytest.approx(0.85)
+    assert found[3].fused == ranked[1][1]  # raised in place: "nothing fits" reads the scores
+    top = {5: Candidate(fused=0.6), 6: Candidate(fused=0.5)}
+    assert lift_part_tops(top, [5], 1) == [(5, pytest.approx(0.6 + bonus))]  # the first is free
+    assert lift_part_tops({}, [5], 1) == []
 
 
 def test_match_levels() -> None:

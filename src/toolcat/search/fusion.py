@@ -16,7 +16,8 @@ from what the query and the rankings say about themselves, no labels at query ti
   normalisation forgets how close the embeddings' best hits really are, and a tool that is
   both close and holds the request's words is likelier than one that is either alone.
 - In a request split into parts (search/split.py), each part's best tool is raised by
-  ``part_bonus`` in the whole request's ranking (``lift_part_tops``).
+  ``part_bonus`` in the whole request's ranking, up to just below its first hit
+  (``lift_part_tops``).
 
 The first three parameters (``HybridParams``) were chosen with scripts/tune_fusion.py on half
 of each benchmark source's queries and checked on the other half (README, "Hybrid fusion"); the
@@ -252,11 +253,17 @@ def lift_part_tops(
     re-ranked after each of ``tops`` — the best tool of each part of the request — gained
     ``params.part_bonus``: a tool that best answers one part of a compound request belongs
     near the top of the whole, even where the part is too vague to join it by itself
-    (``split.fits``)."""
+    (``split.fits``). The whole request's first hit keeps its place: a lift stops just below
+    it, since the tool that best answers the whole is still its likeliest first."""
+    if not found:
+        return []
+    first, best = _ordered(found, 1)[0]
+    ceiling = math.nextafter(best, -math.inf)
     for item in set(tops):
         candidate = found.get(item)
         if candidate is not None:
-            candidate.fused += params.part_bonus
+            lifted = candidate.fused + params.part_bonus
+            candidate.fused = lifted if item == first else min(lifted, ceiling)
     return _ordered(found, limit)
 
 
