@@ -37,6 +37,7 @@ from toolcat.search.fusion import (  # noqa: E402
     HybridParams,
     fts_document,
     hybrid_fusion,
+    lift_part_tops,
     score_fusion,
 )
 from toolcat.search.tokenize import tokenize  # noqa: E402
@@ -124,15 +125,21 @@ def fused(params: HybridParams, q: Row, limit: int) -> tuple[list[tuple[int, flo
 
 
 def new_rule(params: HybridParams) -> Rule:
-    """What hybrid search does: fuse the request, let in each part's best tool that fits."""
+    """What hybrid search does: fuse the request, lift each part's best tool in it, let in
+    each part's best tool that fits."""
 
     def rank(q: Row) -> list[int]:
-        whole, _ = fused(params, q, 10)
-        per_part = []
+        whole, candidates = fused(params, q, 10)
+        per_part, tops = [], []
         for part in q["parts"]:
             found, signals = fused(params, part, 1)
-            if found and split.fits(signals[found[0][0]].semantic, signals[found[0][0]].cover):
+            if not found:
+                continue
+            tops.append(found[0][0])
+            if split.fits(signals[found[0][0]].semantic, signals[found[0][0]].cover):
                 per_part.append(found)
+        if tops:
+            whole = lift_part_tops(candidates, tops, 10, params)
         return [i for i, _ in split.merge(whole, per_part, 10)]
 
     return rank
@@ -168,7 +175,9 @@ def fit(
     best: tuple[int, float, HybridParams] | None = None
     grid = itertools.product((0.45, 0.5, 0.6, 0.7), (1.0, 2.0, 3.0), (0.0, 0.1, 0.2, 0.3))
     for weight, power, bonus in grid:
-        params = HybridParams(weight, power, bonus)
+        params = dataclasses.replace(
+            HYBRID_PARAMS, lexical_weight=weight, visibility_power=power, name_bonus=bonus
+        )
         cells = [
             r5(new_rule(params), halves(rows, seed, name)[0])
             for sources in data.values()

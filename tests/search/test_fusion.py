@@ -11,7 +11,15 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog, Toolkit
-from toolcat.search.fusion import Candidate, coverage, fts_document, hybrid_fusion, match
+from toolcat.search.fusion import (
+    HYBRID_PARAMS,
+    Candidate,
+    coverage,
+    fts_document,
+    hybrid_fusion,
+    lift_part_tops,
+    match,
+)
 from toolcat.search.split import fits, merge, split_request
 
 pytest.importorskip("sentence_transformers")
@@ -217,6 +225,38 @@ def test_fusion_bm25_floor_is_zero_when_bm25_matched_fewer_than_depth() -> None:
     full, _ = hybrid_fusion(["x"], df, 3, lexical, [], docs, 2, 3)
     assert dict(short)[2] == pytest.approx(0.6 * 0.5)  # [0, best]: half the best score
     assert dict(full)[2] == 0.0  # a full list: min-max
+
+
+def test_fusion_adds_the_cosine_and_the_cosine_times_coverage() -> None:
+    # Equal cosines (min-max: both 1), no name hit: only tool 1's text holds the query word.
+    docs = {
+        i: fts_document((name, "", text, "", ""), ["x"])
+        for i, name, text in [(1, "alpha", "x"), (2, "beta", "y")]
+    }
+    fused, found = hybrid_fusion(["x"], {"x": 1}, 2, [], [(1, 0.5), (2, 0.5)], docs, 50, 2)
+    p = HYBRID_PARAMS
+    assert found[1].cover == 1.0 and found[2].cover == 0.0
+    assert dict(fused)[2] == pytest.approx(0.4 + 0.5 * p.cosine_weight)
+    assert dict(fused)[1] - dict(fused)[2] == pytest.approx(0.5 * p.cosine_cover_weight)
+
+
+def test_each_parts_best_tool_is_lifted_once_up_to_the_whole_requests_first_hit() -> None:
+    bonus = HYBRID_PARAMS.part_bonus
+    found = {
+        1: Candidate(fused=0.9),
+        2: Candidate(fused=0.8),
+        3: Candidate(fused=0.75),
+        4: Candidate(fused=0.9 - bonus - 0.05),
+    }
+    # The best of three parts (twice 3); 9 is not a candidate.
+    ranked = lift_part_tops(found, [3, 3, 4, 9], 4)
+    assert [i for i, _ in ranked] == [1, 3, 4, 2]  # 3 stops just below 1, 4 gains the bonus once
+    assert ranked[0][1] == 0.9 and 0.9 - 1e-9 < ranked[1][1] < 0.9
+    assert ranked[2][1] == pytest.approx(0.85)
+    assert found[3].fused == ranked[1][1]  # raised in place: "nothing fits" reads the scores
+    top = {5: Candidate(fused=0.6), 6: Candidate(fused=0.5)}
+    assert lift_part_tops(top, [5], 1) == [(5, pytest.approx(0.6 + bonus))]  # the first is free
+    assert lift_part_tops({}, [5], 1) == []
 
 
 def test_match_levels() -> None:

@@ -170,20 +170,28 @@ class SearchEngine:
             ranked, signals = self._rank(
                 conn, mode, text, (model_id, query_vector), filters, k, warnings, revision
             )
+            per_part: list[list[tuple[int, float]]] = []
+            tops: list[int] = []  # each part's best tool
+            part_signals: dict[int, fusion.Candidate] = {}
+            for part, vector in parts:
+                found, found_signals = self._rank(
+                    conn, mode, part, (model_id, vector), filters, 1, [], revision
+                )
+                best = found_signals.get(found[0][0]) if found else None
+                if best is None:
+                    continue
+                tops.append(found[0][0])
+                if split.fits(best.semantic, best.cover):
+                    per_part.append(found)
+                    for item, candidate in found_signals.items():
+                        part_signals.setdefault(item, candidate)
             if mode == "hybrid" and HYBRID_FUSION == "hybrid":  # the whole request, not its parts
+                if tops:  # each part's best tool gains in the whole ranking (fusion.py)
+                    ranked = fusion.lift_part_tops(signals, tops, k)
                 context = calibration.query_context(signals)
             if parts:
-                per_part = []
-                for part, vector in parts:
-                    found, part_signals = self._rank(
-                        conn, mode, part, (model_id, vector), filters, 1, [], revision
-                    )
-                    best = part_signals.get(found[0][0]) if found else None
-                    if best is None or not split.fits(best.semantic, best.cover):
-                        continue
-                    per_part.append(found)
-                    for item, candidate in part_signals.items():
-                        signals.setdefault(item, candidate)
+                for item, candidate in part_signals.items():
+                    signals.setdefault(item, candidate)
                 ranked = split.merge(ranked, per_part, k)
             exact = self._exact_matches(conn, text, filters)
         tools = self._tools(conn, [row_id for row_id, _ in ranked], revision)

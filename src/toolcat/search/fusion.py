@@ -12,9 +12,19 @@ from what the query and the rankings say about themselves, no labels at query ti
   (every tool it matched), over [0, best]: the weakest of a handful of matches still matched.
 - Every candidate gets a bonus for the share of its name the request spells out
   (IDF-weighted), so a request that names the tool still wins.
+- Then a little of the raw cosine and of the cosine times the query coverage: min-max
+  normalisation forgets how close the embeddings' best hits really are, and a tool that is
+  both close and holds the request's words is likelier than one that is either alone.
+- In a request split into parts (search/split.py), each part's best tool is raised by
+  ``part_bonus`` in the whole request's ranking, up to just below its first hit
+  (``lift_part_tops``).
 
-The three parameters (``HybridParams``) were chosen with scripts/tune_fusion.py on half of each
-benchmark source's queries and checked on the other half (README, "Hybrid fusion").
+The first three parameters (``HybridParams``) were chosen with scripts/tune_fusion.py on half
+of each benchmark source's queries and checked on the other half (README, "Hybrid fusion"); the
+last three were fitted on top of them by scripts/tune_rerank.py (pairwise logistic over the
+candidates of the same half, every source's own and pooled catalog, plus the small-catalog
+cases of tests/search/test_fusion.py), and checked on the other half and leaving each source
+out of the fit (README, "Hybrid fusion").
 """
 
 from __future__ import annotations
@@ -180,6 +190,10 @@ class HybridParams:
     lexical_weight: float = 0.6  # BM25's share when every query word is known to the catalog
     visibility_power: float = 2.0  # ... times visibility ** this
     name_bonus: float = 0.2  # every candidate: plus this times its name hit
+    # Fitted by scripts/tune_rerank.py (seed 0 halves of ../shared/bench, 600 queries a source):
+    cosine_weight: float = 0.096  # plus this times its cosine
+    cosine_cover_weight: float = 0.101  # plus this times its cosine times its query coverage
+    part_bonus: float = 0.208  # a part's best tool, in the whole request's ranking
 
 
 HYBRID_PARAMS = HybridParams()
@@ -219,13 +233,43 @@ def hybrid_fusion(
             name = names[item] if names is not None else name_weight(document[0], weights)
             candidate.name_hit = _name_hit(query_terms, weights, name)
         candidate.trust = trust
+        cosine = candidate.semantic
         candidate.fused = (
             trust * lexical_part.get(item, 0.0)
             + (1 - trust) * semantic_part.get(item, 0.0)
             + params.name_bonus * candidate.name_hit
+            + cosine * (params.cosine_weight + params.cosine_cover_weight * candidate.cover)
         )
+    return _ordered(found, limit), found
+
+
+def lift_part_tops(
+    found: Mapping[int, Candidate],
+    tops: Collection[int],
+    limit: int,
+    params: HybridParams = HYBRID_PARAMS,
+) -> list[tuple[int, float]]:
+    """The whole request's candidates (``hybrid_fusion``'s, fused scores raised in place)
+    re-ranked after each of ``tops`` — the best tool of each part of the request — gained
+    ``params.part_bonus``: a tool that best answers one part of a compound request belongs
+    near the top of the whole, even where the part is too vague to join it by itself
+    (``split.fits``). The whole request's first hit keeps its place: a lift stops just below
+    it, since the tool that best answers the whole is still its likeliest first."""
+    if not found:
+        return []
+    first, best = _ordered(found, 1)[0]
+    ceiling = math.nextafter(best, -math.inf)
+    for item in set(tops):
+        candidate = found.get(item)
+        if candidate is not None:
+            lifted = candidate.fused + params.part_bonus
+            candidate.fused = lifted if item == first else min(lifted, ceiling)
+    return _ordered(found, limit)
+
+
+def _ordered(found: Mapping[int, Candidate], limit: int) -> list[tuple[int, float]]:
     ordered = sorted(found.items(), key=lambda pair: (-pair[1].fused, pair[0]))
-    return [(item, c.fused) for item, c in ordered[:limit]], found
+    return [(item, c.fused) for item, c in ordered[:limit]]
 
 
 def _normalised(ranking: Ranking, floor_at_zero: bool = False) -> dict[int, float]:
