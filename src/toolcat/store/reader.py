@@ -130,21 +130,14 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     """
     from ..models import RegisteredTool, ToolAnnotations
 
-    _id, name, toolkit, version, defer_loading, tags, definition, deprecated, module = row
+    definition, deprecated, module = row[6:]
     data = json.loads(definition)
     annotations = data.get("annotations")
     get = data.get
     return construct(
         RegisteredTool,
-        {
-            "id": f"{toolkit}.{name}",
-            "name": name,
-            "toolkit": toolkit,
-            "version": version,
-            "description": data["description"],
-            "parameters": data["parameters"],
-            "tags": json.loads(tags),
-            "defer_loading": bool(defer_loading),
+        {  # the summary's fields first: a model dumps its fields in this order
+            **_summary(row, data),
             "output_schema": get("output_schema"),
             "idempotent": get("idempotent", False),
             "streaming": get("streaming", False),
@@ -163,8 +156,12 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
 
 def row_to_summary(row: tuple[Any, ...]) -> dict[str, Any]:
     """``row_to_tool(row).summary()``, without building the model (list mode's JSON)."""
-    _id, name, toolkit, version, defer_loading, tags, definition, _deprecated, _module = row
-    data = json.loads(definition)
+    return _summary(row, json.loads(row[6]))
+
+
+def _summary(row: tuple[Any, ...], data: dict[str, Any]) -> dict[str, Any]:
+    """The summary fields of a row and its parsed definition (``data``)."""
+    _id, name, toolkit, version, defer_loading, tags = row[:6]
     return {
         "id": f"{toolkit}.{name}",
         "name": name,
