@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +300,43 @@ def test_status_before_any_reindex_says_so(db: Path) -> None:
     out = run(db, "status").stdout
     assert "dim None" not in out
     assert "not indexed yet: run `toolcat reindex`" in out
+
+
+ONE_SHOT = """
+import gc, json, os, sys
+from toolcat import cli
+before = "numpy" in sys.modules
+sys.argv = ["toolcat", "--db", sys.argv[1], "search", "remove an old file", "--json"]
+try:
+    cli.main()
+except SystemExit:
+    pass
+print(json.dumps({"numpy_before": before, "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
+                  "frozen": gc.get_freeze_count(), "collecting": gc.isenabled()}))
+"""
+
+
+@pytest.mark.parametrize("preset", [None, "3"])
+def test_a_one_shot_search_process_limits_blas_threads_and_freezes_its_objects(
+    db: Path, preset: str | None
+) -> None:
+    """The ``toolcat`` process of one search: OpenBLAS limited to one thread before numpy
+    is imported (unless the user chose), no cycle collection during the search, what it
+    built frozen after it, collection on again."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", ONE_SHOT, str(db)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        cwd=ROOT,
+    ).stdout.splitlines()
+    hits, state = json.loads("\n".join(out[:-1])), json.loads(out[-1])
+    assert hits["hits"][0]["tool"]["id"] == "files.delete_file"
+    assert state["numpy_before"] is False
+    assert state["blas"] == (preset or "1")
+    assert state["frozen"] > 1000
+    assert state["collecting"] is True

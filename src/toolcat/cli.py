@@ -454,6 +454,10 @@ def search(
     collecting = _OWN_PROCESS and gc.isenabled()
     if collecting:
         gc.disable()
+    if _OWN_PROCESS:
+        # numpy's OpenBLAS starts a thread per core at import, and they spin: ~0.1 s of CPU
+        # that one search (no BLAS call: the cosines are an einsum) never uses.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         from .search.embeddings import one_shot
 
