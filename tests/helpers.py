@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,22 @@ def table_snapshot(db: Path) -> dict[str, list[tuple[Any, ...]]]:
         return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in tables}
     finally:
         conn.close()
+
+
+def run_script(
+    script: str, *args: str, env: dict[str, str] | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` with this Python in a fresh process (from the repository root); a
+    non-zero exit fails the test."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def free_port() -> int:

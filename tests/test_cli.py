@@ -3,15 +3,20 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from tests.helpers import ROOT, SAMPLE_TOOLKITS, table_snapshot, toolkit_data, write_manifest
+from tests.helpers import (
+    ROOT,
+    SAMPLE_TOOLKITS,
+    run_script,
+    table_snapshot,
+    toolkit_data,
+    write_manifest,
+)
 from toolcat.cli import cli
 
 TOOL_KEYS = [
@@ -326,14 +331,7 @@ def test_a_one_shot_search_process_limits_blas_threads_and_freezes_its_objects(
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if preset is not None:
         env["OPENBLAS_NUM_THREADS"] = preset
-    out = subprocess.run(
-        [sys.executable, "-c", ONE_SHOT, str(db)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        cwd=ROOT,
-    ).stdout.splitlines()
+    out = run_script(ONE_SHOT, str(db), env=env).stdout.splitlines()
     hits, state = json.loads("\n".join(out[:-1])), json.loads(out[-1])
     assert hits["hits"][0]["tool"]["id"] == "files.delete_file"
     assert state["numpy_before"] is False

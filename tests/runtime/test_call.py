@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, toolkit_data
+from tests.helpers import ROOT, run_script, toolkit_data
 from toolcat import Catalog, Policy, RegisteredTool, Toolkit
 from toolcat.registry.python import toolkit_from_module
 
@@ -236,14 +236,7 @@ def test_implementations_are_imported_on_first_call_only(tmp_path: Path) -> None
         catalog.register(manifest)
     mark = tmp_path / "mark.txt"
     env = {**os.environ, "TOOLCAT_FIXTURE_MARK": str(mark)}
-    out = subprocess.run(
-        [sys.executable, "-c", LAZY_SCRIPT, str(db)],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout
+    out = run_script(LAZY_SCRIPT, str(db), env=env).stdout
     before, loaded_before, first, after_first, second, final = json.loads(out)
     assert (before, loaded_before) == (0, False)
     assert (first, after_first, second, final) == (3, 1, 4, 1)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_script
 from toolcat import Catalog, ToolEvent
 from toolcat.registry.python import toolkit_from_module
 
@@ -180,14 +180,7 @@ print(json.dumps(result.data))
 
 
 def test_a_tools_stdout_never_reaches_the_callers_stdout(rt_db: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-c", PRINT_SCRIPT, str(rt_db)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
+    out = run_script(PRINT_SCRIPT, str(rt_db), timeout=60)
     assert out.stdout.strip() == '"x"'  # the protocol (here: the script's output) is clean
     assert "PRINTED-BY-TOOL x" in out.stderr and "WRITTEN-TO-FD-1" in out.stderr
 
