@@ -41,10 +41,11 @@ def benchmark_queries(count: int = 300) -> list[str]:
         if path.exists():
             lines = path.read_text().splitlines()[: count // 3]
             queries += [json.loads(line)["query"] for line in lines]
-    if not queries:
+    if not queries:  # a checkout without ../shared/bench: descriptions, and names as words
         with Catalog(":memory:") as catalog:
             catalog.register(SAMPLE_TOOLKITS)
-            queries = [t.description for t in catalog.list(limit=1000).tools]
+            tools = catalog.list(include_deferred=True, limit=1000).tools
+        queries = [t.description for t in tools] + [t.name.replace("_", " ") for t in tools]
     return queries
 
 
@@ -183,6 +184,7 @@ def document_texts(count: int = 400) -> list[str]:
         texts.append(embedding_text(tool))
     # Past the model's 256 tokens (embedding_text keeps 2000 characters): both truncate.
     texts += [" ".join(texts[i::7])[:2000] for i in range(3)]
+    texts += ["convert units", "read a file"]  # and short ones, with or without the benchmarks
     return texts
 
 
@@ -199,7 +201,7 @@ def test_documents_through_the_export_agree_with_sentence_transformers(exported:
     # must hand each vector back to its own text).
     got = np.vstack([model.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)])
     cosines = (reference * got).sum(axis=1)
-    assert len(texts) >= 100
+    assert len(texts) >= (100 if BENCH.exists() else 40)  # the sample toolkits alone: 42
     assert cosines.min() >= 0.999, texts[int(cosines.argmin())]
 
 
