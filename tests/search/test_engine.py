@@ -189,3 +189,19 @@ def test_a_change_from_another_connection_is_seen_by_the_next_query(tmp_path: Pa
         gone = server.search(query, mode="bm25", k=3)
         assert gone.revision == admin.revision
         assert all(h.tool.toolkit != "shredder" for h in gone.hits)
+
+
+def test_a_caller_that_changes_its_answer_does_not_change_a_kept_one(tmp_path: Path) -> None:
+    """A kept answer is rebuilt for each caller: hits and lists are the caller's own."""
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        first = catalog.search("remove an old file", mode="bm25", k=3)
+        assert catalog._search._answers  # kept
+        expected = [(h.rank, h.score, h.tool.id) for h in first.hits]
+        first.hits[0].score = -1.0
+        first.hits[0].rank = 99
+        first.hits.reverse()
+        first.warnings.append("changed by the caller")
+        again = catalog.search("remove an old file", mode="bm25", k=3)
+        assert [(h.rank, h.score, h.tool.id) for h in again.hits] == expected
+        assert again.warnings == []

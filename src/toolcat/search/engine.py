@@ -49,6 +49,8 @@ ANSWER_CACHE_SIZE = 1024
 MAX_CACHED_QUERY_CHARS = 1000
 # Tools whose name weights (hybrid fusion) are kept per revision.
 NAME_CACHE_SIZE = 200_000
+# A search's answer before it is built: (tool, score, match) best first.
+HitRanking = tuple[tuple[RegisteredTool, float, str], ...]
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
 
@@ -76,7 +78,8 @@ class SearchEngine:
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
-        self._answers: dict[tuple[str, int], SearchResult] = {}  # (query, k) -> answer, at:
+        # (query, k) -> ((tool, score, match) best first, warnings), at:
+        self._answers: dict[tuple[str, int], tuple[HitRanking, tuple[str, ...]]] = {}
         self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
@@ -159,7 +162,7 @@ class SearchEngine:
             kept = self._answers.get(key)
             if kept is not None:
                 self._index_asked(conn, revision)
-                return self._answer(revision, query, mode, list(kept.hits), list(kept.warnings))
+                return self._answer(revision, query, mode, *kept)
         warnings: list[str] = []
         signals: dict[int, fusion.Candidate] = {}
         context = None
@@ -205,27 +208,32 @@ class SearchEngine:
             for i, s in ranked
             if i not in exact_ids and i in tools
         ]
-        hits = [
-            construct(
-                SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
-            )
-            for rank, (tool, score, match) in enumerate(ordered[:k], 1)
-        ]
-        result = self._answer(revision, query, mode, hits, warnings)
+        ranking = tuple(ordered[:k])
         if key is not None and ANSWER_CACHE_SIZE > 0:
             answers = self._answers
             if len(answers) >= ANSWER_CACHE_SIZE:
                 del answers[next(iter(answers))]  # the oldest first
-            answers[key] = self._answer(revision, query, mode, list(hits), list(warnings))
-        return result
+            answers[key] = (ranking, tuple(warnings))
+        return self._answer(revision, query, mode, ranking, warnings)
 
     @staticmethod
     def _answer(
-        revision: int, query: str, mode: str, hits: list[SearchHit], warnings: list[str]
+        revision: int,
+        query: str,
+        mode: str,
+        ranking: HitRanking,
+        warnings: Sequence[str],
     ) -> SearchResult:
-        """A ``SearchResult`` of its own (lists not shared with the kept answer)."""
+        """A ``SearchResult`` of its own from (tool, score, match) best first: hits and lists
+        built afresh, so a caller that changes its answer cannot change a kept one."""
+        hits = [
+            construct(
+                SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
+            )
+            for rank, (tool, score, match) in enumerate(ranking, 1)
+        ]
         values = {"revision": revision, "query": query, "mode": mode, "hits": hits}
-        return construct(SearchResult, {**values, "warnings": warnings})
+        return construct(SearchResult, {**values, "warnings": list(warnings)})
 
     def _tools(
         self, conn: sqlite3.Connection, ids: list[int], revision: int
@@ -369,11 +377,11 @@ class SearchEngine:
         ``BACKGROUND_BUILD_FROM`` tools on); filtered ones, and those before, ask FTS5.
         """
         weights = bm25.DEFAULT_WEIGHTS
+        if tokens is None:
+            tokens = list(dict.fromkeys(tokenize(text)))
         if not filters.narrows:
             index = self._index_asked(conn, revision)
             if index is not None:
-                if tokens is None:
-                    return index.search(text, k, bm25.MAX_QUERY_TERMS)
                 useful = bm25.useful_terms(
                     tokens, index.doc_freq, index.n_docs, bm25.MAX_QUERY_TERMS
                 )
