@@ -16,6 +16,10 @@ query, interleaved, so a change in the machine's load hits them alike. What each
 - ``tantivy``: a pre-built query of the same terms (one field, every column, all of the
   query's terms) asked for its top 10 (``count=False``, as toolcat asks); query parsing and
   tokenizing are not timed. ``bm25s`` likewise.
+- ``tantivy_catalog``: a tool catalog built on tantivy alone, asked as toolcat is: the
+  request's raw text parsed with tantivy's English stemming tokenizer, its top 10, each hit's
+  stored tool read and its JSON parsed (``bm25_over_tantivy_catalog``: end to end beside end
+  to end).
 
 The workload is seeded and built from realistic tool text: the tools of ../shared/bench
 when present (about 8,300 public tool definitions), else the sample catalog, repeated with
@@ -251,6 +255,7 @@ def peer_bm25(conn: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]
                 searcher.search(query, 10, count=False).hits  # noqa: B018
 
         peers["tantivy"] = (prepare_tantivy, ask_tantivy)
+        peers["tantivy_catalog"] = tantivy_catalog(conn, rows)
     try:
         import bm25s
     except ImportError:
@@ -269,6 +274,38 @@ def peer_bm25(conn: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]
 
         peers["bm25s"] = (prepare_bm25s, ask_bm25s)
     return peers, missing
+
+
+def tantivy_catalog(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> tuple[Any, Any]:
+    """A tool catalog a user could build on tantivy alone, asked end to end as toolcat is:
+    the request's raw text parsed by tantivy (its English stemming tokenizer), its top 10,
+    and each hit's stored tool (name, toolkit, definition JSON) read and parsed. What it
+    leaves out that toolcat does: filters, versions, the exact-name check, match signals."""
+    import tantivy
+
+    tools = {
+        row[0]: json.dumps({"name": row[1], "toolkit": row[2], "definition": json.loads(row[3])})
+        for row in conn.execute("SELECT t.id, t.name, t.toolkit, t.definition FROM tools t")
+    }
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("body", stored=False, tokenizer_name="en_stem")
+    builder.add_text_field("tool", stored=True, index_option="basic", tokenizer_name="raw")
+    index = tantivy.Index(builder.build())
+    writer = index.writer(heap_size=200_000_000, num_threads=1)
+    for row in rows:
+        body = " ".join(c for c in row[1:] if c)
+        writer.add_document(tantivy.Document(body=body, tool=tools[row[0]]))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    searcher = index.searcher()
+
+    def ask(text: str) -> list[dict[str, Any]]:
+        query, _errors = index.parse_query_lenient(text, ["body"])
+        hits = searcher.search(query, 10, count=False).hits
+        return [json.loads(searcher.doc(address)["tool"][0]) for _score, address in hits]
+
+    return (lambda text: text), ask
 
 
 def bm25_beside_peers(
@@ -321,6 +358,8 @@ def bm25_beside_peers(
         out["bm25_core_over_tantivy_in_a_row"] = ratio(core_batch, tantivy_batch["p50_ms"])
     out.update(missing)
     tantivy_p50 = out["tantivy"]["p50_ms"] if "tantivy" in peers else None
+    if "tantivy_catalog" in peers:
+        out["bm25_over_tantivy_catalog"] = ratio(out["bm25_warm"], out["tantivy_catalog"]["p50_ms"])
     out.update(
         {
             "bm25_core_backend": type(lexical).__name__,
