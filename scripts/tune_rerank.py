@@ -88,7 +88,16 @@ def candidates(q: Row) -> tuple[list[int], Any]:
 
 # Signals measured with --vectors (none pays: README, "Hybrid fusion"). Pseudo-relevance
 # feedback reads the first FEEDBACK_TOP candidates as the fitted fusion ranks them.
-SIGNALS = ("prf", "name_cosine", "expansion", "bigram", "description_cover", "params_cover")
+SIGNALS = (
+    "prf",
+    "name_cosine",
+    "expansion",
+    "bigram",
+    "description_cover",
+    "params_cover",
+    "density",
+)
+NEIGHBOURS = 10  # density: the mean cosine of a tool to its nearest other tools
 FEEDBACK_TOP = 3
 EXPANSION_TERMS = 10
 
@@ -133,7 +142,19 @@ def signals(q: Row, ids: list[int], x: Any) -> Any:
                 share(w.items(), f" {columns[3]} ") / total,
             ]
         )
-    return np.column_stack([prf, names, np.array(rows).reshape(len(ids), 4)])
+    return np.column_stack([prf, names, np.array(rows).reshape(len(ids), 4), space.density[ids]])
+
+
+def density(matrix: Any) -> Any:
+    """Each tool's mean cosine to its ``NEIGHBOURS`` nearest other tools (hubness: a tool in
+    a crowded region is close to many requests without answering them)."""
+    out = np.zeros(len(matrix), dtype=np.float32)
+    k = min(NEIGHBOURS, len(matrix) - 1)
+    for start in range(0, len(matrix), 1024):
+        block = matrix[start : start + 1024] @ matrix.T
+        block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf
+        out[start : start + len(block)] = np.sort(np.partition(block, -k, axis=1)[:, -k:]).mean(1)
+    return out
 
 
 def prepare(q: Row) -> Query:
@@ -283,6 +304,7 @@ def with_vectors(rankings: Path, vectors: Path, small: Path) -> tuple[Any, Any]:
     data, spaces = load_vectors(rankings, vectors)
     for space in spaces.values():
         space.names = model.encode([" ".join(split_words(k)) for k in space.catalog.keys])
+        space.density = density(space.matrix)
     raw = load(small)["own"]
     for name, entry in json.loads(small.read_text())["own"].items():
         catalog = Catalog(entry["docs"])
@@ -293,6 +315,7 @@ def with_vectors(rankings: Path, vectors: Path, small: Path) -> tuple[Any, Any]:
             model.encode([f"{w}: {tools[k]}" for w, k in zip(words, catalog.keys, strict=True)]),
         )
         space.names = model.encode(words)
+        space.density = density(space.matrix)
         for row, q in zip(raw[name], entry["queries"], strict=True):
             texts = [q["text"], *split_request(q["text"])]
             for part, vector in zip([row, *row["parts"]], model.encode(texts), strict=True):
