@@ -10,10 +10,15 @@ Rankings come from the search engine's own BM25 and vector index (``SearchEngine
 
     python scripts/gather_rankings.py OUT.json [BENCH] [--max-queries 600] [--max-tools 0]
     python scripts/gather_rankings.py SMALL.json --small
+    python scripts/gather_rankings.py OUT.json [BENCH] --vectors V.npz --chunks C.npz
 
 ``--small`` instead saves the small catalogs and cases of tests/search/test_fusion.py (a clear
 semantic match must beat one word of name overlap; a request that names the tool must win),
 which scripts/tune_fusion.py --small uses to rule fusion settings out.
+
+``--chunks C.npz`` also saves a multi-vector document of every tool: its name with each
+sentence of its description (the first six) and with its parameter names, one vector each
+(scripts/tune_feedback.py --extra C.npz).
 
 ``--max-tools N`` (N > 0) cuts a source's own catalog to the sampled queries' gold tools plus
 seeded others; the default 0 keeps every tool (the vector cache embeds each tool once across
@@ -82,6 +87,7 @@ def main() -> None:
         help="Also save the pooled catalog's tool vectors and the query vectors (.npz), for "
         "fusion experiments that re-query the vectors (scripts/tune_fusion.py --vectors).",
     )
+    parser.add_argument("--chunks", help="Also save every tool's chunk vectors (.npz).")
     args = parser.parse_args()
     if args.small:
         Path(args.out).write_text(json.dumps({"own": small_catalogs(args)}))
@@ -96,6 +102,8 @@ def main() -> None:
         sources.append(reduced(source, queries, args.max_tools, 0))
         samples[source.name] = queries
     cache = Path(args.cache)
+    if args.chunks:
+        save_chunks(sources, Path(args.chunks))
     vectors = encode(samples)
     out: dict[str, Any] = {"own": {}, "pooled": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -174,6 +182,30 @@ def save_vectors(catalog: Catalog, queries: dict[str, Any], path: Path) -> None:
         query_texts=np.array(texts),
         query_vectors=np.stack([queries[t] for t in texts]),
     )
+
+
+def save_chunks(sources: list[Source], path: Path) -> None:
+    """Each tool's name with each description sentence (at most 6) and with its parameter
+    names, one vector each, keyed ``toolkit.name`` (a key per vector)."""
+    import re
+
+    import numpy as np
+
+    from toolcat.search.tokenize import split_words
+
+    keys, texts = [], []
+    for source in sources:
+        for tool in source.toolkit.tools:
+            name = " ".join(split_words(tool.name))
+            sentences = [s for s in re.split(r"(?<=[.!?])\s+|\n+", tool.description) if s.strip()]
+            chunks = [f"{name}: {s.strip()}" for s in sentences[:6]]
+            properties = tool.parameters.get("properties") or {}
+            if isinstance(properties, dict) and properties:
+                chunks.append(f"{name}: " + ", ".join(" ".join(split_words(p)) for p in properties))
+            keys += [f"{source.toolkit.name}.{tool.name}"] * len(chunks)
+            texts += chunks
+    vectors = embedder(DEFAULT_MODEL).encode(texts)
+    np.savez(path, tool_keys=np.array(keys), tool_vectors=vectors)
 
 
 def encode(samples: dict[str, list[Query]]) -> dict[str, Any]:

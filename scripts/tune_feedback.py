@@ -19,7 +19,9 @@ where feedback re-ranks every tool), and how many
 of each part's best tools may join (``split.merge``). ``--tool-vectors`` ranks by other tool
 vectors (another embedding document: keys ``toolkit.name`` and vectors, as ``--vectors``
 saves them); ``--extra`` gives each tool a second vector, its cosine the higher of the two
-(the second counted ``--margin`` lower). ``--qpp`` multiplies the query's BM25 weight by
+(the second counted ``--margin`` lower); a file that repeats a tool's key gives it several
+(``gather_rankings.py --chunks``: a multi-vector document, its cosine the best of them).
+``--qpp`` multiplies the query's BM25 weight by
 (z-score of BM25's best hit / z-score of the embeddings' best hit) ** BETA.
 Every variant is scored on the half ``--half``.
 """
@@ -53,15 +55,17 @@ class Space:
     def __init__(self, catalog: Catalog, matrix: np.ndarray) -> None:
         self.catalog = catalog
         self.matrix = matrix
-        self.extra: np.ndarray | None = None  # a second vector per tool: cosine = the max
+        self.extra: np.ndarray | None = None  # more vectors per tool: cosine = the max
+        self.extra_owner: np.ndarray | None = None  # the tool row of each extra vector
         self.margin = 0.0
         self.prefix = ""
         self.toolkit = [k.split(".", 1)[0] if "." in k else "" for k in catalog.keys]
 
     def ranking(self, vector: np.ndarray, depth: int) -> list[tuple[int, float]]:
         scores = self.matrix @ vector
-        if self.extra is not None:
-            scores = np.maximum(scores, self.extra @ vector - self.margin)
+        if self.extra is not None and self.extra_owner is not None:
+            scores = scores.copy()
+            np.maximum.at(scores, self.extra_owner, self.extra @ vector - self.margin)
         top = np.argpartition(-scores, depth - 1)[:depth]
         top = top[np.argsort(-scores[top], kind="stable")]
         return [(int(i), float(scores[i])) for i in top]
@@ -119,13 +123,16 @@ def load(
 def add_extra(
     data: dict[str, dict[str, list[Row]]], spaces: dict[str, Space], path: Path, margin: float
 ) -> None:
-    """A second vector per tool (from ``path``); a tool's cosine is the higher one, the
-    second counted ``margin`` lower. Recomputes every embedding ranking."""
+    """More vectors per tool (from ``path``, a key per vector); a tool's cosine is the highest,
+    the extra ones counted ``margin`` lower. Recomputes every embedding ranking."""
     npz = np.load(path)
-    index = {str(k): i for i, k in enumerate(npz["tool_keys"])}
+    keys = [str(k) for k in npz["tool_keys"]]
     extra = npz["tool_vectors"]
     for space in spaces.values():
-        space.extra = extra[[index[space.prefix + k] for k in space.catalog.keys]]
+        row = {space.prefix + k: i for i, k in enumerate(space.catalog.keys)}
+        mine = [i for i, k in enumerate(keys) if k in row]
+        space.extra = extra[mine]
+        space.extra_owner = np.array([row[keys[i]] for i in mine], dtype=np.int64)
         space.margin = margin
     for sources in data.values():
         for rows in sources.values():
@@ -259,7 +266,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--half", type=int, default=0, help="0: the fitting half, 1: held out")
     parser.add_argument("--tool-vectors", help="Tool vectors to rank by instead (.npz).")
-    parser.add_argument("--extra", help="A second vector per tool (.npz): cosine = the max.")
+    parser.add_argument("--extra", help="More vectors per tool (.npz): cosine = the max.")
     parser.add_argument("--margin", type=float, default=0.0)
     parser.add_argument("--qpp", type=float, default=0.0, help="Per-query trust exponent.")
     parser.add_argument(

@@ -20,12 +20,21 @@ the other six's training halves, scored on its held-out half).
     python scripts/tune_rerank.py RANKINGS.json --small SMALL.json [--seed 0] [--no-loso]
 
 (RANKINGS.json and SMALL.json from scripts/gather_rankings.py, as for tune_fusion.py.)
+
+``--vectors V.npz`` (``gather_rankings.py --vectors``) measures candidate signals the engine
+does not have (``SIGNALS``) instead: each is added to the three fitted terms in turn, then all
+together, refitted the same way, and reported on the held-out half (R@5, R@1, multi-tool R@5,
+own and pooled catalogs) against the three terms refitted alone:
+
+    python scripts/tune_rerank.py RANKINGS.json --small SMALL.json --vectors V.npz
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,9 +43,12 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tune_fusion import fused, halves, load, new_rule, r5, small_misses  # noqa: I001
 
+from toolcat.evaluate import score_query
+from toolcat.search import split
 from toolcat.search.fusion import HYBRID_PARAMS, HybridParams
 
 Row = dict[str, Any]
@@ -58,6 +70,9 @@ class Query:
     gold: Any  # (candidates,) bool
     n_gold: int
     parts: list[tuple[list[int], Any]]
+    # each part's (cosine, coverage) per candidate, for split.fits (--vectors)
+    part_fits: list[dict[int, tuple[float, float]]] = dataclasses.field(default_factory=list)
+    relevant: list[int] = dataclasses.field(default_factory=list)  # as listed (repeats too)
 
 
 def candidates(q: Row) -> tuple[list[int], Any]:
@@ -66,14 +81,96 @@ def candidates(q: Row) -> tuple[list[int], Any]:
     x = np.array(
         [[found[i].fused, found[i].semantic, found[i].semantic * found[i].cover, 0.0] for i in ids]
     ).reshape(len(ids), len(FEATURES))
+    if "space" in q and ids:  # --vectors: the candidate signals too
+        x = np.hstack([x, signals(q, ids, x)])
     return ids, x
+
+
+# Signals measured with --vectors (none pays: README, "Hybrid fusion"). Pseudo-relevance
+# feedback reads the first FEEDBACK_TOP candidates as the fitted fusion ranks them.
+SIGNALS = (
+    "prf",
+    "name_cosine",
+    "expansion",
+    "bigram",
+    "description_cover",
+    "params_cover",
+    "density",
+)
+NEIGHBOURS = 10  # density: the mean cosine of a tool to its nearest other tools
+FEEDBACK_TOP = 3
+EXPANSION_TERMS = 10
+
+
+def signals(q: Row, ids: list[int], x: Any) -> Any:
+    """Per candidate: cosine to the mean vector of the first fused hits (Rocchio feedback as a
+    feature); the query's cosine to the tool's name alone (a vector of its name as words); the
+    IDF share of the first hits' ten best other terms it holds (RM3-style expansion); the
+    share of the query's adjacent term pairs it holds adjacent (sequential dependence); the
+    IDF share of the query in its description column, and in its parameters column."""
+    from toolcat.search.fusion import HYBRID_PARAMS as SHIPPED
+    from toolcat.search.fusion import idf
+
+    space, catalog = q["space"], q["catalog"]
+    weights = np.array([1.0, SHIPPED.cosine_weight, SHIPPED.cosine_cover_weight])
+    first = [ids[i] for i in np.lexsort((np.array(ids), -(x[:, :3] @ weights)))[:FEEDBACK_TOP]]
+    centroid = space.matrix[first].mean(0)
+    prf = space.matrix[ids] @ (centroid / (np.linalg.norm(centroid) + 1e-9))
+    names = space.names[ids] @ q["vector"]
+    terms = q["terms"]
+    gain: dict[str, float] = {}
+    for rank, i in enumerate(first):
+        for term in set(" ".join(catalog.columns[i][:4]).split()) - set(terms):
+            gain[term] = gain.get(term, 0.0) + idf(catalog.n, catalog.df.get(term, 1)) / (rank + 1)
+    expansion = sorted(gain.items(), key=lambda p: (-p[1], p[0]))[:EXPANSION_TERMS]
+    pairs = list(itertools.pairwise(terms))
+    w = {t: idf(catalog.n, catalog.df.get(t, 0)) for t in terms}
+    total = sum(w.values()) or 1.0
+
+    def share(items: Any, text: str) -> float:
+        return sum(v for t, v in items if f" {t} " in text)
+
+    rows = []
+    for i in ids:
+        columns = catalog.columns[i]
+        text = f" {' '.join(columns[:4])} "
+        rows.append(
+            [
+                share(expansion, text) / (sum(v for _, v in expansion) or 1.0),
+                sum(f" {a} {b} " in text for a, b in pairs) / len(pairs) if pairs else 0.0,
+                share(w.items(), f" {columns[2]} ") / total,
+                share(w.items(), f" {columns[3]} ") / total,
+            ]
+        )
+    return np.column_stack([prf, names, np.array(rows).reshape(len(ids), 4), space.density[ids]])
+
+
+def density(matrix: Any) -> Any:
+    """Each tool's mean cosine to its ``NEIGHBOURS`` nearest other tools (hubness: a tool in
+    a crowded region is close to many requests without answering them)."""
+    out = np.zeros(len(matrix), dtype=np.float32)
+    k = min(NEIGHBOURS, len(matrix) - 1)
+    for start in range(0, len(matrix), 1024):
+        block = matrix[start : start + 1024] @ matrix.T
+        block[np.arange(len(block)), np.arange(start, start + len(block))] = -np.inf
+        out[start : start + len(block)] = np.sort(np.partition(block, -k, axis=1)[:, -k:]).mean(1)
+    return out
 
 
 def prepare(q: Row) -> Query:
     ids, x = candidates(q)
     relevant = set(q["relevant"])
     gold = np.array([i in relevant for i in ids], dtype=bool)
-    return Query(ids, x, gold, len(q["relevant"]), [candidates(p) for p in q["parts"]])
+    fits = [{i: (c.semantic, c.cover) for i, c in fused(BASE, p, 1)[1].items()} for p in q["parts"]]
+    return Query(
+        ids,
+        x,
+        gold,
+        len(q["relevant"]),
+        [candidates(p) for p in q["parts"]],
+        fits,
+        list(q["relevant"]),
+    )
 
 
 def set_part_tops(queries: Sequence[Query], w: Any) -> None:
@@ -82,7 +179,7 @@ def set_part_tops(queries: Sequence[Query], w: Any) -> None:
         tops = set()
         for ids, x in q.parts:
             if ids:
-                scores = x @ w
+                scores = x @ np.where(np.arange(len(w)) == 3, 0.0, w)
                 tops.add(ids[int(np.lexsort((np.array(ids), -scores))[0])])
         q.x[:, 3] = [float(i in tops) for i in q.ids]
 
@@ -96,7 +193,7 @@ def pairs(groups: Sequence[tuple[float, Sequence[Query]]]) -> tuple[Any, Any]:
             gold, other = q.x[q.gold], q.x[~q.gold]
             if not len(gold) or not len(other):
                 continue
-            d = (gold[:, None, :] - other[None, :, :]).reshape(-1, len(FEATURES))
+            d = (gold[:, None, :] - other[None, :, :]).reshape(-1, q.x.shape[1])
             diffs.append(d)
             weights.append(np.full(len(d), weight / len(queries) / len(d)))
     w = np.concatenate(weights)
@@ -110,7 +207,7 @@ def logistic(d: Any, pw: Any, l2: float) -> Any:
     def loss(v: Any) -> float:
         return float((pw * np.logaddexp(0, -(d @ v))).sum())
 
-    base = np.array([1.0, 0.0, 0.0, 0.0])
+    base = np.eye(d.shape[1])[0]
     v0 = base * min((1, 2, 5, 10, 20, 50), key=lambda s: loss(base * s))
     v = v0.copy()
     for _ in range(100):
@@ -137,6 +234,128 @@ def fit(groups: Sequence[tuple[float, Sequence[Query]]], l2: float) -> HybridPar
     )
 
 
+def fit_columns(
+    groups: Sequence[tuple[float, Sequence[Query]]], l2: float, columns: Sequence[int]
+) -> Any:
+    """``fit`` with the candidate signals: the weights of ``columns`` (the first is the
+    fused score, 1), every other column 0."""
+    every = [q for _, queries in groups for q in queries]
+    w = np.eye(every[0].x.shape[1])[0]
+    for _ in range(ROUNDS):
+        set_part_tops(every, w)
+        d, pw = pairs(groups)
+        w = np.zeros_like(w)
+        w[list(columns)] = logistic(d[:, list(columns)], pw, l2)
+    return w
+
+
+def scored_rank(q: Query, w: Any) -> list[int]:
+    """``new_rule`` on the prepared candidates, each scored ``x @ w``: each part's best tool
+    lifted by the part-top weight to just below the first hit, the parts that fit merged."""
+    if not q.ids:
+        return []
+    plain = np.where(np.arange(len(w)) == 3, 0.0, w)
+    ids = np.array(q.ids)
+    scores = q.x @ plain
+    first = int(np.lexsort((ids, -scores))[0])
+    tops, per_part = [], []
+    for (part_ids, x), fit_of in zip(q.parts, q.part_fits, strict=True):
+        if part_ids:
+            top = part_ids[int(np.lexsort((np.array(part_ids), -(x @ plain)))[0])]
+            tops.append(top)
+            if split.fits(*fit_of[top]):
+                per_part.append([(top, 0.0)])
+    ceiling = np.nextafter(scores[first], -np.inf)
+    for top in set(tops) & set(q.ids):
+        k = q.ids.index(top)
+        scores[k] = scores[k] + w[3] if k == first else min(scores[k] + w[3], ceiling)
+    whole = [(int(ids[k]), float(scores[k])) for k in np.lexsort((ids, -scores))[:10]]
+    return [i for i, _ in split.merge(whole, per_part, 10)]
+
+
+def measured(queries: Sequence[Query], w: Any) -> tuple[float, float, float]:
+    """(R@5, R@1, R@5 of the queries with two or more relevant tools)."""
+    found = [(q, scored_rank(q, w)) for q in queries]
+
+    def recall(q: Query, ranked: list[int], k: int) -> float:
+        return score_query(ranked, [[g] for g in q.relevant])[f"R@{k}"]
+
+    multi = [recall(q, r, 5) for q, r in found if q.n_gold >= 2]
+    return (
+        sum(recall(q, r, 5) for q, r in found) / len(found),
+        sum(recall(q, r, 1) for q, r in found) / len(found),
+        sum(multi) / len(multi) if multi else float("nan"),
+    )
+
+
+def with_vectors(rankings: Path, vectors: Path, small: Path) -> tuple[Any, Any]:
+    """The rankings and small-catalog cases with each catalog's tool vectors, each tool's
+    name vector and each query's vector (for ``signals``)."""
+    from tests.search.test_fusion import CATALOGS
+
+    from toolcat.search.embeddings import DEFAULT_MODEL, embedder
+    from toolcat.search.split import split_request
+    from toolcat.search.tokenize import split_words
+    from tune_feedback import Space
+    from tune_feedback import load as load_vectors
+    from tune_fusion import Catalog
+
+    model = embedder(DEFAULT_MODEL)
+    data, spaces = load_vectors(rankings, vectors)
+    for space in spaces.values():
+        space.names = model.encode([" ".join(split_words(k)) for k in space.catalog.keys])
+        space.density = density(space.matrix)
+    raw = load(small)["own"]
+    for name, entry in json.loads(small.read_text())["own"].items():
+        catalog = Catalog(entry["docs"])
+        tools = dict(CATALOGS[name])
+        words = [" ".join(split_words(k)) for k in catalog.keys]
+        space = Space(
+            catalog,
+            model.encode([f"{w}: {tools[k]}" for w, k in zip(words, catalog.keys, strict=True)]),
+        )
+        space.names = model.encode(words)
+        space.density = density(space.matrix)
+        for row, q in zip(raw[name], entry["queries"], strict=True):
+            texts = [q["text"], *split_request(q["text"])]
+            for part, vector in zip([row, *row["parts"]], model.encode(texts), strict=True):
+                part.update(space=space, catalog=catalog, vector=vector)
+    return data, raw
+
+
+def report_signals(args: argparse.Namespace) -> None:
+    data, small = with_vectors(Path(args.rankings), Path(args.vectors), Path(args.small))
+    small_queries = [prepare(q) for rows in small.values() for q in rows]
+    train: dict[tuple[str, str], list[Query]] = {}
+    test: dict[tuple[str, str], list[Query]] = {}
+    for setting, sources in data.items():
+        for name, rows in sources.items():
+            first, second = halves(rows, args.seed, name)
+            train[setting, name] = [prepare(q) for q in first]
+            test[setting, name] = [prepare(q) for q in second]
+    names = sorted({name for _, name in train})
+    base = list(range(len(FEATURES)))
+    extra = {s: len(FEATURES) + i for i, s in enumerate(SIGNALS)}
+    variants = [("three terms refitted", base)]
+    variants += [(f"+ {s}", [*base, c]) for s, c in extra.items()]
+    variants += [("+ every signal", [*base, *extra.values()])]
+    groups = [(1.0, train[k]) for k in train] + [(args.small_weight, small_queries)]
+    for label, columns in variants:
+        w = fit_columns(groups, args.l2, columns)
+        missed = sum(not q.gold[q.ids.index(scored_rank(q, w)[0])] for q in small_queries)
+        print(f"\n{label}: {np.round(w[columns], 3).tolist()}, small-catalog cases missed {missed}")
+        for setting in data:
+            cells = [measured(test[setting, n], w) for n in names]
+            for k, what in enumerate(("R@5", "R@1", "multi R@5")):
+                row = [c[k] for c in cells]
+                valid = [v for v in row if v == v]
+                print(
+                    f"{setting:<6} {what:<9} {sum(valid) / len(valid):6.3f} "
+                    + " ".join(f"{n[:10]}={v:.3f}" for n, v in zip(names, row, strict=True)),
+                    flush=True,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("rankings", help="A file from gather_rankings.py.")
@@ -145,7 +364,11 @@ def main() -> None:
     parser.add_argument("--l2", type=float, default=0.001)
     parser.add_argument("--small-weight", type=float, default=3.0)
     parser.add_argument("--no-loso", action="store_true", help="Skip leave-one-source-out.")
+    parser.add_argument("--vectors", help="Measure SIGNALS instead (gather_rankings --vectors).")
     args = parser.parse_args()
+    if args.vectors:
+        report_signals(args)
+        return
     data = load(Path(args.rankings))
     small = load(Path(args.small))["own"]
     small_queries = [prepare(q) for rows in small.values() for q in rows]
