@@ -196,8 +196,8 @@ def cold(db: Path, query: str, runs: int = 7, baseline: Path | None = None) -> d
 
     toolcat's bytecode is compiled first, as `pip install` does (with PYTHONDONTWRITEBYTECODE
     set, an editable checkout recompiles every module at every start); see bench_catalog.py.
-    ``baseline``: another checkout's ``src`` (say, main's), whose list and hybrid search run
-    in the same rounds, so a change is timed beside the code before it.
+    ``baseline``: another checkout's ``src`` (say, main's), whose list, BM25 and hybrid
+    searches run in the same rounds, so a change is timed beside the code before it.
     """
     import compileall
     import os
@@ -211,8 +211,7 @@ def cold(db: Path, query: str, runs: int = 7, baseline: Path | None = None) -> d
         env = {**os.environ, "PYTHONPATH": str(src)}
         toolcat = [sys.executable, "-m", "toolcat", "--db", str(db)]
         commands[f"{prefix}list_json"] = ([*toolcat, "list", "--json"], env)
-        if not prefix:
-            commands["search_bm25"] = ([*toolcat, "search", query, "--mode", "bm25"], env)
+        commands[f"{prefix}search_bm25"] = ([*toolcat, "search", query, "--mode", "bm25"], env)
         commands[f"{prefix}search_hybrid"] = ([*toolcat, "search", query], env)
     samples: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(runs):
@@ -234,6 +233,9 @@ def cold(db: Path, query: str, runs: int = 7, baseline: Path | None = None) -> d
         )
         result[f"{prefix}hybrid_over_list"] = round(
             p50[f"{prefix}search_hybrid"] / p50[f"{prefix}list_json"], 2
+        )
+        result[f"{prefix}bm25_over_python"] = round(
+            p50[f"{prefix}search_bm25"] / p50["python_c_pass"], 1
         )
     return result
 

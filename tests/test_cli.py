@@ -316,8 +316,10 @@ try:
     cli.main()
 except SystemExit:
     pass
+from toolcat.search import embeddings
 print(json.dumps({"numpy_before": before, "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
-                  "frozen": gc.get_freeze_count(), "collecting": gc.isenabled()}))
+                  "frozen": gc.get_freeze_count(), "collecting": gc.isenabled(),
+                  "one_shot": embeddings._one_shot, "models": "toolcat.models" in sys.modules}))
 """
 
 
@@ -338,3 +340,16 @@ def test_a_one_shot_search_process_limits_blas_threads_and_freezes_its_objects(
     assert state["blas"] == (preset or "1")
     assert state["frozen"] > 1000
     assert state["collecting"] is True
+    assert state["one_shot"] is True  # query encoding tuned for one search
+    assert state["models"] is False  # plain data: pydantic is a fifth of a one-shot search
+
+
+def test_searching_through_cli_main_leaves_the_process_as_it_was(db: Path) -> None:
+    """A process that runs ``cli.main`` (a test, a tool runner) keeps encoding queries as a
+    long-lived process does: one-shot tuning is for the ``toolcat`` process alone."""
+    from toolcat.search import embeddings
+
+    result = CliRunner().invoke(cli, ["--db", str(db), "search", "remove an old file"])
+    assert result.exit_code == 0, result.output
+    assert "files.delete_file" in result.output
+    assert embeddings._one_shot is False

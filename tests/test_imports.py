@@ -108,9 +108,30 @@ def test_list_path_imports_no_models(tmp_path: Path, name: str) -> None:
     assert loaded(modules, HEAVY + NOT_FOR_LIST) == []
 
 
+# A one-shot `toolcat search` builds no models either (``search_summaries``): pydantic was
+# half of a cold BM25 search (README, "Speed: one-shot search ...").
+MODELS = ["pydantic", "pydantic_core", "toolcat.models"]
+SEARCH_SCRIPTS = {
+    "cli bm25": SCRIPTS["cli bm25"],
+    "cli bm25 json": CLI.format(
+        args="['--db', DB, 'search', 'read a file', '--mode', 'bm25', '--json', '-k', '3']"
+    ),
+    "cli exact name": CLI.format(args="['--db', DB, 'search', 'files.read_file', '--json']"),
+    "cli empty query": CLI.format(args="['--db', DB, 'search', '', '--json']"),
+    "search_summaries": "import toolcat\ntoolcat.Catalog(DB).search_summaries('convert units')",
+}
+
+
+@pytest.mark.parametrize("name", list(SEARCH_SCRIPTS))
+def test_one_shot_search_imports_no_models(tmp_path: Path, name: str) -> None:
+    modules = modules_after(tmp_path, SEARCH_SCRIPTS[name])
+    assert "toolcat.search.engine" in modules or name == "cli empty query"  # it did search
+    assert loaded(modules, HEAVY + MODELS) == []
+
+
 def test_the_path_that_builds_models_is_seen(tmp_path: Path) -> None:
-    """The check above can fail: BM25 search builds models, and it is caught doing so."""
-    assert loaded(modules_after(tmp_path, SCRIPTS["cli bm25"]), NOT_FOR_LIST)[:2] == [
+    """The checks above can fail: ``Catalog.search`` builds models, and it is caught."""
+    assert loaded(modules_after(tmp_path, SCRIPTS["search"]), NOT_FOR_LIST)[:2] == [
         "pydantic",
         "pydantic_core",
     ]

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .addresses import (
     check_text,
@@ -76,6 +76,8 @@ LEARNED_PER_TOOL = 20  # newest distinct queries kept per tool
 MAX_LEARNED_CHARS = 500
 # Hybrid search splits compound requests (search/split.py); README, "Multi-tool requests".
 SPLIT_REQUESTS = True
+# What a search builds: a ``SearchResult`` (``search``) or plain data (``search_summaries``).
+Answer = TypeVar("Answer")
 
 
 def _flatten(sources: Iterable[Any]) -> Iterator[Any]:
@@ -657,19 +659,91 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        if not 1 <= k <= MAX_LIMIT:
-            raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
-        check_text(query)
-        with self._lock:
-            mode, model_id = self._search.plan(self._conn, mode)
+        mode, model_id = self._search_plan(query, mode, k)
         if not query.strip():
             from .models import SearchHit, SearchResult
 
             page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
             hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
             return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
+        result = self._ranked(
+            self._search.search,
+            query,
+            (mode, model_id),
+            k,
+            (tags, toolkit, include_deferred, include_denied),
+        )
+        if mode != "regex":
+            self.searched(query, [h.tool.id for h in result.hits])
+        return result
+
+    def search_summaries(
+        self,
+        query: str,
+        *,
+        mode: str | None = None,
+        k: int = 10,
+        tags: Iterable[str] = (),
+        toolkit: str | None = None,
+        include_deferred: bool = True,
+        include_denied: bool = False,
+    ) -> dict[str, Any]:
+        """``search`` as plain data: ``{"revision", "query", "mode", "hits": [{"rank",
+        "score", "match", "tool": RegisteredTool.summary()}, ...], "warnings"}``.
+
+        Builds no models (pydantic is not even imported), so a one-shot process that
+        searches starts faster (``toolcat search``). Arguments and errors are those of
+        ``search``.
+        """
+        mode, model_id = self._search_plan(query, mode, k)
+        if not query.strip():
+            page = self.list_summaries(
+                tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied
+            )
+            hits = [
+                {"rank": i, "score": 0.0, "match": "weak", "tool": t}
+                for i, t in enumerate(page["tools"], 1)
+            ]
+            return {
+                "revision": page["revision"],
+                "query": query,
+                "mode": mode,
+                "hits": hits,
+                "warnings": [],
+            }
+        result = self._ranked(
+            self._search.search_summaries,
+            query,
+            (mode, model_id),
+            k,
+            (tags, toolkit, include_deferred, include_denied),
+        )
+        if mode != "regex":
+            self.searched(query, [h["tool"]["id"] for h in result["hits"]])
+        return result
+
+    def _search_plan(self, query: str, mode: str | None, k: int) -> tuple[str, str]:
+        """(mode, model id) for a search, once its arguments are checked."""
+        if not 1 <= k <= MAX_LIMIT:
+            raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
+        check_text(query)
+        with self._lock:
+            return self._search.plan(self._conn, mode)
+
+    def _ranked(
+        self,
+        answer: Callable[..., Answer],
+        query: str,
+        plan: tuple[str, str],
+        k: int,
+        scope: tuple[Iterable[str], str | None, bool, bool],
+    ) -> Answer:
+        """``answer`` (the engine's ``search`` or ``search_summaries``) for a non-empty
+        query: the request split into parts (hybrid), its vectors, one read snapshot.
+        ``scope``: (tags, toolkit, include_deferred, include_denied)."""
         from .search.split import split_request
 
+        mode, model_id = plan
         pieces = split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
         query_vector = None
         parts = []
@@ -677,8 +751,8 @@ class Catalog:
             query_vector, *part_vectors = self._search.encode_queries(model_id, [query, *pieces])
             parts = list(zip(pieces, part_vectors, strict=True))
         with self._snapshot() as conn:
-            filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
-            result = self._search.search(
+            filters = self._filters(conn, *scope)
+            return answer(
                 conn,
                 query,
                 mode=mode,
@@ -688,9 +762,6 @@ class Catalog:
                 k=k,
                 parts=parts,
             )
-        if mode != "regex":
-            self.searched(query, [h.tool.id for h in result.hits])
-        return result
 
     # -- learning from use ----------------------------------------------------------------
 

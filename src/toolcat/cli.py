@@ -446,7 +446,7 @@ def search(
     as_json: bool,
 ) -> None:
     """Search every tool, deferred ones included (search mode)."""
-    # A one-shot search imports pydantic, numpy and onnxruntime: ~30k objects that live
+    # A one-shot search imports numpy and onnxruntime: thousands of objects that live
     # until the process exits. Looking for cycles among them ran ~100 collections while
     # they were created, and one more over all of them at exit, to free a few hundred
     # objects. So the `toolcat` process collects none during its search and freezes what it
@@ -458,41 +458,41 @@ def search(
         # numpy's OpenBLAS starts a thread per core at import, and they spin: ~0.1 s of CPU
         # that one search (no BLAS call: the cosines are an einsum) never uses.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    try:
         from .search.embeddings import one_shot
 
         one_shot()
-        result = open_catalog(ctx).search(
+    try:
+        # Plain data, no models: pydantic is a fifth of a one-shot search.
+        result = open_catalog(ctx).search_summaries(
             query, mode=mode, k=k, tags=tags, toolkit=toolkit, include_deferred=not no_deferred
         )
     finally:
         if collecting:
             gc.freeze()
             gc.enable()
-    for warning in result.warnings:
+    hits, warnings = result["hits"], result["warnings"]
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
+    no_match = all(h["match"] == "none" for h in hits)  # as SearchResult.no_match
     if as_json:
         shape: dict[str, Any] = {
-            "revision": result.revision,
-            "query": result.query,
-            "mode": result.mode,
-            "no_match": result.no_match,
-            "hits": [
-                {"rank": h.rank, "score": h.score, "match": h.match, "tool": h.tool.summary()}
-                for h in result.hits
-            ],
+            "revision": result["revision"],
+            "query": result["query"],
+            "mode": result["mode"],
+            "no_match": no_match,
+            "hits": hits,
         }
-        if result.warnings:
-            shape["warnings"] = result.warnings
+        if warnings:
+            shape["warnings"] = warnings
         emit_json(shape)
         return
-    for hit in result.hits:
-        t = hit.tool
-        line = tool_line(t.id, t.description, t.defer_loading)
-        click.echo(f"{hit.rank:>3}. {hit.score:8.3f} {hit.match:<6}  {line}")
-    if not result.hits:
+    for hit in hits:
+        t = hit["tool"]
+        line = tool_line(t["id"], t["description"], t["defer_loading"])
+        click.echo(f"{hit['rank']:>3}. {hit['score']:8.3f} {hit['match']:<6}  {line}")
+    if not hits:
         click.echo("no matching tools")
-    elif result.no_match:
+    elif no_match:
         click.echo("nothing fits: no tool matches this request well")
 
 

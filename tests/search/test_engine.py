@@ -4,6 +4,7 @@ rows give, and the index built in the background is served only at its own revis
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -205,3 +206,64 @@ def test_a_caller_that_changes_its_answer_does_not_change_a_kept_one(tmp_path: P
         again = catalog.search("remove an old file", mode="bm25", k=3)
         assert [(h.rank, h.score, h.tool.id) for h in again.hits] == expected
         assert again.warnings == []
+
+
+def summaries_of(catalog: Catalog, query: str, **options: Any) -> dict[str, Any]:
+    """What ``search_summaries`` must equal: ``search``'s answer with each tool's summary."""
+    result = catalog.search(query, **options)
+    return {
+        "revision": result.revision,
+        "query": result.query,
+        "mode": result.mode,
+        "hits": [
+            {"rank": h.rank, "score": h.score, "match": h.match, "tool": h.tool.summary()}
+            for h in result.hits
+        ],
+        "warnings": result.warnings,
+    }
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"mode": "bm25"},
+        {"mode": "embedding", "k": 3},
+        {"mode": "hybrid", "tags": ["read-only"]},
+        {"mode": "bm25", "toolkit": "files", "include_deferred": False},
+        {"mode": "regex", "k": 5},
+    ],
+    ids=["default", "bm25", "embedding", "hybrid-tags", "bm25-toolkit", "regex"],
+)
+def test_summaries_are_the_search_without_models(
+    indexed: tuple[Path, list[str]], options: dict[str, Any]
+) -> None:
+    path, queries = indexed
+    asked = [*queries[:12], "files.delete_file", "DELETE_FILE", "", "then; after that"]
+    if options.get("mode") == "regex":
+        asked = ["file", "^get_", "read.*(file|dir)", "files\\.delete_file", ""]
+    with Catalog(path) as catalog:
+        for query in asked:
+            expected = summaries_of(catalog, query, **options)
+            assert catalog.search_summaries(query, **options) == expected, query
+            # Asked again (kept answers, built hits): still equal.
+            assert catalog.search_summaries(query, **options) == expected, query
+        assert any(summaries_of(catalog, q, **options)["hits"] for q in asked)
+
+
+def test_summaries_refuse_what_search_refuses(indexed: tuple[Path, list[str]]) -> None:
+    path, _ = indexed
+    with Catalog(path) as catalog:
+        for bad in ({"k": 0}, {"mode": "fuzzy"}, {"toolkit": "nosuchkit"}):
+            with pytest.raises(Exception) as searched:
+                catalog.search("read a file", **bad)
+            with pytest.raises(type(searched.value), match=re.escape(str(searched.value))):
+                catalog.search_summaries("read a file", **bad)
+
+
+def test_a_call_after_summaries_is_learned_from(tmp_path: Path) -> None:
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        first = catalog.search_summaries("erase an old document", mode="bm25")["hits"][0]
+        assert catalog.used(first["tool"]["id"])
+        assert not catalog.used(first["tool"]["id"])  # recorded once

@@ -115,21 +115,41 @@ def test_queries_use_int8_when_switched_on(exported: Path, monkeypatch: pytest.M
     assert Embedder(DEFAULT_MODEL).query_encoder().graph == "optimised"
 
 
-def test_fresh_process_hybrid_search_imports_no_torch(exported: Path, tmp_path: Path) -> None:
+# A fresh process's hybrid search, as (mode, warnings, hit ids, sys.modules) on its last line:
+# through the Python API (models) and as `toolcat search --json` runs it (plain data).
+FRESH_SEARCH = {
+    "api": (
+        "r = toolcat.Catalog(DB).search('erase an old document', k=3)\n"
+        "print(json.dumps([r.mode, r.warnings, [h.tool.id for h in r.hits], sorted(sys.modules)]))"
+    ),
+    "cli": (
+        "import contextlib, io\nfrom toolcat.cli import cli\nout = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    cli.main(['--db', DB, 'search', 'erase an old document', '-k', '3', '--json'],"
+        " standalone_mode=False)\n"
+        "r = json.loads(out.getvalue())\n"
+        "ids = [h['tool']['id'] for h in r['hits']]\n"
+        "print(json.dumps([r['mode'], r.get('warnings', []), ids, sorted(sys.modules)]))"
+    ),
+}
+
+
+@pytest.mark.parametrize("face", list(FRESH_SEARCH))
+def test_fresh_process_hybrid_search_imports_no_torch(
+    exported: Path, tmp_path: Path, face: str
+) -> None:
     db = tmp_path / "catalog.db"
     with Catalog(db) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
         catalog.reindex()
-    code = (
-        "import json, sys, toolcat\n"
-        f"r = toolcat.Catalog({str(db)!r}).search('erase an old document', k=3)\n"
-        "print(json.dumps([r.mode, r.warnings, [h.tool.id for h in r.hits], sorted(sys.modules)]))"
-    )
+    code = f"import json, sys, toolcat\nDB = {str(db)!r}\n{FRESH_SEARCH[face]}"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     mode, warnings, ids, modules = json.loads(out.strip().splitlines()[-1])
     assert (mode, warnings, ids[0]) == ("hybrid", [], "files.delete_file")
+    # `toolcat search` builds no models: pydantic is a fifth of its one-shot time.
+    assert ("pydantic" in modules) == (face == "api")
     heavy = {"torch", "sentence_transformers", "transformers", "mcp"}
     assert heavy.isdisjoint(m.split(".")[0] for m in modules)
     assert "onnxruntime" in modules

@@ -8,10 +8,12 @@ and the requests the tool was used for (learning from use).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..models import Tool, Toolkit
 from .tokenize import tokenize, tokenize_all
+
+if TYPE_CHECKING:
+    from ..models import Tool, Toolkit
 
 COLUMNS = ("name", "hint", "description", "params", "tags")
 MAX_SCHEMA_DEPTH = 4

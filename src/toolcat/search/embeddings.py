@@ -20,13 +20,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
-from ..models import Tool
 from ..store.reader import Filters
 from . import onnx_encoder
 from .tokenize import split_words
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from ..models import Tool
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Names that mean the bundled copy of all-MiniLM-L6-v2.

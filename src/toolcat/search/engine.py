@@ -11,11 +11,10 @@ import functools
 import itertools
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..construct import construct
 from ..errors import EmbeddingError, InvalidQueryError
-from ..models import RegisteredTool, SearchHit, SearchResult
 from ..store import reader
 from ..store.reader import Filters
 from . import bm25, calibration, fusion, modes, split
@@ -24,6 +23,9 @@ from .lexical_index import LexicalIndex, TantivyIndex
 from .postings import PostingsIndex
 from .regex import regex_search
 from .tokenize import tokenize
+
+if TYPE_CHECKING:
+    from ..models import RegisteredTool, SearchResult
 
 SEARCH_MODES = modes.SEARCH_MODES
 VECTOR_MODES = modes.VECTOR_MODES
@@ -49,8 +51,8 @@ ANSWER_CACHE_SIZE = 1024
 MAX_CACHED_QUERY_CHARS = 1000
 # Tools whose name weights (hybrid fusion) are kept per revision.
 NAME_CACHE_SIZE = 200_000
-# A search's answer before it is built: (tool, score, match) best first.
-HitRanking = tuple[tuple[RegisteredTool, float, str], ...]
+# A search's answer before its tools are read: (row id, score, match) best first.
+Ranked = tuple[tuple[int, float, str], ...]
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
 
@@ -79,7 +81,7 @@ class SearchEngine:
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
         # (query, k) -> ((tool, score, match) best first, warnings), at:
-        self._answers: dict[tuple[str, int], tuple[HitRanking, tuple[str, ...]]] = {}
+        self._answers: dict[tuple[str, int], tuple[Ranked, tuple[str, ...]]] = {}
         self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
@@ -138,7 +140,80 @@ class SearchEngine:
         k: int,
         parts: Sequence[tuple[str, Any]] = (),
     ) -> SearchResult:
-        """Rank the tools ``filters`` lets through, inside one read transaction ``conn``.
+        """Rank the tools ``filters`` lets through, inside one read transaction ``conn``
+        (``rank``), and build the hits."""
+        revision, ranked, warnings = self.rank(
+            conn,
+            query,
+            mode=mode,
+            model_id=model_id,
+            query_vector=query_vector,
+            filters=filters,
+            k=k,
+            parts=parts,
+        )
+        tools = self._tools(conn, [row_id for row_id, _, _ in ranked], revision)
+        hits = [(tools[i], score, match) for i, score, match in ranked if i in tools]
+        return self._answer(revision, query, mode, hits, warnings)
+
+    def search_summaries(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        *,
+        mode: str,
+        model_id: str,
+        query_vector: Any,
+        filters: Filters,
+        k: int,
+        parts: Sequence[tuple[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """``search`` as plain data, built without models (pydantic is not imported: a
+        fifth of a one-shot ``toolcat search``): ``{"revision", "query", "mode", "hits":
+        [{"rank", "score", "match", "tool": RegisteredTool.summary()}], "warnings"}``."""
+        revision, ranked, warnings = self.rank(
+            conn,
+            query,
+            mode=mode,
+            model_id=model_id,
+            query_vector=query_vector,
+            filters=filters,
+            k=k,
+            parts=parts,
+        )
+        rows = reader.rows_by_id(conn, [row_id for row_id, _, _ in ranked])
+        found = [(rows[i], score, match) for i, score, match in ranked if i in rows]
+        hits = [
+            {
+                "rank": rank,
+                "score": round(score, 6),
+                "match": match,
+                "tool": reader.row_to_summary(row),
+            }
+            for rank, (row, score, match) in enumerate(found, 1)
+        ]
+        return {
+            "revision": revision,
+            "query": query,
+            "mode": mode,
+            "hits": hits,
+            "warnings": list(warnings),
+        }
+
+    def rank(
+        self,
+        conn: sqlite3.Connection,
+        query: str,
+        *,
+        mode: str,
+        model_id: str,
+        query_vector: Any,
+        filters: Filters,
+        k: int,
+        parts: Sequence[tuple[str, Any]] = (),
+    ) -> tuple[int, Ranked, tuple[str, ...]]:
+        """(revision, the ranking, warnings) for the tools ``filters`` lets through, inside
+        one read transaction ``conn``.
 
         Exact tool names (``name`` or ``toolkit.name``, any case) come first, except in
         regex mode, where the query is a pattern. ``parts`` (hybrid mode): the request's
@@ -162,13 +237,13 @@ class SearchEngine:
             kept = self._answers.get(key)
             if kept is not None:
                 self._index_asked(conn, revision)
-                return self._answer(revision, query, mode, *kept)
+                return revision, *kept
         warnings: list[str] = []
         signals: dict[int, fusion.Candidate] = {}
         context = None
         if mode == "regex":
             ranked = regex_search(conn, text, filters, k)
-            exact = []
+            exact: list[int] = []
         else:
             ranked, signals = self._rank(
                 conn, mode, text, (model_id, query_vector), filters, k, warnings, revision
@@ -197,42 +272,37 @@ class SearchEngine:
                     signals.setdefault(item, candidate)
                 ranked = split.merge(ranked, per_part, k)
             exact = self._exact_matches(conn, text, filters)
-        tools = self._tools(conn, [row_id for row_id, _ in ranked], revision)
         top = ranked[0][1] if ranked else 0.0
-        ordered: list[tuple[RegisteredTool, float, str]] = [
-            (t, top + 1.0, "strong") for _, t in exact
-        ]
-        exact_ids = {row_id for row_id, _ in exact}
+        ordered = [(row_id, top + 1.0, "strong") for row_id in exact]
         ordered += [
-            (tools[i], s, fusion.match(signals.get(i), mode, context))
-            for i, s in ranked
-            if i not in exact_ids and i in tools
+            (i, s, fusion.match(signals.get(i), mode, context)) for i, s in ranked if i not in exact
         ]
-        ranking = tuple(ordered[:k])
+        answer = (tuple(ordered[:k]), tuple(warnings))
         if key is not None and ANSWER_CACHE_SIZE > 0:
             answers = self._answers
             if len(answers) >= ANSWER_CACHE_SIZE:
                 del answers[next(iter(answers))]  # the oldest first
-            answers[key] = (ranking, tuple(warnings))
-        return self._answer(revision, query, mode, ranking, warnings)
+            answers[key] = answer
+        return revision, *answer
 
     @staticmethod
     def _answer(
         revision: int,
         query: str,
         mode: str,
-        ranking: HitRanking,
+        hits: Sequence[tuple[RegisteredTool, float, str]],
         warnings: Sequence[str],
     ) -> SearchResult:
-        """A ``SearchResult`` of its own from (tool, score, match) best first: hits and lists
-        built afresh, so a caller that changes its answer cannot change a kept one."""
-        hits = [
+        """A ``SearchResult`` from (tool, score, match) best first."""
+        from ..models import SearchHit, SearchResult
+
+        built = [
             construct(
                 SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
             )
-            for rank, (tool, score, match) in enumerate(ranking, 1)
+            for rank, (tool, score, match) in enumerate(hits, 1)
         ]
-        values = {"revision": revision, "query": query, "mode": mode, "hits": hits}
+        values = {"revision": revision, "query": query, "mode": mode, "hits": built}
         return construct(SearchResult, {**values, "warnings": list(warnings)})
 
     def _tools(
@@ -422,18 +492,19 @@ class SearchEngine:
         return index
 
     @staticmethod
-    def _exact_matches(
-        conn: sqlite3.Connection, text: str, filters: Filters
-    ) -> list[tuple[int, RegisteredTool]]:
+    def _exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
+        """Row ids of the tools ``text`` names exactly (``name`` or ``toolkit.name``)."""
         candidate = text.strip()
         if len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):
             return []
         toolkit, dot, name = candidate.partition(".")
         if dot:
-            return reader.find_tools(
+            rows = reader.find_rows(
                 conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters
             )
-        return reader.find_tools(conn, candidate, nocase=True, filters=filters)
+        else:
+            rows = reader.find_rows(conn, candidate, nocase=True, filters=filters)
+        return [row[0] for row in rows]
 
     def suggest(self, conn: sqlite3.Connection, name: str) -> list[str]:
         """Close matches for an unknown tool name: the same name in another case, similar

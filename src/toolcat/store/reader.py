@@ -220,13 +220,18 @@ def shared_names(conn: sqlite3.Connection, names: list[str]) -> set[str]:
 
 def tools_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, RegisteredTool]:
     """Tools with these row ids, keyed by id."""
+    return {i: row_to_tool(row) for i, row in rows_by_id(conn, ids).items()}
+
+
+def rows_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[Any, ...]]:
+    """Rows (``TOOL_COLUMNS``) of the tools with these row ids, keyed by id."""
     if not ids:
         return {}
     marks = ",".join("?" * len(ids))
     rows = conn.execute(
         f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE t.id IN ({marks})", ids
     ).fetchall()
-    return {row[0]: row_to_tool(row) for row in rows}
+    return {row[0]: row for row in rows}
 
 
 def find_tools(
@@ -239,6 +244,23 @@ def find_tools(
     filters: Filters | None = None,
 ) -> list[tuple[int, RegisteredTool]]:
     """Tools called ``name`` (optionally in ``toolkit``), with their row ids."""
+    rows = find_rows(
+        conn, name, toolkit=toolkit, active_only=active_only, nocase=nocase, filters=filters
+    )
+    return [(row[0], row_to_tool(row)) for row in rows]
+
+
+def find_rows(
+    conn: sqlite3.Connection,
+    name: str,
+    *,
+    toolkit: str | None = None,
+    active_only: bool = True,
+    nocase: bool = False,
+    filters: Filters | None = None,
+) -> list[tuple[Any, ...]]:
+    """Rows (``TOOL_COLUMNS``) of the tools called ``name`` (optionally in ``toolkit``;
+    ``filters``, else the active versions unless ``active_only`` is off)."""
     clauses = ["t.name = ? COLLATE NOCASE" if nocase else "t.name = ?"]
     params: list[Any] = [name]
     if toolkit is not None:
@@ -250,12 +272,12 @@ def find_tools(
         params.extend(more)
     elif active_only:
         clauses.append("k.active = 1")
-    rows = conn.execute(
+    rows: list[tuple[Any, ...]] = conn.execute(
         f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE {' AND '.join(clauses)} "
         "ORDER BY t.toolkit, k.id",
         params,
     ).fetchall()
-    return [(row[0], row_to_tool(row)) for row in rows]
+    return rows
 
 
 def toolkit_versions(conn: sqlite3.Connection, name: str | None = None) -> list[ToolkitVersion]:
