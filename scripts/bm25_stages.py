@@ -118,7 +118,7 @@ def main() -> None:
         for q in qs:
             prepared[q] = prepare(q)
         index_type = type(catalog._search.postings.index)
-        for name in ("search", "_tools", "_rank", "bm25", "_documents"):
+        for name in ("rank", "result", "_tools", "_rank", "bm25", "_documents"):
             timer(engine.SearchEngine, name, f"engine.{name}")
         timer(index_type, "rank", "core (index.rank)")
         timer(reader, "revision", "reader.revision")

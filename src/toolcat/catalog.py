@@ -65,7 +65,7 @@ if TYPE_CHECKING:
         ToolResult,
     )
     from .runtime.call import Runtime
-    from .search.engine import SearchEngine
+    from .search.engine import Ranking, SearchEngine
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
 
@@ -659,21 +659,10 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        mode, model_id = self._search_plan(query, mode, k)
-        if not query.strip():
-            from .models import SearchHit, SearchResult
-
-            page = self.list(tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied)
-            hits = [SearchHit(rank=i, score=0.0, tool=t) for i, t in enumerate(page.tools, 1)]
-            return SearchResult(revision=page.revision, query=query, mode=mode, hits=hits)
-        result = self._ranked(
-            self._search.search,
-            query,
-            (mode, model_id),
-            k,
-            (tags, toolkit, include_deferred, include_denied),
-        )
-        if mode != "regex":
+        plan = self._search_plan(query, mode, k)
+        scope = (tags, toolkit, include_deferred, include_denied)
+        result = self._ranked(self._search.result, query, plan, k, scope)
+        if plan[0] != "regex" and query.strip():
             self.searched(query, [h.tool.id for h in result.hits])
         return result
 
@@ -695,30 +684,10 @@ class Catalog:
         searches starts faster (``toolcat search``). Arguments and errors are those of
         ``search``.
         """
-        mode, model_id = self._search_plan(query, mode, k)
-        if not query.strip():
-            page = self.list_summaries(
-                tags=tags, toolkit=toolkit, limit=k, include_denied=include_denied
-            )
-            hits = [
-                {"rank": i, "score": 0.0, "match": "weak", "tool": t}
-                for i, t in enumerate(page["tools"], 1)
-            ]
-            return {
-                "revision": page["revision"],
-                "query": query,
-                "mode": mode,
-                "hits": hits,
-                "warnings": [],
-            }
-        result = self._ranked(
-            self._search.search_summaries,
-            query,
-            (mode, model_id),
-            k,
-            (tags, toolkit, include_deferred, include_denied),
-        )
-        if mode != "regex":
+        plan = self._search_plan(query, mode, k)
+        scope = (tags, toolkit, include_deferred, include_denied)
+        result = self._ranked(self._search.summaries, query, plan, k, scope)
+        if plan[0] != "regex" and query.strip():
             self.searched(query, [h["tool"]["id"] for h in result["hits"]])
         return result
 
@@ -732,18 +701,27 @@ class Catalog:
 
     def _ranked(
         self,
-        answer: Callable[..., Answer],
+        answer: Callable[[sqlite3.Connection, Ranking], Answer],
         query: str,
         plan: tuple[str, str],
         k: int,
         scope: tuple[Iterable[str], str | None, bool, bool],
     ) -> Answer:
-        """``answer`` (the engine's ``search`` or ``search_summaries``) for a non-empty
-        query: the request split into parts (hybrid), its vectors, one read snapshot.
+        """A query ranked (the request split into parts in hybrid mode, its vectors) and
+        built by ``answer`` (the engine's ``result`` or ``summaries``) in one read snapshot.
+        An empty query is list mode: the first ``k`` always-on tools, in list order.
         ``scope``: (tags, toolkit, include_deferred, include_denied)."""
+        from .search.engine import Ranking
         from .search.split import split_request
 
         mode, model_id = plan
+        tags, toolkit, _, include_denied = scope
+        if not query.strip():
+            with self._snapshot() as conn:
+                filters = self._filters(conn, tags, toolkit, False, include_denied)
+                listed = [(row[0], 0.0, "weak") for row in reader.list_rows(conn, filters, None, k)]
+                ranking = Ranking(reader.revision(conn), query, mode, tuple(listed), ())
+                return answer(conn, ranking)
         pieces = split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
         query_vector = None
         parts = []
@@ -752,7 +730,7 @@ class Catalog:
             parts = list(zip(pieces, part_vectors, strict=True))
         with self._snapshot() as conn:
             filters = self._filters(conn, *scope)
-            return answer(
+            ranking = self._search.rank(
                 conn,
                 query,
                 mode=mode,
@@ -762,6 +740,7 @@ class Catalog:
                 k=k,
                 parts=parts,
             )
+            return answer(conn, ranking)
 
     # -- learning from use ----------------------------------------------------------------
 

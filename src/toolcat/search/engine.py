@@ -11,7 +11,7 @@ import functools
 import itertools
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..construct import construct
 from ..errors import EmbeddingError, InvalidQueryError
@@ -51,10 +51,18 @@ ANSWER_CACHE_SIZE = 1024
 MAX_CACHED_QUERY_CHARS = 1000
 # Tools whose name weights (hybrid fusion) are kept per revision.
 NAME_CACHE_SIZE = 200_000
-# A search's answer before its tools are read: (row id, score, match) best first.
-Ranked = tuple[tuple[int, float, str], ...]
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
 MAX_ADDRESS_CHARS = 130
+
+
+class Ranking(NamedTuple):
+    """A search's answer before its tools are read."""
+
+    revision: int
+    query: str
+    mode: str
+    ranked: tuple[tuple[int, float, str], ...]  # (row id, score, match) best first
+    warnings: tuple[str, ...]
 
 
 @functools.cache
@@ -81,7 +89,9 @@ class SearchEngine:
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
         # (query, k) -> ((tool, score, match) best first, warnings), at:
-        self._answers: dict[tuple[str, int], tuple[Ranked, tuple[str, ...]]] = {}
+        self._answers: dict[
+            tuple[str, int], tuple[tuple[tuple[int, float, str], ...], tuple[str, ...]]
+        ] = {}
         self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
@@ -128,61 +138,28 @@ class SearchEngine:
 
     # -- ranking --------------------------------------------------------------------------
 
-    def search(
-        self,
-        conn: sqlite3.Connection,
-        query: str,
-        *,
-        mode: str,
-        model_id: str,
-        query_vector: Any,
-        filters: Filters,
-        k: int,
-        parts: Sequence[tuple[str, Any]] = (),
-    ) -> SearchResult:
-        """Rank the tools ``filters`` lets through, inside one read transaction ``conn``
-        (``rank``), and build the hits."""
-        revision, ranked, warnings = self.rank(
-            conn,
-            query,
-            mode=mode,
-            model_id=model_id,
-            query_vector=query_vector,
-            filters=filters,
-            k=k,
-            parts=parts,
-        )
-        tools = self._tools(conn, [row_id for row_id, _, _ in ranked], revision)
-        hits = [(tools[i], score, match) for i, score, match in ranked if i in tools]
-        return self._answer(revision, query, mode, hits, warnings)
+    def result(self, conn: sqlite3.Connection, ranking: Ranking) -> SearchResult:
+        """The ``SearchResult`` of a ranking: its tools built (kept per revision)."""
+        from ..models import SearchHit, SearchResult
 
-    def search_summaries(
-        self,
-        conn: sqlite3.Connection,
-        query: str,
-        *,
-        mode: str,
-        model_id: str,
-        query_vector: Any,
-        filters: Filters,
-        k: int,
-        parts: Sequence[tuple[str, Any]] = (),
-    ) -> dict[str, Any]:
-        """``search`` as plain data, built without models (pydantic is not imported: a
-        fifth of a one-shot ``toolcat search``): ``{"revision", "query", "mode", "hits":
-        [{"rank", "score", "match", "tool": RegisteredTool.summary()}], "warnings"}``."""
-        revision, ranked, warnings = self.rank(
-            conn,
-            query,
-            mode=mode,
-            model_id=model_id,
-            query_vector=query_vector,
-            filters=filters,
-            k=k,
-            parts=parts,
-        )
-        rows = reader.rows_by_id(conn, [row_id for row_id, _, _ in ranked])
-        found = [(rows[i], score, match) for i, score, match in ranked if i in rows]
+        tools = self._tools(conn, [row_id for row_id, _, _ in ranking.ranked], ranking.revision)
+        found = [(tools[i], score, match) for i, score, match in ranking.ranked if i in tools]
+        hits = [
+            construct(
+                SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
+            )
+            for rank, (tool, score, match) in enumerate(found, 1)
+        ]
+        values = {"revision": ranking.revision, "query": ranking.query, "mode": ranking.mode}
+        return construct(SearchResult, {**values, "hits": hits, "warnings": list(ranking.warnings)})
+
+    @staticmethod
+    def summaries(conn: sqlite3.Connection, ranking: Ranking) -> dict[str, Any]:
+        """A ranking as plain data, built without models (pydantic is not imported: a fifth
+        of a one-shot ``toolcat search``): ``{"revision", "query", "mode", "hits": [{"rank",
+        "score", "match", "tool": RegisteredTool.summary()}], "warnings"}``."""
+        rows = reader.rows_by_id(conn, [row_id for row_id, _, _ in ranking.ranked])
+        found = [(rows[i], score, match) for i, score, match in ranking.ranked if i in rows]
         hits = [
             {
                 "rank": rank,
@@ -192,13 +169,8 @@ class SearchEngine:
             }
             for rank, (row, score, match) in enumerate(found, 1)
         ]
-        return {
-            "revision": revision,
-            "query": query,
-            "mode": mode,
-            "hits": hits,
-            "warnings": list(warnings),
-        }
+        values = {"revision": ranking.revision, "query": ranking.query, "mode": ranking.mode}
+        return {**values, "hits": hits, "warnings": list(ranking.warnings)}
 
     def rank(
         self,
@@ -211,9 +183,9 @@ class SearchEngine:
         filters: Filters,
         k: int,
         parts: Sequence[tuple[str, Any]] = (),
-    ) -> tuple[int, Ranked, tuple[str, ...]]:
-        """(revision, the ranking, warnings) for the tools ``filters`` lets through, inside
-        one read transaction ``conn``.
+    ) -> Ranking:
+        """Rank the tools ``filters`` lets through, inside one read transaction ``conn``
+        (``result`` or ``summaries`` then builds the answer in the same transaction).
 
         Exact tool names (``name`` or ``toolkit.name``, any case) come first, except in
         regex mode, where the query is a pattern. ``parts`` (hybrid mode): the request's
@@ -237,7 +209,7 @@ class SearchEngine:
             kept = self._answers.get(key)
             if kept is not None:
                 self._index_asked(conn, revision)
-                return revision, *kept
+                return Ranking(revision, query, mode, *kept)
         warnings: list[str] = []
         signals: dict[int, fusion.Candidate] = {}
         context = None
@@ -283,27 +255,7 @@ class SearchEngine:
             if len(answers) >= ANSWER_CACHE_SIZE:
                 del answers[next(iter(answers))]  # the oldest first
             answers[key] = answer
-        return revision, *answer
-
-    @staticmethod
-    def _answer(
-        revision: int,
-        query: str,
-        mode: str,
-        hits: Sequence[tuple[RegisteredTool, float, str]],
-        warnings: Sequence[str],
-    ) -> SearchResult:
-        """A ``SearchResult`` from (tool, score, match) best first."""
-        from ..models import SearchHit, SearchResult
-
-        built = [
-            construct(
-                SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
-            )
-            for rank, (tool, score, match) in enumerate(hits, 1)
-        ]
-        values = {"revision": revision, "query": query, "mode": mode, "hits": built}
-        return construct(SearchResult, {**values, "warnings": list(warnings)})
+        return Ranking(revision, query, mode, *answer)
 
     def _tools(
         self, conn: sqlite3.Connection, ids: list[int], revision: int

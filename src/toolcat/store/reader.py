@@ -235,19 +235,10 @@ def rows_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[Any,
 
 
 def find_tools(
-    conn: sqlite3.Connection,
-    name: str,
-    *,
-    toolkit: str | None = None,
-    active_only: bool = True,
-    nocase: bool = False,
-    filters: Filters | None = None,
+    conn: sqlite3.Connection, name: str, **where: Any
 ) -> list[tuple[int, RegisteredTool]]:
-    """Tools called ``name`` (optionally in ``toolkit``), with their row ids."""
-    rows = find_rows(
-        conn, name, toolkit=toolkit, active_only=active_only, nocase=nocase, filters=filters
-    )
-    return [(row[0], row_to_tool(row)) for row in rows]
+    """Tools called ``name``, with their row ids (``where``: ``find_rows``'s keywords)."""
+    return [(row[0], row_to_tool(row)) for row in find_rows(conn, name, **where)]
 
 
 def find_rows(
