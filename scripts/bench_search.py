@@ -3,8 +3,10 @@
 - Query latency in a serving process (a fresh process that opens the catalog and answers
   queries, as the MCP server does: ONNX query encoder, no torch), warm (matrix, postings
   index and ONNX session loaded; query cache cleared), for ``embedding``, ``hybrid`` and
-  ``bm25`` at 10k and 100k tools, and that process's peak RSS; once with fp32 queries
-  (``TOOLCAT_ONNX_INT8=0``) and once with the int8 query graph, in the same run.
+  ``bm25`` at 10k and 100k tools, hybrid for 8-word and repeated queries (vectors from the
+  query cache), hybrid throughput with 1, 2 and 4 concurrent callers, and that process's
+  peak RSS; once with fp32 queries (``TOOLCAT_ONNX_INT8=0``) and once with the int8 query
+  graph, in the same run, each beside ``--baseline-src``'s serving process when given.
 - Cold one-shot ``toolcat search Q`` (hybrid) beside cold ``toolcat list --json`` on the same
   catalog, and ``python -c pass``.
 - In-process latency (torch loaded, as right after a reindex) for ``embedding`` and
@@ -145,7 +147,7 @@ def encode_only(queries: list[str]) -> dict[str, Any]:
 
 
 SERVE = """
-import json, statistics, sys, time
+import json, os, statistics, sys, threading, time
 from toolcat import Catalog
 from toolcat.search.embeddings import embedder
 db, queries = sys.argv[1], json.loads(sys.argv[2])
@@ -154,17 +156,53 @@ for q in queries[:20]:
     catalog.search(q, mode="hybrid")
     catalog.search(q, mode="bm25")
 catalog._search.postings.wait()  # the in-memory BM25 index builds in the background
-out = {}
-for mode in ("hybrid", "embedding", "bm25"):
-    embedder("all-MiniLM-L6-v2")._queries.clear()
+encoder = embedder("all-MiniLM-L6-v2")
+out = {"load_1min": round(os.getloadavg()[0], 2), "graph": encoder.query_encoder().graph}
+
+def p50(samples):
+    return round(statistics.median(samples) * 1000, 3)
+
+def loop(qs, mode, clear=True):
+    if clear:
+        encoder._queries.clear()
     samples = []
-    for q in queries:
+    for q in qs:
         start = time.perf_counter()
         catalog.search(q, mode=mode, k=10)
         samples.append(time.perf_counter() - start)
     samples.sort()
-    out[mode] = {"p50_ms": round(statistics.median(samples) * 1000, 3),
-                 "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
+    return {"p50_ms": p50(samples), "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
+
+for mode in ("hybrid", "embedding", "bm25"):
+    out[mode] = loop(queries, mode)
+out["hybrid_8_words"] = loop([" ".join(q.split()[:8]) for q in queries], "hybrid")
+# The same queries again: their vectors come from the process's query cache.
+out["hybrid_repeated"] = loop(queries, "hybrid", clear=False)
+# Concurrent callers, each on its own Catalog as the MCP server's readers are: throughput.
+readers = [Catalog(db) for _ in range(4)]
+for reader in readers:
+    reader.search(queries[0], mode="hybrid")
+    reader.search(queries[1], mode="hybrid")
+    reader._search.postings.wait()
+for callers in (1, 2, 4):
+    encoder._queries.clear()
+    latencies = []
+    def work(reader, qs):
+        for q in qs:
+            start = time.perf_counter()
+            reader.search(q, mode="hybrid", k=10)
+            latencies.append(time.perf_counter() - start)
+    threads = [threading.Thread(target=work, args=(readers[i], queries[i::callers]))
+               for i in range(callers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out[f"hybrid_{callers}_callers"] = {
+        "queries_per_s": round(len(queries) / (time.perf_counter() - start), 1),
+        "p50_ms": p50(latencies),
+    }
 # VmHWM, not ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this
 # script's, with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
@@ -176,16 +214,22 @@ print(json.dumps(out))
 """
 
 
-def serving(db: Path, queries: list[str], int8: bool = True) -> dict[str, Any]:
-    """Warm latencies and peak RSS of a fresh serving process (no torch)."""
+def serving(
+    db: Path, queries: list[str], int8: bool = True, src: Path | None = None
+) -> dict[str, Any]:
+    """Warm latencies, throughput with concurrent callers and peak RSS of a fresh serving
+    process (no torch); ``src``: another checkout's ``src`` to run instead of this one."""
     import os
 
+    env = {**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     out = subprocess.run(
         [sys.executable, "-c", SERVE, str(db), json.dumps(queries)],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"},
+        env=env,
     ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -341,7 +385,8 @@ def main() -> None:
     parser.add_argument(
         "--baseline-src",
         type=Path,
-        help="Another checkout's src folder: its cold list and hybrid search run beside.",
+        help="Another checkout's src folder: its cold list and hybrid search, and its "
+        "serving process, run beside this one's.",
     )
     args = parser.parse_args()
     if args.cold_only:
@@ -371,6 +416,15 @@ def main() -> None:
             for int8 in (False, True):
                 label = "int8" if int8 else "fp32"
                 result[f"serving_{label}"] = serving(db, sample, int8)
+                if args.baseline_src:
+                    base = serving(db, sample, int8, args.baseline_src)
+                    result[f"baseline_serving_{label}"] = base
+                    result[f"serving_{label}_over_baseline"] = {
+                        name: round(
+                            result[f"serving_{label}"][name]["p50_ms"] / base[name]["p50_ms"], 3
+                        )
+                        for name in ("hybrid", "hybrid_8_words", "hybrid_repeated", "embedding")
+                    }
                 query_precision(int8)
                 result[f"embedding_{label}"] = timed(catalog, sample, "embedding")
                 result[f"hybrid_{label}"] = timed(catalog, sample, "hybrid")
