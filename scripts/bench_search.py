@@ -10,7 +10,8 @@
 - Cold one-shot ``toolcat search Q`` (hybrid) beside cold ``toolcat list --json`` on the same
   catalog, and ``python -c pass``.
 - In-process latency (torch loaded, as right after a reindex) for ``embedding`` and
-  ``hybrid``, fp32 and int8 queries; query encoding alone with torch, the fp32 graph and
+  ``hybrid``, fp32 and int8 queries; hybrid with the query encoder's threads against one
+  thread, alternated query by query; query encoding alone with torch, the fp32 graph and
   the int8 graph, interleaved. The tools are the seeded workload of bench_catalog.py; every distinct
   text is embedded for real once, and numbered variants of a tool reuse its vector (the
   matrix size is what query time depends on, and embedding 100k texts takes most of an hour
@@ -114,6 +115,46 @@ def query_precision(int8: bool) -> None:
         encoder._queries.clear()
 
 
+def encoder_threads(catalog: Catalog, queries: list[str]) -> dict[str, Any]:
+    """Whole hybrid searches (query cache cleared) with the query encoder this process
+    would use (``query_threads()`` threads, spinning off) against one thread as before
+    (spinning, one run at a time), alternated query by query; fp32 and int8."""
+    import os
+
+    from toolcat.search import embeddings, onnx_encoder
+
+    encoder = embedder(DEFAULT_MODEL)
+    folder = onnx_encoder.export_dir(DEFAULT_MODEL, embeddings.model_location(DEFAULT_MODEL))
+    out: dict[str, Any] = {"threads": embeddings.query_threads()}
+    for int8 in (False, True):
+        query_precision(int8)
+        ways = {
+            "default": encoder.query_encoder(),
+            "one_thread": onnx_encoder.OnnxEncoder(folder, threads=1, int8=int8),
+        }
+        for label, texts in (
+            ("whole", queries),
+            ("8_words", [" ".join(q.split()[:8]) for q in queries]),
+        ):
+            samples: dict[str, list[float]] = {name: [] for name in ways}
+            for query in texts:
+                for name, fast in ways.items():
+                    with encoder._lock:
+                        encoder._onnx, encoder._onnx_checked = fast, True
+                        encoder._queries.clear()
+                    start = time.perf_counter()
+                    catalog.search(query, mode="hybrid", k=10)
+                    samples[name].append(time.perf_counter() - start)
+            found: dict[str, Any] = {name: percentiles(s) for name, s in samples.items()}
+            found["default_over_one_thread"] = round(
+                found["default"]["p50_ms"] / found["one_thread"]["p50_ms"], 3
+            )
+            out[f"{'int8' if int8 else 'fp32'}_{label}"] = found
+    out["load_1min"] = round(os.getloadavg()[0], 2)
+    query_precision(False)
+    return out
+
+
 def encode_only(queries: list[str]) -> dict[str, Any]:
     """One query at a time: sentence-transformers (torch), the ONNX export's fp32 graph and
     its int8 graph (queries interleaved, so load hits them alike)."""
@@ -175,9 +216,9 @@ def loop(qs, mode, clear=True):
 
 for mode in ("hybrid", "embedding", "bm25"):
     out[mode] = loop(queries, mode)
+    if mode == "hybrid":  # the same queries again: their vectors from the query cache
+        out["hybrid_repeated"] = loop(queries, "hybrid", clear=False)
 out["hybrid_8_words"] = loop([" ".join(q.split()[:8]) for q in queries], "hybrid")
-# The same queries again: their vectors come from the process's query cache.
-out["hybrid_repeated"] = loop(queries, "hybrid", clear=False)
 # Concurrent callers, each on its own Catalog as the MCP server's readers are: throughput.
 readers = [Catalog(db) for _ in range(4)]
 for reader in readers:
@@ -412,6 +453,7 @@ def main() -> None:
                 continue
             short = [" ".join(q.split()[:8]) for q in sample]
             result["encode_query_only"] = encode_only(sample)
+            result["hybrid_encoder_threads"] = encoder_threads(catalog, sample)
             # fp32 queries (TOOLCAT_ONNX_INT8=0) and int8 ones, alternated in one run.
             for int8 in (False, True):
                 label = "int8" if int8 else "fp32"
