@@ -23,6 +23,7 @@
 
     python scripts/bench_search.py [--sizes 10000 100000] [--reindex-tools 2000]
         [--cold-sizes 1000 10000] [--cold-only] [--cold-runs 7] [--baseline-src ../main/src]
+        [--serving-rounds 3]
 """
 
 from __future__ import annotations
@@ -276,6 +277,24 @@ def serving(
     return result
 
 
+def median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Serving results of several rounds: each timing the median of the rounds' (and the
+    rounds' own figures and loads beside)."""
+    out = dict(runs[0])
+    for name, value in runs[0].items():
+        if isinstance(value, dict):
+            out[name] = {
+                key: round(statistics.median(run[name][key] for run in runs), 3) for key in value
+            }
+    out["load_1min"] = [run["load_1min"] for run in runs]
+    out["rounds"] = {
+        name: [run[name].get("p50_ms", run[name].get("queries_per_s")) for run in runs]
+        for name, value in runs[0].items()
+        if isinstance(value, dict)
+    }
+    return out
+
+
 def cold(db: Path, query: str, runs: int = 7, baseline: Path | None = None) -> dict[str, Any]:
     """Cold one-shot commands, interleaved so load hits them alike; ratios to list.
 
@@ -419,6 +438,12 @@ def main() -> None:
     parser.add_argument("--cold-sizes", type=int, nargs="*", default=[1000, 10_000])
     parser.add_argument("--cold-runs", type=int, default=7, help="Interleaved rounds.")
     parser.add_argument(
+        "--serving-rounds",
+        type=int,
+        default=1,
+        help="Serving processes per precision (alternated with --baseline-src's): medians.",
+    )
+    parser.add_argument(
         "--cold-only",
         action="store_true",
         help="Only the cold one-shot commands, at --cold-sizes (no reindex, no serving).",
@@ -457,10 +482,14 @@ def main() -> None:
             # fp32 queries (TOOLCAT_ONNX_INT8=0) and int8 ones, alternated in one run.
             for int8 in (False, True):
                 label = "int8" if int8 else "fp32"
-                result[f"serving_{label}"] = serving(db, sample, int8)
+                runs: dict[str, list[dict[str, Any]]] = {"": [], "baseline_": []}
+                for _ in range(args.serving_rounds):  # alternated with the baseline's
+                    runs[""].append(serving(db, sample, int8))
+                    if args.baseline_src:
+                        runs["baseline_"].append(serving(db, sample, int8, args.baseline_src))
+                result[f"serving_{label}"] = median_runs(runs[""])
                 if args.baseline_src:
-                    base = serving(db, sample, int8, args.baseline_src)
-                    result[f"baseline_serving_{label}"] = base
+                    base = result[f"baseline_serving_{label}"] = median_runs(runs["baseline_"])
                     result[f"serving_{label}_over_baseline"] = {
                         name: round(
                             result[f"serving_{label}"][name]["p50_ms"] / base[name]["p50_ms"], 3

@@ -386,6 +386,9 @@ def test_concurrent_queries_get_the_vectors_of_queries_one_at_a_time(exported: P
         w.join()
     together = np.vstack([got[i] for i in range(len(queries))])
     assert np.abs(together - alone).max() < 1e-6
+    # Two threads split the work, not the sums: the vectors of one thread (measured: equal).
+    one = onnx_encoder.OnnxEncoder(exported, threads=1, int8=fast.graph == "int8")
+    assert np.abs(np.vstack([one.encode([q]) for q in queries]) - alone).max() < 1e-6
 
 
 def test_query_cache_forgets_the_least_recently_asked(
