@@ -220,6 +220,12 @@ for mode in ("hybrid", "embedding", "bm25"):
     if mode == "hybrid":  # the same queries again: their vectors from the query cache
         out["hybrid_repeated"] = loop(queries, "hybrid", clear=False)
 out["hybrid_8_words"] = loop([" ".join(q.split()[:8]) for q in queries], "hybrid")
+# Read before the readers below (each holds its own index and matrix). VmHWM, not
+# ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this script's,
+# with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+out["rss_mb"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
+out["peak_rss_mb"] = round(int(status["VmHWM"].split()[0]) / 1024, 1)
 # Concurrent callers, each on its own Catalog as the MCP server's readers are: throughput.
 readers = [Catalog(db) for _ in range(4)]
 for reader in readers:
@@ -245,11 +251,6 @@ for callers in (1, 2, 4):
         "queries_per_s": round(len(queries) / (time.perf_counter() - start), 1),
         "p50_ms": p50(latencies),
     }
-# VmHWM, not ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this
-# script's, with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
-status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
-out["rss_mb"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
-out["peak_rss_mb"] = round(int(status["VmHWM"].split()[0]) / 1024, 1)
 out["torch_loaded"] = "torch" in sys.modules
 out["warnings"] = catalog.search(queries[0], mode="hybrid").warnings
 print(json.dumps(out))
