@@ -3,12 +3,15 @@
 - Query latency in a serving process (a fresh process that opens the catalog and answers
   queries, as the MCP server does: ONNX query encoder, no torch), warm (matrix, postings
   index and ONNX session loaded; query cache cleared), for ``embedding``, ``hybrid`` and
-  ``bm25`` at 10k and 100k tools, and that process's peak RSS; once with fp32 queries
-  (``TOOLCAT_ONNX_INT8=0``) and once with the int8 query graph, in the same run.
+  ``bm25`` at 10k and 100k tools, hybrid for 8-word and repeated queries (vectors from the
+  query cache), hybrid throughput with 1, 2 and 4 concurrent callers, and that process's
+  peak RSS; once with fp32 queries (``TOOLCAT_ONNX_INT8=0``) and once with the int8 query
+  graph, in the same run, each beside ``--baseline-src``'s serving process when given.
 - Cold one-shot ``toolcat search Q`` (hybrid) beside cold ``toolcat list --json`` on the same
   catalog, and ``python -c pass``.
 - In-process latency (torch loaded, as right after a reindex) for ``embedding`` and
-  ``hybrid``, fp32 and int8 queries; query encoding alone with torch, the fp32 graph and
+  ``hybrid``, fp32 and int8 queries; hybrid with the query encoder's threads against one
+  thread, alternated query by query; query encoding alone with torch, the fp32 graph and
   the int8 graph, interleaved. The tools are the seeded workload of bench_catalog.py; every distinct
   text is embedded for real once, and numbered variants of a tool reuse its vector (the
   matrix size is what query time depends on, and embedding 100k texts takes most of an hour
@@ -20,6 +23,7 @@
 
     python scripts/bench_search.py [--sizes 10000 100000] [--reindex-tools 2000]
         [--cold-sizes 1000 10000] [--cold-only] [--cold-runs 7] [--baseline-src ../main/src]
+        [--serving-rounds 3]
 """
 
 from __future__ import annotations
@@ -112,6 +116,46 @@ def query_precision(int8: bool) -> None:
         encoder._queries.clear()
 
 
+def encoder_threads(catalog: Catalog, queries: list[str]) -> dict[str, Any]:
+    """Whole hybrid searches (query cache cleared) with the query encoder this process
+    would use (``query_threads()`` threads, spinning off) against one thread as before
+    (spinning, one run at a time), alternated query by query; fp32 and int8."""
+    import os
+
+    from toolcat.search import embeddings, onnx_encoder
+
+    encoder = embedder(DEFAULT_MODEL)
+    folder = onnx_encoder.export_dir(DEFAULT_MODEL, embeddings.model_location(DEFAULT_MODEL))
+    out: dict[str, Any] = {"threads": embeddings.query_threads()}
+    for int8 in (False, True):
+        query_precision(int8)
+        ways = {
+            "default": encoder.query_encoder(),
+            "one_thread": onnx_encoder.OnnxEncoder(folder, threads=1, int8=int8),
+        }
+        for label, texts in (
+            ("whole", queries),
+            ("8_words", [" ".join(q.split()[:8]) for q in queries]),
+        ):
+            samples: dict[str, list[float]] = {name: [] for name in ways}
+            for query in texts:
+                for name, fast in ways.items():
+                    with encoder._lock:
+                        encoder._onnx, encoder._onnx_checked = fast, True
+                        encoder._queries.clear()
+                    start = time.perf_counter()
+                    catalog.search(query, mode="hybrid", k=10)
+                    samples[name].append(time.perf_counter() - start)
+            found: dict[str, Any] = {name: percentiles(s) for name, s in samples.items()}
+            found["default_over_one_thread"] = round(
+                found["default"]["p50_ms"] / found["one_thread"]["p50_ms"], 3
+            )
+            out[f"{'int8' if int8 else 'fp32'}_{label}"] = found
+    out["load_1min"] = round(os.getloadavg()[0], 2)
+    query_precision(False)
+    return out
+
+
 def encode_only(queries: list[str]) -> dict[str, Any]:
     """One query at a time: sentence-transformers (torch), the ONNX export's fp32 graph and
     its int8 graph (queries interleaved, so load hits them alike)."""
@@ -145,7 +189,7 @@ def encode_only(queries: list[str]) -> dict[str, Any]:
 
 
 SERVE = """
-import json, statistics, sys, time
+import json, os, statistics, sys, threading, time
 from toolcat import Catalog
 from toolcat.search.embeddings import embedder
 db, queries = sys.argv[1], json.loads(sys.argv[2])
@@ -154,41 +198,102 @@ for q in queries[:20]:
     catalog.search(q, mode="hybrid")
     catalog.search(q, mode="bm25")
 catalog._search.postings.wait()  # the in-memory BM25 index builds in the background
-out = {}
-for mode in ("hybrid", "embedding", "bm25"):
-    embedder("all-MiniLM-L6-v2")._queries.clear()
+encoder = embedder("all-MiniLM-L6-v2")
+out = {"load_1min": round(os.getloadavg()[0], 2), "graph": encoder.query_encoder().graph}
+
+def p50(samples):
+    return round(statistics.median(samples) * 1000, 3)
+
+def loop(qs, mode, clear=True):
+    if clear:
+        encoder._queries.clear()
     samples = []
-    for q in queries:
+    for q in qs:
         start = time.perf_counter()
         catalog.search(q, mode=mode, k=10)
         samples.append(time.perf_counter() - start)
     samples.sort()
-    out[mode] = {"p50_ms": round(statistics.median(samples) * 1000, 3),
-                 "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
-# VmHWM, not ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this
-# script's, with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
+    return {"p50_ms": p50(samples), "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
+
+for mode in ("hybrid", "embedding", "bm25"):
+    out[mode] = loop(queries, mode)
+    if mode == "hybrid":  # the same queries again: their vectors from the query cache
+        out["hybrid_repeated"] = loop(queries, "hybrid", clear=False)
+out["hybrid_8_words"] = loop([" ".join(q.split()[:8]) for q in queries], "hybrid")
+# Read before the readers below (each holds its own index and matrix). VmHWM, not
+# ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this script's,
+# with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
 out["rss_mb"] = round(int(status["VmRSS"].split()[0]) / 1024, 1)
 out["peak_rss_mb"] = round(int(status["VmHWM"].split()[0]) / 1024, 1)
+# Concurrent callers, each on its own Catalog as the MCP server's readers are: throughput.
+readers = [Catalog(db) for _ in range(4)]
+for reader in readers:
+    reader.search(queries[0], mode="hybrid")
+    reader.search(queries[1], mode="hybrid")
+    reader._search.postings.wait()
+for callers in (1, 2, 4):
+    encoder._queries.clear()
+    latencies = []
+    def work(reader, qs):
+        for q in qs:
+            start = time.perf_counter()
+            reader.search(q, mode="hybrid", k=10)
+            latencies.append(time.perf_counter() - start)
+    threads = [threading.Thread(target=work, args=(readers[i], queries[i::callers]))
+               for i in range(callers)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out[f"hybrid_{callers}_callers"] = {
+        "queries_per_s": round(len(queries) / (time.perf_counter() - start), 1),
+        "p50_ms": p50(latencies),
+    }
 out["torch_loaded"] = "torch" in sys.modules
 out["warnings"] = catalog.search(queries[0], mode="hybrid").warnings
 print(json.dumps(out))
 """
 
 
-def serving(db: Path, queries: list[str], int8: bool = True) -> dict[str, Any]:
-    """Warm latencies and peak RSS of a fresh serving process (no torch)."""
+def serving(
+    db: Path, queries: list[str], int8: bool = True, src: Path | None = None
+) -> dict[str, Any]:
+    """Warm latencies, throughput with concurrent callers and peak RSS of a fresh serving
+    process (no torch); ``src``: another checkout's ``src`` to run instead of this one."""
     import os
 
+    env = {**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"}
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     out = subprocess.run(
         [sys.executable, "-c", SERVE, str(db), json.dumps(queries)],
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"},
+        env=env,
     ).stdout
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return result
+
+
+def median_runs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Serving results of several rounds: each timing the median of the rounds' (and the
+    rounds' own figures and loads beside)."""
+    out = dict(runs[0])
+    for name, value in runs[0].items():
+        if isinstance(value, dict):
+            out[name] = {
+                key: round(statistics.median(run[name][key] for run in runs), 3) for key in value
+            }
+    out["load_1min"] = [run["load_1min"] for run in runs]
+    out["rounds"] = {
+        name: [run[name].get("p50_ms", run[name].get("queries_per_s")) for run in runs]
+        for name, value in runs[0].items()
+        if isinstance(value, dict)
+    }
+    return out
 
 
 def cold(db: Path, query: str, runs: int = 7, baseline: Path | None = None) -> dict[str, Any]:
@@ -334,6 +439,12 @@ def main() -> None:
     parser.add_argument("--cold-sizes", type=int, nargs="*", default=[1000, 10_000])
     parser.add_argument("--cold-runs", type=int, default=7, help="Interleaved rounds.")
     parser.add_argument(
+        "--serving-rounds",
+        type=int,
+        default=1,
+        help="Serving processes per precision (alternated with --baseline-src's): medians.",
+    )
+    parser.add_argument(
         "--cold-only",
         action="store_true",
         help="Only the cold one-shot commands, at --cold-sizes (no reindex, no serving).",
@@ -341,7 +452,8 @@ def main() -> None:
     parser.add_argument(
         "--baseline-src",
         type=Path,
-        help="Another checkout's src folder: its cold list and hybrid search run beside.",
+        help="Another checkout's src folder: its cold list and hybrid search, and its "
+        "serving process, run beside this one's.",
     )
     args = parser.parse_args()
     if args.cold_only:
@@ -367,10 +479,24 @@ def main() -> None:
                 continue
             short = [" ".join(q.split()[:8]) for q in sample]
             result["encode_query_only"] = encode_only(sample)
+            result["hybrid_encoder_threads"] = encoder_threads(catalog, sample)
             # fp32 queries (TOOLCAT_ONNX_INT8=0) and int8 ones, alternated in one run.
             for int8 in (False, True):
                 label = "int8" if int8 else "fp32"
-                result[f"serving_{label}"] = serving(db, sample, int8)
+                runs: dict[str, list[dict[str, Any]]] = {"": [], "baseline_": []}
+                for _ in range(args.serving_rounds):  # alternated with the baseline's
+                    runs[""].append(serving(db, sample, int8))
+                    if args.baseline_src:
+                        runs["baseline_"].append(serving(db, sample, int8, args.baseline_src))
+                result[f"serving_{label}"] = median_runs(runs[""])
+                if args.baseline_src:
+                    base = result[f"baseline_serving_{label}"] = median_runs(runs["baseline_"])
+                    result[f"serving_{label}_over_baseline"] = {
+                        name: round(
+                            result[f"serving_{label}"][name]["p50_ms"] / base[name]["p50_ms"], 3
+                        )
+                        for name in ("hybrid", "hybrid_8_words", "hybrid_repeated", "embedding")
+                    }
                 query_precision(int8)
                 result[f"embedding_{label}"] = timed(catalog, sample, "embedding")
                 result[f"hybrid_{label}"] = timed(catalog, sample, "hybrid")

@@ -329,3 +329,76 @@ def embedder_model() -> object:
 
 
 _FIRST = embedder(DEFAULT_MODEL)
+
+
+def test_query_encoder_threads_in_long_lived_and_one_shot_processes(
+    exported: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def config(encoder: onnx_encoder.OnnxEncoder | None) -> tuple[int, str, str]:
+        assert encoder is not None
+        options = encoder.session.get_session_options()
+        try:
+            spin = options.get_session_config_entry("session.intra_op.allow_spinning")
+        except RuntimeError:  # not set: onnxruntime's default, spinning
+            spin = "default"
+        return options.intra_op_num_threads, spin, encoder.graph
+
+    monkeypatch.delenv("TOOLCAT_ONNX_INT8", raising=False)
+    graph = "int8" if embeddings.INT8_QUERIES else "optimised"
+    # A serving process: two threads that sleep when idle instead of spinning.
+    monkeypatch.setattr(embeddings.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    assert config(Embedder(DEFAULT_MODEL).query_encoder()) == (2, "0", graph)
+    # ... no more threads than the cores it may use,
+    monkeypatch.setattr(embeddings.os, "sched_getaffinity", lambda _: {3})
+    assert config(Embedder(DEFAULT_MODEL).query_encoder()) == (1, "0", graph)
+    # ... and one thread in a one-shot process.
+    monkeypatch.setattr(embeddings.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
+    monkeypatch.setattr(embeddings, "_one_shot", True)
+    assert config(Embedder(DEFAULT_MODEL).query_encoder())[0] == 1
+    # Reindex batches keep every core and onnxruntime's spinning pool.
+    monkeypatch.setattr(embeddings, "_one_shot", False)
+    threads, spin, _ = config(Embedder(DEFAULT_MODEL).document_encoder())
+    assert (threads, spin) == (0, "default")
+
+
+def test_concurrent_queries_get_the_vectors_of_queries_one_at_a_time(exported: Path) -> None:
+    import threading
+
+    import numpy as np
+
+    queries = benchmark_queries(60)
+    shared = Embedder(DEFAULT_MODEL)
+    fast = shared.query_encoder()
+    assert fast is not None
+    alone = np.vstack([fast.encode([q]) for q in queries])
+    got: dict[int, np.ndarray] = {}
+    start = threading.Barrier(4)
+
+    def ask(worker: int) -> None:
+        start.wait()
+        for i in range(worker, len(queries), 4):  # one session run per query, at once
+            got[i] = fast.encode([queries[i]])[0]
+
+    workers = [threading.Thread(target=ask, args=(w,)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    together = np.vstack([got[i] for i in range(len(queries))])
+    assert np.abs(together - alone).max() < 1e-6
+    # Two threads split the work, not the sums: the vectors of one thread (measured: equal).
+    one = onnx_encoder.OnnxEncoder(exported, threads=1, int8=fast.graph == "int8")
+    assert np.abs(np.vstack([one.encode([q]) for q in queries]) - alone).max() < 1e-6
+
+
+def test_query_cache_forgets_the_least_recently_asked(
+    exported: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embeddings, "QUERY_CACHE_SIZE", 2)
+    model = Embedder(DEFAULT_MODEL)
+    first = model.encode_query("send an email to my boss")
+    model.encode_query("weather in Paris tomorrow")
+    again = model.encode_query("send an email to my boss")  # asked again: kept
+    assert again is first
+    model.encode_query("convert 10 euros to dollars")
+    assert list(model._queries) == ["send an email to my boss", "convert 10 euros to dollars"]
