@@ -106,8 +106,9 @@ _one_shot = False
 
 
 # onnxruntime threads for one query in a long-lived process, idle threads sleeping instead
-# of spinning: a single query 0.77x the time of one thread, and 2-4 concurrent callers lose
-# under 5% of their throughput (README "Embedding and hybrid speed").
+# of spinning: a long query takes 0.79x the time of one thread when a core is free, and 2-4
+# concurrent callers lost 4-5% against one thread each in most rounds measured (README
+# "Embedding and hybrid speed").
 QUERY_THREADS = 2
 
 
