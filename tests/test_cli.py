@@ -341,7 +341,7 @@ def test_a_one_shot_search_process_limits_blas_threads_and_freezes_its_objects(
     assert state["frozen"] > 1000
     assert state["collecting"] is True
     assert state["one_shot"] is True  # query encoding tuned for one search
-    assert state["models"] is False  # plain data: pydantic is a fifth of a one-shot search
+    assert state["models"] is False  # plain data, no pydantic
 
 
 def test_searching_through_cli_main_leaves_the_process_as_it_was(db: Path) -> None:

@@ -462,7 +462,8 @@ def search(
 
         one_shot()
     try:
-        # Plain data, no models: pydantic is a fifth of a one-shot search.
+        # Plain data, no models: pydantic was a fifth of a one-shot hybrid search, half of a
+        # BM25 one (README, "Speed: one-shot search").
         result = open_catalog(ctx).search_summaries(
             query, mode=mode, k=k, tags=tags, toolkit=toolkit, include_deferred=not no_deferred
         )

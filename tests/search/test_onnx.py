@@ -148,7 +148,7 @@ def test_fresh_process_hybrid_search_imports_no_torch(
     ).stdout
     mode, warnings, ids, modules = json.loads(out.strip().splitlines()[-1])
     assert (mode, warnings, ids[0]) == ("hybrid", [], "files.delete_file")
-    # `toolcat search` builds no models: pydantic is a fifth of its one-shot time.
+    # `toolcat search` builds no models: pydantic was a fifth of its one-shot time.
     assert ("pydantic" in modules) == (face == "api")
     heavy = {"torch", "sentence_transformers", "transformers", "mcp"}
     assert heavy.isdisjoint(m.split(".")[0] for m in modules)

@@ -155,9 +155,10 @@ class SearchEngine:
 
     @staticmethod
     def summaries(conn: sqlite3.Connection, ranking: Ranking) -> dict[str, Any]:
-        """A ranking as plain data, built without models (pydantic is not imported: a fifth
-        of a one-shot ``toolcat search``): ``{"revision", "query", "mode", "hits": [{"rank",
-        "score", "match", "tool": RegisteredTool.summary()}], "warnings"}``."""
+        """A ranking as plain data, built without models (pydantic is not imported: it was
+        a fifth of a one-shot hybrid ``toolcat search``): ``{"revision", "query", "mode",
+        "hits": [{"rank", "score", "match", "tool": RegisteredTool.summary()}],
+        "warnings"}``."""
         rows = reader.rows_by_id(conn, [row_id for row_id, _, _ in ranking.ranked])
         found = [(rows[i], score, match) for i, score, match in ranking.ranked if i in rows]
         hits = [
