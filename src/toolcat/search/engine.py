@@ -55,13 +55,17 @@ NAME_CACHE_SIZE = 200_000
 MAX_ADDRESS_CHARS = 130
 
 
+# (row id, score, match) best first.
+Ranked = tuple[tuple[int, float, str], ...]
+
+
 class Ranking(NamedTuple):
     """A search's answer before its tools are read."""
 
     revision: int
     query: str
     mode: str
-    ranked: tuple[tuple[int, float, str], ...]  # (row id, score, match) best first
+    ranked: Ranked
     warnings: tuple[str, ...]
 
 
@@ -88,10 +92,8 @@ class SearchEngine:
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
-        # (query, k) -> ((tool, score, match) best first, warnings), at:
-        self._answers: dict[
-            tuple[str, int], tuple[tuple[tuple[int, float, str], ...], tuple[str, ...]]
-        ] = {}
+        # (query, k) -> (ranked, warnings), at:
+        self._answers: dict[tuple[str, int], tuple[Ranked, tuple[str, ...]]] = {}
         self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
