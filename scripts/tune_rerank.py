@@ -323,16 +323,25 @@ def with_vectors(rankings: Path, vectors: Path, small: Path) -> tuple[Any, Any]:
     return data, raw
 
 
+def fit_and_held_out(
+    data: dict[str, dict[str, list[Row]]], seed: int
+) -> tuple[dict[tuple[str, str], list[Query]], dict[tuple[str, str], list[Row]]]:
+    """Each (setting, source)'s fitting half, prepared, and its held-out half of rows."""
+    train: dict[tuple[str, str], list[Query]] = {}
+    test: dict[tuple[str, str], list[Row]] = {}
+    for setting, sources in data.items():
+        for name, rows in sources.items():
+            first, second = halves(rows, seed, name)
+            train[setting, name] = [prepare(q) for q in first]
+            test[setting, name] = second
+    return train, test
+
+
 def report_signals(args: argparse.Namespace) -> None:
     data, small = with_vectors(Path(args.rankings), Path(args.vectors), Path(args.small))
     small_queries = [prepare(q) for rows in small.values() for q in rows]
-    train: dict[tuple[str, str], list[Query]] = {}
-    test: dict[tuple[str, str], list[Query]] = {}
-    for setting, sources in data.items():
-        for name, rows in sources.items():
-            first, second = halves(rows, args.seed, name)
-            train[setting, name] = [prepare(q) for q in first]
-            test[setting, name] = [prepare(q) for q in second]
+    train, held_out = fit_and_held_out(data, args.seed)
+    test = {key: [prepare(q) for q in rows] for key, rows in held_out.items()}
     names = sorted({name for _, name in train})
     base = list(range(len(FEATURES)))
     extra = {s: len(FEATURES) + i for i, s in enumerate(SIGNALS)}
@@ -372,13 +381,7 @@ def main() -> None:
     data = load(Path(args.rankings))
     small = load(Path(args.small))["own"]
     small_queries = [prepare(q) for rows in small.values() for q in rows]
-    train: dict[tuple[str, str], list[Query]] = {}
-    test: dict[tuple[str, str], list[Row]] = {}
-    for setting, sources in data.items():
-        for name, rows in sources.items():
-            first, second = halves(rows, args.seed, name)
-            train[setting, name] = [prepare(q) for q in first]
-            test[setting, name] = second
+    train, test = fit_and_held_out(data, args.seed)
     names = sorted({name for _, name in train})
 
     def fit_on(keys: Sequence[tuple[str, str]]) -> HybridParams:

@@ -267,3 +267,30 @@ def test_a_call_after_summaries_is_learned_from(tmp_path: Path) -> None:
         first = catalog.search_summaries("erase an old document", mode="bm25")["hits"][0]
         assert catalog.used(first["tool"]["id"])
         assert not catalog.used(first["tool"]["id"])  # recorded once
+
+
+def keys_in_order(value: Any) -> Any:
+    """Every dict's keys in order, nested (what a JSON dump of it would spell out)."""
+    if isinstance(value, dict):
+        return [(key, keys_in_order(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [keys_in_order(item) for item in value]
+    return None
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_built_answers_dump_fields_in_the_models_order(
+    indexed: tuple[Path, list[str]], mode: str
+) -> None:
+    """Hits are built without validation; their dumps (MCP, exports) keep the field order a
+    validated model has."""
+    from toolcat.models import SearchResult
+
+    path, queries = indexed
+    with Catalog(path) as catalog:
+        for query in [queries[0], "files.read_file"]:
+            for _ in range(2):  # ranked, then a kept answer or built hits
+                dumped = catalog.search(query, mode=mode).model_dump()
+                validated = SearchResult.model_validate(dumped).model_dump()
+                assert dumped["hits"]
+                assert keys_in_order(dumped) == keys_in_order(validated)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import itertools
 import sqlite3
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..construct import construct
 from ..errors import EmbeddingError, InvalidQueryError
@@ -55,6 +55,7 @@ NAME_CACHE_SIZE = 200_000
 MAX_ADDRESS_CHARS = 130
 
 
+T = TypeVar("T")
 # (row id, score, match) best first.
 Ranked = tuple[tuple[int, float, str], ...]
 
@@ -67,6 +68,26 @@ class Ranking(NamedTuple):
     mode: str
     ranked: Ranked
     warnings: tuple[str, ...]
+
+
+def _hits(ranking: Ranking, tools: Mapping[int, T]) -> list[tuple[int, float, str, T]]:
+    """(rank, score, match, tool) of each ranked tool that ``tools`` holds (by row id), best
+    first."""
+    found = [(tools[i], score, match) for i, score, match in ranking.ranked if i in tools]
+    return [
+        (rank, round(score, 6), match, tool) for rank, (tool, score, match) in enumerate(found, 1)
+    ]
+
+
+def _answer(ranking: Ranking, hits: list[Any]) -> dict[str, Any]:
+    """A search answer's fields, in ``SearchResult``'s order."""
+    return {
+        "revision": ranking.revision,
+        "query": ranking.query,
+        "mode": ranking.mode,
+        "hits": hits,
+        "warnings": list(ranking.warnings),
+    }
 
 
 @functools.cache
@@ -145,15 +166,11 @@ class SearchEngine:
         from ..models import SearchHit, SearchResult
 
         tools = self._tools(conn, [row_id for row_id, _, _ in ranking.ranked], ranking.revision)
-        found = [(tools[i], score, match) for i, score, match in ranking.ranked if i in tools]
-        hits = [
-            construct(
-                SearchHit, {"rank": rank, "score": round(score, 6), "tool": tool, "match": match}
-            )
-            for rank, (tool, score, match) in enumerate(found, 1)
+        hits = [  # in SearchHit's field order: a constructed model dumps in this order
+            construct(SearchHit, {"rank": rank, "score": score, "tool": tool, "match": match})
+            for rank, score, match, tool in _hits(ranking, tools)
         ]
-        values = {"revision": ranking.revision, "query": ranking.query, "mode": ranking.mode}
-        return construct(SearchResult, {**values, "hits": hits, "warnings": list(ranking.warnings)})
+        return construct(SearchResult, _answer(ranking, hits))
 
     @staticmethod
     def summaries(conn: sqlite3.Connection, ranking: Ranking) -> dict[str, Any]:
@@ -162,18 +179,12 @@ class SearchEngine:
         "hits": [{"rank", "score", "match", "tool": RegisteredTool.summary()}],
         "warnings"}``."""
         rows = reader.rows_by_id(conn, [row_id for row_id, _, _ in ranking.ranked])
-        found = [(rows[i], score, match) for i, score, match in ranking.ranked if i in rows]
+        summaries = {row_id: reader.row_to_summary(row) for row_id, row in rows.items()}
         hits = [
-            {
-                "rank": rank,
-                "score": round(score, 6),
-                "match": match,
-                "tool": reader.row_to_summary(row),
-            }
-            for rank, (row, score, match) in enumerate(found, 1)
+            {"rank": rank, "score": score, "match": match, "tool": tool}
+            for rank, score, match, tool in _hits(ranking, summaries)
         ]
-        values = {"revision": ranking.revision, "query": ranking.query, "mode": ranking.mode}
-        return {**values, "hits": hits, "warnings": list(ranking.warnings)}
+        return _answer(ranking, hits)
 
     def rank(
         self,
