@@ -250,7 +250,7 @@ def gather(
 
     def ranked(text: str, depth: int) -> dict[str, Any]:
         lexical = engine.bm25(conn, text, Filters(), LEXICAL_DEPTH, revision)
-        semantic = engine.vectors.search(conn, vectors[text], Filters(), depth)
+        semantic = engine.vectors.search(vectors[text], depth)
         return {
             "lex": [(keys[i], s) for i, s in lexical],
             "sem": [(keys[i], round(float(s), 5)) for i, s in semantic],

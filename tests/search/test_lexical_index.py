@@ -15,12 +15,14 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from tests.search.test_postings import bench_toolkits, exact_fts5
-from toolcat import Catalog, Tool, Toolkit
+from toolcat import Catalog, Policy, Tool, Toolkit
 from toolcat.search import bm25
 from toolcat.search.engine import POSTINGS_AFTER
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, repeats
 from toolcat.search.postings import PostingsIndex
 from toolcat.search.tokenize import tokenize
+from toolcat.store import reader
+from toolcat.store.reader import Filters
 
 pytest.importorskip("tantivy")
 
@@ -222,8 +224,6 @@ def test_a_tantivy_that_fails_to_build_gives_way_to_the_postings(
 
 
 def test_weights_that_are_not_multiples_still_give_fts5s_scores(catalog: Catalog) -> None:
-    from toolcat.store.reader import Filters
-
     kits, queries = bench_toolkits(600)
     catalog.register(kits)
     weights = (4.0, 2.0, 1.3, 0.5, 0.7)
@@ -295,3 +295,86 @@ def test_a_tantivy_whose_scores_do_not_bound_fts5s_loses_the_certificate(
     monkeypatch.undo()
     assert not index.bounded
     assert index.search(queries[0], 10, bm25.MAX_QUERY_TERMS)  # still answers, fixed depth
+
+
+def tagged_toolkits(limit: int = 1500) -> tuple[list[Toolkit], list[str]]:
+    """bench_toolkits with tags and deferral that filters can pick tools by."""
+    kits, queries = bench_toolkits(limit)
+    retagged = []
+    for kit in kits:
+        tools = []
+        for tool in kit.tools:
+            i = len(tools) + 100 * len(retagged)
+            tags = ["bench", *(["odd"] if i % 2 else []), *(["third"] if i % 3 == 0 else [])]
+            tags += ["rare"] if i % 50 == 7 else []
+            tools.append(tool.model_copy(update={"tags": tags, "defer_loading": i % 4 == 0}))
+        retagged.append(kit.model_copy(update={"tools": tools}))
+    return retagged, queries
+
+
+FILTERS = [
+    Filters(tags=("odd",)),  # half the tools: tantivy asked deeper
+    Filters(tags=("odd", "third")),
+    Filters(tags=("rare",)),  # 2%: every allowed tool scored
+    Filters(toolkit="kit3"),
+    Filters(include_deferred=False),
+    Filters(hide=Policy(deny=("tag:third", "kit1.*"))),
+    Filters(tags=("nowhere",)),
+]
+
+
+@pytest.mark.parametrize("backend", ["tantivy", "postings"])
+def test_filtered_rankings_are_fts5s_filtered_rankings(catalog: Catalog, backend: str) -> None:
+    kits, queries = tagged_toolkits()
+    catalog.register(kits)
+    index: TantivyIndex | PostingsIndex = (
+        TantivyIndex() if backend == "tantivy" else PostingsIndex()
+    )
+    conn = catalog._conn
+    index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    stats = bm25.TermStats()
+    stats.refresh(conn, catalog.revision)
+    compared = 0
+    for filters in FILTERS:
+        allowed = reader.allowed_ids(conn, filters)
+        for query in queries[:50]:
+            for k in (1, 10, 50):
+                expected = bm25.search(conn, query, filters, k, stats, exact_postings=10**12)
+                got = index.rank(index.terms(query, bm25.MAX_QUERY_TERMS), k, allowed)
+                assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
+                if len({round(s, 5) for _, s in expected}) == len(expected):
+                    assert [i for i, _ in got] == [i for i, _ in expected], (filters, query)
+                assert set(i for i, _ in got) <= allowed
+                compared += bool(expected)
+    assert compared >= 700
+    if isinstance(index, TantivyIndex):  # both ways of filtering ran, every answer certified
+        assert index.rounds[-1] and index.rounds[1] and not index.rounds[0]
+
+
+def test_scoped_searches_are_answered_from_the_index_of_their_revision(db_path: Path) -> None:
+    kits, queries = tagged_toolkits(600)
+    with Catalog(db_path) as server, Catalog(db_path) as admin:
+        server.register(kits)
+        first = [server.search(q, mode="bm25", k=5, tags=["odd"]) for q in queries[:30]]
+        index = server._search.postings.index
+        assert isinstance(index, TantivyIndex) and index.revision == server.revision
+        asked = sum(index.rounds.values())
+        again = [server.search(q, mode="bm25", k=5, tags=["odd"]) for q in queries[:30]]
+        assert sum(index.rounds.values()) == asked + 30  # the index answered them
+        assert [[(h.tool.id, h.score) for h in r.hits] for r in again] == [
+            [(h.tool.id, h.score) for h in r.hits] for r in first
+        ]
+        admin.register(
+            Toolkit(
+                name="late",
+                version="1",
+                tags=["odd"],
+                tools=[Tool(name="wipe_file", description="Wipe a file for good")],
+            )
+        )
+        for _ in range(POSTINGS_AFTER + 1):  # FTS5 first, then the new revision's index
+            found = server.search("wipe a file for good", mode="bm25", k=3, tags=["odd"])
+            assert found.hits[0].tool.id == "late.wipe_file"
+        assert server._search.postings.revision == admin.revision
+        third = server.search("wipe a file for good", mode="bm25", k=50, tags=["third"])
+        assert "late.wipe_file" not in [h.tool.id for h in third.hits]

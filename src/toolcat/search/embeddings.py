@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
-from ..store.reader import Filters
 from . import onnx_encoder
 from .tokenize import split_words
 
@@ -42,6 +41,8 @@ MAX_TEXT_CHARS = 2000
 QUERY_CACHE_SIZE = 4096
 # Vectors read from SQLite per fetch when the matrix is loaded.
 VECTOR_CHUNK = 4096
+# Filter masks kept per vector matrix (one per distinct set of filters asked).
+MASK_CACHE_SIZE = 32
 # How much of the catalog file a one-shot search maps to read the vectors (address space).
 ONE_SHOT_MMAP_BYTES = 1 << 30
 
@@ -387,6 +388,9 @@ class VectorIndex:
         # tools are ranked in id order, so ties keep the lower id first.
         self.order: np.ndarray | None = None
         self.ids_in_order: np.ndarray | None = None
+        # allowed row ids -> which of ``ids_in_order`` (else ``ids``) they are, per matrix:
+        # a scoped caller asks with the same filters again and again.
+        self._masks: dict[frozenset[int], np.ndarray] = {}
 
     def refresh(self, conn: sqlite3.Connection, revision: int, model_id: str) -> None:
         """Load the matrix when the revision or model moved. Rows are read in chunks
@@ -464,7 +468,19 @@ class VectorIndex:
         used = count + len(owners)
         # Tools without a vector leave rows unused: keep a view unless that wastes much.
         self.matrix = matrix[:used] if used * 10 >= len(matrix) * 9 else matrix[:used].copy()
+        self._masks = {}
         self.key = (revision, model_id)
+
+    def _mask(self, ids: np.ndarray, allowed: frozenset[int]) -> np.ndarray:
+        mask = self._masks.get(allowed)
+        if mask is None:
+            import numpy as np
+
+            if len(self._masks) >= MASK_CACHE_SIZE:
+                del self._masks[next(iter(self._masks))]  # the oldest first
+            wanted = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
+            mask = self._masks[allowed] = np.isin(ids, wanted)
+        return mask
 
     @property
     def missing(self) -> int:
@@ -472,13 +488,10 @@ class VectorIndex:
         return self.active_tools - self.tool_rows
 
     def search(
-        self,
-        conn: sqlite3.Connection,
-        query_vector: np.ndarray,
-        filters: Filters,
-        k: int,
+        self, query_vector: np.ndarray, k: int, allowed: frozenset[int] | None = None
     ) -> list[tuple[int, float]]:
-        """The ``k`` nearest tools as (row id, cosine similarity), best first."""
+        """The ``k`` nearest tools as (row id, cosine similarity), best first; with
+        ``allowed`` (``reader.allowed_ids``), among those tools only."""
         import numpy as np
 
         if self.ids is None or self.matrix is None or not self.tool_rows:
@@ -497,20 +510,8 @@ class VectorIndex:
         ids = self.ids[: self.tool_rows]
         if self.order is not None and self.ids_in_order is not None:
             scores, ids = scores[: self.tool_rows][self.order], self.ids_in_order
-        if filters.narrows:
-            where, params = filters.sql(active_only=True)
-            allowed = np.fromiter(
-                (
-                    r[0]
-                    for r in conn.execute(
-                        f"SELECT t.id FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
-                        f"WHERE {where}",
-                        params,
-                    )
-                ),
-                dtype=np.int64,
-            )
-            scores = np.where(np.isin(ids, allowed), scores, -np.inf)
+        if allowed is not None:
+            scores = np.where(self._mask(ids, allowed), scores, -np.inf)
         count = min(k, len(scores))
         top = np.argpartition(-scores, count - 1)[:count]
         top = top[np.argsort(-scores[top], kind="stable")]

@@ -49,6 +49,8 @@ HIT_CACHE_SIZE = 4096
 # repeat requests. The revision read at every query drops them when anything changed.
 ANSWER_CACHE_SIZE = 1024
 MAX_CACHED_QUERY_CHARS = 1000
+# Filters whose allowed tools are kept per revision (the oldest forgotten first).
+ALLOWED_CACHE_SIZE = 16
 # Tools whose name weights (hybrid fusion) are kept per revision.
 NAME_CACHE_SIZE = 200_000
 # Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
@@ -118,6 +120,9 @@ class SearchEngine:
         self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
+        # filters' SQL -> the row ids they let through, at:
+        self._allowed_ids: dict[tuple[str, tuple[Any, ...]], frozenset[int]] = {}
+        self._allowed_revision = -1
 
     # -- which model, which mode ----------------------------------------------------------
 
@@ -393,7 +398,7 @@ class SearchEngine:
                 + (" and are found by BM25 only" if mode == "hybrid" else " and cannot be found")
                 + "; run `toolcat reindex` (Catalog.reindex()) to embed them"
             )
-        return self.vectors.search(conn, query_vector, filters, depth)
+        return self.vectors.search(query_vector, depth, self._allowed(conn, revision, filters))
 
     def bm25(
         self,
@@ -407,28 +412,45 @@ class SearchEngine:
         """BM25 alone: (row id, score) best first. ``tokens``: ``text``'s distinct terms,
         when the caller has tokenized it already.
 
-        Unfiltered queries use the in-memory index (search/lexical_index.py: tantivy's
-        candidates scored as FTS5 scores them) once a revision has been asked
-        ``POSTINGS_AFTER`` times and the index is built (in the background from
-        ``BACKGROUND_BUILD_FROM`` tools on); filtered ones, and those before, ask FTS5.
+        Queries use the in-memory index (search/lexical_index.py: tantivy's candidates
+        scored as FTS5 scores them; filters applied as ``reader.allowed_ids``, kept per
+        revision) once a revision has been asked ``POSTINGS_AFTER`` times and the index is
+        built (in the background from ``BACKGROUND_BUILD_FROM`` tools on); those before ask
+        FTS5.
         """
         weights = bm25.DEFAULT_WEIGHTS
         if tokens is None:
             tokens = list(dict.fromkeys(tokenize(text)))
-        if not filters.narrows:
-            index = self._index_asked(conn, revision)
-            if index is not None:
-                useful = bm25.useful_terms(
-                    tokens, index.doc_freq, index.n_docs, bm25.MAX_QUERY_TERMS
-                )
-                return index.rank(useful, k)
+        index = self._index_asked(conn, revision)
+        if index is not None:
+            useful = bm25.useful_terms(tokens, index.doc_freq, index.n_docs, bm25.MAX_QUERY_TERMS)
+            return index.rank(useful, k, self._allowed(conn, revision, filters))
         self.term_stats.refresh(conn, revision)
         return bm25.search(conn, text, filters, k, self.term_stats, weights, tokens=tokens)
+
+    def _allowed(
+        self, conn: sqlite3.Connection, revision: int, filters: Filters
+    ) -> frozenset[int] | None:
+        """The row ids ``filters`` lets through (None: every tool), kept per revision: a
+        scoped caller (the MCP server's teams, a policy's deny rules) filters every query
+        the same way."""
+        if not filters.narrows:
+            return None
+        where, params = filters.sql(active_only=True)
+        key = (where, tuple(params))
+        if revision != self._allowed_revision:
+            self._allowed_ids, self._allowed_revision = {}, revision
+        found = self._allowed_ids.get(key)
+        if found is None:
+            if len(self._allowed_ids) >= ALLOWED_CACHE_SIZE:
+                del self._allowed_ids[next(iter(self._allowed_ids))]  # the oldest first
+            found = self._allowed_ids[key] = reader.allowed_ids(conn, filters)
+        return found
 
     def _index_asked(
         self, conn: sqlite3.Connection, revision: int
     ) -> TantivyIndex | PostingsIndex | None:
-        """The in-memory index of this revision for an unfiltered BM25 query (a kept answer
+        """The in-memory index of this revision for a BM25 query (a kept answer
         counts too): built, or started building, at the ``POSTINGS_AFTER``-th such query."""
         index = self._index(conn, revision)
         if index is None:

@@ -73,6 +73,9 @@ MAX_CANDIDATES = 4096
 UNBOUNDED_CANDIDATES = 30
 # tantivy scores in 32-bit floats: the bound is trusted up to this relative error.
 SLACK = 1e-4
+# Scoring one allowed tool exactly costs about this many of tantivy's candidates (a
+# filtered query scores every allowed tool when that is cheaper than asking tantivy deep).
+SCAN_COST = 3
 COLUMNS = ("name", "hint", "description", "params", "tags")  # of tools_fts
 FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces it
 # Mean tokens per tool in tantivy after padding beyond which the bound is given up (the
@@ -127,7 +130,8 @@ class TantivyIndex:
         # fusion's signals can be read from them.
         self.holds_every_term = False
         self.bounded = False  # tantivy's scores bound FTS5's (weights are multiples)
-        self.rounds: Counter[int] = Counter()  # queries by rounds needed (0: uncertified)
+        # Queries by tantivy rounds needed (0: uncertified; -1: every allowed tool scored).
+        self.rounds: Counter[int] = Counter()
         self._boost: dict[str, float] = {}  # term -> FTS5's IDF / tantivy's
         self._queries: dict[str, Any] = {}  # term -> tantivy term query
         self._row_ids: list[int] = []  # doc id in the one segment -> row id
@@ -274,10 +278,21 @@ class TantivyIndex:
         """The ``k`` best (row id, score), best first (ties by row id)."""
         return self.rank(self.terms(text, max_terms), k)
 
-    def rank(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them)."""
-        if not terms:
+    def rank(
+        self, terms: Sequence[str], k: int, allowed: frozenset[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them); with
+        ``allowed`` (``reader.allowed_ids``), among those tools only."""
+        if not terms or (allowed is not None and not allowed):
             return []
+        bounded = self.bounded
+        depth = k + EXTRA_CANDIDATES if bounded else max(k, UNBOUNDED_CANDIDATES)
+        if allowed is not None:
+            # tantivy knows nothing of the filter: ask deep enough that k allowed tools are
+            # likely among its candidates, unless scoring every allowed tool costs less.
+            if not bounded or len(allowed) * SCAN_COST <= self.n_docs * depth / len(allowed):
+                return self._scan(terms, k, allowed)
+            depth = min(MAX_CANDIDATES, math.ceil(depth * self.n_docs / len(allowed)))
         tantivy = tantivy_module()
         should = tantivy.Occur.Should
         queries = self._queries
@@ -293,8 +308,6 @@ class TantivyIndex:
         query = tantivy.Query.boolean_query(clauses)
         contributions = self.contributions
         wanted = frozenset(terms)
-        bounded = self.bounded
-        depth = k + EXTRA_CANDIDATES if bounded else max(k, UNBOUNDED_CANDIDATES)
         rounds = 0
         while True:
             rounds += 1
@@ -313,6 +326,8 @@ class TantivyIndex:
                 if bounded and len(best) == k and best[0][0] > bound * (1 + SLACK):
                     certified = True
                     break
+                if allowed is not None and doc not in allowed:
+                    continue
                 known = contributions[doc]  # the few query terms the tool has, summed in C
                 entry = (sum(map(known.__getitem__, known.keys() & wanted)), -doc)
                 if len(best) < k:
@@ -322,11 +337,29 @@ class TantivyIndex:
             if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
                 break
             if not bounded or depth >= MAX_CANDIDATES:
+                if allowed is not None:  # few allowed tools match: score them all instead
+                    return self._scan(terms, k, allowed)
                 rounds = 0  # best effort, not certified
                 break
             depth = min(depth * 4, MAX_CANDIDATES)
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
+
+    def _scan(
+        self, terms: Sequence[str], k: int, allowed: frozenset[int]
+    ) -> list[tuple[int, float]]:
+        """Every allowed tool that has a query term, scored exactly: the ``k`` best."""
+        wanted = frozenset(terms)
+        contributions = self.contributions
+        scored: list[tuple[float, int]] = []
+        for doc in allowed:
+            known = contributions.get(doc)
+            if known is not None:
+                held = known.keys() & wanted
+                if held:
+                    scored.append((sum(map(known.__getitem__, held)), -doc))
+        self.rounds[-1] += 1
+        return [(-doc, score) for score, doc in heapq.nlargest(k, scored)]
 
 
 class LexicalIndex:

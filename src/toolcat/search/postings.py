@@ -114,8 +114,12 @@ class PostingsIndex:
         """The ``k`` best (row id, score), best first (ties by row id)."""
         return self.rank(self.terms(text, max_terms), k)
 
-    def rank(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them)."""
+    def rank(
+        self, terms: Sequence[str], k: int, allowed: frozenset[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them); with
+        ``allowed`` (``reader.allowed_ids``), among those tools only (the bounds stay
+        bounds)."""
         terms = sorted(terms, key=lambda t: -self.bound[t])
         if not terms:
             return []
@@ -127,6 +131,8 @@ class PostingsIndex:
         pruned = False
         for i, term in enumerate(terms):
             postings = self.postings[term]
+            if allowed is not None:
+                postings = _within(postings, allowed)
             # The k-th score cannot exceed what the terms taken so far add up to: only
             # when the rest could not reach that is the exact k-th worth computing.
             if len(scores) >= k and remaining[i] < remaining[0] - remaining[i]:
@@ -151,3 +157,10 @@ class PostingsIndex:
                     scores[d] = get(d, 0.0) + w
         best = heapq.nsmallest(k, scores.items(), key=lambda item: (-item[1], item[0]))
         return best
+
+
+def _within(postings: dict[int, float], allowed: frozenset[int]) -> dict[int, float]:
+    """The postings of the allowed tools (walking the shorter of the two)."""
+    if len(allowed) < len(postings):
+        return {d: postings[d] for d in allowed if d in postings}
+    return {d: w for d, w in postings.items() if d in allowed}

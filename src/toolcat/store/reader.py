@@ -122,6 +122,19 @@ def is_active_toolkit(conn: sqlite3.Connection, toolkit_id: int) -> bool:
     return bool(row and row[0])
 
 
+def allowed_ids(conn: sqlite3.Connection, filters: Filters) -> frozenset[int]:
+    """Row ids of the active tools ``filters`` lets through: how search's in-memory
+    indexes (BM25's, the vectors') apply filters that SQL applies elsewhere."""
+    where, params = filters.sql(active_only=True)
+    return frozenset(
+        row[0]
+        for row in conn.execute(
+            f"SELECT t.id FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE {where}",
+            params,
+        )
+    )
+
+
 def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     """Build a ``RegisteredTool`` from a row selected with ``TOOL_COLUMNS``.
 
