@@ -10,6 +10,9 @@ query, interleaved, so a change in the machine's load hits them alike. What each
   ranking with the in-memory index, exact-name check, match signals, building the hits).
   ``search``: the same queries asked again (stems and built hits kept, still ranked);
   ``search_repeated``: and once more (the whole answers kept per revision).
+  ``search_filtered`` / ``search_one_toolkit``: the same queries with a tag that half the
+  tools have / within one toolkit of 50 tools, as a scoped caller asks (filters become the
+  allowed row ids, kept per revision, and the in-memory index ranks within them).
 - ``bm25_core``: the in-memory index alone (search/lexical_index.py) given the query's index
   terms: tantivy's candidates and their exact FTS5 rescoring; ``postings_core``: the
   pure-Python fallback given the same terms.
@@ -413,8 +416,12 @@ def bench_size(
             "search": percentiles(timed(lambda q: catalog.search(q, k=10), qs)),
             # The same queries once more: unfiltered BM25 answers are kept per revision.
             "search_repeated": percentiles(timed(lambda q: catalog.search(q, k=10), qs)),
+            # Filtered: half the tools (a tag), then one toolkit's (as a scoped MCP caller).
             "search_filtered": percentiles(
                 timed(lambda q: catalog.search(q, k=10, tags=["odd"]), qs)
+            ),
+            "search_one_toolkit": percentiles(
+                timed(lambda q: catalog.search(q, k=10, toolkit="kit00001"), qs)
             ),
             **bm25_figures,
             **agreement(

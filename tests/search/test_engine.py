@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from tests.search.test_postings import bench_toolkits
-from toolcat import Catalog, Tool, Toolkit
+from toolcat import Catalog, Policy, Tool, Toolkit
 from toolcat.search import bm25, engine
 from toolcat.search.lexical_index import TantivyIndex
 
@@ -190,6 +190,35 @@ def test_a_change_from_another_connection_is_seen_by_the_next_query(tmp_path: Pa
         gone = server.search(query, mode="bm25", k=3)
         assert gone.revision == admin.revision
         assert all(h.tool.toolkit != "shredder" for h in gone.hits)
+
+
+def test_answers_are_kept_per_filters(tmp_path: Path) -> None:
+    """A scoped caller's kept answer is its scope's: the same request under other filters
+    (tags, a toolkit, deferral, a policy's deny rules) is ranked and kept on its own."""
+    with Catalog(tmp_path / "catalog.db", policy=Policy(deny=["tag:destructive"])) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        asks: list[dict[str, Any]] = [
+            {"include_denied": True},
+            {"include_denied": True, "tags": ["destructive"]},
+            {"include_denied": True, "toolkit": "sqlite"},
+            {"include_denied": True, "include_deferred": False},
+            {},  # the policy hides destructive tools
+        ]
+
+        def answers() -> list[list[str]]:
+            return [
+                [h.tool.id for h in catalog.search("file", mode="bm25", k=5, **ask).hits]
+                for ask in asks
+            ]
+
+        first = answers()
+        assert len({tuple(ids) for ids in first}) == len(asks)
+        assert len(catalog._search._answers) == len(asks)
+        for _ in range(engine.POSTINGS_AFTER):  # kept answers, then the in-memory index
+            assert answers() == first
+        catalog._search._answers.clear()
+        assert answers() == first  # ranked again, from the in-memory index
+        assert "files.delete_file" in first[0] and "files.delete_file" not in first[4]
 
 
 def test_a_caller_that_changes_its_answer_does_not_change_a_kept_one(tmp_path: Path) -> None:

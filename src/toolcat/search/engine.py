@@ -45,7 +45,7 @@ POSTINGS_AFTER = 2
 BACKGROUND_BUILD_FROM = 1000
 # Tools built for hits, kept per revision (the oldest forgotten first past this many).
 HIT_CACHE_SIZE = 4096
-# Unfiltered BM25 answers (queries up to MAX_CACHED_QUERY_CHARS) kept per revision: agents
+# BM25 answers (queries up to MAX_CACHED_QUERY_CHARS, per filters) kept per revision: agents
 # repeat requests. The revision read at every query drops them when anything changed.
 ANSWER_CACHE_SIZE = 1024
 MAX_CACHED_QUERY_CHARS = 1000
@@ -60,6 +60,7 @@ MAX_ADDRESS_CHARS = 130
 T = TypeVar("T")
 # (row id, score, match) best first.
 Ranked = tuple[tuple[int, float, str], ...]
+FilterKey = tuple[str, tuple[Any, ...]] | None
 
 
 class Ranking(NamedTuple):
@@ -79,6 +80,15 @@ def _hits(ranking: Ranking, tools: Mapping[int, T]) -> list[tuple[int, float, st
     return [
         (rank, round(score, 6), match, tool) for rank, (tool, score, match) in enumerate(found, 1)
     ]
+
+
+def _filter_key(filters: Filters) -> FilterKey:
+    """What decides which tools ``filters`` lets through (its SQL), hashable; None when it
+    lets every tool through."""
+    if not filters.narrows:
+        return None
+    where, params = filters.sql(active_only=True)
+    return where, tuple(params)
 
 
 def _answer(ranking: Ranking, hits: list[Any]) -> dict[str, Any]:
@@ -115,13 +125,13 @@ class SearchEngine:
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
         self._hits_revision = -1
-        # (query, k) -> (ranked, warnings), at:
-        self._answers: dict[tuple[str, int], tuple[Ranked, tuple[str, ...]]] = {}
+        # (query, k, filters' key) -> (ranked, warnings), at:
+        self._answers: dict[tuple[str, int, FilterKey], tuple[Ranked, tuple[str, ...]]] = {}
         self._answers_revision = -1
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
         # filters' SQL -> the row ids they let through, at:
-        self._allowed_ids: dict[tuple[str, tuple[Any, ...]], frozenset[int]] = {}
+        self._allowed_ids: dict[FilterKey, frozenset[int]] = {}
         self._allowed_revision = -1
 
     # -- which model, which mode ----------------------------------------------------------
@@ -221,8 +231,8 @@ class SearchEngine:
             )
         revision = reader.revision(conn)
         key = None
-        if mode == "bm25" and not filters.narrows and len(query) <= MAX_CACHED_QUERY_CHARS:
-            key = (query, k)
+        if mode == "bm25" and len(query) <= MAX_CACHED_QUERY_CHARS:
+            key = (query, k, _filter_key(filters))
             if revision != self._answers_revision:
                 self._answers, self._answers_revision = {}, revision
             kept = self._answers.get(key)
@@ -434,10 +444,9 @@ class SearchEngine:
         """The row ids ``filters`` lets through (None: every tool), kept per revision: a
         scoped caller (the MCP server's teams, a policy's deny rules) filters every query
         the same way."""
-        if not filters.narrows:
+        key = _filter_key(filters)
+        if key is None:
             return None
-        where, params = filters.sql(active_only=True)
-        key = (where, tuple(params))
         if revision != self._allowed_revision:
             self._allowed_ids, self._allowed_revision = {}, revision
         found = self._allowed_ids.get(key)
