@@ -4,9 +4,11 @@
   queries, as the MCP server does: ONNX query encoder, no torch), warm (matrix, postings
   index and ONNX session loaded; query cache cleared), for ``embedding``, ``hybrid`` and
   ``bm25`` at 10k and 100k tools, hybrid for 8-word and repeated queries (vectors from the
-  query cache), hybrid throughput with 1, 2 and 4 concurrent callers, and that process's
-  peak RSS; once with fp32 queries (``TOOLCAT_ONNX_INT8=0``) and once with the int8 query
-  graph, in the same run, each beside ``--baseline-src``'s serving process when given.
+  query cache), hybrid and bm25 filtered by a tag half the tools have and hybrid within one
+  toolkit (as a scoped MCP caller asks), hybrid throughput with 1, 2 and 4 concurrent
+  callers, and that process's peak RSS; once with fp32 queries (``TOOLCAT_ONNX_INT8=0``)
+  and once with the int8 query graph, in the same run, each beside ``--baseline-src``'s
+  serving process when given.
 - Cold one-shot ``toolcat search Q`` (hybrid) beside cold ``toolcat list --json`` on the same
   catalog, and ``python -c pass``.
 - In-process latency (torch loaded, as right after a reindex) for ``embedding`` and
@@ -204,13 +206,13 @@ out = {"load_1min": round(os.getloadavg()[0], 2), "graph": encoder.query_encoder
 def p50(samples):
     return round(statistics.median(samples) * 1000, 3)
 
-def loop(qs, mode, clear=True):
+def loop(qs, mode, clear=True, **filters):
     if clear:
         encoder._queries.clear()
     samples = []
     for q in qs:
         start = time.perf_counter()
-        catalog.search(q, mode=mode, k=10)
+        catalog.search(q, mode=mode, k=10, **filters)
         samples.append(time.perf_counter() - start)
     samples.sort()
     return {"p50_ms": p50(samples), "p99_ms": round(samples[int(len(samples) * 0.99)] * 1000, 3)}
@@ -220,6 +222,10 @@ for mode in ("hybrid", "embedding", "bm25"):
     if mode == "hybrid":  # the same queries again: their vectors from the query cache
         out["hybrid_repeated"] = loop(queries, "hybrid", clear=False)
 out["hybrid_8_words"] = loop([" ".join(q.split()[:8]) for q in queries], "hybrid")
+# As a scoped caller asks: a tag half the tools have, one toolkit of 50 tools.
+out["hybrid_tag_filter"] = loop(queries, "hybrid", tags=["odd"])
+out["hybrid_one_toolkit"] = loop(queries, "hybrid", toolkit="kit00001")
+out["bm25_tag_filter"] = loop(queries, "bm25", tags=["odd"])
 # Read before the readers below (each holds its own index and matrix). VmHWM, not
 # ru_maxrss: a child's ru_maxrss keeps the parent's RSS from before exec (this script's,
 # with torch and the catalogs loaded: it read 1.3-1.4 GB for a 0.3 GB process).
