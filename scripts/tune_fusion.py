@@ -155,13 +155,16 @@ def old_rule(q: Row) -> list[int]:
     return [i for i, _ in split.merge(minmax(q, 10), parts, 10)]
 
 
+def recall5(ranking: Sequence[int], q: Row) -> float:
+    """Strict R@5 of one query's ranking (row ids, best first)."""
+    return score_query(ranking, [[g] for g in q["relevant"]])["R@5"]
+
+
 def r5(rule: Rule, rows: Sequence[Row], multi: bool = False) -> float:
     chosen = [q for q in rows if not multi or len(q["relevant"]) >= 2]
     if not chosen:
         return float("nan")
-    return sum(score_query(rule(q), [[g] for g in q["relevant"]])["R@5"] for q in chosen) / len(
-        chosen
-    )
+    return sum(recall5(rule(q), q) for q in chosen) / len(chosen)
 
 
 def small_misses(params: HybridParams, small: dict[str, list[Row]]) -> list[str]:
