@@ -378,3 +378,22 @@ def test_scoped_searches_are_answered_from_the_index_of_their_revision(db_path: 
         assert server._search.postings.revision == admin.revision
         third = server.search("wipe a file for good", mode="bm25", k=50, tags=["third"])
         assert "late.wipe_file" not in [h.tool.id for h in third.hits]
+
+
+def test_a_filter_tantivy_cannot_certify_within_its_depth_scores_every_allowed_tool(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kits, queries = tagged_toolkits(600)
+    catalog.register(kits)
+    index = built(catalog)
+    monkeypatch.setattr("toolcat.search.lexical_index.MAX_CANDIDATES", 40)
+    conn = catalog._conn
+    stats = bm25.TermStats()
+    stats.refresh(conn, catalog.revision)
+    filters = Filters(tags=("third",))
+    allowed = reader.allowed_ids(conn, filters)
+    for query in queries[:40]:
+        expected = bm25.search(conn, query, filters, 20, stats, exact_postings=10**12)
+        got = index.rank(index.terms(query, bm25.MAX_QUERY_TERMS), 20, allowed)
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
+    assert index.rounds[-1] and not index.rounds[0]  # fell back to scoring, never uncertified
