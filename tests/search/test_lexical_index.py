@@ -398,3 +398,35 @@ def test_a_filter_tantivy_cannot_certify_within_its_depth_scores_every_allowed_t
         got = index.rank(index.terms(query, bm25.MAX_QUERY_TERMS), 20, allowed)
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
     assert index.rounds[-1] and not index.rounds[0]  # fell back to scoring, never uncertified
+
+
+def test_tools_that_tie_in_fts5_tie_here_and_keep_the_lower_row_id_first(
+    catalog: Catalog,
+) -> None:
+    """Tools that match different query terms of equal weight (``tool0`` and ``tool1`` for
+    a query with both digits) tie in FTS5, which sums in the query's term order, and come
+    lowest row id first. Summed in a set's order, their scores differed by an ulp that
+    depends on the process's string hashes: the order then did too."""
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    tools = [
+        Tool(name=f"{words[g % 8]}{g}_tool{digit}", description=f"Handle the {words[g * 3 % 8]}")
+        for g in range(100)
+        for digit in range(4)
+    ]
+    catalog.register(Toolkit(name="ties", version="1", tools=tools))
+    index = built(catalog)
+    conn = catalog._conn
+    stats = bm25.TermStats()
+    stats.refresh(conn, catalog.revision)
+    allowed = reader.allowed_ids(conn, Filters(toolkit="ties"))
+    for g in range(100):
+        query = f"{words[g % 8]}{g}_tool0 1 2 3 {words[g * 3 % 8]}"
+        expected = bm25.search(conn, query, Filters(), 4, stats)
+        assert len({s for _, s in expected}) < len(expected)  # ties, ordered by row id
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        few = frozenset(i for i, _ in bm25.search(conn, query, Filters(), 20, stats))
+        for within in (None, allowed, few):  # unfiltered, deeper candidates, every one scored
+            ranked = index.rank(terms, 4, within)
+            assert [i for i, _ in ranked] == [i for i, _ in expected], query
+            assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-9)
+    assert index.rounds[-1] and sum(index.rounds.values()) > index.rounds[-1] > 0
