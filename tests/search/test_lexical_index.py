@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -430,3 +431,49 @@ def test_tools_that_tie_in_fts5_tie_here_and_keep_the_lower_row_id_first(
             assert [i for i, _ in ranked] == [i for i, _ in expected], query
             assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-9)
     assert index.rounds[-1] and sum(index.rounds.values()) > index.rounds[-1] > 0
+
+
+SCOPED_FALLBACK = """
+import json, sys
+sys.modules["tantivy"] = None  # as if it were not installed
+from toolcat import Catalog, Policy
+with Catalog({db!r}, policy=Policy(deny=["tag:destructive", "sqlite.*"])) as catalog:
+    ranked = [
+        [(h.tool.id, h.score, h.match) for h in catalog.search(q, mode="bm25", k=k, **ask).hits]
+        for ask in {asks!r} for q in {queries!r} for k in (1, 50) for _ in range(2)
+    ]
+    print(json.dumps({{"backend": catalog._search.postings.backend, "ranked": ranked}}))
+"""
+
+
+def test_without_tantivy_scoped_searches_serve_the_same_hits(tmp_path: Path) -> None:
+    """Tags, a toolkit, no deferred tools and a deny policy, ranked by the postings index
+    in a process without tantivy, as a fresh catalog (FTS5) ranks them."""
+    db = tmp_path / "catalog.db"
+    queries = ["delete a file", "convert units of temperature", "run a sql query", "read_file"]
+    asks: list[dict[str, Any]] = [
+        {"tags": ["read-only"]},
+        {"toolkit": "files"},
+        {"include_deferred": False},
+        {"include_denied": True, "tags": ["destructive"]},
+        {},
+    ]
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    expected = []
+    for ask in asks:
+        for query in queries:
+            for k in (1, 50):
+                with Catalog(db, policy=Policy(deny=["tag:destructive", "sqlite.*"])) as fresh:
+                    hits = fresh.search(query, mode="bm25", k=k, **ask).hits
+                    expected += [[[h.tool.id, h.score, h.match] for h in hits]] * 2
+    out = subprocess.run(
+        [sys.executable, "-c", SCOPED_FALLBACK.format(db=str(db), asks=asks, queries=queries)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fallback = json.loads(out.strip().splitlines()[-1])
+    assert fallback["backend"] == "postings"
+    assert fallback["ranked"] == expected
+    assert [] in expected and any(len(hits) > 3 for hits in expected)
