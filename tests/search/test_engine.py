@@ -5,6 +5,7 @@ rows give, and the index built in the background is served only at its own revis
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from tests.helpers import SAMPLE_TOOLKITS
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Policy, Tool, Toolkit
+from toolcat.errors import ToolcatError
 from toolcat.search import bm25, engine
 from toolcat.search.lexical_index import TantivyIndex
 
@@ -323,3 +325,159 @@ def test_built_answers_dump_fields_in_the_models_order(
                 validated = SearchResult.model_validate(dumped).model_dump()
                 assert dumped["hits"]
                 assert keys_in_order(dumped) == keys_in_order(validated)
+
+
+# -- filtered searches in a warm catalog are a fresh catalog's (FTS5) ------------------------
+
+# Tags that mean something to SQL (LIKE, GLOB, quoting) or are unusual text.
+HOSTILE_TAGS = ["it's", '"dq"', "50%", "a_b", "st*r", "q?", "[x]", "ünïcödé", "x" * 64]
+
+
+def hostile_toolkits(version: str = "1") -> list[Toolkit]:
+    """Small toolkits with hostile tags, two versions of one toolkit and tools whose texts
+    tie (the same tool in three toolkits)."""
+    words = ["file", "email", "weather", "units", "page", "invoice", "image", "city", "date"]
+    kits = [
+        Toolkit(
+            name=f"odd{i}",
+            version=version,
+            tags=[tag],
+            tools=[
+                Tool(
+                    name=f"{words[i]}_tool{j}",
+                    description=f"Handle the {words[i]} and the {words[(i + j) % 9]} of a user",
+                    tags=["even" if j % 2 else "uneven"],
+                    defer_loading=j == 1,
+                )
+                for j in range(3)
+            ],
+        )
+        for i, tag in enumerate(HOSTILE_TAGS)
+    ]
+    kits += [
+        Toolkit(
+            name=f"dup{i}",
+            version="1",
+            tags=["dup"],
+            tools=[Tool(name="send_mail", description="Send an email message to a recipient")],
+        )
+        for i in range(3)
+    ]
+    return kits
+
+
+HOSTILE_ASKS: list[dict[str, Any]] = [
+    *({"tags": [tag]} for tag in HOSTILE_TAGS),
+    {"tags": ["it's", "uneven"]},
+    {"tags": ["dup"]},
+    {"tags": ["nobody"]},
+    {"toolkit": "odd2"},
+    {"toolkit": "odd3@1"},
+    {"toolkit": "files@9"},  # no such version: the same error both ways
+    {"include_deferred": False, "tags": ["even"]},
+    {"include_denied": True},
+    {"include_denied": True, "tags": ["[x]"]},
+    {},
+]
+HOSTILE_QUERIES = ["send an email", "send_mail", "odd1.email_tool0", "weather of a city", "file"]
+POLICIES = [
+    None,
+    Policy(deny=["tag:[[]x]", "odd1.*", "tag:it's"]),
+    Policy(deny=["tag:*"], allow=["dup?.*", "odd*.*_tool?"]),
+]
+
+
+def hostile_answers(
+    catalog: Catalog, mode: str, asks: list[dict[str, Any]] = HOSTILE_ASKS
+) -> list[Any]:
+    found: list[Any] = []
+    for ask in asks:
+        for query in HOSTILE_QUERIES:
+            for k in (1, 200):
+                try:
+                    hits = catalog.search(query, mode=mode, k=k, **ask).hits
+                except ToolcatError as e:
+                    found.append(type(e).__name__)
+                else:
+                    found.append([(h.tool.id, h.score, h.match) for h in hits])
+    return found
+
+
+@pytest.mark.parametrize("mode", ["bm25", "hybrid"])
+def test_hostile_filters_answer_in_a_warm_catalog_as_in_a_fresh_one(
+    indexed: tuple[Path, list[str]], tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tags SQL could misread, pinned versions, deny globs with allow rules, exact names the
+    filters exclude, ties, k = 1 and 200: the in-memory index (then a kept answer) gives
+    FTS5's ids, scores and ``match``."""
+    path = tmp_path / "catalog.db"
+    shutil.copy(indexed[0], path)
+    with Catalog(path) as catalog:
+        catalog.register(hostile_toolkits())
+        catalog.reindex(batch_size=32)
+    for policy in POLICIES:
+        with monkeypatch.context() as never_built:  # FTS5 and tools_fts rows only
+            never_built.setattr(engine, "POSTINGS_AFTER", 10**9)
+            with Catalog(path, policy=policy) as fresh:
+                expected = hostile_answers(fresh, mode)
+                assert fresh._search.postings.index is None
+        with Catalog(path, policy=policy) as warm:
+            for _ in range(engine.POSTINGS_AFTER):
+                warm.search("file", mode="bm25")
+            assert warm._search.postings.current(warm.revision, bm25.DEFAULT_WEIGHTS)
+            assert hostile_answers(warm, mode) == expected, policy
+            assert hostile_answers(warm, mode) == expected, policy  # kept, or ranked again
+        kinds = {type(hits) for hits in expected}
+        assert kinds == {list, str} and any(len(hits) > 3 for hits in expected)
+        assert [] in expected  # a filter that lets nothing through
+
+
+def test_filtered_answers_follow_every_change_from_another_catalog(tmp_path: Path) -> None:
+    """Between filtered queries, another catalog on the file registers, re-tags (a new
+    version), deprecates (the active version moves back, a pinned version goes inactive) and
+    removes (row ids are reused): each next answer is the one a fresh catalog gives."""
+    path = tmp_path / "catalog.db"
+    asks: list[dict[str, Any]] = [
+        {"tags": ["[x]"]},
+        {"tags": ["uneven"]},
+        {"toolkit": "odd3"},
+        {"toolkit": "odd3@1"},
+        {"tags": ["dup"], "include_deferred": False},
+        {},
+    ]
+    policy = Policy(deny=["tag:it's"])
+    fresh_answers: list[Any] = []
+
+    def fresh() -> list[Any]:
+        engine_after = engine.POSTINGS_AFTER
+        engine.POSTINGS_AFTER = 10**9
+        try:
+            with Catalog(path, policy=policy) as first:
+                return hostile_answers(first, "bm25", asks)
+        finally:
+            engine.POSTINGS_AFTER = engine_after
+
+    retagged = [
+        kit.model_copy(update={"tags": ["[x]"]})
+        for kit in hostile_toolkits("2")
+        if kit.name == "odd3"
+    ]
+    changes = [
+        lambda admin: admin.register(retagged),
+        lambda admin: admin.deprecate("odd3", "2"),
+        lambda admin: admin.deprecate("odd3", "1"),
+        lambda admin: admin.remove("dup2"),
+        lambda admin: admin.register(hostile_toolkits()[-1:]),  # dup2 again, ids reused
+        lambda admin: admin.remove("odd3"),
+    ]
+    with Catalog(path) as admin, Catalog(path, policy=policy) as warm:
+        admin.register(SAMPLE_TOOLKITS)
+        admin.register(hostile_toolkits())
+        for change in [None, *changes]:
+            if change is not None:
+                change(admin)
+            for _ in range(engine.POSTINGS_AFTER + 1):  # FTS5 first, then the index
+                assert hostile_answers(warm, "bm25", asks) == fresh()
+            assert warm._search.postings.current(admin.revision, bm25.DEFAULT_WEIGHTS)
+            fresh_answers.append(fresh())
+    assert len({repr(a) for a in fresh_answers}) >= 4  # the changes showed in answers

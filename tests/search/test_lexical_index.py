@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -398,3 +399,81 @@ def test_a_filter_tantivy_cannot_certify_within_its_depth_scores_every_allowed_t
         got = index.rank(index.terms(query, bm25.MAX_QUERY_TERMS), 20, allowed)
         assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
     assert index.rounds[-1] and not index.rounds[0]  # fell back to scoring, never uncertified
+
+
+def test_tools_that_tie_in_fts5_tie_here_and_keep_the_lower_row_id_first(
+    catalog: Catalog,
+) -> None:
+    """Tools that match different query terms of equal weight (``tool0`` and ``tool1`` for
+    a query with both digits) tie in FTS5, which sums in the query's term order, and come
+    lowest row id first. Summed in a set's order, their scores differed by an ulp that
+    depends on the process's string hashes: the order then did too."""
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    tools = [
+        Tool(name=f"{words[g % 8]}{g}_tool{digit}", description=f"Handle the {words[g * 3 % 8]}")
+        for g in range(100)
+        for digit in range(4)
+    ]
+    catalog.register(Toolkit(name="ties", version="1", tools=tools))
+    index = built(catalog)
+    conn = catalog._conn
+    stats = bm25.TermStats()
+    stats.refresh(conn, catalog.revision)
+    allowed = reader.allowed_ids(conn, Filters(toolkit="ties"))
+    for g in range(100):
+        query = f"{words[g % 8]}{g}_tool0 1 2 3 {words[g * 3 % 8]}"
+        expected = bm25.search(conn, query, Filters(), 4, stats)
+        assert len({s for _, s in expected}) < len(expected)  # ties, ordered by row id
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        few = frozenset(i for i, _ in bm25.search(conn, query, Filters(), 20, stats))
+        for within in (None, allowed, few):  # unfiltered, deeper candidates, every one scored
+            ranked = index.rank(terms, 4, within)
+            assert [i for i, _ in ranked] == [i for i, _ in expected], query
+            assert [s for _, s in ranked] == pytest.approx([s for _, s in expected], abs=1e-9)
+    assert index.rounds[-1] and sum(index.rounds.values()) > index.rounds[-1] > 0
+
+
+SCOPED_FALLBACK = """
+import json, sys
+sys.modules["tantivy"] = None  # as if it were not installed
+from toolcat import Catalog, Policy
+with Catalog({db!r}, policy=Policy(deny=["tag:destructive", "sqlite.*"])) as catalog:
+    ranked = [
+        [(h.tool.id, h.score, h.match) for h in catalog.search(q, mode="bm25", k=k, **ask).hits]
+        for ask in {asks!r} for q in {queries!r} for k in (1, 50) for _ in range(2)
+    ]
+    print(json.dumps({{"backend": catalog._search.postings.backend, "ranked": ranked}}))
+"""
+
+
+def test_without_tantivy_scoped_searches_serve_the_same_hits(tmp_path: Path) -> None:
+    """Tags, a toolkit, no deferred tools and a deny policy, ranked by the postings index
+    in a process without tantivy, as a fresh catalog (FTS5) ranks them."""
+    db = tmp_path / "catalog.db"
+    queries = ["delete a file", "convert units of temperature", "run a sql query", "read_file"]
+    asks: list[dict[str, Any]] = [
+        {"tags": ["read-only"]},
+        {"toolkit": "files"},
+        {"include_deferred": False},
+        {"include_denied": True, "tags": ["destructive"]},
+        {},
+    ]
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    expected = []
+    for ask in asks:
+        for query in queries:
+            for k in (1, 50):
+                with Catalog(db, policy=Policy(deny=["tag:destructive", "sqlite.*"])) as fresh:
+                    hits = fresh.search(query, mode="bm25", k=k, **ask).hits
+                    expected += [[[h.tool.id, h.score, h.match] for h in hits]] * 2
+    out = subprocess.run(
+        [sys.executable, "-c", SCOPED_FALLBACK.format(db=str(db), asks=asks, queries=queries)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    fallback = json.loads(out.strip().splitlines()[-1])
+    assert fallback["backend"] == "postings"
+    assert fallback["ranked"] == expected
+    assert [] in expected and any(len(hits) > 3 for hits in expected)

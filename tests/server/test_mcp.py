@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from tests.helpers import SAMPLE_TOOLKITS, table_snapshot
+from tests.search.test_postings import bench_toolkits
 from tests.server.clients import (
     ERAS,
     LEGACY,
@@ -501,3 +502,29 @@ def test_http_mcp_param_header_must_match_call_tool_name(http_url: str) -> None:
     assert lying.status_code == 400 and lying.json()["error"]["code"] == -32020
     honest = httpx2.post(http_url, json=body, headers={**headers, "Mcp-Param-Tool": "add"})
     assert honest.status_code == 200 and '"3"' in honest.text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a scope's own allow/deny rules (and several toolkits) are applied to the "
+    "catalog's top k*4+20 hits only, not pushed into the search's filters",
+)
+def test_a_scope_of_allow_rules_finds_what_its_toolkit_finds(tmp_path: Path) -> None:
+    """A server that denies everything but one toolkit (``--deny '*' --allow 'text.*'``)
+    finds that toolkit's matching tools, as ``--toolkit text`` does."""
+    db = tmp_path / "catalog.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS, *bench_toolkits(300)[0])
+    query = {"query": "find the distance between two cities", "k": 5}
+
+    async def names(*serve_args: str) -> list[str]:
+        async with stdio_session(db, tmp_path, *serve_args, "--mode", "bm25") as s:
+            found = await s.call("search_tools", query)
+            return [t["name"] for t in found.structured_content["tools"]]
+
+    async def check() -> None:
+        by_toolkit = await names("--toolkit", "text")
+        assert by_toolkit  # the toolkit has tools for this query
+        assert await names("--deny", "*", "--allow", "text.*") == by_toolkit
+
+    run(check)

@@ -307,7 +307,7 @@ class TantivyIndex:
             clauses.append((should, query))
         query = tantivy.Query.boolean_query(clauses)
         contributions = self.contributions
-        wanted = frozenset(terms)
+        zeros = itertools.repeat(0.0)
         rounds = 0
         while True:
             rounds += 1
@@ -328,8 +328,10 @@ class TantivyIndex:
                     break
                 if allowed is not None and doc not in allowed:
                     continue
-                known = contributions[doc]  # the few query terms the tool has, summed in C
-                entry = (sum(map(known.__getitem__, known.keys() & wanted)), -doc)
+                # Summed in the query's term order, as FTS5 sums (0.0 for a term the tool
+                # lacks changes nothing): tools that tie in FTS5 tie here, bit for bit,
+                # and keep the lower row id first (a set's order made them differ by an ulp).
+                entry = (sum(map(contributions[doc].get, terms, zeros)), -doc)
                 if len(best) < k:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
@@ -351,13 +353,12 @@ class TantivyIndex:
         """Every allowed tool that has a query term, scored exactly: the ``k`` best."""
         wanted = frozenset(terms)
         contributions = self.contributions
+        zeros = itertools.repeat(0.0)
         scored: list[tuple[float, int]] = []
         for doc in allowed:
             known = contributions.get(doc)
-            if known is not None:
-                held = known.keys() & wanted
-                if held:
-                    scored.append((sum(map(known.__getitem__, held)), -doc))
+            if known is not None and not wanted.isdisjoint(known):
+                scored.append((sum(map(known.get, terms, zeros)), -doc))  # as ``rank`` sums
         self.rounds[-1] += 1
         return [(-doc, score) for score, doc in heapq.nlargest(k, scored)]
 
