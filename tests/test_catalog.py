@@ -323,3 +323,23 @@ def test_register_accepts_lists_and_refuses_other_objects(catalog: Catalog, tmp_
     assert [r.toolkit for r in results] == ["weather", "weather2"]
     with pytest.raises(TypeError, match="not int"):
         catalog.register(42)  # type: ignore[arg-type]
+
+
+def test_search_leaves_out_what_extra_policies_deny(sample_catalog: Catalog) -> None:
+    """``policies`` (a server's scope) filter before ranking, whatever ``include_denied``
+    says of the catalog's own policy; a rule that is not a Policy is refused."""
+    sample_catalog.policy = Policy.of(deny=["tag:destructive"])
+    extra = Policy.of(deny=["toolkit:files"], allow=["files.read_file", "files.delete_file"])
+    for include_denied in (False, True):
+        found = sample_catalog.search(
+            "delete a file", k=50, include_denied=include_denied, policies=[extra]
+        )
+        hits = [h.tool.id for h in found.hits]
+        assert "files.read_file" in hits and "files.find_files" not in hits
+        assert ("files.delete_file" in hits) == include_denied  # the catalog's own policy
+        plain = sample_catalog.search_summaries(
+            "delete a file", k=50, include_denied=include_denied, policies=[extra]
+        )
+        assert [h["tool"]["id"] for h in plain["hits"]] == hits
+    with pytest.raises(InvalidQueryError, match="Policy objects"):
+        sample_catalog.search("delete a file", policies=["toolkit:files"])  # type: ignore[list-item]

@@ -88,6 +88,15 @@ def _flatten(sources: Iterable[Any]) -> Iterator[Any]:
             yield source
 
 
+def _policies(policies: Iterable[Policy]) -> tuple[Policy, ...]:
+    """The policies that deny anything (search leaves out what they deny), each checked."""
+    found = tuple(policies)
+    for policy in found:
+        if not isinstance(policy, Policy):
+            raise InvalidQueryError(f"policies must be Policy objects, not {type(policy).__name__}")
+    return tuple(policy for policy in found if policy.deny)
+
+
 def unknown_toolkit(name: str, known: Iterable[str]) -> UnknownToolkitError:
     """The error for a toolkit name nobody registered, with close matches."""
     import difflib
@@ -492,11 +501,13 @@ class Catalog:
         toolkit: str | None,
         include_deferred: bool,
         include_denied: bool,
+        policies: Iterable[Policy] = (),
     ) -> Filters:
+        own = () if include_denied or not self.policy.deny else (self.policy,)
         base = Filters(
             tags=tuple(dict.fromkeys(check_text(t.strip(), "tag") for t in tags if t.strip())),
             include_deferred=include_deferred,
-            hide=None if include_denied or not self.policy.deny else self.policy,
+            hide=(*own, *_policies(policies)),
         )
         if toolkit is None:
             return base
@@ -640,6 +651,7 @@ class Catalog:
         toolkit: str | None = None,
         include_deferred: bool = True,
         include_denied: bool = False,
+        policies: Iterable[Policy] = (),
     ) -> SearchResult:
         """Search mode: rank every matching tool, deferred ones included.
 
@@ -655,12 +667,15 @@ class Catalog:
             toolkit: Only this toolkit (``name`` or ``name@version``).
             include_deferred: Include deferred tools (the default).
             include_denied: Include tools the catalog's policy denies.
+            policies: Leave out the tools any of these policies' allow/deny rules deny too
+                (whatever ``include_denied`` says), before ranking: a server ranks within
+                each caller's scope, not only among the catalog's first hits.
 
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
         plan = self._search_plan(query, mode, k)
-        scope = (tags, toolkit, include_deferred, include_denied)
+        scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
         result = self._ranked(self._search.result, query, plan, k, scope)
         if plan[0] != "regex" and query.strip():
             self.searched(query, [h.tool.id for h in result.hits])
@@ -676,6 +691,7 @@ class Catalog:
         toolkit: str | None = None,
         include_deferred: bool = True,
         include_denied: bool = False,
+        policies: Iterable[Policy] = (),
     ) -> dict[str, Any]:
         """``search`` as plain data: ``{"revision", "query", "mode", "hits": [{"rank",
         "score", "match", "tool": RegisteredTool.summary()}, ...], "warnings"}``.
@@ -685,7 +701,7 @@ class Catalog:
         ``search``.
         """
         plan = self._search_plan(query, mode, k)
-        scope = (tags, toolkit, include_deferred, include_denied)
+        scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
         result = self._ranked(self._search.summaries, query, plan, k, scope)
         if plan[0] != "regex" and query.strip():
             self.searched(query, [h["tool"]["id"] for h in result["hits"]])
@@ -705,20 +721,20 @@ class Catalog:
         query: str,
         plan: tuple[str, str],
         k: int,
-        scope: tuple[Iterable[str], str | None, bool, bool],
+        scope: tuple[Iterable[str], str | None, bool, bool, tuple[Policy, ...]],
     ) -> Answer:
         """A query ranked (the request split into parts in hybrid mode, its vectors) and
         built by ``answer`` (the engine's ``result`` or ``summaries``) in one read snapshot.
         An empty query is list mode: the first ``k`` always-on tools, in list order.
-        ``scope``: (tags, toolkit, include_deferred, include_denied)."""
+        ``scope``: (tags, toolkit, include_deferred, include_denied, policies)."""
         from .search.engine import Ranking
         from .search.split import split_request
 
         mode, model_id = plan
-        tags, toolkit, _, include_denied = scope
+        tags, toolkit, _, include_denied, policies = scope
         if not query.strip():
             with self._snapshot() as conn:
-                filters = self._filters(conn, tags, toolkit, False, include_denied)
+                filters = self._filters(conn, tags, toolkit, False, include_denied, policies)
                 listed = [(row[0], 0.0, "weak") for row in reader.list_rows(conn, filters, None, k)]
                 ranking = Ranking(reader.revision(conn), query, mode, tuple(listed), ())
                 return answer(conn, ranking)

@@ -319,7 +319,7 @@ FILTERS = [
     Filters(tags=("rare",)),  # 2%: every allowed tool scored
     Filters(toolkit="kit3"),
     Filters(include_deferred=False),
-    Filters(hide=Policy(deny=("tag:third", "kit1.*"))),
+    Filters(hide=(Policy(deny=("tag:third", "kit1.*")),)),
     Filters(tags=("nowhere",)),
 ]
 

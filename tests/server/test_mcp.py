@@ -504,11 +504,6 @@ def test_http_mcp_param_header_must_match_call_tool_name(http_url: str) -> None:
     assert honest.status_code == 200 and '"3"' in honest.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a scope's own allow/deny rules (and several toolkits) are applied to the "
-    "catalog's top k*4+20 hits only, not pushed into the search's filters",
-)
 def test_a_scope_of_allow_rules_finds_what_its_toolkit_finds(tmp_path: Path) -> None:
     """A server that denies everything but one toolkit (``--deny '*' --allow 'text.*'``)
     finds that toolkit's matching tools, as ``--toolkit text`` does."""

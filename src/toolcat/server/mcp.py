@@ -467,8 +467,9 @@ class CatalogServer:
             return _error("INVALID_ARGUMENTS", "'tags' must be a list of strings")
         scope = self._scope(ctx)
         connection = self._legacy_connection(ctx)
-        narrow = scope.parent is not None or len(scope.toolkits) > 1 or bool(scope.policy.deny)
-        fetch = min(k * 4 + 20, 1000) if narrow else k
+        # The catalog ranks within the scope; only what it cannot filter by (a toolkit's
+        # version) is checked on its first hits, fetched with room to spare.
+        fetch = k if scope.exact_in_search else min(k * 4 + 20, 1000)
 
         def search(catalog: Catalog) -> tuple[Any, list[Any], dict[str, str]]:
             found = catalog.search(
@@ -477,6 +478,7 @@ class CatalogServer:
                 mode=self.options.search_mode,
                 tags=[*scope.all_tags, *tags],
                 toolkit=scope.single_toolkit,
+                policies=scope.search_policies,
             )
             hits = [h for h in found.hits if scope.allows(h.tool)][:k]
             tools = [h.tool for h in hits]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..models import RegisteredTool
+from ..names import TOOLKIT_NAME_RE
 from ..policy import Policy
 from ..store.writer import same_version
 
@@ -50,6 +51,26 @@ class Scope:
         if len(self.toolkits) == 1:
             return self.toolkits[0]
         return self.parent.single_toolkit if self.parent and not self.toolkits else None
+
+    @property
+    def search_policies(self) -> tuple[Policy, ...]:
+        """Each level's rules, and its toolkits as rules (``toolkit:name``), for the catalog
+        to filter its search by: it then ranks within the scope instead of the scope
+        picking from its first hits. Versions and toolkit names that are not plain names
+        stay to ``allows`` (``exact_in_search`` is then false)."""
+        mine = self.parent.search_policies if self.parent else ()
+        rules = [self.policy] if self.policy.deny else []
+        names = [_toolkit_name(t) for t in self.toolkits]
+        if names and all(TOOLKIT_NAME_RE.fullmatch(n) for n in names):
+            rules.append(Policy(deny=("toolkit:*",), allow=tuple(f"toolkit:{n}" for n in names)))
+        return (*mine, *rules)
+
+    @property
+    def exact_in_search(self) -> bool:
+        """Whether ``search_policies`` and ``all_tags`` leave out every tool ``allows``
+        refuses (no toolkit version or unusual toolkit name to check afterwards)."""
+        plain = all("@" not in t and TOOLKIT_NAME_RE.fullmatch(t) for t in self.toolkits)
+        return plain and (self.parent is None or self.parent.exact_in_search)
 
     def allows(self, tool: RegisteredTool) -> bool:
         return self.refusal(tool) is None

@@ -35,12 +35,13 @@ class Filters:
     toolkit: str | None = None
     toolkit_id: int | None = None
     include_deferred: bool = True
-    hide: Policy | None = None  # leave out the tools this policy's rules deny
+    hide: tuple[Policy, ...] = ()  # leave out the tools any of these policies' rules deny
 
     @property
     def narrows(self) -> bool:
         """Whether these filters leave out any active tool."""
-        return bool(self.tags or self.toolkit or self.toolkit_id is not None or self.hide) or (
+        hides = any(policy.deny for policy in self.hide)
+        return bool(self.tags or self.toolkit or self.toolkit_id is not None or hides) or (
             not self.include_deferred
         )
 
@@ -67,10 +68,11 @@ class Filters:
                 "EXISTS (SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id)"
             )
             params.append(tag)
-        if self.hide is not None and self.hide.deny:
-            denied, denied_params = self.hide.sql()  # the policy's own rules, as SQL GLOB
-            clauses.append(f"NOT {denied}")
-            params.extend(denied_params)
+        for policy in self.hide:
+            if policy.deny:
+                denied, denied_params = policy.sql()  # the policy's own rules, as SQL GLOB
+                clauses.append(f"NOT {denied}")
+                params.extend(denied_params)
         return " AND ".join(clauses), params
 
 

@@ -1,0 +1,81 @@
+"""A server scope as the catalog's search filters: the catalog ranks within the scope, so a
+scope's search finds what the whole catalog's ranking holds for it, not only what its first
+hits hold."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from toolcat import Catalog, Policy, Tool, Toolkit
+from toolcat.server.scope import Scope
+
+TEAM = Scope("team", policy=Policy(deny=("tag:destructive",), allow=("files.write_file",)))
+SCOPES = [
+    Scope(toolkits=("files",)),
+    Scope(toolkits=("files", "sqlite")),
+    Scope(policy=Policy(deny=("*",), allow=("text.*", "time.day_of_week"))),
+    Scope(tags=("read-only",), policy=Policy(deny=("toolkit:math",))),
+    Scope(toolkits=("files", "sqlite", "math")).narrowed(TEAM),
+    Scope(policy=Policy(deny=("tag:data",))).narrowed(Scope("bob", toolkits=("data", "text"))),
+]
+VERSIONED = [
+    Scope(toolkits=("files@1.0.0", "sqlite")),
+    Scope(toolkits=("files@2", "text")),
+    Scope(toolkits=("extra",)).narrowed(Scope("pinned", toolkits=("extra@2",))),
+]
+QUERIES = ["delete a file", "read a table from the database", "what day is it", "convert text"]
+
+
+@pytest.fixture
+def scoped(catalog: Catalog) -> Catalog:
+    catalog.register(SAMPLE_TOOLKITS)
+    extra = [
+        Tool(name=f"read_record_{i}", description="Read a record from a file") for i in range(3)
+    ]
+    catalog.register(Toolkit(name="extra", version="1", tools=extra))
+    catalog.register(Toolkit(name="extra", version="2", tools=extra))  # active: 2
+    return catalog
+
+
+def ids(catalog: Catalog, query: str, scope: Scope | None = None) -> list[str]:
+    if scope is None:
+        hits = catalog.search(query, mode="bm25", k=1000).hits
+    else:
+        hits = catalog.search(
+            query,
+            mode="bm25",
+            k=1000,
+            tags=scope.all_tags,
+            toolkit=scope.single_toolkit,
+            policies=scope.search_policies,
+        ).hits
+    return [h.tool.id for h in hits]
+
+
+@pytest.mark.parametrize("scope", SCOPES + VERSIONED, ids=repr)
+def test_a_scope_filters_the_search_as_its_allows_does(scoped: Catalog, scope: Scope) -> None:
+    tools = {t.id: t for t in scoped.iter_tools()}
+    for _ in range(2):  # FTS5, then the in-memory index
+        for query in QUERIES:
+            everything = ids(scoped, query)
+            within = ids(scoped, query, scope)
+            wanted = [i for i in everything if scope.allows(tools[i])]
+            if scope.exact_in_search:
+                assert within == wanted, query
+            else:  # a version is checked afterwards on a superset, ranked alike
+                assert [i for i in within if scope.allows(tools[i])] == wanted, query
+
+
+def test_only_versions_and_unusual_names_are_left_to_allows() -> None:
+    assert all(scope.exact_in_search for scope in SCOPES)
+    assert not any(scope.exact_in_search for scope in VERSIONED)
+    assert not Scope(toolkits=("Files*",)).exact_in_search
+    assert Scope(toolkits=("Files*",)).search_policies == ()  # never read as a pattern
+
+
+def test_a_deny_all_scope_finds_what_its_toolkit_finds(scoped: Catalog) -> None:
+    by_rules = Scope(policy=Policy(deny=("*",), allow=("sqlite.*",)))
+    by_toolkit = Scope(toolkits=("sqlite",))
+    for query in QUERIES:
+        assert ids(scoped, query, by_rules) == ids(scoped, query, by_toolkit)
