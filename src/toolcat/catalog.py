@@ -156,7 +156,7 @@ class Catalog:
         self._resolved_revision = -1
         self._conn = connect(self.path)
         self._lock = threading.RLock()
-        self._embedding_model = embedding_model
+        self.embedding_model = embedding_model
         self._engine: SearchEngine | None = None
         # Learning from use: tool id -> the latest query whose search returned it.
         self._recent_hits: collections.OrderedDict[str, str] = collections.OrderedDict()
@@ -204,7 +204,7 @@ class Catalog:
                 if self._engine is None:
                     from .search.engine import SearchEngine
 
-                    self._engine = SearchEngine(self._embedding_model)
+                    self._engine = SearchEngine(self.embedding_model)
         return self._engine
 
     @property

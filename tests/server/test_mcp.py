@@ -523,3 +523,24 @@ def test_a_scope_of_allow_rules_finds_what_its_toolkit_finds(tmp_path: Path) -> 
         assert await names("--deny", "*", "--allow", "text.*") == by_toolkit
 
     run(check)
+
+
+def test_readers_open_the_catalog_as_the_server_did(tmp_path: Path) -> None:
+    """Searches run on reader catalogs: they must search with the server catalog's model
+    and trust what it trusts."""
+    from toolcat import Policy
+    from toolcat.server.mcp import Readers
+
+    settings = {
+        "embedding_model": "paraphrase-MiniLM-L3-v2",
+        "trust_any_module": True,
+        "policy": Policy.of(deny=["tag:destructive"]),
+        "default_timeout": 3.5,
+    }
+    with Catalog(tmp_path / "catalog.db", **settings) as catalog:  # type: ignore[arg-type]
+        readers = Readers(catalog, 2)
+        try:
+            opened = readers._take()
+            assert {name: getattr(opened, name) for name in settings} == settings
+        finally:
+            readers.close()

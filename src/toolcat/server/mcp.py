@@ -166,7 +166,13 @@ class Readers:
             from ..catalog import Catalog
 
             c = self._catalog
-            opened = Catalog(c.path, policy=c.policy, default_timeout=c.default_timeout)
+            opened = Catalog(  # opened as the server's catalog was
+                c.path,
+                policy=c.policy,
+                default_timeout=c.default_timeout,
+                embedding_model=c.embedding_model,
+                trust_any_module=c.trust_any_module,
+            )
             self._opened.append(opened)
             return opened
 
