@@ -167,6 +167,14 @@ with Catalog({db!r}) as catalog:
 """
 
 
+def last_json_line(code: str) -> Any:
+    """What a fresh Python process running ``code`` prints last, as JSON."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def test_without_tantivy_the_postings_index_serves_the_same_hits(tmp_path: Path) -> None:
     db = tmp_path / "catalog.db"
     queries = ["delete a file", "convert units of temperature", "send an email to a user"]
@@ -178,13 +186,7 @@ def test_without_tantivy_the_postings_index_serves_the_same_hits(tmp_path: Path)
             for _ in range(2)
         ]
         assert catalog._search.postings.backend == "tantivy"
-    out = subprocess.run(
-        [sys.executable, "-c", FALLBACK.format(db=str(db), queries=queries)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    fallback = json.loads(out.strip().splitlines()[-1])
+    fallback = last_json_line(FALLBACK.format(db=str(db), queries=queries))
     assert fallback["backend"] == "postings"
     assert fallback["ranked"] == [[list(hit) for hit in hits] for hits in ranked]
 
@@ -467,13 +469,7 @@ def test_without_tantivy_scoped_searches_serve_the_same_hits(tmp_path: Path) -> 
                 with Catalog(db, policy=Policy(deny=["tag:destructive", "sqlite.*"])) as fresh:
                     hits = fresh.search(query, mode="bm25", k=k, **ask).hits
                     expected += [[[h.tool.id, h.score, h.match] for h in hits]] * 2
-    out = subprocess.run(
-        [sys.executable, "-c", SCOPED_FALLBACK.format(db=str(db), asks=asks, queries=queries)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    fallback = json.loads(out.strip().splitlines()[-1])
+    fallback = last_json_line(SCOPED_FALLBACK.format(db=str(db), asks=asks, queries=queries))
     assert fallback["backend"] == "postings"
     assert fallback["ranked"] == expected
     assert [] in expected and any(len(hits) > 3 for hits in expected)
