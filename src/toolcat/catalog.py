@@ -674,12 +674,10 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        plan = self._search_plan(query, mode, k)
         scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
-        result = self._ranked(self._search.result, query, plan, k, scope)
-        if plan[0] != "regex" and query.strip():
-            self.searched(query, [h.tool.id for h in result.hits])
-        return result
+        return self._searched(
+            self._search.result, lambda r: [h.tool.id for h in r.hits], query, mode, k, scope
+        )
 
     def search_summaries(
         self,
@@ -694,26 +692,43 @@ class Catalog:
         policies: Iterable[Policy] = (),
     ) -> dict[str, Any]:
         """``search`` as plain data: ``{"revision", "query", "mode", "hits": [{"rank",
-        "score", "match", "tool": RegisteredTool.summary()}, ...], "warnings"}``.
+        "score", "match", "tool": RegisteredTool.summary()}, ...], "warnings", "no_match"}``.
 
         Builds no models (pydantic is not even imported), so a one-shot process that
         searches starts faster (``toolcat search``). Arguments and errors are those of
         ``search``.
         """
-        plan = self._search_plan(query, mode, k)
         scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
-        result = self._ranked(self._search.summaries, query, plan, k, scope)
-        if plan[0] != "regex" and query.strip():
-            self.searched(query, [h["tool"]["id"] for h in result["hits"]])
-        return result
+        return self._searched(
+            self._search.summaries,
+            lambda r: [h["tool"]["id"] for h in r["hits"]],
+            query,
+            mode,
+            k,
+            scope,
+        )
 
-    def _search_plan(self, query: str, mode: str | None, k: int) -> tuple[str, str]:
-        """(mode, model id) for a search, once its arguments are checked."""
+    def _searched(
+        self,
+        answer: Callable[[sqlite3.Connection, Ranking], Answer],
+        hit_ids: Callable[[Answer], Iterable[str]],
+        query: str,
+        mode: str | None,
+        k: int,
+        scope: tuple[Iterable[str], str | None, bool, bool, tuple[Policy, ...]],
+    ) -> Answer:
+        """A search answered by ``answer`` (``search``'s models or ``search_summaries``'
+        plain data): arguments checked, the query ranked, and its hits remembered for
+        learning from use (``hit_ids``; not for a regex pattern or an empty query)."""
         if not 1 <= k <= MAX_LIMIT:
             raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
         check_text(query)
         with self._lock:
-            return self._search.plan(self._conn, mode)
+            plan = self._search.plan(self._conn, mode)
+        result = self._ranked(answer, query, plan, k, scope)
+        if plan[0] != "regex" and query.strip():
+            self.searched(query, hit_ids(result))
+        return result
 
     def _ranked(
         self,

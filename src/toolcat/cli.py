@@ -474,7 +474,7 @@ def search(
     hits, warnings = result["hits"], result["warnings"]
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
-    no_match = all(h["match"] == "none" for h in hits)  # as SearchResult.no_match
+    no_match = result["no_match"]
     if as_json:
         shape: dict[str, Any] = {
             "revision": result["revision"],

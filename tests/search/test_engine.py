@@ -251,6 +251,7 @@ def summaries_of(catalog: Catalog, query: str, **options: Any) -> dict[str, Any]
             for h in result.hits
         ],
         "warnings": result.warnings,
+        "no_match": result.no_match,
     }
 
 
@@ -270,16 +271,19 @@ def test_summaries_are_the_search_without_models(
     indexed: tuple[Path, list[str]], options: dict[str, Any]
 ) -> None:
     path, queries = indexed
-    asked = [*queries[:12], "files.delete_file", "DELETE_FILE", "", "then; after that"]
+    asked = [*queries[:12], "files.delete_file", "DELETE_FILE", "", "then; after that", "zqxj"]
     if options.get("mode") == "regex":
-        asked = ["file", "^get_", "read.*(file|dir)", "files\\.delete_file", ""]
+        asked = ["file", "^get_", "read.*(file|dir)", "files\\.delete_file", "", "zqxj"]
     with Catalog(path) as catalog:
+        no_match = set()
         for query in asked:
             expected = summaries_of(catalog, query, **options)
             assert catalog.search_summaries(query, **options) == expected, query
             # Asked again (kept answers, built hits): still equal.
             assert catalog.search_summaries(query, **options) == expected, query
+            no_match.add(expected["no_match"])
         assert any(summaries_of(catalog, q, **options)["hits"] for q in asked)
+        assert no_match == {True, False}  # "nothing fits" compared both ways
 
 
 def test_summaries_refuse_what_search_refuses(indexed: tuple[Path, list[str]]) -> None:

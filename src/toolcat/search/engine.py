@@ -60,7 +60,7 @@ MAX_ADDRESS_CHARS = 130
 T = TypeVar("T")
 # (row id, score, match) best first.
 Ranked = tuple[tuple[int, float, str], ...]
-FilterKey = tuple[str, tuple[Any, ...]] | None
+FilterKey = tuple[str, tuple[Any, ...]] | None  # Filters.key
 
 
 class Ranking(NamedTuple):
@@ -80,15 +80,6 @@ def _hits(ranking: Ranking, tools: Mapping[int, T]) -> list[tuple[int, float, st
     return [
         (rank, round(score, 6), match, tool) for rank, (tool, score, match) in enumerate(found, 1)
     ]
-
-
-def _filter_key(filters: Filters) -> FilterKey:
-    """What decides which tools ``filters`` lets through (its SQL), hashable; None when it
-    lets every tool through."""
-    if not filters.narrows:
-        return None
-    where, params = filters.sql(active_only=True)
-    return where, tuple(params)
 
 
 def _answer(ranking: Ranking, hits: list[Any]) -> dict[str, Any]:
@@ -192,14 +183,14 @@ class SearchEngine:
         """A ranking as plain data, built without models (pydantic is not imported: it was
         a fifth of a one-shot hybrid ``toolcat search``): ``{"revision", "query", "mode",
         "hits": [{"rank", "score", "match", "tool": RegisteredTool.summary()}],
-        "warnings"}``."""
+        "warnings", "no_match"}`` (``no_match`` as ``SearchResult.no_match`` says it)."""
         rows = reader.rows_by_id(conn, [row_id for row_id, _, _ in ranking.ranked])
         summaries = {row_id: reader.row_to_summary(row) for row_id, row in rows.items()}
         hits = [
             {"rank": rank, "score": score, "match": match, "tool": tool}
             for rank, score, match, tool in _hits(ranking, summaries)
         ]
-        return _answer(ranking, hits)
+        return {**_answer(ranking, hits), "no_match": all(h["match"] == "none" for h in hits)}
 
     def rank(
         self,
@@ -232,7 +223,7 @@ class SearchEngine:
         revision = reader.revision(conn)
         key = None
         if mode == "bm25" and len(query) <= MAX_CACHED_QUERY_CHARS:
-            key = (query, k, _filter_key(filters))
+            key = (query, k, filters.key)
             if revision != self._answers_revision:
                 self._answers, self._answers_revision = {}, revision
             kept = self._answers.get(key)
@@ -444,7 +435,7 @@ class SearchEngine:
         """The row ids ``filters`` lets through (None: every tool), kept per revision: a
         scoped caller (the MCP server's teams, a policy's deny rules) filters every query
         the same way."""
-        key = _filter_key(filters)
+        key = filters.key
         if key is None:
             return None
         if revision != self._allowed_revision:

@@ -390,8 +390,6 @@ class OnnxEncoder:
             options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         if not prepack:
             options.add_session_config_entry("session.disable_prepacking", "1")
-        self.threads = threads
-        self.spinning = spinning
         self.graph = "exported"
         self.session = self._session(folder, options, int8)
         width = self.session.get_outputs()[0].shape[-1]

@@ -6,6 +6,7 @@ Models are imported where they are built: list mode can render rows as plain dic
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -44,6 +45,16 @@ class Filters:
         return bool(self.tags or self.toolkit or self.toolkit_id is not None or hides) or (
             not self.include_deferred
         )
+
+    @functools.cached_property
+    def key(self) -> tuple[str, tuple[Any, ...]] | None:
+        """What decides which active tools these filters let through (their SQL), hashable:
+        search keeps what it derives from filters (allowed row ids, answers) under it.
+        ``None`` when they let every active tool through."""
+        if not self.narrows:
+            return None
+        where, params = self.sql(active_only=True)
+        return where, tuple(params)
 
     def sql(self, *, active_only: bool = True) -> tuple[str, list[Any]]:
         """A WHERE expression over ``t`` (tools) and, with ``active_only``, ``k`` (toolkits).
@@ -131,7 +142,7 @@ def allowed_ids(conn: sqlite3.Connection, filters: Filters) -> frozenset[int]:
     return frozenset(
         row[0]
         for row in conn.execute(
-            f"SELECT t.id FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE {where}",
+            f"SELECT t.id FROM {TOOL_FROM} WHERE {where}",
             params,
         )
     )
