@@ -50,9 +50,10 @@ BENCH = ROOT.parent / "shared" / "bench"
 
 def real_texts() -> list[str]:
     """Every line of ../shared/bench's tools and queries when present (every source), plus
-    the sample catalog's manifests and the README (always here)."""
+    the sample catalog's manifests, the README and docs/ (always here)."""
     texts = [p.read_text() for p in sorted((ROOT / "data" / "toolkits").glob("*.yaml"))]
-    texts += (ROOT / "README.md").read_text().splitlines()
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        texts += doc.read_text().splitlines()
     if BENCH.is_dir():
         for source in sorted(BENCH.iterdir()):
             for name in ("tools.jsonl", "queries.jsonl"):
