@@ -1,4 +1,5 @@
-"""Every shell and Python example in the README runs as written, so the text cannot drift.
+"""Every shell and Python example in the README and in docs/*.md runs as written, so the text
+cannot drift.
 
 Each ```sh block runs with bash (``set -euo pipefail``) in a fresh workspace that holds the
 demo catalog (``catalog.db``, also ``$TOOLCAT_DB``, with ``data/toolkits`` registered), the
@@ -22,6 +23,7 @@ import pytest
 from tests.helpers import ROOT
 
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(sh|bash|shell|python)\n(.*?)^```", re.S | re.M)
 SETUP_LINE = re.compile(r"^\s*(make|source|\.|pip|python3? -m pip)\b")
 # A server runs until stopped: give it this long to fail, then stop it.
@@ -29,13 +31,17 @@ SERVE_LINE = re.compile(r"^\s*toolcat\b[^\"']*\sserve\b")
 SERVE_SECONDS = 6
 
 
-def examples() -> list[tuple[str, int, str]]:
-    """(language, line number in the README, the block's text) for every example block."""
-    text = README.read_text()
-    return [
-        ("python" if m.group(1) == "python" else "sh", text[: m.start()].count("\n") + 1, m[2])
-        for m in BLOCK.finditer(text)
-    ]
+def examples() -> list[tuple[str, str, int, str]]:
+    """(file, language, line number in the file, the block's text) for every example block of
+    the README and docs/*.md; the file is named relative to the repository."""
+    found = []
+    for path in DOCS:
+        text = path.read_text()
+        name = path.relative_to(ROOT).as_posix()
+        for m in BLOCK.finditer(text):
+            lang = "python" if m.group(1) == "python" else "sh"
+            found.append((name, lang, text[: m.start()].count("\n") + 1, m[2]))
+    return found
 
 
 def runnable(block: str) -> str:
@@ -78,19 +84,31 @@ EXAMPLES = examples()
 
 
 def test_the_readme_has_examples_in_both_languages() -> None:
-    assert sum(lang == "sh" for lang, _, _ in EXAMPLES) >= 5
-    assert sum(lang == "python" for lang, _, _ in EXAMPLES) >= 2
+    in_readme = [lang for name, lang, _, _ in EXAMPLES if name == "README.md"]
+    assert in_readme.count("sh") >= 3 and in_readme.count("python") >= 2
+    assert sum(lang == "sh" for _, lang, _, _ in EXAMPLES) >= 10
+    assert sum(lang == "python" for _, lang, _, _ in EXAMPLES) >= 5
+
+
+def test_every_docs_file_is_linked_from_the_readme() -> None:
+    readme = README.read_text()
+    for path in DOCS[1:]:
+        assert f"](docs/{path.name})" in readme, f"README does not link docs/{path.name}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("lang", "line", "block"), EXAMPLES, ids=[f"{lang}-line{n}" for lang, n, _ in EXAMPLES]
+    ("name", "lang", "line", "block"),
+    EXAMPLES,
+    ids=[f"{name}:{line}-{lang}" for name, lang, line, _ in EXAMPLES],
 )
-def test_example_runs_as_written(workspace: Path, lang: str, line: int, block: str) -> None:
+def test_example_runs_as_written(
+    workspace: Path, name: str, lang: str, line: int, block: str
+) -> None:
     script = runnable(block) if lang == "sh" else block
     if not script.strip():
         pytest.skip("set-up only (run by CI itself)")
-    case = workspace.parent / f"line{line}"
+    case = workspace.parent / f"{name.replace('/', '-')}-line{line}"
     shutil.copytree(workspace, case, symlinks=True)
     env = {
         **os.environ,
@@ -113,6 +131,6 @@ def test_example_runs_as_written(workspace: Path, lang: str, line: int, block: s
         check=False,
     )
     assert result.returncode == 0, (
-        f"README line {line}: exit {result.returncode}\n{script}\n"
+        f"{name} line {line}: exit {result.returncode}\n{script}\n"
         f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-3000:]}"
     )
