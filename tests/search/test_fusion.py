@@ -124,7 +124,7 @@ STILL_OPEN = pytest.mark.xfail(
 )
 
 
-# (catalog, request, the tool that must rank first): scripts/tune_fusion.py --small keeps
+# (catalog, request, the tool that must rank first): scripts/research/tune_fusion.py --small keeps
 # only fusion settings that get these right.
 CASES = [
     ("small", "book me somewhere to eat tonight", "make_restaurant_reservation"),

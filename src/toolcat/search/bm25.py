@@ -21,7 +21,8 @@ from ..store.reader import Filters
 from .tokenize import tokenize
 
 # name > search hint/examples > description > parameters = tags/toolkit. Chosen with
-# scripts/tune_bm25.py (mean R@5 over the seven benchmark sources; README, "Retrieval quality").
+# scripts/research/tune_bm25.py (mean R@5 over the seven benchmark sources; README,
+# "Retrieval quality").
 DEFAULT_WEIGHTS: tuple[float, ...] = (4.0, 2.0, 1.5, 0.5, 0.5)
 MAX_QUERY_TERMS = 32
 EXACT_POSTINGS = 8000

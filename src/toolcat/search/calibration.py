@@ -9,7 +9,7 @@ it. ``QueryContext`` sums up one hybrid search — the best cosine, the mean, sp
 the top 50 cosines, the best coverage, the top hit's coverage and name hit, and the query's
 visibility to BM25 — and ``nothing_fits`` is a logistic combination of them.
 
-The constants were fitted with scripts/tune_match.py on half of each benchmark source's
+The constants were fitted with scripts/research/tune_match.py on half of each benchmark source's
 queries: answerable ones (each source's queries in its own catalog and in the catalog of every
 source) against foreign ones (in every other source's catalog, in one other source's, and in
 as many tools drawn from the others as the source has), so that catalog size alone, which

@@ -19,12 +19,12 @@ from what the query and the rankings say about themselves, no labels at query ti
   ``part_bonus`` in the whole request's ranking, up to just below its first hit
   (``lift_part_tops``).
 
-The first three parameters (``HybridParams``) were chosen with scripts/tune_fusion.py on half
-of each benchmark source's queries and checked on the other half (README, "Hybrid fusion"); the
-last three were fitted on top of them by scripts/tune_rerank.py (pairwise logistic over the
-candidates of the same half, every source's own and pooled catalog, plus the small-catalog
-cases of tests/search/test_fusion.py), and checked on the other half and leaving each source
-out of the fit (README, "Hybrid fusion").
+The first three parameters (``HybridParams``) were chosen with scripts/research/tune_fusion.py
+on half of each benchmark source's queries and checked on the other half (README, "Hybrid
+fusion"); the last three were fitted on top of them by scripts/research/tune_rerank.py (pairwise
+logistic over the candidates of the same half, every source's own and pooled catalog, plus the
+small-catalog cases of tests/search/test_fusion.py), and checked on the other half and leaving
+each source out of the fit (README, "Hybrid fusion").
 """
 
 from __future__ import annotations
@@ -185,12 +185,13 @@ def candidates(
 
 @dataclass(frozen=True)
 class HybridParams:
-    """The knobs of ``hybrid_fusion`` (chosen with scripts/tune_fusion.py)."""
+    """The knobs of ``hybrid_fusion`` (chosen with scripts/research/tune_fusion.py)."""
 
     lexical_weight: float = 0.6  # BM25's share when every query word is known to the catalog
     visibility_power: float = 2.0  # ... times visibility ** this
     name_bonus: float = 0.2  # every candidate: plus this times its name hit
-    # Fitted by scripts/tune_rerank.py (seed 0 halves of ../shared/bench, 600 queries a source):
+    # Fitted by scripts/research/tune_rerank.py (seed 0 halves of ../shared/bench, 600 queries
+    # a source):
     cosine_weight: float = 0.096  # plus this times its cosine
     cosine_cover_weight: float = 0.101  # plus this times its cosine times its query coverage
     part_bonus: float = 0.208  # a part's best tool, in the whole request's ranking
@@ -283,7 +284,7 @@ def _normalised(ranking: Ranking, floor_at_zero: bool = False) -> dict[int, floa
 
 
 # Calibration of ``match``: a hit is "none" below both WEAK thresholds, fitted with
-# scripts/tune_match.py on half of each source's queries (the most foreign queries told
+# scripts/research/tune_match.py on half of each source's queries (the most foreign queries told
 # "nothing fits" while few answerable ones are). Refitting against every other source's tools
 # (.32 / .45) did no better on the held-out half than these (README, "Nothing fits").
 STRONG_COSINE = 0.55

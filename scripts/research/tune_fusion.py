@@ -1,6 +1,6 @@
 """Choose hybrid fusion's few parameters on half of each source's queries; report the other half.
 
-Reads the rankings scripts/gather_rankings.py saved (BM25 top 50, embedding top hits, for
+Reads the rankings scripts/research/gather_rankings.py saved (BM25 top 50, embedding top hits, for
 each request and each of its parts, in each source's own catalog and in the pooled one, with
 every catalog's FTS5 columns), splits each source's queries in two with a seeded shuffle,
 picks ``HybridParams`` from a small grid by the mean R@5 over sources, own and pooled
@@ -9,7 +9,7 @@ queries with two or more relevant tools) for bm25, embedding, the former default
 0.45/0.55, every part's best tool joins) and the chosen fusion. Fusion runs through
 ``fusion.hybrid_fusion`` and ``split.merge``/``split.fits``, as in the search engine.
 
-    python scripts/tune_fusion.py RANKINGS.json [--small SMALL.json] [--seed 0] [--no-fit]
+    python scripts/research/tune_fusion.py RANKINGS.json [--small SMALL.json] [--seed 0] [--no-fit]
 
 With ``--small`` (from ``gather_rankings.py SMALL.json --small``) the fit keeps the settings
 that rank the most small-catalog cases right, and the best mean R@5 among those.
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat.evaluate import score_query  # noqa: E402

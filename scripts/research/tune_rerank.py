@@ -4,29 +4,29 @@ half, and each source left out of the fit.
 ``fusion.hybrid_fusion`` adds to each candidate's fused score ``cosine_weight · cosine +
 cosine_cover_weight · cosine · coverage``, and ``fusion.lift_part_tops`` adds ``part_bonus`` to
 each part's best tool (``HybridParams``). This script fits those three weights, with the first
-three ``HybridParams`` (scripts/tune_fusion.py) held fixed, by a pairwise logistic (RankNet,
-linear): for every query of the training half, every (gold, other) pair of its candidates (the
-union of the BM25 and embedding top 50) should score gold higher. Each source counts alike in
-each catalog (own and pooled), the small-catalog cases of tests/search/test_fusion.py count as
-``--small-weight`` sources, and an L2 penalty keeps the weights near zero (the fusion before).
-Part tops depend on the weights (a part is ranked by the same fusion), so the fit is redone
-three times, each time with the tops of the last.
+three ``HybridParams`` (scripts/research/tune_fusion.py) held fixed, by a pairwise logistic
+(RankNet, linear): for every query of the training half, every (gold, other) pair of its
+candidates (the union of the BM25 and embedding top 50) should score gold higher. Each source
+counts alike in each catalog (own and pooled), the small-catalog cases of
+tests/search/test_fusion.py count as ``--small-weight`` sources, and an L2 penalty keeps the
+weights near zero (the fusion before). Part tops depend on the weights (a part is ranked by the
+same fusion), so the fit is redone three times, each time with the tops of the last.
 
 It reports held-out R@5 per source, own and pooled catalogs, through ``tune_fusion.new_rule``
 (the engine's path: ``hybrid_fusion``, ``lift_part_tops``, ``split.merge``), before (the three
 weights zero) and after, then the same with each source left out of the fit in turn (fitted on
 the other six's training halves, scored on its held-out half).
 
-    python scripts/tune_rerank.py RANKINGS.json --small SMALL.json [--seed 0] [--no-loso]
+    python scripts/research/tune_rerank.py RANKINGS.json --small SMALL.json [--seed 0] [--no-loso]
 
-(RANKINGS.json and SMALL.json from scripts/gather_rankings.py, as for tune_fusion.py.)
+(RANKINGS.json and SMALL.json from scripts/research/gather_rankings.py, as for tune_fusion.py.)
 
 ``--vectors V.npz`` (``gather_rankings.py --vectors``) measures candidate signals the engine
 does not have (``SIGNALS``) instead: each is added to the three fitted terms in turn, then all
 together, refitted the same way, and reported on the held-out half (R@5, R@1, multi-tool R@5,
 own and pooled catalogs) against the three terms refitted alone:
 
-    python scripts/tune_rerank.py RANKINGS.json --small SMALL.json --vectors V.npz
+    python scripts/research/tune_rerank.py RANKINGS.json --small SMALL.json --vectors V.npz
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tune_fusion import fused, halves, load, new_rule, r5, small_misses  # noqa: I001
 

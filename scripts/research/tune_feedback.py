@@ -1,14 +1,14 @@
 """Measure query-time additions to hybrid fusion on held-out halves: pseudo-relevance feedback
 on the query vector, a toolkit prior, fusion depth.
 
-Reads scripts/gather_rankings.py's rankings (run with ``--vectors V.npz``, which saves every
-tool's and query's vector), splits each source's queries in two with the seed of
-scripts/tune_fusion.py and prints, for each variant given, R@5 per source on one half (0:
+Reads scripts/research/gather_rankings.py's rankings (run with ``--vectors V.npz``, which
+saves every tool's and query's vector), splits each source's queries in two with the seed of
+scripts/research/tune_fusion.py and prints, for each variant given, R@5 per source on one half (0:
 the half to choose settings on, 1: the held-out half), own and pooled catalogs, all queries
 and those with two or more relevant tools. Fusion is ``fusion.hybrid_fusion`` with the
 shipped parameters and ``split.fits``/``split.merge``, as in the search engine.
 
-    python scripts/tune_feedback.py RANKINGS.json VECTORS.npz [--half 0|1] [--seed 0]
+    python scripts/research/tune_feedback.py RANKINGS.json VECTORS.npz [--half 0|1] [--seed 0]
         [--variant NAME=ALPHA,TOP,GAMMA,TK[,DEPTH[,PART_TOP]]]...
         [--tool-vectors V.npz | --extra V.npz --margin M] [--qpp BETA]
 
@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "scripts" / "research"))
 
 import numpy as np  # noqa: E402
 

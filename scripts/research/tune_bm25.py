@@ -1,6 +1,6 @@
 """Score BM25 column weights with the eval (seeded sample of queries per source).
 
-    python scripts/tune_bm25.py [--max-queries 500] [--pooled]
+    python scripts/research/tune_bm25.py [--max-queries 500] [--pooled]
 
 Weights are (name, hint/examples, description, parameters, tags/toolkit). Prints mean R@5 and
 nDCG@10 over the sources for each setting; the default in search/bm25.py came from here.
@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat.evaluate import evaluate  # noqa: E402

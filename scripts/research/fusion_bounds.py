@@ -1,11 +1,11 @@
 """How far per-query trust in hybrid fusion's two rankings could go at best: oracle bounds.
 
-Reads the rankings scripts/gather_rankings.py saved, through scripts/tune_fusion.py (its
-loading, seeded halves, shipped fusion and strict R@5), and prints R@5 per source and their
-mean, in each source's own catalog, in the pooled one, and in the pooled one with every other
-source's tools dropped from the rankings (what strict scoring would give if those tools, many
-of which answer the request too, neither counted as misses nor took places), on every query
-and on tune_fusion's held-out half:
+Reads the rankings scripts/research/gather_rankings.py saved, through
+scripts/research/tune_fusion.py (its loading, seeded halves, shipped fusion and strict R@5), and
+prints R@5 per source and their mean, in each source's own catalog, in the pooled one, and in
+the pooled one with every other source's tools dropped from the rankings (what strict scoring
+would give if those tools, many of which answer the request too, neither counted as misses nor
+took places), on every query and on tune_fusion's held-out half:
 
 - bm25 and embedding alone, the better of the two per source, the target (better + .03), the
   shipped fusion (``hybrid_fusion`` with the request's parts, as search runs it) and shipped
@@ -28,7 +28,7 @@ and on tune_fusion's held-out half:
 - among the queries where the two rankings' R@5 differ, how often the shipped fusion leans on
   the worse one (its top 5 shares more tools with that ranking's top 5), or on neither.
 
-    python scripts/fusion_bounds.py RANKINGS.json [--seed 0]
+    python scripts/research/fusion_bounds.py RANKINGS.json [--seed 0]
 """
 
 from __future__ import annotations

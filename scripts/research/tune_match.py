@@ -20,7 +20,7 @@ alike) is fitted on one half; the threshold is the lowest that keeps "nothing fi
 searched again with the fitted constants, and with the per-hit rule alone (no context: the
 shipped behaviour before) for comparison.
 
-    python scripts/tune_match.py [BENCH] [--max-queries 200] [--cache vectors.db]
+    python scripts/research/tune_match.py [BENCH] [--max-queries 200] [--cache vectors.db]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402

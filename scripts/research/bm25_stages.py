@@ -13,7 +13,7 @@ Three runs over the queries:
   process that opened the catalog and has stemmed no word yet;
 - ``repeated``: the ``new`` queries asked again (answers kept per revision).
 
-    python scripts/bm25_stages.py --size 10000
+    python scripts/research/bm25_stages.py --size 10000
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 

@@ -5,7 +5,7 @@ For a seeded sample of queries per source, fetch the top 50 of ``bm25`` and of
 weighted reciprocal rank fusion, and min-max normalised score fusion. Prints mean and
 per-source R@5 and nDCG@10 for each rule; the default in catalog.py came from here.
 
-    python scripts/tune_hybrid.py [--max-queries 300] [--pooled]
+    python scripts/research/tune_hybrid.py [--max-queries 300] [--pooled]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402

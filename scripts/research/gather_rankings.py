@@ -6,19 +6,19 @@ N``), in the source's own catalog and in the pooled one (all sources' tools), st
 ``search/split.py`` cuts it into, with each query's relevant tools, plus every catalog's
 tokenized FTS5 columns (so fusion signals such as name coverage can be computed offline).
 Rankings come from the search engine's own BM25 and vector index (``SearchEngine.bm25``,
-``VectorIndex.search``), the ones hybrid mode fuses. scripts/tune_fusion.py reads the file.
+``VectorIndex.search``), the ones hybrid mode fuses. scripts/research/tune_fusion.py reads the file.
 
-    python scripts/gather_rankings.py OUT.json [BENCH] [--max-queries 600] [--max-tools 0]
-    python scripts/gather_rankings.py SMALL.json --small
-    python scripts/gather_rankings.py OUT.json [BENCH] --vectors V.npz --chunks C.npz
+    python scripts/research/gather_rankings.py OUT.json [BENCH] [--max-queries 600] [--max-tools 0]
+    python scripts/research/gather_rankings.py SMALL.json --small
+    python scripts/research/gather_rankings.py OUT.json [BENCH] --vectors V.npz --chunks C.npz
 
 ``--small`` instead saves the small catalogs and cases of tests/search/test_fusion.py (a clear
 semantic match must beat one word of name overlap; a request that names the tool must win),
-which scripts/tune_fusion.py --small uses to rule fusion settings out.
+which scripts/research/tune_fusion.py --small uses to rule fusion settings out.
 
 ``--chunks C.npz`` also saves a multi-vector document of every tool: its name with each
 sentence of its description (the first six) and with its parameter names, one vector each
-(scripts/tune_feedback.py --extra C.npz).
+(scripts/research/tune_feedback.py --extra C.npz).
 
 ``--max-tools N`` (N > 0) cuts a source's own catalog to the sampled queries' gold tools plus
 seeded others; the default 0 keeps every tool (the vector cache embeds each tool once across
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
@@ -85,7 +85,7 @@ def main() -> None:
     parser.add_argument(
         "--vectors",
         help="Also save the pooled catalog's tool vectors and the query vectors (.npz), for "
-        "fusion experiments that re-query the vectors (scripts/tune_fusion.py --vectors).",
+        "fusion experiments that re-query the vectors (scripts/research/tune_fusion.py --vectors).",
     )
     parser.add_argument("--chunks", help="Also save every tool's chunk vectors (.npz).")
     args = parser.parse_args()
