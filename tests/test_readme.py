@@ -96,6 +96,28 @@ def test_every_docs_file_is_linked_from_the_readme() -> None:
         assert f"](docs/{path.name})" in readme, f"README does not link docs/{path.name}"
 
 
+LINK = re.compile(r"\]\(([^)#\s]*)(?:#([^)\s]+))?\)")
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-")
+
+
+def test_relative_links_reach_a_file_and_heading() -> None:
+    for path in [*DOCS, ROOT / "scripts" / "research" / "README.md"]:
+        for m in LINK.finditer(path.read_text()):
+            target, fragment = m[1], m[2]
+            if target.startswith(("http://", "https://")):
+                continue
+            linked = (path.parent / target).resolve() if target else path
+            assert linked.is_file(), f"{path.name}: link to missing {target}"
+            if fragment:
+                lines = linked.read_text().splitlines()
+                headings = {anchor(line) for line in lines if line.startswith("#")}
+                assert fragment in headings, f"{path.name}: no heading #{fragment} in {target}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "lang", "line", "block"),
