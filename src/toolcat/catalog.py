@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .addresses import (
     check_text,
@@ -95,6 +95,23 @@ def _policies(policies: Iterable[Policy]) -> tuple[Policy, ...]:
         if not isinstance(policy, Policy):
             raise InvalidQueryError(f"policies must be Policy objects, not {type(policy).__name__}")
     return tuple(policy for policy in found if policy.deny)
+
+
+class Selection(Protocol):
+    """A part of the catalog that is all there is for one caller (the MCP server's
+    ``Scope``): ``get`` and ``short_names`` see nothing outside it. The catalog filters by
+    ``all_tags``, ``single_toolkit`` and ``search_policies`` in SQL; ``allows`` decides."""
+
+    @property
+    def all_tags(self) -> tuple[str, ...]: ...
+
+    @property
+    def single_toolkit(self) -> str | None: ...
+
+    @property
+    def search_policies(self) -> tuple[Policy, ...]: ...
+
+    def allows(self, tool: RegisteredTool) -> bool: ...
 
 
 def unknown_toolkit(name: str, known: Iterable[str]) -> UnknownToolkitError:
@@ -873,36 +890,74 @@ class Catalog:
         with self._lock:
             writer.set_learning(self._conn, enabled)
 
-    def get(self, address: str) -> RegisteredTool:
+    def get(self, address: str, *, within: Selection | None = None) -> RegisteredTool:
         """The tool at ``address``: ``name``, ``toolkit.name``, or either with ``@version``.
+
+        Args:
+            address: The tool's address.
+            within: Resolve inside this selection only (and the catalog's own policy): a
+                tool outside it does not exist, so it is neither found nor suggested nor
+                named among ambiguous or deprecated alternatives, and a bare name is
+                ambiguous only within it. An out-of-selection address gets exactly the
+                error an unregistered one gets.
 
         Raises:
             UnknownToolError: No such tool (close matches are suggested).
             AmbiguousNameError: A bare name matches tools in several toolkits.
         """
         toolkit, name, version = parse_address(address)
+        admits = self._admits(within)
         with self._snapshot() as conn:
             found = reader.find_tools(conn, name, toolkit=toolkit, active_only=version is None)
             if version is not None:
                 from .store import writer
 
                 found = [(i, t) for i, t in found if writer.same_version(t.version, version)]
+            found = [(i, t) for i, t in found if admits(t)]
             if not found and version is None:
                 inactive = reader.find_tools(conn, name, toolkit=toolkit, active_only=False)
+                inactive = [(i, t) for i, t in inactive if admits(t)]
                 if inactive:
                     raise DeprecatedToolError(address, [f"{t.id}@{t.version}" for _, t in inactive])
             if not found:
-                raise UnknownToolError(address, self._search.suggest(conn, name))
+                filters = None if within is None else self._selection_filters(conn, within)
+                raise UnknownToolError(
+                    address, self._search.suggest(conn, name, filters=filters, admits=admits)
+                )
         if len(found) > 1:
             raise AmbiguousNameError(address, [t.id for _, t in found])
         return found[0][1]
 
-    def short_names(self, tools: Iterable[RegisteredTool]) -> dict[str, str]:
-        """Tool id → the shortest address that names the tool among active tools: the bare
-        name, or ``toolkit.name`` where another active toolkit has a tool of that name."""
+    def _admits(self, within: Selection | None) -> Callable[[RegisteredTool], bool]:
+        """Whether a tool is inside ``within`` and the catalog's policy (all tools: None)."""
+        if within is None:
+            return lambda _tool: True
+        policy = self.policy
+        return lambda tool: within.allows(tool) and policy.denying_rule(tool) is None
+
+    def _selection_filters(self, conn: sqlite3.Connection, within: Selection) -> Filters:
+        return self._filters(
+            conn, within.all_tags, within.single_toolkit, True, False, within.search_policies
+        )
+
+    def short_names(
+        self, tools: Iterable[RegisteredTool], *, within: Selection | None = None
+    ) -> dict[str, str]:
+        """Tool id → the shortest address that names the tool among active tools (those
+        ``within`` a selection, when given): the bare name, or ``toolkit.name`` where
+        another active toolkit has a tool of that name."""
         tools = builtins.list(tools)
         with self._snapshot() as conn:
-            shared = reader.shared_names(conn, sorted({t.name for t in tools}))
+            names = sorted({t.name for t in tools})
+            if within is None:
+                shared = reader.shared_names(conn, names)
+            else:
+                filters, admits = self._selection_filters(conn, within), self._admits(within)
+                shared = {  # shared under the SQL filters, then checked one by one
+                    name
+                    for name in reader.shared_names(conn, names, filters)
+                    if sum(admits(t) for _, t in reader.find_tools(conn, name, filters=filters)) > 1
+                }
         return {t.id: t.id if t.name in shared else t.name for t in tools}
 
     def export(self, tools: Iterable[Any], format: str) -> ExportedTools:

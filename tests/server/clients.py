@@ -27,7 +27,10 @@ LIST_CHANGED = "notifications/tools/list_changed"
 
 
 def server_env(tmp: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "TOOLCAT_WORKSPACE": str(tmp), **extra}
+    # This tree's src first: the server tested is the one beside these tests, whichever
+    # checkout the environment's toolcat was installed from.
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
+    return {**os.environ, "PYTHONPATH": path, "TOOLCAT_WORKSPACE": str(tmp), **extra}
 
 
 class Session:

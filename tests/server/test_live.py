@@ -142,15 +142,15 @@ def test_tokens_give_each_principal_its_view(live_db: Path, tmp_path: Path) -> N
                 names = {t.name for t in listed.tools}
                 assert "convert_units" in names and "read_file" not in names
                 refused = await math.call("call_tool", {"name": "read_file", "arguments": {}})
-                assert error_code(refused) == "TOOL_DENIED"
+                assert error_code(refused) == "UNKNOWN_TOOL"
                 found = await math.call("search_tools", {"query": "read a file"})
                 assert {t["toolkit"] for t in found.structured_content["tools"]} <= {"math"}
             async with http_session(url, "files-team-token", mode=LEGACY) as files:
                 names = set(await files.names())
                 assert "read_file" in names and "convert_units" not in names
                 denied = await files.call("delete_file", {"path": "x"})
-                assert error_code(denied) == "TOOL_DENIED"
-                assert error_code(await files.call("convert_units", {})) == "TOOL_DENIED"
+                assert error_code(denied) == "UNKNOWN_TOOL"
+                assert error_code(await files.call("convert_units", {})) == "UNKNOWN_TOOL"
 
         run(check)
         for header in ({}, {"Authorization": "Bearer nope-nope-nope"}):

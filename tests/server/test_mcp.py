@@ -222,10 +222,10 @@ def test_policy_denies_through_the_server(served_db: Path, tmp_path: Path, where
             mode=MODERN,
             policy=deny if where == "global" else (),
         ) as s:
-            for name in ("prime_factors", "fixtures.add@1.0.0"):
-                assert error_code(await s.call(name, {"n": 12})) == "TOOL_DENIED"
+            for name in ("prime_factors", "fixtures.add@1.0.0"):  # hidden: as if not there
+                assert error_code(await s.call(name, {"n": 12})) == "UNKNOWN_TOOL"
                 refused = await s.call("call_tool", {"name": name, "arguments": {"n": 12}})
-                assert error_code(refused) == "TOOL_DENIED"
+                assert error_code(refused) == "UNKNOWN_TOOL"
             assert "prime_factors" not in await s.names()
             found = await s.call("search_tools", {"query": "prime factors of a number"})
             assert "prime_factors" not in {t["name"] for t in found.structured_content["tools"]}
@@ -281,8 +281,8 @@ def test_plain_toolkit_bounds_every_call_path(served_db: Path, tmp_path: Path, m
             assert error_code(await s.call("search_tools", {"query": "x"})) == "UNKNOWN_TOOL"
             for name in ("files.write_file", "write_file", "files.delete_file@1.0.0"):
                 refused = await s.call(name, {"path": "keep.txt", "content": "gone"})
-                assert error_code(refused) == "TOOL_DENIED", name
-                assert "not in the toolkits" in text(refused)
+                assert error_code(refused) == "UNKNOWN_TOOL", name
+                assert "Did you mean" not in text(refused) or "files." not in text(refused)
             factors = await s.call("prime_factors", {"n": 12})
             assert not factors.is_error
         assert (tmp_path / "keep.txt").read_text() == "keep"
@@ -294,8 +294,8 @@ def test_tag_bounds_calls(served_db: Path, tmp_path: Path) -> None:
     async def check() -> None:
         async with stdio_session(served_db, tmp_path, "--tag", "filesystem", mode=MODERN) as s:
             refused = await s.call("call_tool", {"name": "convert_units", "arguments": {}})
-            assert error_code(refused) == "TOOL_DENIED" and "tag" in text(refused)
-            assert error_code(await s.call("convert_units", {})) == "TOOL_DENIED"
+            assert error_code(refused) == "UNKNOWN_TOOL" and "tag" not in text(refused)
+            assert error_code(await s.call("convert_units", {})) == "UNKNOWN_TOOL"
 
     run(check)
 

@@ -156,7 +156,7 @@ def test_http_uses_are_per_principal_and_refused_calls_record_nothing(
                 refused = await other.call(
                     "call_tool", {"name": "read_file", "arguments": {"path": "x"}}
                 )
-                assert error_code(refused) == "TOOL_DENIED"
+                assert error_code(refused) == "UNKNOWN_TOOL"
                 ok = await searcher.call(
                     "call_tool", {"name": "convert_units", "arguments": arguments}
                 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..construct import construct
@@ -494,22 +494,42 @@ class SearchEngine:
             rows = reader.find_rows(conn, candidate, nocase=True, filters=filters)
         return [row[0] for row in rows]
 
-    def suggest(self, conn: sqlite3.Connection, name: str) -> list[str]:
+    def suggest(
+        self,
+        conn: sqlite3.Connection,
+        name: str,
+        *,
+        filters: Filters | None = None,
+        admits: Callable[[RegisteredTool], bool] | None = None,
+    ) -> list[str]:
         """Close matches for an unknown tool name: the same name in another case, similar
-        spellings (catalogs up to 20k tools), then BM25 over the name's words."""
+        spellings (catalogs up to 20k tools), then BM25 over the name's words. Only tools
+        that ``filters`` let through and ``admits`` accepts are suggested (a caller's scope:
+        what is outside it is never named)."""
         import difflib
 
-        exact = reader.find_tools(conn, name, nocase=True)
+        filters = filters or Filters()
+
+        def admitted(tools: Iterable[RegisteredTool]) -> list[str]:
+            return [t.id for t in tools if admits is None or admits(t)]
+
+        exact = admitted(t for _, t in reader.find_tools(conn, name, nocase=True, filters=filters))
         if exact:
-            return [t.id for _, t in exact][:5]
+            return exact[:5]
         suggestions: list[str] = []
-        ids = reader.active_tool_ids(conn, limit=20_000)
+        ids = reader.active_tool_ids(conn, limit=20_000, filters=filters)
         if ids is not None:
             by_name: dict[str, list[str]] = {}
             for tool_id in ids:
                 by_name.setdefault(tool_id.split(".", 1)[1].lower(), []).append(tool_id)
             for close in difflib.get_close_matches(name.lower(), by_name, n=3, cutoff=0.75):
-                suggestions += by_name[close]
-        ranked = self.bm25(conn, name, Filters(), 5, reader.revision(conn))
-        suggestions += [t.id for t in reader.tools_by_id(conn, [i for i, _ in ranked]).values()]
+                if admits is None:
+                    suggestions += by_name[close]
+                else:
+                    for tool_id in by_name[close]:
+                        toolkit, _, tool_name = tool_id.partition(".")
+                        found = reader.find_tools(conn, tool_name, toolkit=toolkit, filters=filters)
+                        suggestions += admitted(t for _, t in found)
+        ranked = self.bm25(conn, name, filters, 5, reader.revision(conn))
+        suggestions += admitted(reader.tools_by_id(conn, [i for i, _ in ranked]).values())
         return list(dict.fromkeys(suggestions))[:5]

@@ -335,7 +335,7 @@ class CatalogServer:
                     )
                     if scope.allows(t)
                 ]
-                return self._specs(catalog, tools)
+                return self._specs(catalog, tools, scope)
 
             listed = await self.readers.run(read)
             if len(self._lists) > 256:
@@ -363,7 +363,7 @@ class CatalogServer:
         if next_cursor is None and revealed:
             names = {t.name for t in listed}
             found = [t for t in revealed.values() if scope.allows(t)]
-            extra = await self.readers.run(lambda c: self._specs(c, found))
+            extra = await self.readers.run(lambda c: self._specs(c, found, scope))
             tools += [t for t in extra if t.name not in names]
         return types.ListToolsResult(
             tools=tools,
@@ -372,8 +372,10 @@ class CatalogServer:
             cache_scope="private" if self.options.per_caller else "public",
         )
 
-    def _specs(self, catalog: Catalog, tools: list[RegisteredTool]) -> list[types.Tool]:
-        names = catalog.short_names(tools) if tools else {}
+    def _specs(
+        self, catalog: Catalog, tools: list[RegisteredTool], scope: Scope
+    ) -> list[types.Tool]:
+        names = catalog.short_names(tools, within=scope) if tools else {}
         return [_spec(tool, self._exposed_name(tool, names)) for tool in tools]
 
     @staticmethod
@@ -419,14 +421,11 @@ class CatalogServer:
             )
         scope = self._scope(ctx)
         connection = self._legacy_connection(ctx)
-        try:
-            tool = await self.readers.run(lambda c: c.get(name))
+        try:  # what is outside the caller's scope does not exist: not found, not suggested
+            tool = await self.readers.run(lambda c: c.get(name, within=scope))
         except ToolcatError as e:
             failed = error_result(e, 0.0)
             return _error(failed.error_code or e.code, failed.error or str(e))
-        refusal = scope.refusal(tool)
-        if refusal is not None:
-            return _error("TOOL_DENIED", refusal)
         pinned = "@" in name
         if self.options.refuse_unsearched and (pinned or not self._in_list_mode(tool, scope)):
             if connection is not None:
@@ -488,7 +487,7 @@ class CatalogServer:
             )
             hits = [h for h in found.hits if scope.allows(h.tool)][:k]
             tools = [h.tool for h in hits]
-            return found, hits, catalog.short_names(tools) if tools else {}
+            return found, hits, catalog.short_names(tools, within=scope) if tools else {}
 
         try:
             found, hits, names = await self.readers.run(search)

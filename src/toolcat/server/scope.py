@@ -76,20 +76,27 @@ class Scope:
         return self.refusal(tool) is None
 
     def refusal(self, tool: RegisteredTool) -> str | None:
-        """Why ``tool`` is outside this scope (one line), or ``None``."""
+        """Why ``tool`` is outside this scope (one line naming the level whose rule refuses
+        it: the server or the principal), or ``None``. For the operator's log: a caller is
+        told only what a tool that does not exist gets."""
         if self.parent is not None:
             refused = self.parent.refusal(tool)
             if refused is not None:
                 return refused
         if self.toolkits and not any(_toolkit_matches(t, tool) for t in self.toolkits):
-            return f"{tool.id!r} is not in the toolkits this server serves to {self.name}"
+            return f"{tool.id!r} is not in the toolkits of {self.level}"
         missing = [t for t in self.tags if t not in tool.tags]
         if missing:
-            return f"{tool.id!r} lacks the tag(s) {', '.join(missing)} this server requires"
+            return f"{tool.id!r} lacks the tag(s) {', '.join(missing)} {self.level} requires"
         rule = self.policy.denying_rule(tool)
         if rule is not None:
-            return f"tool {tool.id!r} is denied to {self.name} by rule {rule!r}"
+            return f"{tool.id!r} is denied by rule {rule!r} of {self.level}"
         return None
+
+    @property
+    def level(self) -> str:
+        """Whose selection this is, for messages: the server's or a principal's."""
+        return "this server" if self.parent is None else f"principal {self.name!r}"
 
 
 def _toolkit_name(selector: str) -> str:

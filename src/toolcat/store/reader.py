@@ -219,26 +219,33 @@ def list_rows(
     return rows
 
 
-def active_tool_ids(conn: sqlite3.Connection, limit: int) -> list[str] | None:
-    """Ids of every active tool, or ``None`` when there are more than ``limit``."""
+def active_tool_ids(
+    conn: sqlite3.Connection, limit: int, filters: Filters | None = None
+) -> list[str] | None:
+    """Ids of every active tool (that ``filters`` let through), or ``None`` when there are
+    more than ``limit``."""
+    where, params = (filters or Filters()).sql()
     rows = conn.execute(
-        "SELECT t.toolkit || '.' || t.name FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
-        "WHERE k.active = 1 LIMIT ?",
-        (limit + 1,),
+        f"SELECT t.toolkit || '.' || t.name FROM {TOOL_FROM} WHERE {where} LIMIT ?",
+        (*params, limit + 1),
     ).fetchall()
     return None if len(rows) > limit else [r[0] for r in rows]
 
 
-def shared_names(conn: sqlite3.Connection, names: list[str]) -> set[str]:
-    """Which of ``names`` more than one active toolkit has a tool called."""
+def shared_names(
+    conn: sqlite3.Connection, names: list[str], filters: Filters | None = None
+) -> set[str]:
+    """Which of ``names`` more than one active toolkit (that ``filters`` let through) has a
+    tool called."""
+    where, params = (filters or Filters()).sql()
     found: set[str] = set()
     for start in range(0, len(names), 500):
         chunk = names[start : start + 500]
         marks = ",".join("?" * len(chunk))
         rows = conn.execute(
-            f"SELECT t.name FROM {TOOL_FROM} WHERE k.active = 1 AND t.name IN ({marks}) "
+            f"SELECT t.name FROM {TOOL_FROM} WHERE {where} AND t.name IN ({marks}) "
             "GROUP BY t.name HAVING COUNT(*) > 1",
-            chunk,
+            (*params, *chunk),
         ).fetchall()
         found.update(r[0] for r in rows)
     return found
