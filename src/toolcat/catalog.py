@@ -669,6 +669,7 @@ class Catalog:
         include_deferred: bool = True,
         include_denied: bool = False,
         policies: Iterable[Policy] = (),
+        principal: str | None = None,
     ) -> SearchResult:
         """Search mode: rank every matching tool, deferred ones included.
 
@@ -687,13 +688,23 @@ class Catalog:
             policies: Leave out the tools any of these policies' allow/deny rules deny too
                 (whatever ``include_denied`` says), before ranking: a server ranks within
                 each caller's scope, not only among the catalog's first hits.
+            principal: A server caller whose own recorded uses (``record_uses(...,
+                principal=)``) reorder its hits, each tool by at most
+                ``search.learned.LEARNED_LIFT`` places (scores stay the ranking's). No
+                other caller's uses are applied; the catalog's own are in the index.
 
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
         scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
         return self._searched(
-            self._search.result, lambda r: [h.tool.id for h in r.hits], query, mode, k, scope
+            self._search.result,
+            lambda r: [h.tool.id for h in r.hits],
+            query,
+            mode,
+            k,
+            scope,
+            principal,
         )
 
     def search_summaries(
@@ -733,6 +744,7 @@ class Catalog:
         mode: str | None,
         k: int,
         scope: tuple[Iterable[str], str | None, bool, bool, tuple[Policy, ...]],
+        principal: str | None = None,
     ) -> Answer:
         """A search answered by ``answer`` (``search``'s models or ``search_summaries``'
         plain data): arguments checked, the query ranked, and its hits remembered for
@@ -742,7 +754,7 @@ class Catalog:
         check_text(query)
         with self._lock:
             plan = self._search.plan(self._conn, mode)
-        result = self._ranked(answer, query, plan, k, scope)
+        result = self._ranked(answer, query, plan, k, scope, principal)
         if plan[0] != "regex" and query.strip():
             self.searched(query, hit_ids(result))
         return result
@@ -754,6 +766,7 @@ class Catalog:
         plan: tuple[str, str],
         k: int,
         scope: tuple[Iterable[str], str | None, bool, bool, tuple[Policy, ...]],
+        principal: str | None = None,
     ) -> Answer:
         """A query ranked (the request split into parts in hybrid mode, its vectors) and
         built by ``answer`` (the engine's ``result`` or ``summaries``) in one read snapshot.
@@ -788,6 +801,10 @@ class Catalog:
                 k=k,
                 parts=parts,
             )
+            if principal is not None:
+                from .search.learned import lifted
+
+                ranking = lifted(conn, ranking, principal)
             return answer(conn, ranking)
 
     # -- learning from use ----------------------------------------------------------------
@@ -810,17 +827,24 @@ class Catalog:
             query = self._recent_hits.pop(tool_id, None)
         return query is not None and self.record_use(query, tool_id)
 
-    def record_use(self, query: str, tool: str) -> bool:
-        """Record that ``query`` was answered by ``tool`` (an address); the next reindex
-        adds the query to the tool's search documents. Returns False when learning from use
-        is off or the query is empty.
+    def record_use(self, query: str, tool: str, *, principal: str = "") -> bool:
+        """Record that ``query`` was answered by ``tool`` (an address). Returns False when
+        learning from use is off or the query is empty.
+
+        Args:
+            query: The request.
+            tool: The tool's address.
+            principal: Whose use it is. ``""`` (the default) is the catalog's own caller
+                (this API, the CLI): the next reindex adds the query to the tool's search
+                documents, for everyone. Any other name (a server's caller) keeps the use
+                to that principal's own searches (``search(..., principal=)``).
 
         Raises:
             UnknownToolError: No such tool.
         """
-        return self.record_uses([(query, tool)]) > 0
+        return self.record_uses([(query, tool)], principal=principal) > 0
 
-    def record_uses(self, uses: Iterable[tuple[str, str]]) -> int:
+    def record_uses(self, uses: Iterable[tuple[str, str]], *, principal: str = "") -> int:
         """``record_use`` for many (query, tool address) pairs in one transaction, in order
         (the last is the newest). A compound request ("do X. Then do Y") is recorded as the
         part of it that names the tool best (``toolcat.search.learned``). Every address is
@@ -844,7 +868,9 @@ class Catalog:
         if not pairs:
             return 0
         with self._snapshot() as conn:
-            answered, rewrite = learned.answered_by(conn, [(text, t.id) for text, t in pairs])
+            answered, rewrite = learned.answered_by(
+                conn, [(text, t.id) for text, t in pairs], principal
+            )
         earlier = []
         for toolkit, name, query in rewrite:
             with contextlib.suppress(ToolcatError):  # a tool removed since keeps the whole
@@ -854,19 +880,25 @@ class Catalog:
         kept = {(t.toolkit, t.name) for _, t in earlier}
         forget = [(t, n, q) for t, n, q in rewrite if (t, n) in kept]
         with self._lock:
-            recorded = writer.record_uses(self._conn, rows, LEARNED_PER_TOOL, forget=forget)
+            recorded = writer.record_uses(
+                self._conn, rows, LEARNED_PER_TOOL, forget=forget, principal=principal
+            )
         return recorded - len(earlier) if recorded else 0
 
     def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
-        """Recorded uses, newest first: ``{"tool", "query", "recorded_at"}``."""
+        """Recorded uses, newest first: ``{"tool", "query", "recorded_at", "principal"}``
+        (``principal`` None for the catalog's own caller)."""
         with self._snapshot() as conn:
             rows = conn.execute(
-                "SELECT toolkit, name, query, recorded_at FROM usage "
+                "SELECT toolkit, name, query, recorded_at, principal FROM usage "
                 + ("WHERE toolkit = ? " if toolkit else "")
                 + "ORDER BY id DESC",
                 (toolkit,) if toolkit else (),
             ).fetchall()
-        return [{"tool": f"{t}.{n}", "query": q, "recorded_at": at} for t, n, q, at in rows]
+        return [
+            {"tool": f"{t}.{n}", "query": q, "recorded_at": at, "principal": p or None}
+            for t, n, q, at, p in rows
+        ]
 
     def clear_usage(self, toolkit: str | None = None) -> int:
         """Forget recorded uses (of one toolkit, or all); returns how many. Run reindex to

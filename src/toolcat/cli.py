@@ -879,7 +879,9 @@ def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_j
     """Learning from use: show or clear recorded (query, tool) uses, or turn learning on/off.
 
     A search followed by a call of one of its hits records the query for that tool; reindex
-    adds recorded queries to the tools' search documents.
+    adds the catalog's own recorded queries (this CLI, the Python API) to the tools' search
+    documents. A server's callers' uses are kept per principal and reorder only that
+    principal's own results, by a bounded amount.
     """
     catalog = open_catalog(ctx)
     if action == "clear":
@@ -898,7 +900,10 @@ def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_j
         f"learning from use: {'on' if catalog.learning else 'off'}, {plural(len(uses), 'use')}"
     )
     for use in uses[:limit]:
-        click.echo(f"{use['recorded_at']}  {use['tool']:<36} {one_line(use['query'], 60)}")
+        who = use["principal"] or "(catalog)"
+        click.echo(
+            f"{use['recorded_at']}  {who:<12} {use['tool']:<36} {one_line(use['query'], 60)}"
+        )
 
 
 EVAL_KEYS = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]

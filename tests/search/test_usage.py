@@ -156,3 +156,32 @@ def test_a_compound_request_teaches_each_tool_its_own_part(sample_catalog: Catal
         "tool": "data.json_diff",
         "query": unrelated,
     }
+
+
+def test_a_principals_uses_lift_its_own_results_within_the_bound(
+    sample_catalog: Catalog,
+) -> None:
+    """A server caller's uses (``principal=``) never reach the shared index nor another
+    caller's results, and move each of its own hits by at most LEARNED_LIFT places, however
+    many uses it records."""
+    from toolcat.search.learned import LEARNED_LIFT
+
+    query = "delete the file report.txt"
+
+    def ranking(principal: str | None) -> list[str]:
+        found = sample_catalog.search(query, mode="bm25", k=20, principal=principal)
+        return [h.tool.id for h in found.hits]
+
+    before = ranking(None)
+    last = before[-1]
+    uses = [(f"{query} now {i}" if i < 39 else query, last) for i in range(40)]
+    assert sample_catalog.record_uses(uses, principal="mallory") == 40
+    sample_catalog.reindex()
+    assert ranking(None) == before  # the shared index learned nothing
+    assert ranking("alice") == before  # nor does anyone else's ranking move
+    mine = ranking("mallory")
+    assert sorted(mine) == sorted(before)  # nothing pulled in from outside the hits
+    assert before.index(last) - mine.index(last) == LEARNED_LIFT
+    assert all(abs(before.index(t) - mine.index(t)) <= LEARNED_LIFT for t in before)
+    assert {u["principal"] for u in sample_catalog.usage()} == {"mallory"}
+    assert len(sample_catalog.usage()) == LEARNED_PER_TOOL  # bounded per principal too

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 pytest.importorskip("mcp")
@@ -177,3 +178,89 @@ def test_the_memory_is_bounded() -> None:
     assert len(recent) == 2
     assert recent.called("a", None, "t2") is None  # caller a was forgotten
     assert recent.called("c", None, "t1") == "q3"
+
+
+POISON = "delete the file report.txt"
+TEAMS_YAML = """\
+principals:
+  - name: attacker
+    token: attacker-token
+    toolkits: [math, files]
+  - name: victim
+    token: victim-token
+    toolkits: [math, files]
+"""
+
+
+def reindex(db: Path) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(db), "reindex"])
+    assert result.exit_code == 0, result.output
+
+
+def test_one_principals_uses_never_steer_what_another_finds(db: Path, tmp_path: Path) -> None:
+    """The reported poisoning: one principal's 20 searches + calls of ``math.calculate`` for
+    "delete the file …" requests, then a reindex. Another principal (and an anonymous
+    caller) must find exactly what it found before; the attacker's own ranking moves each
+    tool by at most LEARNED_LIFT places, and the uses are recorded under its name."""
+    from toolcat.search.learned import LEARNED_LIFT
+
+    reindex(db)  # vectors: hybrid ranks every tool, so calculate is among the hits
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TEAMS_YAML)
+
+    async def ranking(url: str, token: str) -> list[str]:
+        async with http_session(url, token, mode=MODERN) as s:
+            return found(await s.call("search_tools", {"query": POISON, "k": 20}))
+
+    async def anonymous() -> list[str]:
+        async with stdio_session(db, tmp_path, mode=MODERN) as s:
+            return found(await s.call("search_tools", {"query": POISON, "k": 20}))
+
+    async def attack(url: str) -> None:
+        async with http_session(url, "attacker-token", mode=MODERN) as s:
+            for i in range(20):
+                query = POISON if i == 0 else f"{POISON} please ({i})"
+                assert "calculate" in found(await s.call("search_tools", {"query": query, "k": 50}))
+                done = await s.call(
+                    "call_tool", {"name": "calculate", "arguments": {"expression": "1+1"}}
+                )
+                assert not done.is_error, done.content
+
+    with http_server(db, tmp_path, "--tokens", str(tokens)) as (url, _stderr):
+        before = {who: anyio.run(ranking, url, f"{who}-token") for who in ("attacker", "victim")}
+        anyio.run(attack, url)
+    before["anonymous"] = anyio.run(anonymous)
+    assert before["victim"][0] == "delete_file"
+    reindex(db)
+    with http_server(db, tmp_path, "--tokens", str(tokens)) as (url, _stderr):
+        after = {who: anyio.run(ranking, url, f"{who}-token") for who in ("attacker", "victim")}
+    after["anonymous"] = anyio.run(anonymous)
+
+    assert after["victim"] == before["victim"]
+    assert after["anonymous"] == before["anonymous"]
+    moved = {
+        name: before["attacker"].index(name) - after["attacker"].index(name)
+        for name in before["attacker"]
+        if name in after["attacker"]
+    }
+    assert moved["calculate"] > 0  # learning works for the one who taught it ...
+    assert max(abs(m) for m in moved.values()) <= LEARNED_LIFT  # ... within its bound
+    with Catalog(db) as catalog:
+        uses = catalog.usage()
+    assert len(uses) == 20 and {u["principal"] for u in uses} == {"attacker"}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_mcp_uses_are_recorded_under_the_caller(db: Path, tmp_path: Path, mode: str) -> None:
+    async def check() -> None:
+        async with stdio_session(db, tmp_path, mode=mode) as s:
+            (tmp_path / "a.txt").write_text("x")
+            assert "delete_file" in found(await s.call("search_tools", {"query": DELETE}))
+            ok = await s.call("call_tool", {"name": "delete_file", "arguments": {"path": "a.txt"}})
+            assert not ok.is_error, ok.content
+
+    run(check)
+    with Catalog(db) as catalog:
+        assert [(u["tool"], u["principal"]) for u in catalog.usage()] == [
+            ("files.delete_file", "anonymous")
+        ]

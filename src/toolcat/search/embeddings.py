@@ -411,7 +411,8 @@ class VectorIndex:
             learned = conn.execute(
                 "SELECT t.id, u.vector FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
                 "AND t.name = u.name JOIN toolkits k ON k.id = t.toolkit_id "
-                "WHERE k.active = 1 AND u.model = ? AND u.vector IS NOT NULL",
+                "WHERE u.principal = '' AND k.active = 1 AND u.model = ? "
+                "AND u.vector IS NOT NULL",
                 (model_id,),
             ).fetchall()
         if _one_shot:

@@ -8,25 +8,39 @@ requests in four are compound, learning from whole requests lowered R@5). So a u
 part (``split_request``, as hybrid search splits) whose words carry the most of the tool's
 own text, weighted by rarity; a request that does not split, or whose parts name nothing of
 the tool, is kept whole.
+
+Whose uses teach whom (README, "Learning from use"): the catalog's own caller's (the Python
+API, the CLI; ``principal=""``) are folded into the shared index at reindex: that caller
+already writes the catalog. A server's callers' uses (a principal, or ``anonymous``) are
+kept apart and only ``lifted`` within that caller's own results, each tool by at most
+``LEARNED_LIFT`` places, so no caller steers what another finds, and callers who share an
+identity (anonymous ones) move each other's rankings by at most that much.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ..models import RegisteredTool
 from ..store import writer
-from ..store.reader import revision
+from ..store.reader import principal_uses, revision
 from .bm25 import TermStats
 from .documents import schema_texts
 from .fusion import idf
 from .split import split_request
 from .tokenize import tokenize, tokenize_all
 
+if TYPE_CHECKING:
+    from .engine import Ranking
+
+LEARNED_LIFT = 3  # places a caller's own uses may move a tool within its results
+LEARNED_OVERLAP = 0.5  # words a request shares with a recorded one (Jaccard) to count
+
 
 def answered_by(
-    conn: sqlite3.Connection, uses: Sequence[tuple[str, str]]
+    conn: sqlite3.Connection, uses: Sequence[tuple[str, str]], principal: str = ""
 ) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
     """For (query, tool id) uses about to be recorded: query key -> every tool that answered
     it (these and those recorded before), and the earlier (toolkit, name, query) uses of a
@@ -36,7 +50,7 @@ def answered_by(
         answered.setdefault(writer.query_key(text), set()).add(tool_id)
     compound = [key for key in answered if split_request(key)]
     rewrite = []
-    for toolkit, name, query in writer.recorded_for(conn, compound):
+    for toolkit, name, query in writer.recorded_for(conn, compound, principal):
         tools = answered[writer.query_key(query)]
         if f"{toolkit}.{name}" not in tools:
             tools.add(f"{toolkit}.{name}")
@@ -87,3 +101,27 @@ def _weights(conn: sqlite3.Connection, terms: Sequence[str]) -> dict[str, float]
     stats.refresh(conn, revision(conn))
     doc_freq = stats.lookup(conn, terms)
     return {t: idf(stats.n_docs, doc_freq[t]) for t in terms}
+
+
+def lifted(conn: sqlite3.Connection, ranking: Ranking, principal: str) -> Ranking:
+    """``ranking`` reordered by ``principal``'s own recorded uses: a hit whose recorded
+    requests share at least ``LEARNED_OVERLAP`` of their words with this one moves up by up
+    to ``LEARNED_LIFT`` places (in proportion to the overlap). Each hit therefore moves at
+    most ``LEARNED_LIFT`` places either way, and nothing outside the ranking is pulled in."""
+    ranked = ranking.ranked
+    uses = principal_uses(conn, principal, [row_id for row_id, *_ in ranked])
+    if not uses:
+        return ranking
+    words = set(tokenize(ranking.query))
+
+    def overlap(row_id: int) -> float:
+        best = 0.0
+        for query in uses.get(row_id, ()):
+            recorded = set(tokenize(query))
+            if words and recorded:
+                best = max(best, len(words & recorded) / len(words | recorded))
+        return best if best >= LEARNED_OVERLAP else 0.0
+
+    lifts = [LEARNED_LIFT * overlap(row_id) for row_id, *_ in ranked]
+    order = sorted(range(len(ranked)), key=lambda p: (p - lifts[p], -lifts[p], p))
+    return ranking._replace(ranked=tuple(ranked[p] for p in order))

@@ -107,7 +107,8 @@ def _embed_usage(
         if not reader.meta(conn, "learn_from_use") or not embeddings_installed():
             return 0
         stale = conn.execute(
-            "SELECT id, query FROM usage WHERE model IS NOT ? OR vector IS NULL ORDER BY id",
+            "SELECT id, query FROM usage WHERE principal = '' "
+            "AND (model IS NOT ? OR vector IS NULL) ORDER BY id",
             (model_id,),
         ).fetchall()
     if not stale:

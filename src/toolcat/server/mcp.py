@@ -61,6 +61,7 @@ MAX_ARGUMENT_BYTES = 1_000_000
 LIST_TTL_MS = 5_000  # how long a 2026 client may reuse tools/list; listen streams say sooner
 PRINCIPAL_KEY = "toolcat.principal"  # where the HTTP token check leaves the caller's principal
 REVEALED_KEY = "toolcat.revealed"  # a legacy connection's found tools, in its Connection.state
+ANONYMOUS = "anonymous"  # whose uses a caller without a principal records (learning from use)
 
 SEARCH_TOOL_SPEC = types.Tool(
     name=SEARCH_TOOL,
@@ -284,6 +285,13 @@ class CatalogServer:
             client if isinstance(client, str) else None,
         )
 
+    def _learner(self, ctx: Any) -> str:
+        """Whose uses a request records and is ranked by: its principal, else ``anonymous``
+        (stdio, HTTP without tokens). Never ``""``, the catalog's own caller, whose uses
+        every search shares (search/learned.py)."""
+        principal, _client = self._caller(ctx)
+        return principal or ANONYMOUS
+
     def _legacy_connection(self, ctx: Any) -> Any | None:
         """The connection of a 2025-era session (None on 2026 requests, which have none)."""
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
@@ -449,12 +457,14 @@ class CatalogServer:
 
     async def _learn(self, ctx: Any, connection: Any | None, tool: RegisteredTool) -> None:
         """A successful call of a tool a recent search of this caller returned: record
-        (query, tool) in the catalog (nothing when its learning from use is off)."""
+        (query, tool) in the catalog as this caller's own use (nothing when its learning
+        from use is off): it reorders this caller's results only, by a bounded amount."""
         query = self.recent.called(self._caller(ctx), connection, tool.id)
         if query is None:
             return
+        learner = self._learner(ctx)
         try:
-            await self.readers.run(lambda c: c.record_use(query, tool.id))
+            await self.readers.run(lambda c: c.record_use(query, tool.id, principal=learner))
         except Exception as e:  # learning must never fail a call (a busy or read-only file)
             logger.warning("could not record a use of %s: %s", tool.id, e)
 
@@ -475,6 +485,7 @@ class CatalogServer:
         # The catalog ranks within the scope; only what it cannot filter by (a toolkit's
         # version) is checked on its first hits, fetched with room to spare.
         fetch = k if scope.exact_in_search else min(k * 4 + 20, 1000)
+        learner = self._learner(ctx)
 
         def search(catalog: Catalog) -> tuple[Any, list[Any], dict[str, str]]:
             found = catalog.search(
@@ -484,6 +495,7 @@ class CatalogServer:
                 tags=[*scope.all_tags, *tags],
                 toolkit=scope.single_toolkit,
                 policies=scope.search_policies,
+                principal=learner,
             )
             hits = [h for h in found.hits if scope.allows(h.tool)][:k]
             tools = [h.tool for h in hits]

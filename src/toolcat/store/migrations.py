@@ -135,6 +135,36 @@ def m002_usage(db: Any) -> None:
     )
 
 
+@migration
+def m003_usage_principal(db: Any) -> None:
+    """Uses are kept per principal (``''``: the catalog's own caller, the Python API and
+    the CLI), so that one server caller's uses never change what another finds."""
+    db.execute(
+        """
+        CREATE TABLE usage_by_principal (
+            id INTEGER PRIMARY KEY,
+            principal TEXT NOT NULL DEFAULT '',
+            toolkit TEXT NOT NULL,
+            name TEXT NOT NULL,
+            query TEXT NOT NULL,
+            query_key TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            model TEXT,
+            vector BLOB,
+            UNIQUE (principal, toolkit, name, query_key)
+        )
+        """
+    )
+    db.execute(
+        "INSERT INTO usage_by_principal (id, toolkit, name, query, query_key, recorded_at, "
+        "model, vector) SELECT id, toolkit, name, query, query_key, recorded_at, model, vector "
+        "FROM usage"
+    )
+    db.execute("DROP TABLE usage")
+    db.execute("ALTER TABLE usage_by_principal RENAME TO usage")
+    db.execute("CREATE INDEX usage_tool ON usage (principal, toolkit, name, id)")
+
+
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

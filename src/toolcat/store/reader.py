@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from ..construct import construct
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..models import RegisteredTool, ToolkitVersion
     from ..policy import Policy
 
@@ -357,4 +359,24 @@ def fts_rows(conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[str, .
             chunk,
         ):
             found[row[0]] = tuple(row[1:])
+    return found
+
+
+def principal_uses(
+    conn: sqlite3.Connection, principal: str, tool_ids: Sequence[int]
+) -> dict[int, list[str]]:
+    """Tool row id -> the queries ``principal`` recorded for it (newest first), for the given
+    active tools; empty when learning from use is off."""
+    if not tool_ids or not meta(conn, "learn_from_use"):
+        return {}
+    found: dict[int, list[str]] = {}
+    for start in range(0, len(tool_ids), 500):
+        chunk = list(tool_ids[start : start + 500])
+        for tool_id, query in conn.execute(
+            "SELECT t.id, u.query FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
+            f"AND t.name = u.name WHERE u.principal = ? AND t.id IN ({','.join('?' * len(chunk))}) "
+            "ORDER BY u.id DESC",
+            (principal, *chunk),
+        ):
+            found.setdefault(tool_id, []).append(query)
     return found

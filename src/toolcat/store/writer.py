@@ -109,22 +109,18 @@ def _index(conn: sqlite3.Connection, toolkit: Toolkit, tools: Sequence[tuple[int
 
 
 def learned_queries(conn: sqlite3.Connection, toolkit: str) -> dict[str, list[str]]:
-    """Tool name -> recorded queries (newest first) of one toolkit; empty when learning
-    from use is off."""
+    """Tool name -> the queries the catalog's own caller recorded (newest first) for one
+    toolkit: what the shared index learns. A server caller's uses (a principal, or the
+    anonymous one) stay its own (``principal_uses``). Empty when learning from use is off."""
     if not read_meta(conn, "learn_from_use"):
         return {}
     found: dict[str, list[str]] = {}
     for name, query in conn.execute(
-        "SELECT name, query FROM usage WHERE toolkit = ? ORDER BY id DESC", (toolkit,)
+        "SELECT name, query FROM usage WHERE principal = '' AND toolkit = ? ORDER BY id DESC",
+        (toolkit,),
     ):
         found.setdefault(name, []).append(query)
     return found
-
-
-def record_use(conn: sqlite3.Connection, toolkit: str, name: str, query: str, keep: int) -> bool:
-    """Record that ``query`` led to the tool; the newest ``keep`` distinct queries of a tool
-    are kept. Returns whether anything changed (False when learning is off)."""
-    return record_uses(conn, [(toolkit, name, query)], keep) > 0
 
 
 def query_key(query: str) -> str:
@@ -132,15 +128,18 @@ def query_key(query: str) -> str:
     return " ".join(query.casefold().split())
 
 
-def recorded_for(conn: sqlite3.Connection, keys: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(toolkit, tool name, query) of the uses recorded under these query keys, oldest first."""
+def recorded_for(
+    conn: sqlite3.Connection, keys: Sequence[str], principal: str = ""
+) -> list[tuple[str, str, str]]:
+    """(toolkit, tool name, query) of ``principal``'s uses recorded under these query keys,
+    oldest first."""
     found: list[tuple[str, str, str]] = []
     for start in range(0, len(keys), 500):
         chunk = list(keys[start : start + 500])
         found += conn.execute(
             "SELECT toolkit, name, query FROM usage "
-            f"WHERE query_key IN ({','.join('?' * len(chunk))}) ORDER BY id",
-            chunk,
+            f"WHERE principal = ? AND query_key IN ({','.join('?' * len(chunk))}) ORDER BY id",
+            (principal, *chunk),
         ).fetchall()
     return found
 
@@ -150,10 +149,12 @@ def record_uses(
     uses: Iterable[tuple[str, str, str]],
     keep: int,
     forget: Iterable[tuple[str, str, str]] = (),
+    principal: str = "",
 ) -> int:
-    """Record (toolkit, tool name, query) uses in order, in one transaction, after forgetting
-    the (toolkit, tool name, query) uses in ``forget``; the newest ``keep`` distinct queries
-    of each tool are kept. Returns how many were recorded (0 when learning is off)."""
+    """Record (toolkit, tool name, query) uses of ``principal`` (``''``: the catalog's own
+    caller) in order, in one transaction, after forgetting its (toolkit, tool name, query)
+    uses in ``forget``; the newest ``keep`` distinct queries of each tool are kept per
+    principal. Returns how many were recorded (0 when learning is off)."""
     if not read_meta(conn, "learn_from_use"):
         return 0
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -161,28 +162,33 @@ def record_uses(
     touched: set[tuple[str, str]] = set()
     with write_transaction(conn):
         conn.executemany(
-            "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
-            [(toolkit, name, query_key(query)) for toolkit, name, query in forget],
+            "DELETE FROM usage WHERE principal = ? AND toolkit = ? AND name = ? AND query_key = ?",
+            [(principal, toolkit, name, query_key(query)) for toolkit, name, query in forget],
         )
         for toolkit, name, query in uses:
             key = query_key(query)
             conn.execute(
-                "DELETE FROM usage WHERE toolkit = ? AND name = ? AND query_key = ?",
-                (toolkit, name, key),
+                "DELETE FROM usage WHERE principal = ? AND toolkit = ? AND name = ? "
+                "AND query_key = ?",
+                (principal, toolkit, name, key),
             )
             conn.execute(
-                "INSERT INTO usage (toolkit, name, query, query_key, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (toolkit, name, query, key, now),
+                "INSERT INTO usage (principal, toolkit, name, query, query_key, recorded_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (principal, toolkit, name, query, key, now),
             )
             touched.add((toolkit, name))
             count += 1
         conn.executemany(
-            "DELETE FROM usage WHERE toolkit = ? AND name = ? AND id NOT IN "
-            "(SELECT id FROM usage WHERE toolkit = ? AND name = ? ORDER BY id DESC LIMIT ?)",
-            [(toolkit, name, toolkit, name, keep) for toolkit, name in sorted(touched)],
+            "DELETE FROM usage WHERE principal = ? AND toolkit = ? AND name = ? AND id NOT IN "
+            "(SELECT id FROM usage WHERE principal = ? AND toolkit = ? AND name = ? "
+            "ORDER BY id DESC LIMIT ?)",
+            [
+                (principal, toolkit, name, principal, toolkit, name, keep)
+                for toolkit, name in sorted(touched)
+            ],
         )
-        if count:
+        if count and not principal:  # only the catalog's own uses are folded in (reindex)
             conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'usage_revision'")
     return count
 
@@ -193,7 +199,9 @@ def fold_usage(conn: sqlite3.Connection) -> int:
     if read_meta(conn, "usage_folded") == read_meta(conn, "usage_revision"):
         return 0
     with write_transaction(conn):
-        now = {r[0] for r in conn.execute("SELECT DISTINCT toolkit FROM usage")}
+        now = {
+            r[0] for r in conn.execute("SELECT DISTINCT toolkit FROM usage WHERE principal = ''")
+        }
         if not read_meta(conn, "learn_from_use"):
             now = set()
         before = set(json.loads(read_meta(conn, "usage_toolkits") or "[]"))
