@@ -75,3 +75,25 @@ def test_serve_refuses_to_start_on_a_bad_tokens_file(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "tokens.yaml:2" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_unset_variable_is_reported_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("TOKEN_A", "TOKEN_C"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TOKEN_B", "bbbbbbbbbb")
+    path = tmp_path / "tokens.yaml"
+    path.write_text(
+        "principals:\n"
+        "  - name: a\n    token: ${TOKEN_A}\n"
+        "  - name: b\n    token: ${TOKEN_B}\n"
+        "  - name: c\n    token: ${TOKEN_C}\n"
+    )
+    with pytest.raises(TokensFileError) as raised:
+        load_tokens(path)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "TOKEN_A (line 2, principal 'a')" in message
+    assert "TOKEN_C (line 6, principal 'c')" in message
+    assert "TOKEN_B" not in message and "bbbbbbbbbb" not in message

@@ -83,6 +83,7 @@ def load_tokens(path: Path) -> Tokens:
     if not isinstance(items, list) or not items:
         raise TokensFileError(f"{path}: expected a 'principals' list with at least one entry")
     entries: list[tuple[bytes, Principal]] = []
+    unset: list[tuple[str, str, str]] = []  # (where, principal, variable): reported together
     names: set[str] = set()
     tokens: set[bytes] = set()
     for i, item in enumerate(items):
@@ -98,6 +99,10 @@ def load_tokens(path: Path) -> Tokens:
         if name in names:
             raise TokensFileError(f"{where}: principal {name!r} appears twice")
         token = _token(where, name, item.get("token"))
+        if isinstance(token, _Unset):
+            unset.append((where, name, token.variable))
+            names.add(name)
+            continue
         if token in tokens:
             raise TokensFileError(f"{where}: principal {name!r} reuses another principal's token")
         lists = {}
@@ -117,7 +122,25 @@ def load_tokens(path: Path) -> Tokens:
             policy=Policy.of(allow=lists["allow"], deny=lists["deny"]),
         )
         entries.append((token, Principal(name, scope)))
+    if len(unset) == 1:
+        where, name, variable = unset[0]
+        raise TokensFileError(
+            f"{where}: principal {name!r}: environment variable {variable} is not set"
+        )
+    if unset:
+        listed = ", ".join(
+            f"{variable} (line {where.rpartition(':')[2]}, principal {name!r})"
+            for where, name, variable in unset
+        )
+        raise TokensFileError(f"{path}: {len(unset)} environment variables are not set: {listed}")
     return Tokens(entries)
+
+
+@dataclass(frozen=True)
+class _Unset:
+    """A ``${VAR}`` token whose variable is not set (all of them are reported at once)."""
+
+    variable: str
 
 
 def _parse(path: Path, text: str) -> Any:
@@ -141,16 +164,14 @@ def _parse(path: Path, text: str) -> Any:
         raise TokensFileError(f"{path}{line}: {problem}") from e
 
 
-def _token(where: str, name: str, value: Any) -> bytes:
+def _token(where: str, name: str, value: Any) -> bytes | _Unset:
     if not isinstance(value, str) or not value.strip():
         raise TokensFileError(f"{where}: principal {name!r}: 'token' must be a non-empty string")
     match = _ENV.match(value.strip())
     if match:
         resolved = os.environ.get(match.group(1))
         if not resolved:
-            raise TokensFileError(
-                f"{where}: principal {name!r}: environment variable {match.group(1)} is not set"
-            )
+            return _Unset(match.group(1))
         value = resolved
     assert isinstance(value, str)
     if len(value) < 8 or any(c.isspace() for c in value):
