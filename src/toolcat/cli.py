@@ -822,10 +822,11 @@ def serve(
     if not use_http:
         anyio.run(serve_stdio, server)
         return
-    from .server.http import serve_http
+    from .server.http import listening_socket, serve_http
 
+    sock = listening_socket(host, port)  # a busy port fails here, before the announcement
     click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
-    serve_http(server, host=host, port=port, tokens=tokens)
+    serve_http(server, host=host, port=port, tokens=tokens, sock=sock)
 
 
 @cli.command()

@@ -237,3 +237,11 @@ class EmbeddingError(ToolcatError):
 
     code = "EMBEDDING_ERROR"
     exit_code = 13
+
+
+class ServeError(ToolcatError):
+    """``toolcat serve --http`` cannot listen where it was told (the port is taken, the
+    address is not this host's, a privileged port)."""
+
+    code = "SERVE_FAILED"
+    exit_code = 15

@@ -11,10 +11,13 @@ another). Bodies over 4 MiB get 413.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ..errors import ServeError
 from .mcp import PRINCIPAL_KEY, CatalogServer
 from .tokens import Tokens
 
@@ -133,6 +136,35 @@ async def _not_found(send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound and listening on ``host:port``, before anything is announced: a busy
+    port is a one-line ``ServeError`` here, not a traceback from the server later.
+
+    Raises:
+        ServeError: The address cannot be bound (in use, not this host's, not permitted).
+    """
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise ServeError(f"cannot serve on {host}:{port}: unknown host ({e})") from e
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            reason = "the port is already in use (another server?): pick another --port"
+        else:
+            reason = e.strerror or str(e)
+        raise ServeError(f"cannot serve on {host}:{port}: {reason}") from e
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve_http(
     server: CatalogServer,
     *,
@@ -140,9 +172,12 @@ def serve_http(
     port: int,
     tokens: Tokens | None,
     log_level: str = "warning",
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve until interrupted."""
+    """Serve until interrupted, on ``sock`` (``listening_socket``) or a new one."""
     import uvicorn
 
+    sock = sock or listening_socket(host, port)
     app = http_app(server, host=host, port=port, tokens=tokens)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])
