@@ -544,3 +544,27 @@ def test_readers_open_the_catalog_as_the_server_did(tmp_path: Path) -> None:
             assert {name: getattr(opened, name) for name in settings} == settings
         finally:
             readers.close()
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_search_tools_carries_match_and_no_match(
+    served_db: Path, tmp_path: Path, mode: str
+) -> None:
+    """The signal the CLI and the API show (per-hit ``match``, ``no_match``) reaches an agent
+    over MCP: the same values ``Catalog.search`` gives, for a fitting and a hopeless query."""
+    queries = ["add two integers", "qwxz vbnm plkj frobnicate the zorblax"]
+    with Catalog(served_db) as catalog:
+        expected = {}
+        for query in queries:
+            result = catalog.search(query, k=5)
+            expected[query] = (result.no_match, [(h.tool.name, h.match) for h in result.hits])
+    assert expected[queries[0]][0] is False and expected[queries[1]][0] is True
+
+    async def check() -> None:
+        async with stdio_session(served_db, tmp_path, mode=mode) as s:
+            for query in queries:
+                found = (await s.call("search_tools", {"query": query})).structured_content
+                got = [(t["name"], t["match"]) for t in found["tools"]]
+                assert (found["no_match"], got) == expected[query], query
+
+    run(check)

@@ -67,7 +67,9 @@ SEARCH_TOOL_SPEC = types.Tool(
     name=SEARCH_TOOL,
     description=(
         "Search the tool catalog, including tools not in your tool list. Returns the best "
-        "matching tools with their input schemas; call one with call_tool."
+        "matching tools with their input schemas; call one with call_tool. Each tool's "
+        "'match' says how well it fits (strong, weak, none); 'no_match' true means nothing "
+        "fits: ask the user or search differently rather than call one of these."
     ),
     input_schema={
         "type": "object",
@@ -520,9 +522,11 @@ class CatalogServer:
                 revealed.move_to_end(_key(hit.tool))
             while len(revealed) > MAX_REVEALED:
                 revealed.popitem(last=False)
+        shown = found.model_copy(update={"hits": hits})  # SearchResult's rule, on what is shown
         payload: dict[str, Any] = {
             "query": query,
             "mode": found.mode,
+            "no_match": shown.no_match,
             "tools": [
                 {
                     "name": self._exposed_name(hit.tool, names),
@@ -531,6 +535,7 @@ class CatalogServer:
                     "toolkit": hit.tool.toolkit,
                     "version": hit.tool.version,
                     "score": round(hit.score, 4),
+                    "match": hit.match,
                 }
                 for hit in hits
             ],
