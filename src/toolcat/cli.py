@@ -593,6 +593,10 @@ def call(
     catalog = open_catalog(ctx, isolation="process")
     show = None if as_json or not sys.stderr.isatty() else show_progress
     result = catalog.call(name, arguments, timeout=timeout, on_event=show)
+    if show is None:  # warnings (a forwarded tool that changed, --on-change warn) still show
+        for event in result.events:
+            if event.kind == "log" and event.level in ("warning", "error"):
+                click.echo(f"{event.level}: {event.message}", err=True)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     elif result.success:

@@ -8,9 +8,12 @@ followed by ``?OPTIONS`` (percent-encoded ``key=value`` pairs, repeatable):
   server. Values may reference environment variables as ``${NAME}``; the catalog stores the
   reference and the process that makes the call resolves it (``toolcat.credentials``).
 - ``definition=D.S``: content hashes of the tool's description and input schema as the server
-  listed them at registration. On the first use of the tool on a connection the server's
-  current definition is compared with it; ``on_change=warn`` logs a change instead of refusing
-  the call.
+  listed them at registration. Before a call the server's current definition is compared with
+  it: on the tool's first use on a connection, again whenever the server announces
+  ``tools/list_changed``, and at least every ``RECHECK_SECONDS`` however long the connection
+  lives (a server that changes a tool without announcing it is caught within that bound).
+  ``on_change=warn`` reports a change (a warning log line and a ``warning`` event of the call)
+  and sends the call instead of refusing it.
 
 Like a Python implementation a remote tool is "imported" lazily: the server process is
 started (or the HTTP connection opened) on the first call, kept for later calls, started again
@@ -41,6 +44,7 @@ import os
 import re
 import shlex
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -55,6 +59,11 @@ PREFIX = "mcp+"
 CONNECT_TIMEOUT = 30.0
 CALL_TIMEOUT = 3600.0  # the runtime's own timeout is shorter and cancels the call
 MAX_PAGES = 10_000
+# How long a connection trusts the definitions it checked before listing them again. Per call
+# would close the window entirely, at one tools/list per call (measured on the test server
+# over stdio: docs/importing.md, "Rug-pull protection"); a few seconds keeps that cost off
+# busy connections.
+RECHECK_SECONDS = 5.0
 STDERR_LINES = 20  # kept per stdio server, quoted when it fails to start
 INSTALL_HINT = "install the MCP extra: pip install 'toolcat[mcp]'"
 OnChange = Literal["refuse", "warn"]
@@ -278,6 +287,7 @@ class _Link:
     challenge: str = ""  # its WWW-Authenticate header
     stderr: _StderrPipe | None = None
     listing: dict[str, dict[str, Any]] | None = None  # name -> listed tool (JSON), for checks
+    listed_at: float = 0.0  # time.monotonic() of ``listing``
     verified: set[str] = field(default_factory=set)
 
 
@@ -593,22 +603,37 @@ class Connection:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(owner, 5)
 
-    async def _verify(self, client: Any, link: _Link, tool: RemoteTool, tool_id: str) -> None:
-        """Compare the server's current definition of ``tool`` with the registered one."""
-        if tool.definition is None or tool.name in link.verified:
+    async def _verify(
+        self,
+        client: Any,
+        link: _Link,
+        tool: RemoteTool,
+        tool_id: str,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> None:
+        """Compare the server's current definition of ``tool`` with the registered one (its
+        listing read again once older than ``RECHECK_SECONDS``)."""
+        if tool.definition is None:
             return
-        if link.listing is None:
+        if link.listing is None or time.monotonic() - link.listed_at >= RECHECK_SECONDS:
             listed = await _list_all(client)
             link.listing = {str(t.get("name")): t for t in listed}
+            link.listed_at = time.monotonic()
+            link.verified.clear()
+        if tool.name in link.verified:
+            return
         changed = definition_changes(tool.definition, link.listing.get(tool.name))
         if not changed:
             link.verified.add(tool.name)
             return
-        message = changed_message(self.endpoint, tool, tool_id, changed)
         if tool.on_change == "warn":
-            log.warning("%s (calling it anyway: --on-change warn)", message)
-            link.verified.add(tool.name)  # warned once per connection
+            message = changed_message(self.endpoint, tool, tool_id, changed, sent=True)
+            log.warning("%s", message)
+            if on_warning is not None:
+                on_warning(message)
+            link.verified.add(tool.name)  # warned again at the next re-check
             return
+        message = changed_message(self.endpoint, tool, tool_id, changed, sent=False)
         raise DefinitionChangedError(message, tool=tool_id or tool.name, changed=changed)
 
     async def call(
@@ -617,6 +642,7 @@ class Connection:
         arguments: dict[str, Any],
         tool_id: str = "",
         on_progress: Callable[[float, float | None, str | None], None] | None = None,
+        on_warning: Callable[[str], None] | None = None,
     ) -> Any:
         from mcp.shared.exceptions import MCPError
         from mcp.types import CONNECTION_CLOSED
@@ -626,7 +652,7 @@ class Connection:
             await self._reset()
             client, link = await self._client_now()
         try:
-            await self._verify(client, link, tool, tool_id)
+            await self._verify(client, link, tool, tool_id, on_warning)
             progress = None
             if on_progress is not None:
 
@@ -667,8 +693,11 @@ def _closed(client: Any) -> bool:
     return bool(getattr(dispatcher, "_closed", False))
 
 
-def changed_message(endpoint: Endpoint, tool: RemoteTool, tool_id: str, changed: list[str]) -> str:
-    """The error for a tool whose definition moved since registration, with the way out."""
+def changed_message(
+    endpoint: Endpoint, tool: RemoteTool, tool_id: str, changed: list[str], *, sent: bool = False
+) -> str:
+    """What to say of a tool whose definition moved since registration, with the way out:
+    the call was refused, or (``sent``: ``on_change=warn``) sent anyway."""
     toolkit = tool_id.split(".", 1)[0] if "." in tool_id else "TOOLKIT"
     option = "--mcp-http" if endpoint.transport == "http" else "--mcp-stdio"
     again = f"toolcat register {option} {shlex.quote(endpoint.target)} --toolkit {toolkit} ..."
@@ -680,7 +709,8 @@ def changed_message(endpoint: Endpoint, tool: RemoteTool, tool_id: str, changed:
     return (
         f"{endpoint} {what}"
         + (f" (catalog tool {tool_id!r})" if tool_id else "")
-        + "; the call was not sent. Review the server's new definition, then accept it by "
+        + ("; calling it anyway (--on-change warn)" if sent else "; the call was not sent")
+        + ". Review the server's new definition, then accept it by "
         f"registering again (`{again}`), which makes a new version"
     )
 
@@ -761,7 +791,11 @@ def remote_tool(spec: str, tool_id: str = "") -> Callable[..., Coroutine[Any, An
             with contextlib.suppress(Exception):  # a malformed report is not the call's failure
                 context.run(events.report_progress, done, total, message)
 
-        call = connection(remote.endpoint).call(remote, arguments, tool_id, on_progress)
+        def on_warning(message: str) -> None:
+            with contextlib.suppress(Exception):
+                context.run(events.report_log, message, "warning")
+
+        call = connection(remote.endpoint).call(remote, arguments, tool_id, on_progress, on_warning)
         return await asyncio.wrap_future(_loop().submit(call))
 
     forward.__name__ = remote.name

@@ -34,6 +34,7 @@ PASS_ON = {
     "TOOLCAT_TEST_MARKER": "${TOOLCAT_TEST_MARKER}",
 }
 SECRET = "s3cr3t-7f1c9e-value"
+SHOUT_A = ("--args", '{"text": "a"}')
 
 
 @pytest.fixture(autouse=True)
@@ -484,3 +485,48 @@ def test_register_from_the_cli_checks_its_options(tmp_path: Path) -> None:
     )
     assert bad.exit_code == ImportFailedError.exit_code
     assert "cannot start MCP server" in bad.output
+
+
+def test_a_change_later_on_a_long_lived_connection_is_caught(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server changes a description mid-connection without announcing it: within
+    RECHECK_SECONDS the next call is refused, not sent as if unchanged."""
+    from toolcat import mcpclient
+
+    monkeypatch.setattr(mcpclient, "RECHECK_SECONDS", 0.5, raising=False)
+    register(catalog)
+    assert catalog.call("shout", {"text": "a"}).success  # checked: unchanged
+    assert catalog.call("shout", {"text": "rug-pull"}).success  # now it changes, silently
+    time.sleep(0.6)
+    refused = catalog.call("shout", {"text": "b"})
+    assert refused.error_code == "IMPORT_FAILED", refused
+    assert "changed the description of tool 'shout'" in (refused.error or "")
+    assert "the call was not sent" in (refused.error or "")
+
+
+def test_warn_says_the_call_was_sent_and_the_cli_prints_it(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Catalog(db_path) as catalog:
+        register(catalog, on_change="warn")
+    switch_server_to_variant_2(monkeypatch)
+    with Catalog(db_path) as catalog:
+        called = catalog.call("shout", {"text": "a"})
+    assert called.success
+    [event] = [e for e in called.events if e.level == "warning"]
+    assert "calling it anyway (--on-change warn)" in (event.message or "")
+    assert "not sent" not in (event.message or "")
+    done = subprocess.run(
+        [sys.executable, "-m", "toolcat.cli", "--db", str(db_path), "call", "shout", *SHOUT_A],
+        env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("{") or "A" in done.stdout
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, done.stderr
+    assert "changed the description of tool 'shout'" in warnings[0]
+    assert "calling it anyway" in warnings[0] and "not sent" not in warnings[0]

@@ -17,6 +17,10 @@ from toolcat import Catalog
 from toolcat.errors import ServeError
 
 
+def toolcat(db: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "toolcat.cli", "--db", str(db), *args]
+
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "catalog.db"
@@ -26,16 +30,13 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
-def test_a_busy_port_is_one_line_and_its_own_exit_code(
-    db: Path, tmp_path: Path, host: str
-) -> None:
+def test_a_busy_port_is_one_line_and_its_own_exit_code(db: Path, tmp_path: Path, host: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         done = subprocess.run(
-            [sys.executable, "-m", "toolcat.cli", "--db", str(db), "serve", "--http"]
-            + ["--host", host, "--port", str(port)],
+            toolcat(db, "serve", "--http", "--host", host, "--port", str(port)),
             env=server_env(tmp_path),
             capture_output=True,
             text=True,
@@ -50,8 +51,7 @@ def test_a_busy_port_is_one_line_and_its_own_exit_code(
 
 def test_an_address_not_of_this_host_is_one_line(db: Path, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "toolcat.cli", "--db", str(db), "serve", "--http"]
-        + ["--host", "192.0.2.1", "--port", "8765"],  # TEST-NET-1: never this host's
+        toolcat(db, "serve", "--http", "--host", "192.0.2.1", "--port", "8765"),  # TEST-NET-1
         env=server_env(tmp_path),
         capture_output=True,
         text=True,
