@@ -768,6 +768,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
     is_flag=True,
     help="An ordinary MCP server: list every selected tool, deferred too; no search_tools.",
 )
+@click.option(
+    "--access-log/--no-access-log",
+    default=None,
+    help="A line per request on stderr: time, principal, method/tool, status, duration "
+    "(never tokens or arguments). Default: on with --http, off on stdio.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -784,6 +790,7 @@ def serve(
     refuse_unsearched: bool,
     mode: str | None,
     plain: bool,
+    access_log: bool | None,
 ) -> None:
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
@@ -821,6 +828,7 @@ def serve(
             plain=plain,
             policy=Policy.of(allow=serve_allow, deny=serve_deny),
             per_caller=tokens_file is not None,
+            access_log=use_http if access_log is None else access_log,
         ),
     )
     if not use_http:

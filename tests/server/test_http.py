@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import httpx2
 import pytest
 
 pytest.importorskip("mcp")
 
 from tests.helpers import SAMPLE_TOOLKITS
-from tests.server.clients import server_env
+from tests.server.clients import (
+    ERAS,
+    MODERN,
+    http_server,
+    http_session,
+    run,
+    server_env,
+    stdio_session,
+)
 from toolcat import Catalog
 from toolcat.errors import ServeError
 
@@ -59,3 +70,74 @@ def test_an_address_not_of_this_host_is_one_line(db: Path, tmp_path: Path) -> No
     )
     assert done.returncode == 15, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+ACCESS_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (\S+) (.+) (\S+) \d+\.\dms$")
+TOKENS_YAML = """\
+principals:
+  - name: math-team
+    token: math-team-token-1
+    toolkits: [math]
+"""
+
+
+def access_lines(stderr: Path) -> list[tuple[str, str, str]]:
+    found = []
+    for line in stderr.read_text().splitlines():
+        match = ACCESS_LINE.match(line)
+        if match:
+            found.append((match.group(1), match.group(2), match.group(3)))
+    return found
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_access_log_a_line_per_request_never_tokens_or_arguments(
+    db: Path, tmp_path: Path, enabled: bool
+) -> None:
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    switch = () if enabled else ("--no-access-log",)
+    secret_argument = "ARGUMENT-VALUE-7c1d"
+    with http_server(db, tmp_path, "--tokens", str(tokens), *switch) as (url, stderr):
+
+        async def check() -> None:
+            for mode in ERAS:
+                async with http_session(url, "math-team-token-1", mode=mode) as s:
+                    await s.all_tools()
+                    await s.call("search_tools", {"query": secret_argument})
+                    arguments = {"value": 1, "from_unit": "km", "to_unit": "m"}
+                    ok = await s.call("convert_units", arguments)
+                    assert not ok.is_error, ok.content
+                    via = await s.call(
+                        "call_tool", {"name": "nosuch\ntool", "arguments": {"x": secret_argument}}
+                    )
+                    assert via.is_error
+
+        run(check)
+        refused = httpx2.post(url, json={}, headers={"Authorization": "Bearer wrong-token-99"})
+        assert refused.status_code == 401
+    text = stderr.read_text()
+    for secret in ("math-team-token-1", "wrong-token-99", secret_argument):
+        assert secret not in text
+    lines = access_lines(stderr)
+    if not enabled:
+        assert lines == []
+        return
+    assert ("math-team", "tools/list", "ok") in lines
+    assert ("math-team", "tools/call search_tools", "ok") in lines
+    assert ("math-team", "tools/call convert_units", "ok") in lines
+    assert ("math-team", "tools/call call_tool:nosuch?tool", "UNKNOWN_TOOL") in lines
+    assert ("-", "POST /mcp", "401") in lines
+    calls = [line for line in lines if line[1] == "tools/call convert_units"]
+    assert len(calls) == len(ERAS)  # one line per request, not one per layer
+
+
+def test_stdio_has_no_access_log_unless_asked(db: Path, tmp_path: Path) -> None:
+    async def check(*args: str) -> None:
+        async with stdio_session(db, tmp_path, *args, mode=MODERN) as s:
+            await s.all_tools()
+
+    run(check)
+    assert access_lines(tmp_path / "server-stderr.txt") == []
+    anyio.run(check, "--access-log")
+    assert [w for w, *_ in access_lines(tmp_path / "server-stderr.txt")] == ["anonymous"]

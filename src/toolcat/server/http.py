@@ -102,7 +102,8 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
             await manager.handle_request(scope, receive, _record_session(send, principal, owners))
 
     app: Any = Starlette(routes=[Route(MCP_PATH, endpoint=Endpoint())], lifespan=lifespan)
-    return BearerAuth(app, tokens) if tokens else app
+    app = BearerAuth(app, tokens) if tokens else app
+    return server.access_log.http(app) if server.access_log is not None else app
 
 
 def _record_session(send: Any, principal: Any, owners: dict[str, str]) -> Any:

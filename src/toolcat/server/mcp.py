@@ -42,6 +42,7 @@ from ..export import mcp_tool
 from ..models import RegisteredTool, ToolEvent, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
+from .access import AccessLog
 from .scope import Scope
 from .usage import RecentSearches
 from .watcher import RevisionWatcher
@@ -134,6 +135,7 @@ class ServeOptions:
         watch_interval: Seconds between two reads of the catalog's revision.
         readers: Catalog connections that serve reads and searches side by side.
         per_caller: The list depends on who asks (a tokens file): ``cacheScope: private``.
+        access_log: A line per request on stderr (server/access.py).
     """
 
     tags: tuple[str, ...] = ()
@@ -146,6 +148,7 @@ class ServeOptions:
     watch_interval: float = 1.0
     readers: int = 4
     per_caller: bool = False
+    access_log: bool = False
 
 
 T = TypeVar("T")
@@ -247,6 +250,9 @@ class CatalogServer:
             on_call_tool=self._call_tool,
             on_subscriptions_listen=self.listen,
         )
+        self.access_log = AccessLog(self._who) if o.access_log else None
+        if self.access_log is not None:
+            self.server.middleware.append(self.access_log)
 
     def initialization_options(self) -> Any:
         return self.server.create_initialization_options()
@@ -286,6 +292,12 @@ class CatalogServer:
             principal.name if principal is not None else None,
             client if isinstance(client, str) else None,
         )
+
+    def _who(self, ctx: Any) -> str:
+        """A request's caller for the access log: its principal, else ``anonymous``."""
+        request = getattr(ctx, "request", None)
+        principal = request.scope.get(PRINCIPAL_KEY) if request is not None else None
+        return principal.name if principal is not None else ANONYMOUS
 
     def _learner(self, ctx: Any) -> str:
         """Whose uses a request records and is ranked by: its principal, else ``anonymous``
