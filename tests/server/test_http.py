@@ -141,3 +141,21 @@ def test_stdio_has_no_access_log_unless_asked(db: Path, tmp_path: Path) -> None:
     assert access_lines(tmp_path / "server-stderr.txt") == []
     anyio.run(check, "--access-log")
     assert [w for w, *_ in access_lines(tmp_path / "server-stderr.txt")] == ["anonymous"]
+
+
+def test_loopback_hosts_pass_on_any_port_foreign_hosts_stay_refused(
+    db: Path, tmp_path: Path
+) -> None:
+    """A balancer on this host forwards its own Host (another port): accepted. A rebinding
+    page names its own host: refused (421), as is its Origin."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    with http_server(db, tmp_path) as (url, _stderr):
+        for host in ("127.0.0.1:8800", "localhost:80", "[::1]:9000", "127.0.0.1", "localhost"):
+            ok = httpx2.post(url, json=body, headers={**accept, "Host": host})
+            assert ok.status_code != 421, (host, ok.text)
+        for host in ("evil.example:8800", "127.0.0.1.evil.example", "localhost.evil", "x.test"):
+            refused = httpx2.post(url, json=body, headers={**accept, "Host": host})
+            assert refused.status_code == 421, host
+        origin = {**accept, "Origin": "http://evil.example:8800"}
+        assert httpx2.post(url, json=body, headers=origin).status_code == 403

@@ -63,7 +63,8 @@ class BearerAuth:
 def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | None) -> Any:
     """The ASGI app: the MCP endpoint at ``/mcp``, behind the tokens when there are some.
 
-    Bound to loopback, requests must name a loopback host (DNS rebinding protection).
+    Bound to loopback, requests must name a loopback host, on any port (DNS rebinding
+    protection that a balancer on this host passes: it forwards its own ``Host``).
     """
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
@@ -72,11 +73,16 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
 
     security = None
     if host in LOOPBACK:
+        # Any loopback port: a balancer on this host forwards its own Host header (a
+        # rebinding page names a foreign host, which stays refused).
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")],
-            allowed_origins=[f"http://{h}:{port}" for h in ("127.0.0.1", "localhost", "[::1]")],
+            allowed_hosts=[f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")],
+            allowed_origins=[f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")],
         )
+        # ... and without a port (a balancer on port 80 forwards a bare Host).
+        security.allowed_hosts += ["127.0.0.1", "localhost", "[::1]"]
+        security.allowed_origins += [f"http://{h}" for h in ("127.0.0.1", "localhost", "[::1]")]
     manager = StreamableHTTPSessionManager(
         app=server.server, security_settings=security, max_request_body_size=MAX_BODY_BYTES
     )
