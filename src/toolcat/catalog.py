@@ -952,7 +952,10 @@ class Catalog:
                 if inactive:
                     raise DeprecatedToolError(address, [f"{t.id}@{t.version}" for _, t in inactive])
             if not found:
-                filters = None if within is None else self._selection_filters(conn, within)
+                try:
+                    filters = None if within is None else self._selection_filters(conn, within)
+                except UnknownToolkitError:  # a selection of a toolkit nobody registered:
+                    raise UnknownToolError(address) from None  # nothing in it to suggest
                 raise UnknownToolError(
                     address, self._search.suggest(conn, name, filters=filters, admits=admits)
                 )

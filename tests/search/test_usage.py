@@ -185,3 +185,14 @@ def test_a_principals_uses_lift_its_own_results_within_the_bound(
     assert all(abs(before.index(t) - mine.index(t)) <= LEARNED_LIFT for t in before)
     assert {u["principal"] for u in sample_catalog.usage()} == {"mallory"}
     assert len(sample_catalog.usage()) == LEARNED_PER_TOOL  # bounded per principal too
+
+
+def test_a_principals_uses_never_pass_the_tool_a_query_names(sample_catalog: Catalog) -> None:
+    ranked = [h.tool.id for h in sample_catalog.search("read_file", mode="bm25", k=10).hits]
+    assert ranked[0] == "files.read_file"
+    sample_catalog.record_uses([("read_file", ranked[2])], principal="mallory")
+    mine = [
+        h.tool.id
+        for h in sample_catalog.search("read_file", mode="bm25", k=10, principal="mallory").hits
+    ]
+    assert mine[0] == "files.read_file" and mine[1] == ranked[2]

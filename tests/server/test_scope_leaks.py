@@ -193,5 +193,9 @@ def test_catalog_get_within_a_selection(tmp_path: Path) -> None:
         tools = catalog.list(toolkit="mine").tools
         assert catalog.short_names(tools, within=mine)["mine.lookup"] == "lookup"
         assert catalog.short_names(tools)["mine.lookup"] == "mine.lookup"
+        nowhere = Scope(toolkits=("nosuch",))  # a principal's toolkit nobody registered
+        with pytest.raises(UnknownToolError) as caught:
+            catalog.get("mine.lookup", within=nowhere)
+        assert caught.value.suggestions == [] and "mine" not in str(caught.value).split("'")[2]
         tagged = Scope(tags=("private",))
         assert catalog.get("lookup", within=tagged).id == "theirs.lookup"

@@ -263,7 +263,7 @@ class SearchEngine:
                 for item, candidate in part_signals.items():
                     signals.setdefault(item, candidate)
                 ranked = split.merge(ranked, per_part, k)
-            exact = self._exact_matches(conn, text, filters)
+            exact = self.exact_matches(conn, text, filters)
         top = ranked[0][1] if ranked else 0.0
         ordered = [(row_id, top + 1.0, "strong") for row_id in exact]
         ordered += [
@@ -480,7 +480,7 @@ class SearchEngine:
         return index
 
     @staticmethod
-    def _exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
+    def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
         """Row ids of the tools ``text`` names exactly (``name`` or ``toolkit.name``)."""
         candidate = text.strip()
         if len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):

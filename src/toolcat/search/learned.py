@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..models import RegisteredTool
 from ..store import writer
-from ..store.reader import principal_uses, revision
+from ..store.reader import Filters, principal_uses, revision
 from .bm25 import TermStats
 from .documents import schema_texts
 from .fusion import idf
@@ -107,11 +107,18 @@ def lifted(conn: sqlite3.Connection, ranking: Ranking, principal: str) -> Rankin
     """``ranking`` reordered by ``principal``'s own recorded uses: a hit whose recorded
     requests share at least ``LEARNED_OVERLAP`` of their words with this one moves up by up
     to ``LEARNED_LIFT`` places (in proportion to the overlap). Each hit therefore moves at
-    most ``LEARNED_LIFT`` places either way, and nothing outside the ranking is pulled in."""
-    ranked = ranking.ranked
-    uses = principal_uses(conn, principal, [row_id for row_id, *_ in ranked])
+    most ``LEARNED_LIFT`` places either way, and nothing outside the ranking is pulled in.
+    Tools the query names exactly stay first."""
+    from .engine import SearchEngine
+
+    uses = principal_uses(conn, principal, [row_id for row_id, *_ in ranking.ranked])
     if not uses:
         return ranking
+    named = set(SearchEngine.exact_matches(conn, ranking.query, Filters()))
+    first = 0
+    while first < len(ranking.ranked) and ranking.ranked[first][0] in named:
+        first += 1
+    pinned, ranked = ranking.ranked[:first], ranking.ranked[first:]
     words = set(tokenize(ranking.query))
 
     def overlap(row_id: int) -> float:
@@ -124,4 +131,4 @@ def lifted(conn: sqlite3.Connection, ranking: Ranking, principal: str) -> Rankin
 
     lifts = [LEARNED_LIFT * overlap(row_id) for row_id, *_ in ranked]
     order = sorted(range(len(ranked)), key=lambda p: (p - lifts[p], -lifts[p], p))
-    return ranking._replace(ranked=tuple(ranked[p] for p in order))
+    return ranking._replace(ranked=(*pinned, *(ranked[p] for p in order)))
