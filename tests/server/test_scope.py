@@ -79,3 +79,21 @@ def test_a_deny_all_scope_finds_what_its_toolkit_finds(scoped: Catalog) -> None:
     by_toolkit = Scope(toolkits=("sqlite",))
     for query in QUERIES:
         assert ids(scoped, query, by_rules) == ids(scoped, query, by_toolkit)
+
+
+def test_refusals_name_the_level_whose_rule_refuses(sample_catalog: Catalog) -> None:
+    """For the operator: the server's rules blame the server, a principal's its principal."""
+    server = Scope(tags=(), policy=Policy.of(deny=["toolkit:sqlite"]))
+    team = server.narrowed(
+        Scope("data-team", toolkits=("files", "sqlite", "math"), tags=("filesystem",))
+    )
+    strict = server.narrowed(Scope("ops", policy=Policy.of(deny=["tag:destructive"])))
+    sqlite = sample_catalog.get("sqlite.sqlite_query")
+    math = sample_catalog.get("math.calculate")
+    delete = sample_catalog.get("files.delete_file")
+    text = sample_catalog.get("text.word_stats")
+    assert "of this server" in (team.refusal(sqlite) or "")
+    assert "principal 'data-team' requires" in (team.refusal(math) or "")
+    assert "toolkits of principal 'data-team'" in (team.refusal(text) or "")
+    assert "rule 'tag:destructive' of principal 'ops'" in (strict.refusal(delete) or "")
+    assert "this server" not in (strict.refusal(delete) or "")
