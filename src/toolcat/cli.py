@@ -270,6 +270,7 @@ def register(
             raise click.UsageError("--openapi registers one document, nothing else")
         if not toolkit_name:
             raise click.UsageError("--openapi needs --toolkit NAME")
+        _warn_literal_secrets(headers, env)
         result = open_catalog(ctx).register_openapi(
             openapi_spec,
             toolkit=toolkit_name,
@@ -293,14 +294,7 @@ def register(
             raise click.UsageError("--mcp-stdio/--mcp-http register one server, nothing else")
         if not toolkit_name:
             raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
-        from .registry.mcp import literal_secrets
-
-        for what in literal_secrets(headers, env):
-            click.echo(
-                f"warning: {what} is stored in the catalog as typed; write the secret as "
-                "${ENV_VAR} to store only the reference",
-                err=True,
-            )
+        _warn_literal_secrets(headers, env)
         result = open_catalog(ctx).register_mcp(
             mcp_command or mcp_url or "",
             toolkit=toolkit_name,
@@ -340,6 +334,18 @@ def register(
         click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({plural(r.tools, 'tool')})")
     if results:
         click.echo(f"revision {results[-1].revision}")
+
+
+def _warn_literal_secrets(headers: dict[str, str], env: dict[str, str]) -> None:
+    """Warn (stderr) about secrets typed in full into an import's --header/--env."""
+    from .credentials import literal_secrets
+
+    for what in literal_secrets(headers, env):
+        click.echo(
+            f"warning: {what} is stored in the catalog as typed; write the secret as "
+            "${ENV_VAR} to store only the reference",
+            err=True,
+        )
 
 
 def _echo_import(result: Any, as_json: bool) -> None:

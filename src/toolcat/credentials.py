@@ -84,3 +84,75 @@ def parse_assignments(items: Iterable[str], *, option: str) -> dict[str, str]:
             raise ToolcatError(f"{option} {item!r}: expected NAME=VALUE")
         parsed[name.strip()] = value
     return parsed
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as an HTTP header value, or ``None``. The reason never
+    quotes the value: header values are where secrets go."""
+    if not value.isascii():
+        return "it holds a non-ASCII character"
+    for char in value:
+        if (char < " " and char != "\t") or char == "\x7f":
+            return "it holds a newline" if char in "\r\n" else "it holds a control character"
+    if value != value.strip(" \t"):
+        return "it starts or ends with whitespace"
+    return None
+
+
+class UnsendableHeaderError(ImportFailedError):
+    """A header's value (resolved from the environment) cannot be sent over HTTP. The message
+    names the header and the variables it references, never the value."""
+
+    def __init__(self, name: str, reason: str, where: str, variables: Iterable[str] = ()) -> None:
+        self.header = name
+        source = ", ".join(f"${{{v}}}" for v in variables)
+        fix = f"fix the variable(s) it references ({source})" if source else "fix the value"
+        super().__init__(f"{where}: header {name!r} cannot be sent: {reason}; {fix}")
+
+
+def resolve_headers(
+    headers: Mapping[str, str], *, where: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """``headers`` with their ``${NAME}`` references resolved, each value checked to be
+    sendable (so no HTTP library echoes a secret in its error).
+
+    Raises:
+        MissingSecretError: A referenced variable is not set.
+        UnsendableHeaderError: A value cannot be sent (newline, control or non-ASCII
+            character); the message names the header, never the value.
+    """
+    resolved: dict[str, str] = {}
+    for name, stored in headers.items():
+        value = resolve(stored, where=f"{where}: header {name!r}", environ=environ)
+        reason = header_value_problem(value)
+        if reason:
+            raise UnsendableHeaderError(name, reason, where, references(stored))
+        resolved[name] = value
+    return resolved
+
+
+def redacted(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of a secret (and its ``repr`` forms, as exception
+    messages quote bytes) replaced by ``***``: the last guard before an error is shown."""
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        forms = {secret, repr(secret)[1:-1], repr(secret.encode("utf-8", "replace"))[2:-1]}
+        for form in sorted(forms, key=len, reverse=True):
+            text = text.replace(form, "***")
+    return text
+
+
+SECRET_NAME = re.compile(r"authorization|cookie|token|secret|key|password|passwd|credential", re.I)
+
+
+def literal_secrets(headers: Mapping[str, str], env: Mapping[str, str] | None = None) -> list[str]:
+    """Header and variable names whose value looks like a secret typed in full (no ``${NAME}``
+    reference), which the catalog would store as typed."""
+    found = [
+        f"header {k!r}" for k, v in headers.items() if SECRET_NAME.search(k) and not references(v)
+    ]
+    found += [
+        f"--env {k}"
+        for k, v in (env or {}).items()
+        if SECRET_NAME.search(k) and v and not references(v)
+    ]
+    return found

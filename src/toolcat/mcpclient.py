@@ -297,9 +297,9 @@ def _resolved(endpoint: Endpoint) -> tuple[dict[str, str], dict[str, str], str |
     Raises:
         MissingSecretError: A referenced variable is not set (an ``ImportFailedError``).
     """
-    from .credentials import resolve
+    from .credentials import resolve, resolve_headers
 
-    headers = {k: resolve(v, where=f"{endpoint}: header {k!r}") for k, v in endpoint.headers}
+    headers = resolve_headers(dict(endpoint.headers), where=str(endpoint))
     env = {k: resolve(v, where=f"{endpoint}: --env {k}") for k, v in endpoint.env}
     cwd = None if endpoint.cwd is None else resolve(endpoint.cwd, where=f"{endpoint}: --cwd")
     return headers, env, cwd

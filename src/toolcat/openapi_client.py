@@ -24,19 +24,23 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import re
 import threading
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlsplit
 
-from .credentials import resolve
-from .errors import ImportFailedError, ToolcatError, ToolTimeoutError
+from .credentials import header_value_problem, redacted, resolve_headers
+from .errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
 
 PREFIX = "openapi+http:"
 DEFAULT_TIMEOUT = 30.0
 EXCERPT_CHARS = 500
 LOCATIONS = ("path", "query", "header", "cookie", "body")
+MAX_REDIRECTS = 5
+DEFAULT_PORTS = {"http": 80, "https": 443}
 INSTALL_HINT = "install the OpenAPI extra: pip install 'toolcat[openapi]'"
 
 
@@ -151,20 +155,96 @@ class Request:
     has_body: bool = False
 
 
+def origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of ``url``, the port made explicit: what "same origin" compares."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or DEFAULT_PORTS.get(scheme)
+    except ValueError:  # a port that is no number
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def has_dot_segment(text: str) -> bool:
+    """Whether ``text`` holds a ``.`` or ``..`` segment (``/`` and ``\\`` separate segments)
+    once percent-decoding (repeated: ``%252e``) and Unicode normalisation (NFKC: ``．``,
+    ``‥``) are undone, as a server or proxy may before it routes."""
+    decoded, previous = text, None
+    while decoded != previous and "%" in decoded:
+        previous, decoded = decoded, unquote(decoded)
+    return any(
+        part.strip() in (".", "..")
+        for form in (text, decoded, unicodedata.normalize("NFKC", decoded))
+        for part in re.split(r"[/\\]", form)
+    )
+
+
+def path_segment(argument: str, value: str) -> str:
+    """``value`` percent-encoded as exactly one path segment.
+
+    Raises:
+        InvalidArgumentsError: ``value`` is empty or holds a dot segment (``has_dot_segment``),
+            which would move the request off its path.
+    """
+    if not value:
+        raise InvalidArgumentsError(f"path parameter {argument!r} may not be empty")
+    if has_dot_segment(value):
+        raise InvalidArgumentsError(
+            f"path parameter {argument!r} may not be or hold a dot segment ('.' or '..'): "
+            "it would move the request off its path"
+        )
+    return quote(value, safe="")
+
+
+def template_pattern(base_url: str, template: str) -> re.Pattern[str]:
+    """The raw paths ``template`` may become under ``base_url``: its literal parts as they
+    are, each ``{parameter}`` one non-empty segment."""
+    base_path = urlsplit(base_url).path.rstrip("/")
+    parts = re.split(r"\{[^{}]+\}", template)
+    return re.compile(re.escape(base_path) + "[^/?#]+".join(re.escape(p) for p in parts))
+
+
+def check_url(operation: Operation, url: str) -> None:
+    """Refuse to send a request whose URL, as the HTTP library will send it (dot segments
+    resolved), is not on the operation's origin and path template under its base URL, or
+    holds a dot segment in any spelling.
+
+    Raises:
+        InvalidArgumentsError: The URL left its origin or its path.
+    """
+    import httpx
+
+    try:
+        sent = httpx.URL(url)
+    except httpx.InvalidURL as e:
+        raise InvalidArgumentsError(f"refused to send {operation}: not a valid URL ({e})") from None
+    raw_path = sent.raw_path.decode("ascii").split("?", 1)[0]
+    same_origin = origin(str(sent)) == origin(operation.base_url)
+    pattern = template_pattern(operation.base_url, operation.path)
+    if not same_origin or not pattern.fullmatch(raw_path) or has_dot_segment(raw_path):
+        raise InvalidArgumentsError(
+            f"refused to send {operation.method} {sent.scheme}://{sent.netloc.decode()}"
+            f"{raw_path}: the request must stay on {operation}"
+        )
+
+
 def build_request(
     operation: Operation, arguments: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> Request:
     """The request for a call with ``arguments`` (already validated against the schema).
 
+    Each path parameter becomes one percent-encoded segment (``path_segment``).
+
     Raises:
         MissingSecretError: A header references an environment variable that is not set.
+        UnsendableHeaderError: A configured header's value cannot be sent (names the header).
+        InvalidArgumentsError: A path parameter is empty or a dot segment; a header argument
+            cannot be sent.
     """
     path = operation.path
     params: list[tuple[str, str]] = []
-    headers = {
-        name: resolve(value, where=f"header {name!r} of {operation}", environ=environ)
-        for name, value in operation.headers.items()
-    }
+    headers = resolve_headers(operation.headers, where=str(operation), environ=environ)
     cookies: list[str] = []
     body: dict[str, Any] = {}
     whole_body: Any = None
@@ -176,12 +256,16 @@ def build_request(
         if isinstance(value, list) and arg in operation.joined:
             value = ",".join(_text(v) for v in value)
         if location == "path":
-            path = path.replace("{" + name + "}", quote(_text(value), safe=""))
+            path = path.replace("{" + name + "}", path_segment(arg, _text(value)))
         elif location == "query":
             values = value if isinstance(value, list) else [value]
             params.extend((name, _text(v)) for v in values)
         elif location == "header":
-            headers[name] = _text(value)
+            text = _text(value)
+            reason = header_value_problem(text)
+            if reason:
+                raise InvalidArgumentsError(f"argument {arg!r} (header {name!r}): {reason}")
+            headers[name] = text
         elif location == "cookie":
             cookies.append(f"{name}={quote(_text(value), safe='')}")
         elif name:
@@ -255,7 +339,7 @@ def client(base_url: str) -> Any:
         found = _clients.get(base_url)
         if found is None:
             httpx = _httpx()
-            found = _clients[base_url] = httpx.Client(follow_redirects=True)
+            found = _clients[base_url] = httpx.Client(follow_redirects=False)
             if len(_clients) == 1:
                 atexit.register(close_all)
         return found
@@ -267,7 +351,7 @@ def async_client(base_url: str) -> Any:
     with _lock:
         found = _async_clients.get(key)
         if found is None:
-            found = _async_clients[key] = _httpx().AsyncClient(follow_redirects=True)
+            found = _async_clients[key] = _httpx().AsyncClient(follow_redirects=False)
         return found
 
 
@@ -294,45 +378,95 @@ def _send_kwargs(request: Request, timeout: float) -> dict[str, Any]:
     return kwargs
 
 
-def _failure(error: Exception, operation: Operation) -> ToolcatError:
+def _failure(error: Exception, operation: Operation, request: Request) -> ToolcatError:
     httpx = _httpx()
     if isinstance(error, httpx.TimeoutException):
         return ToolTimeoutError(
             f"{operation} did not answer within {operation.timeout:g} s ({type(error).__name__})"
         )
-    return HTTPToolError(f"cannot reach {operation}: {type(error).__name__}: {error}")
+    text = redacted(f"{type(error).__name__}: {error}", request.headers.values())
+    return HTTPToolError(f"cannot reach {operation}: {text}")
+
+
+def next_hop(response: Any, operation: Operation) -> Any:
+    """The request a redirect ``response`` asks for, if it may be followed: only to the
+    operation's own origin (scheme, host and port), where the configured headers are meant
+    to go. ``None`` when ``response`` is no redirect.
+
+    Raises:
+        HTTPToolError: The redirect leads to another origin (not followed: the headers,
+            credentials included, would go with it).
+    """
+    if not response.has_redirect_location or response.next_request is None:
+        return None
+    target = response.next_request
+    if origin(str(target.url)) != origin(operation.base_url):
+        raise HTTPToolError(
+            f"{operation.method} {response.request.url.path} answered {response.status_code} "
+            f"redirecting to another origin ({target.url.scheme}://{target.url.netloc.decode()});"
+            " not followed: the configured headers would go with it",
+            response.status_code,
+        )
+    return target
+
+
+def _too_many(operation: Operation) -> HTTPToolError:
+    return HTTPToolError(f"{operation} redirected more than {MAX_REDIRECTS} times")
 
 
 def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
-    """Send the request for ``arguments`` and return the response's value.
+    """Send the request for ``arguments`` and return the response's value. Redirects are
+    followed only within the operation's origin (``next_hop``).
 
     Raises:
-        HTTPToolError: A non-2xx answer, or the server cannot be reached.
+        HTTPToolError: A non-2xx answer, a redirect to another origin, or the server cannot
+            be reached.
         ToolTimeoutError: No answer within the operation's timeout.
         MissingSecretError: A header references an unset environment variable.
+        InvalidArgumentsError: The arguments would move the request off its path.
     """
     request = build_request(operation, arguments)
     httpx = _httpx()
+    pooled = client(operation.base_url)
+    check_url(operation, request.url)
     try:
-        response = client(operation.base_url).request(
+        outgoing = pooled.build_request(
             request.method, request.url, **_send_kwargs(request, operation.timeout)
         )
+        check_url(operation, str(outgoing.url))
+        response = pooled.send(outgoing)
+        for _ in range(MAX_REDIRECTS + 1):
+            hop = next_hop(response, operation)
+            if hop is None:
+                return result_of(response, operation)
+            response.close()
+            response = pooled.send(hop)
     except httpx.HTTPError as e:
-        raise _failure(e, operation) from e
-    return result_of(response, operation)
+        raise _failure(e, operation, request) from e
+    raise _too_many(operation)
 
 
 async def acall(operation: Operation, arguments: Mapping[str, Any]) -> Any:
     """``call`` for async code, on a pooled ``httpx.AsyncClient``."""
     request = build_request(operation, arguments)
     httpx = _httpx()
+    pooled = async_client(operation.base_url)
+    check_url(operation, request.url)
     try:
-        response = await async_client(operation.base_url).request(
+        outgoing = pooled.build_request(
             request.method, request.url, **_send_kwargs(request, operation.timeout)
         )
+        check_url(operation, str(outgoing.url))
+        response = await pooled.send(outgoing)
+        for _ in range(MAX_REDIRECTS + 1):
+            hop = next_hop(response, operation)
+            if hop is None:
+                return result_of(response, operation)
+            await response.aclose()
+            response = await pooled.send(hop)
     except httpx.HTTPError as e:
-        raise _failure(e, operation) from e
-    return result_of(response, operation)
+        raise _failure(e, operation, request) from e
+    raise _too_many(operation)
 
 
 def operation_tool(spec: str) -> Any:

@@ -182,17 +182,6 @@ def check_remote(tools: Iterable[RegisteredTool]) -> list[dict[str, Any]]:
     return report
 
 
-def literal_secrets(headers: dict[str, str], env: dict[str, str]) -> list[str]:
-    """Header and variable names whose value looks like a secret typed in full (no ``${NAME}``
-    reference), which the catalog would store as typed."""
-    from ..credentials import references
-
-    risky = re.compile(r"authorization|cookie|token|secret|key|password|passwd|credential", re.I)
-    found = [f"header {k!r}" for k, v in headers.items() if risky.search(k) and not references(v)]
-    found += [f"--env {k}" for k, v in env.items() if risky.search(k) and v and not references(v)]
-    return found
-
-
 def check_on_change(value: str) -> OnChange:
     if value not in ("refuse", "warn"):
         raise ToolcatError(f"on_change must be 'refuse' or 'warn', not {value!r}")

@@ -26,18 +26,19 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urljoin
+from urllib.parse import unquote, urljoin, urlsplit
 
 from ..credentials import references
 from ..errors import ImportFailedError, ManifestError
 from ..models import Toolkit
 from ..names import fitted_name
-from ..openapi_client import DEFAULT_TIMEOUT, Operation
+from ..openapi_client import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, origin
 from .manifest import imported_toolkit
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 ARGUMENT_INVALID = r"[^A-Za-z0-9_.-]+"  # Anthropic's rule for property names, the strictest
 MAX_DEPTH = 24
+MAX_EXPANDED_NODES = 200_000  # the TMDB and Spotify documents expand to 380 and 486
 DROPPED_KEYS = {"xml", "externalDocs", "discriminator", "example", "$schema", "$id"}
 BOOLEAN_KEYS = {"additionalProperties", "uniqueItems", "readOnly", "writeOnly", "deprecated"}
 NUMERIC_KEYS = {
@@ -74,20 +75,21 @@ def _true(value: Any) -> bool:
 
 def load_document(
     source: str | Path | Mapping[str, Any], *, timeout: float = 30.0
-) -> tuple[dict[str, Any], str]:
-    """The OpenAPI document at ``source`` (a file, an http(s) URL, or the parsed document), and
-    a label naming it for errors.
+) -> tuple[dict[str, Any], str, str | None]:
+    """The OpenAPI document at ``source`` (a file, an http(s) URL, or the parsed document), a
+    label naming it for errors, and the URL it was served from (``None`` unless fetched).
 
     Raises:
         ImportFailedError: The file cannot be read or the URL fetched.
         ManifestError: The text is neither JSON nor YAML, or not an OpenAPI 3.x document.
     """
+    served_from = None
     if isinstance(source, Mapping):
         document, label = dict(source), "(OpenAPI document)"
     else:
         label = str(source)
         if re.match(r"^https?://", label):
-            text = _fetch(label, timeout)
+            text, served_from = _fetch(label, timeout)
         else:
             try:
                 text = Path(label).read_text(encoding="utf-8")
@@ -106,10 +108,13 @@ def load_document(
         raise ManifestError(f"not an OpenAPI 3.0/3.1 document ({found})", file=label)
     if not isinstance(document.get("paths"), dict) or not document["paths"]:
         raise ManifestError("the document has no paths", file=label, field="paths")
-    return document, label
+    return document, label, served_from
 
 
-def _fetch(url: str, timeout: float) -> str:
+def _fetch(url: str, timeout: float) -> tuple[str, str]:
+    """The text at ``url`` and the URL it was finally served from. Redirects are followed
+    only within ``url``'s origin (scheme, host, port): a document server cannot send the
+    fetch on to another host, an internal address included."""
     try:
         import httpx
     except ImportError as e:
@@ -117,12 +122,26 @@ def _fetch(url: str, timeout: float) -> str:
             "fetching an OpenAPI document needs httpx: pip install 'toolcat[openapi]'"
         ) from e
     try:
-        response = httpx.get(url, timeout=timeout, follow_redirects=True)
+        with httpx.Client(follow_redirects=False, timeout=timeout) as http:
+            response = http.get(url)
+            for _ in range(MAX_REDIRECTS + 1):
+                hop = response.next_request if response.has_redirect_location else None
+                if hop is None:
+                    break
+                if origin(str(hop.url)) != origin(url):
+                    raise ImportFailedError(
+                        f"cannot fetch {url}: it redirects to another origin "
+                        f"({hop.url.scheme}://{hop.url.netloc.decode()}), which is not "
+                        "followed; fetch that URL directly if you trust it"
+                    )
+                response = http.send(hop)
+            else:
+                raise ImportFailedError(f"cannot fetch {url}: more than {MAX_REDIRECTS} redirects")
     except httpx.HTTPError as e:
         raise ImportFailedError(f"cannot fetch {url}: {type(e).__name__}: {e}") from e
     if response.status_code != 200:
         raise ImportFailedError(f"cannot fetch {url}: HTTP {response.status_code}")
-    return response.text
+    return response.text, str(response.url)
 
 
 def _parse(text: str, label: str) -> dict[str, Any]:
@@ -140,15 +159,47 @@ def _parse(text: str, label: str) -> dict[str, Any]:
     return found
 
 
+class _TooLarge(ManifestError):
+    """The document's ``$ref``s expand past ``MAX_EXPANDED_NODES``: reading stops there."""
+
+
+def _weight(value: Any, budget: int) -> int:
+    """How many JSON nodes ``value`` has, counted up to ``budget`` (then ``budget + 1``)."""
+    count, stack = 0, [value]
+    while stack and count <= budget:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return count
+
+
 class _Resolver:
     """Inlines local ``$ref``s of one document; a reference to a schema that is being
-    expanded (a cycle) is cut."""
+    expanded (a cycle) is cut. What the expansion produces is counted as it grows (schema
+    nodes, copied values included) and bounded by ``MAX_EXPANDED_NODES`` for the whole
+    document: a few KB whose references fan out (8 wide, 12 deep) would otherwise expand to
+    billions of nodes."""
 
     def __init__(self, document: Mapping[str, Any], label: str, toolkit: str) -> None:
         self.document = document
         self.label = label
         self.toolkit = toolkit
         self.where = ""  # the operation being read, for errors
+        self.expanded = 0
+
+    def grow(self, nodes: int) -> None:
+        self.expanded += nodes
+        if self.expanded > MAX_EXPANDED_NODES:
+            raise _TooLarge(
+                f"{self.where}: the document's $refs expand to more than "
+                f"{MAX_EXPANDED_NODES:,} schema nodes; import fewer operations "
+                "(--operation/--include-tag) or simplify the schemas",
+                file=self.label,
+                toolkit=self.toolkit,
+            )
 
     def target(self, ref: str) -> Any:
         if not ref.startswith("#/"):
@@ -189,6 +240,7 @@ class _Resolver:
     def schema(self, node: Any, stack: tuple[str, ...] = (), depth: int = 0) -> Any:
         """A JSON Schema with references inlined and OpenAPI 3.0 spellings made JSON Schema
         (``nullable``, boolean ``exclusiveMinimum``/``exclusiveMaximum``, ``example``)."""
+        self.grow(1)
         if isinstance(node, list):
             return [self.schema(item, stack, depth + 1) for item in node]
         if not isinstance(node, dict):
@@ -227,6 +279,7 @@ class _Resolver:
                 if number is not None:
                     out[key] = number
             else:
+                self.grow(_weight(value, MAX_EXPANDED_NODES))
                 out[key] = copy.deepcopy(value)
         if "exclusiveMinimum" in out and node.get("exclusiveMinimum") is True:
             out.pop("minimum", None)
@@ -284,13 +337,24 @@ def toolkit_from_openapi(
             selected operation has no ``operationId``, a filter selects nothing (names the
             document, toolkit and operation).
     """
-    document, label = load_document(source, timeout=timeout)
+    document, label, served_from = load_document(source, timeout=timeout)
     resolver = _Resolver(document, label, toolkit)
-    base = _base_url(document, label, base_url, toolkit)
+    problems: list[ManifestError] = []  # every problem of the document, reported together
+
+    def keep(error: ManifestError) -> None:
+        problems.append(error)
+        if isinstance(error, _TooLarge):  # nothing more is read of such a document
+            raise ManifestError.of(problems)
+
+    base = ""
+    try:
+        base = _base_url(document, label, base_url, toolkit, served_from)
+    except ManifestError as e:
+        keep(e)
     headers = dict(headers or {})
     for name, value in headers.items():
         if not name.strip() or re.search(r"[\s:]", name):
-            raise ManifestError(f"header name {name!r} is not valid", file=label, toolkit=toolkit)
+            keep(ManifestError(f"header name {name!r} is not valid", file=label, toolkit=toolkit))
         references(value)  # syntax only: secrets are resolved by the process making calls
     wanted_tags = {t.strip().lower() for t in include_tags if t.strip()}
     wanted_ops = list(dict.fromkeys(o.strip() for o in operations if o.strip()))
@@ -299,7 +363,11 @@ def toolkit_from_openapi(
     seen_tags: set[str] = set()
     for path, item in document["paths"].items():
         resolver.where = f"paths.{path}"
-        item = resolver.deref(item)
+        try:
+            item = resolver.deref(item)
+        except ManifestError as e:
+            keep(e)
+            continue
         if not isinstance(item, dict):
             continue
         for method in METHODS:
@@ -316,20 +384,25 @@ def toolkit_from_openapi(
             if wanted_ops and op_id not in wanted_ops:
                 continue
             if not isinstance(op_id, str) or not op_id.strip():
-                raise ManifestError(
-                    f"operation {method.upper()} {path} has no operationId; give it one, or "
-                    "leave it out with include_tags/operations (--include-tag/--operation)",
-                    file=label,
-                    toolkit=toolkit,
+                keep(
+                    ManifestError(
+                        f"operation {method.upper()} {path} has no operationId; give it one, or "
+                        "leave it out with include_tags/operations (--include-tag/--operation)",
+                        file=label,
+                        toolkit=toolkit,
+                    )
                 )
+                continue
             selected.append((path, method, item, op))
     missing_tags = sorted(wanted_tags - seen_tags)
     if missing_tags:
-        raise ManifestError(
-            f"no operation has the tag(s) {', '.join(missing_tags)}; tags in the document: "
-            f"{', '.join(sorted(seen_tags)) or '(none)'}",
-            file=label,
-            toolkit=toolkit,
+        keep(
+            ManifestError(
+                f"no operation has the tag(s) {', '.join(missing_tags)}; tags in the document: "
+                f"{', '.join(sorted(seen_tags)) or '(none)'}",
+                file=label,
+                toolkit=toolkit,
+            )
         )
     unknown = [o for o in wanted_ops if o not in seen_ids]
     if unknown:
@@ -340,14 +413,19 @@ def toolkit_from_openapi(
             for o in unknown
             for close in [difflib.get_close_matches(o, seen_ids, n=3, cutoff=0.6)]
         ]
-        raise ManifestError(f"no operation with id {'; '.join(hints)}", file=label, toolkit=toolkit)
-    if not selected:
-        raise ManifestError("no operation matches the filters", file=label, toolkit=toolkit)
+        keep(ManifestError(f"no operation with id {'; '.join(hints)}", file=label, toolkit=toolkit))
+    if not selected and not problems:
+        keep(ManifestError("no operation matches the filters", file=label, toolkit=toolkit))
     taken: set[str] = set()
     tools = []
     for path, method, item, op in selected:
         resolver.where = f"operation {op['operationId']!r} ({method.upper()} {path})"
-        tools.append(_tool(resolver, base, path, method, item, op, headers, timeout, taken))
+        try:
+            tools.append(_tool(resolver, base, path, method, item, op, headers, timeout, taken))
+        except ManifestError as e:
+            keep(e)
+    if problems:
+        raise ManifestError.of(problems)
     info: dict[str, Any] = document["info"] if isinstance(document.get("info"), dict) else {}
     title = str(info.get("title") or label)
     default_description = f"{title} {info.get('version', '')}".strip()
@@ -365,20 +443,38 @@ def toolkit_from_openapi(
     )
 
 
-def _base_url(document: Mapping[str, Any], label: str, base_url: str | None, toolkit: str) -> str:
+def _base_url(
+    document: Mapping[str, Any],
+    label: str,
+    base_url: str | None,
+    toolkit: str,
+    served_from: str | None,
+) -> str:
+    """The API's URL: ``base_url``, else the first ``servers`` entry (its variables at their
+    defaults). As the OpenAPI specification says, no ``servers`` means ``/``, and a relative
+    server URL is relative to where the document was served: both need a fetched document."""
     if base_url:
         url = base_url.strip()
     else:
-        servers = document.get("servers") or []
-        server = servers[0] if servers and isinstance(servers[0], dict) else {}
+        declared = document.get("servers")
+        servers = declared or [{"url": "/"}]
+        server = servers[0] if isinstance(servers, list) and isinstance(servers[0], dict) else {}
         url = str(server.get("url") or "")
         for name, variable in (server.get("variables") or {}).items():
             if isinstance(variable, dict) and "default" in variable:
                 url = url.replace("{" + name + "}", str(variable["default"]))
-        if url and not re.match(r"^https?://", url) and re.match(r"^https?://", label):
-            url = urljoin(label, url)  # a relative server URL is relative to the document
-    if not re.fullmatch(r"https?://[^\s#{}]+", url):
-        why = f"the base URL {url!r} is not an absolute http(s) URL" if url else "no servers"
+        if url and not re.match(r"^https?://", url) and served_from:
+            url = urljoin(served_from, url)
+    parts = urlsplit(url)
+    if not re.fullmatch(r"https?://[^\s#?{}]+", url) or not parts.hostname:
+        if not url:
+            why = "the first server has no url"
+        elif not declared and not base_url:
+            why = "the document has no servers (the default '/' is relative to a fetched document)"
+        elif not re.match(r"^https?://", url) and not base_url:
+            why = f"the server URL {url!r} is relative and the document was not fetched from a URL"
+        else:
+            why = f"the base URL {url!r} is not an absolute http(s) URL (without query or fragment)"
         raise ManifestError(
             f"{why}; give the API's URL with base_url (--base-url)",
             file=label,
