@@ -34,6 +34,7 @@ from .errors import (
     DeprecatedToolError,
     InvalidQueryError,
     ManifestError,
+    SourceKindError,
     ToolcatError,
     UnknownToolError,
     UnknownToolkitError,
@@ -144,8 +145,9 @@ class Catalog:
             an error until ``reindex(model=...)``.
         trust_any_module: Let Python implementations lie anywhere, the standard library
             included (``os:system``). By default every implementation must lie under its
-            toolkit's ``module``, at registration and again at call time; see
-            ``toolcat.trust``.
+            toolkit's ``module``, at registration and again at call time; and only
+            ``register_mcp`` may register implementations that start a command
+            (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.trust``.
 
     Raises:
         CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
@@ -301,6 +303,7 @@ class Catalog:
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         on_change: str = "refuse",
+        replace: bool = False,
     ) -> RegistrationResult:
         """Register the tools an MCP server lists as a toolkit whose tools forward calls to it.
 
@@ -328,6 +331,8 @@ class Catalog:
             on_change: When a tool's definition on the server no longer matches the
                 registered one at its first call on a connection: ``refuse`` the call
                 (``DefinitionChangedError``) or ``warn`` (logged) and call it.
+            replace: Let this import take over a toolkit that came from elsewhere (a
+                manifest, Python code, an OpenAPI document); refused otherwise.
 
         Values of ``headers``, ``env`` and ``cwd`` may reference environment variables as
         ``${NAME}``: the catalog stores the reference, never the secret, and the process that
@@ -342,14 +347,14 @@ class Catalog:
             ImportFailedError: The server cannot be started, refuses the credentials, or
                 does not answer in time; a referenced variable is not set.
             ManifestError: The server lists an invalid tool, or none.
-            VersionConflictError: ``version`` is registered with other tools.
+            VersionConflictError: ``version`` is registered with other tools, or the
+                toolkit came from elsewhere and ``replace`` is false.
             ToolcatError: Options that do not fit the transport (``headers`` for a stdio
                 server, ``env``/``cwd`` for an HTTP one) or malformed names.
         """
         from .credentials import references
         from .mcpclient import forget, make_endpoint
         from .registry.mcp import check_on_change, toolkit_from_mcp
-        from .store import writer
 
         if cwd is not None:
             cwd = os.fspath(cwd)
@@ -373,22 +378,11 @@ class Catalog:
             timeout=timeout,
             on_change=check_on_change(on_change),
         )
-        old = (
-            ()
-            if newest is None
-            else self.iter_tools(toolkit=f"{toolkit}@{newest}", include_denied=True)
+        result = self._register_import(
+            built, str(endpoint), newest, pinned=version is not None, replace=replace
         )
-        changes = tool_changes(built.tools, old)
-        with self._lock:
-            try:
-                result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
-            except VersionConflictError:
-                if version is not None or newest is None:
-                    raise
-                built = built.model_copy(update={"version": next_version(newest)})
-                result = writer.register(self._conn, [(built, str(endpoint))], replace=False)[0]
         forget(endpoint)  # a session kept open from before serves the old tools
-        return result.model_copy(update={"changes": changes})
+        return result
 
     def register_openapi(
         self,
@@ -404,6 +398,7 @@ class Catalog:
         tags: Iterable[str] = (),
         defer_loading: bool = True,
         timeout: float = 30.0,
+        replace: bool = False,
     ) -> RegistrationResult:
         """Register the operations of an OpenAPI 3.0/3.1 document as a toolkit whose tools
         send HTTP requests to the API (one tool per operation; see README "Importing OpenAPI").
@@ -426,6 +421,8 @@ class Catalog:
             tags: Tags for every tool (``openapi`` is always added).
             defer_loading: Whether the tools are deferred (found by search, not listed).
             timeout: Seconds each call may take (and to fetch a ``spec`` URL).
+            replace: Let this import take over a toolkit that came from elsewhere (a
+                manifest, Python code, an MCP server); refused otherwise.
 
         Returns:
             The registration, with ``changes`` against the newest registered version.
@@ -433,8 +430,10 @@ class Catalog:
         Raises:
             ImportFailedError: The document cannot be read or fetched.
             ManifestError: The document is not OpenAPI 3.x, a ``$ref`` points to nothing, an
-                operation has no ``operationId``, or a filter selects nothing.
-            VersionConflictError: ``version`` is registered with other tools.
+                operation has no ``operationId``, or a filter selects nothing (every
+                problem of the document, one line each).
+            VersionConflictError: ``version`` is registered with other tools, or the
+                toolkit came from elsewhere and ``replace`` is false.
         """
         from .registry.openapi import toolkit_from_openapi
 
@@ -453,14 +452,18 @@ class Catalog:
             defer_loading=defer_loading,
             timeout=timeout,
         )
-        label = "(OpenAPI document)" if isinstance(source, dict) else str(source)
-        return self._register_import(built, label, newest, pinned=version is not None)
+        label = "(parsed)" if isinstance(source, dict) else repr(str(source))
+        return self._register_import(
+            built, f"OpenAPI document {label}", newest, pinned=version is not None, replace=replace
+        )
 
     def _register_import(
-        self, built: Toolkit, source: str, newest: str | None, *, pinned: bool
+        self, built: Toolkit, source: str, newest: str | None, *, pinned: bool, replace: bool
     ) -> RegistrationResult:
         """Register an imported toolkit: a changed one becomes the next version unless the
-        version was given (``pinned``); ``changes`` compares with the newest registered."""
+        version was given (``pinned``); ``changes`` compares with the newest registered.
+        ``replace`` lets it take over a toolkit of another source kind; a registered version
+        is never overwritten by an import."""
         from .store import writer
 
         old = (
@@ -471,12 +474,16 @@ class Catalog:
         changes = tool_changes(built.tools, old)
         with self._lock:
             try:
-                result = writer.register(self._conn, [(built, source)], replace=False)[0]
-            except VersionConflictError:
-                if pinned or newest is None:
+                result = writer.register(
+                    self._conn, [(built, source)], replace=False, change_kind=replace
+                )[0]
+            except VersionConflictError as e:
+                if pinned or newest is None or isinstance(e, SourceKindError):
                     raise
                 built = built.model_copy(update={"version": next_version(newest)})
-                result = writer.register(self._conn, [(built, source)], replace=False)[0]
+                result = writer.register(
+                    self._conn, [(built, source)], replace=False, change_kind=replace
+                )[0]
         return result.model_copy(update={"changes": changes})
 
     def _newest_version(self, toolkit: str) -> str | None:

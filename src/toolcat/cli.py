@@ -121,7 +121,8 @@ def tool_line(tool_id: str, description: str, defer_loading: bool) -> str:
     "--trust-any-module",
     is_flag=True,
     help="Let implementations lie outside their toolkit's module, even in the standard "
-    "library (os:system). Only for catalogs whose every manifest you wrote.",
+    "library (os:system), and manifests start commands (mcp+stdio:). Only for catalogs whose "
+    "every manifest you wrote.",
 )
 @click.version_option(package_name="toolcat")
 @click.pass_context
@@ -157,7 +158,11 @@ def init(ctx: click.Context) -> None:
     "the newest registered, bumped when tools changed, else 1.0.0).",
 )
 @click.option(
-    "--replace", is_flag=True, help="Overwrite a registered version whose content changed."
+    "--replace",
+    is_flag=True,
+    help="Overwrite a registered version whose content changed; let this registration take "
+    "over a toolkit that came from another kind of source (manifest, Python code, MCP server, "
+    "OpenAPI document).",
 )
 @click.option("--mcp-stdio", "mcp_command", help="Import the tools of this MCP server command.")
 @click.option("--mcp-http", "mcp_url", help="Import the tools of the MCP server at this URL.")
@@ -282,6 +287,7 @@ def register(
             tags=tags,
             defer_loading=defer,
             timeout=timeout,
+            replace=replace,
         )
         _echo_import(result, as_json)
         return
@@ -307,6 +313,7 @@ def register(
             env=env,
             cwd=cwd,
             on_change=on_change,
+            replace=replace,
         )
         _echo_import(result, as_json)
         return

@@ -173,6 +173,11 @@ class VersionConflictError(ToolcatError):
     exit_code = 6
 
 
+class SourceKindError(VersionConflictError):
+    """A registration would silently change where a toolkit comes from (a manifest, Python
+    code, an MCP server, an OpenAPI document); ``replace`` allows it."""
+
+
 class InvalidQueryError(ToolcatError):
     """A search or list request cannot be answered as asked (bad mode, cursor, pattern...)."""
 

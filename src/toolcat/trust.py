@@ -1,4 +1,5 @@
-"""What registering a toolkit trusts: the Python import root its implementations live under.
+"""What registering a toolkit trusts: the Python import root its implementations live under,
+and the commands it may start.
 
 A Python implementation (``package.module:attr``) runs with the host's rights the first time
 its tool is called, so a manifest must say where its code lives (the toolkit's ``module``)
@@ -6,6 +7,12 @@ and every implementation must lie under it. Roots in the standard library (``os`
 ``subprocess``, ``builtins``...) are refused: a manifest could otherwise hand an agent
 ``os:system``. A catalog opened with ``trust_any_module=True`` (CLI ``--trust-any-module``)
 lifts both rules, for admins who write every manifest themselves.
+
+Starting a command is trusted like importing a module: an ``mcp+stdio:COMMAND#TOOL``
+implementation runs ``COMMAND`` with the host's rights on its tool's first call, so only
+``register_mcp`` (CLI ``register --mcp-stdio``, where the admin types the command) or a
+catalog opened with ``trust_any_module`` may register one; a manifest or a ``Toolkit`` built
+in code may not.
 
 The same rules hold at registration (``registry/``) and again at call time (``runtime/``),
 so a catalog row edited behind toolcat's back cannot point a tool elsewhere.
@@ -71,8 +78,26 @@ def root_problem(implementation: str | None, root: str | None) -> str | None:
     return None
 
 
+STDIO_PREFIX = "mcp+stdio:"
+
+
+def command_problem(implementation: str | None) -> str | None:
+    """Why a registration that is not an MCP import may not carry ``implementation`` (it
+    starts a command), or ``None``."""
+    if not implementation or not implementation.startswith(STDIO_PREFIX):
+        return None
+    command = implementation[len(STDIO_PREFIX) :].split("#", 1)[0]
+    shown = command if len(command) <= 60 else command[:57] + "..."
+    return (
+        f"'mcp+stdio:' starts the command {shown!r} on the first call; only an MCP import "
+        "(register --mcp-stdio) or a catalog opened with --trust-any-module "
+        "(trust_any_module=True) may register one"
+    )
+
+
 def check_import_roots(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
-    """Refuse a batch in which any Python implementation has no acceptable import root.
+    """Refuse a batch in which any Python implementation has no acceptable import root, or
+    any implementation starts a command (``command_problem``).
 
     Raises:
         ManifestError: Every such implementation (up to the usual bound), naming file,
@@ -90,6 +115,9 @@ def check_import_roots(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
 
 
 def _problem(implementation: str | None, root: str | None) -> tuple[str | None, str]:
+    command = command_problem(implementation)
+    if command:
+        return command, "implementation"
     reason = root_problem(implementation, root)
     field = "implementation" if reason is None or root is None or not is_stdlib(root) else "module"
     return reason, field

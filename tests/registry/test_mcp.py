@@ -367,6 +367,7 @@ def test_bad_servers_are_clear_errors_and_change_nothing(
 
 
 def test_a_server_that_does_not_start_is_an_import_failure(catalog: Catalog) -> None:
+    catalog = Catalog(catalog.path, trust_any_module=True)  # a command in a Toolkit object
     catalog.register(
         Toolkit.model_validate(
             {

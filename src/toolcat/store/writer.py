@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import UnknownToolkitError, VersionConflictError
+from ..errors import SourceKindError, UnknownToolkitError, VersionConflictError
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
 from .connection import rollback_quietly
@@ -281,14 +281,90 @@ def tool_definition(tool: Tool) -> dict[str, Any]:
     return tool.model_dump(mode="json", exclude_none=True)
 
 
+MCP_SOURCE = "MCP server "  # how str(Endpoint) starts
+OPENAPI_SOURCE = "OpenAPI document "
+
+
+def source_kind(source: str | None, tags: Sequence[str], implementations: Iterable[Any]) -> str:
+    """Where a toolkit version came from, from what its row records: ``manifest``, ``Python
+    code`` (a module, a plugin or a ``Toolkit`` built in code: no source file), ``MCP server``
+    or ``OpenAPI document`` (older imports stored the document's path: told apart by their
+    implementations and the ``openapi`` tag every import adds)."""
+    if source is None:
+        return "Python code"
+    if source.startswith(MCP_SOURCE):
+        return "MCP server"
+    if source.startswith(OPENAPI_SOURCE):
+        return "OpenAPI document"
+    found = list(implementations)
+    if "openapi" in tags and found and all(str(i or "").startswith("openapi+http:") for i in found):
+        return "OpenAPI document"
+    return "manifest"
+
+
+def stored_source(conn: sqlite3.Connection, name: str) -> tuple[str, str | None] | None:
+    """(kind, source) of the version of ``name`` registered last; ``None`` if there is none."""
+    row = conn.execute(
+        "SELECT id, source, tags FROM toolkits WHERE name = ? ORDER BY id DESC LIMIT 1", (name,)
+    ).fetchone()
+    if row is None:
+        return None
+    implementations = [
+        r[0]
+        for r in conn.execute(
+            "SELECT json_extract(definition, '$.implementation') FROM tools WHERE toolkit_id = ?",
+            (row[0],),
+        )
+    ]
+    try:
+        tags = json.loads(row[2])
+    except (TypeError, ValueError):
+        tags = []
+    return source_kind(row[1], tags, implementations), row[1]
+
+
+def _check_source_kind(conn: sqlite3.Connection, toolkit: Toolkit, source: str | None) -> None:
+    stored = stored_source(conn, toolkit.name)
+    if stored is None:
+        return
+    old_kind, old_source = stored
+    new_kind = source_kind(source, toolkit.tags, (t.implementation for t in toolkit.tools))
+    if old_kind != new_kind:
+        came = _KIND_PHRASE[old_kind]
+        if old_kind == "manifest" and old_source:
+            came += f" ({old_source})"
+        raise SourceKindError(
+            f"toolkit {toolkit.name!r} comes from {came}, this registration from "
+            f"{_KIND_PHRASE[new_kind]}; pass --replace (replace=True) to let it take the "
+            "toolkit over"
+        )
+
+
+_KIND_PHRASE = {
+    "manifest": "a manifest",
+    "Python code": "Python code",
+    "MCP server": "an MCP server",
+    "OpenAPI document": "an OpenAPI document",
+}
+
+
 def register(
     conn: sqlite3.Connection,
     batch: Sequence[tuple[Toolkit, str | None]],
     *,
     replace: bool,
+    change_kind: bool | None = None,
 ) -> list[RegistrationResult]:
-    """Register ``(toolkit, source)`` pairs in one transaction."""
+    """Register ``(toolkit, source)`` pairs in one transaction.
+
+    A toolkit's source kind (``source_kind``) never changes silently: a version from another
+    kind than the one registered last is a ``VersionConflictError`` unless ``change_kind``
+    (by default ``replace``) allows it.
+    """
     import sqlite_utils  # write path only: it is slow to import
+
+    if change_kind is None:
+        change_kind = replace
 
     db = sqlite_utils.Database(conn)
     results: list[RegistrationResult] = []
@@ -302,6 +378,8 @@ def register(
                 if same_version(row[1], toolkit.version)
             ]
             status = "added"
+            if not change_kind and not (existing and existing[0][2] == digest):
+                _check_source_kind(conn, toolkit, source)
             if existing:
                 row_id, version, old_digest, _deprecated = existing[0]
                 if old_digest == digest:
