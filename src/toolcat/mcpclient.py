@@ -51,7 +51,7 @@ from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from .errors import DefinitionChangedError, ImportFailedError, ToolcatError
-from .models import content_hash
+from .models import MAX_TOOLS_PER_TOOLKIT, content_hash
 
 T = TypeVar("T")
 
@@ -461,6 +461,8 @@ async def _list_all(client: Any) -> list[dict[str, Any]]:
         tools.extend(
             t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in page.tools
         )
+        if len(tools) > MAX_TOOLS_PER_TOOLKIT:  # more than a toolkit holds: read no further
+            break
         cursor = page.next_cursor
         if not cursor or cursor in seen:
             break

@@ -42,6 +42,12 @@ IMPLEMENTATION_RE = re.compile(
 )
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_TAG_LENGTH = 64
+# Bounds for every way in (manifests, Python code, MCP and OpenAPI imports): a manifest stops
+# at 4 MiB, but an imported server or document had none (30-50 MB descriptions, 100,000
+# tools were stored). The longest description among the shared benchmark and OpenAPI
+# documents is a few KB; the largest toolkit some hundreds of tools.
+MAX_DESCRIPTION_CHARS = 65_536
+MAX_TOOLS_PER_TOOLKIT = 10_000
 
 
 def canonical_json(value: Any) -> str:
@@ -148,6 +154,14 @@ class ToolAnnotations(BaseModel):
     open_world: bool | None = None
 
 
+def _bounded_description(value: str) -> str:
+    if len(value) > MAX_DESCRIPTION_CHARS:
+        raise ValueError(
+            f"the description is {len(value):,} characters; at most {MAX_DESCRIPTION_CHARS:,}"
+        )
+    return value
+
+
 class Tool(BaseModel):
     """A tool definition as an admin writes it."""
 
@@ -182,7 +196,7 @@ class Tool(BaseModel):
         value = value.strip()
         if not value:
             raise ValueError("a tool needs a description: it is what search finds it by")
-        return value
+        return _bounded_description(value)
 
     @field_validator("parameters")
     @classmethod
@@ -256,7 +270,16 @@ class Toolkit(BaseModel):
     def _tools(cls, value: list[Tool]) -> list[Tool]:
         if not value:
             raise ValueError("a toolkit needs at least one tool")
+        if len(value) > MAX_TOOLS_PER_TOOLKIT:
+            raise ValueError(
+                f"{len(value):,} tools; a toolkit holds at most {MAX_TOOLS_PER_TOOLKIT:,}"
+            )
         return value
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str) -> str:
+        return _bounded_description(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Toolkit":

@@ -250,3 +250,30 @@ def test_numeric_versions_and_implementations_without_module_root(tmp_path: Path
     data["tools"][0]["implementation"] = "anywhere.at_all:func"
     toolkit = load_manifest(write_manifest(tmp_path, data))
     assert toolkit.version == "2"
+
+
+def test_descriptions_and_tool_counts_are_bounded(catalog: Catalog, tmp_path: Path) -> None:
+    """The same bounds as imports: a manifest under 4 MiB can still hold a 3 MB description
+    or 10,001 tools."""
+    long = toolkit_data("long")
+    long["tools"][0]["description"] = "x" * 70_000
+    many = toolkit_data(
+        "many",
+        tools=[
+            {"name": f"t{i}", "description": "d", "implementation": f"weather_tools.m:t{i}"}
+            for i in range(10_001)
+        ],
+    )
+    before = table_snapshot(catalog.path)
+    with pytest.raises(ManifestError) as raised:
+        catalog.register(write_manifest(tmp_path, long), write_manifest(tmp_path, many, ".json"))
+    lines = raised.value.lines()
+    assert any(
+        "tool 'get_forecast', field 'description': the description is 70,000 characters; "
+        "at most 65,536" in line
+        for line in lines
+    ), lines
+    assert any(
+        "field 'tools': 10,001 tools; a toolkit holds at most 10,000" in line for line in lines
+    )
+    assert table_snapshot(catalog.path) == before

@@ -337,8 +337,20 @@ def test_all_pages_are_read_and_odd_names_rewritten(catalog: Catalog) -> None:
             marks=pytest.mark.slow,
         ),
         ("/no/such/command --flag", 30, ImportFailedError, "cannot start MCP server"),
+        (f"{BAD} empty-name", 30, ManifestError, "tool '#2', field 'name': the server lists"),
+        (f"{BAD} huge-description", 30, ManifestError, "the description is 5,000,000 char"),
+        (f"{BAD} many", 60, ManifestError, "lists more than 10,000 tools"),
     ],
-    ids=["invalid-schema", "no-tools", "crash", "hang", "no-command"],
+    ids=[
+        "invalid-schema",
+        "no-tools",
+        "crash",
+        "hang",
+        "no-command",
+        "empty-name",
+        "huge-description",
+        "many",
+    ],
 )
 def test_bad_servers_are_clear_errors_and_change_nothing(
     catalog: Catalog,

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.fixtures import openapi_app
-from tests.helpers import free_port, table_snapshot
+from tests.helpers import free_port, run_script, table_snapshot
 from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ImportFailedError, ManifestError
@@ -312,3 +312,99 @@ paths:
     }
     plan = parse_implementation(tool.implementation or "")
     assert plan.base_url == "https://counter.example.com/v1"
+
+
+FAN_OUT = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a runaway expansion stops here
+from toolcat.errors import ManifestError
+from toolcat.registry.openapi import toolkit_from_openapi
+ref = "#/components/schemas/S{}"
+wide = lambda i: {f"p{j}": {"$ref": ref.format(i + 1)} for j in range(8)}
+schemas = {f"S{i}": {"type": "object", "properties": wide(i)} for i in range(12)}
+schemas["S12"] = {"type": "string", "description": "leaf"}
+body = {"content": {"application/json": {"schema": {"$ref": ref.format(0)}}}}
+document = {
+    "openapi": "3.1.0",
+    "info": {"title": "fan", "version": "1"},
+    "servers": [{"url": "http://127.0.0.1:9"}],
+    "paths": {"/x": {"post": {"operationId": "x", "requestBody": body}}},
+    "components": {"schemas": schemas},
+}
+started = time.perf_counter()
+try:
+    toolkit_from_openapi(document, "fan", "1.0")
+    message = None
+except ManifestError as e:
+    message = str(e)
+print(json.dumps({
+    "bytes": len(json.dumps(document)),
+    "seconds": time.perf_counter() - started,
+    "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    "message": message,
+}))
+"""
+
+
+def test_references_that_fan_out_fail_fast_in_bounded_memory() -> None:
+    """8 references wide, 12 deep, under 5 KB: 8**12 nodes if expanded (110 s and 3.9 GB before
+    the bound). Measured in a fresh process, under a 1 GiB address-space limit."""
+    found = json.loads(run_script(FAN_OUT, timeout=120).stdout)
+    assert found["bytes"] < 5000
+    assert found["message"] and "\n" not in found["message"]
+    assert "$refs expand to more than 200,000 schema nodes" in found["message"]
+    assert found["seconds"] < 10, found
+    assert found["max_rss_mb"] < 400, found
+
+
+def test_descriptions_and_operation_counts_are_bounded(catalog: Catalog) -> None:
+    long = copy.deepcopy(openapi_app.DOCUMENT)
+    long["paths"]["/text"]["get"]["description"] = "x" * 100_000
+    before = table_snapshot(catalog.path)
+    with pytest.raises(ManifestError, match=r"tool 'text', field 'description': the desc"):
+        catalog.register_openapi(long, toolkit="pets", base_url="http://127.0.0.1:9")
+    many = {
+        "openapi": "3.1.0",
+        "info": {"title": "many", "version": "1"},
+        "paths": {f"/p{i}": {"get": {"operationId": f"op{i}"}} for i in range(10_001)},
+    }
+    with pytest.raises(ManifestError, match="10,001 operations selected; a toolkit holds at most"):
+        catalog.register_openapi(many, toolkit="many", base_url="http://127.0.0.1:9")
+    assert table_snapshot(catalog.path) == before
+
+
+def test_a_fetched_document_without_servers_is_served_from_its_own_origin(
+    catalog: Catalog, api: str
+) -> None:
+    """The OpenAPI default server is "/", relative to where the document was served; a
+    relative server URL resolves against the document's URL too."""
+    catalog.register_openapi(f"{api}/docs/no-servers.json", toolkit="plain")
+    assert catalog.call("plain.text").data == "just text"
+    catalog.register_openapi(f"{api}/api/docs/relative.json", toolkit="relative")
+    tool = catalog.get("relative.text")
+    assert parse_implementation(tool.implementation or "").base_url == f"{api}/api"
+    assert catalog.call("relative.text").data == "just text"
+    with pytest.raises(ManifestError, match=r"no servers .*give the API's URL with base_url"):
+        catalog.register_openapi(openapi_app.NO_SERVERS, toolkit="file")
+
+
+def test_every_problem_of_a_document_is_reported(catalog: Catalog, tmp_path: Path) -> None:
+    bad = copy.deepcopy(openapi_app.DOCUMENT)
+    del bad["servers"]
+    bad["paths"]["/slow"]["get"]["parameters"] = [{"$ref": "#/components/parameters/Nope"}]
+    del bad["paths"]["/text"]["get"]["operationId"]
+    spec = tmp_path / "bad.json"
+    spec.write_text(json.dumps(bad))
+    with pytest.raises(ManifestError) as raised:
+        catalog.register_openapi(spec, toolkit="pets", headers={"X-Key": "abc\n"})
+    lines = raised.value.lines()
+    assert len(lines) == 4, lines
+    assert any("no servers" in line for line in lines)
+    assert any("$ref '#/components/parameters/Nope' points to nothing" in line for line in lines)
+    assert any("GET /text has no operationId" in line for line in lines)
+    assert any("header 'X-Key' cannot be sent: it holds a newline" in line for line in lines)
+    out = CliRunner().invoke(
+        cli, ["--db", str(catalog.path), "register", "--openapi", str(spec), "--toolkit", "pets"]
+    )
+    assert out.exit_code == ManifestError.exit_code
+    assert "no servers" in out.output and "points to nothing" in out.output

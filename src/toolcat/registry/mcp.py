@@ -16,7 +16,7 @@ from ..mcpclient import (
     definition_digest,
     read_tools,
 )
-from ..models import RegisteredTool, Toolkit
+from ..models import MAX_TOOLS_PER_TOOLKIT, RegisteredTool, Toolkit
 from ..names import TOOL_NAME_RE, fitted_name
 from .manifest import imported_toolkit
 
@@ -48,6 +48,20 @@ def toolkit_from_mcp(
     source = str(endpoint)
     if not remote_tools:
         raise ManifestError("the server lists no tools", file=source, toolkit=toolkit)
+    if len(remote_tools) > MAX_TOOLS_PER_TOOLKIT:
+        raise ManifestError(
+            f"the server lists more than {MAX_TOOLS_PER_TOOLKIT:,} tools, the most a toolkit holds",
+            file=source,
+            toolkit=toolkit,
+        )
+    problems = [
+        ManifestError(reason, file=source, toolkit=toolkit, tool=f"#{index}", field="name")
+        for index, raw in enumerate(remote_tools, 1)
+        for reason in [_name_problem(raw.get("name"))]
+        if reason
+    ]
+    if problems:
+        raise ManifestError.of(problems)
     taken: set[str] = set()
     tools = [_tool_data(raw, endpoint, taken, on_change) for raw in remote_tools]
     return imported_toolkit(
@@ -59,6 +73,26 @@ def toolkit_from_mcp(
         defer_loading=defer_loading,
         tools=tools,
     )
+
+
+MAX_REMOTE_NAME = 1024
+
+
+def _name_problem(name: Any) -> str | None:
+    """Why a tool name an MCP server listed cannot be called by, or ``None``."""
+    if not isinstance(name, str) or not name.strip():
+        return f"the server lists a tool with the name {name!r}, which cannot be called"
+    if len(name) > MAX_REMOTE_NAME:
+        return (
+            f"the server lists a tool name of {len(name):,} characters (at most {MAX_REMOTE_NAME})"
+        )
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return f"the server lists a tool name that is not valid text: {name!r}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return f"the server lists a tool name holding a control character: {name!r}"
+    return None
 
 
 def _tool_data(

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
-from ..credentials import references
+from ..credentials import header_value_problem, references
 from ..errors import ImportFailedError, ManifestError
-from ..models import Toolkit
+from ..models import MAX_TOOLS_PER_TOOLKIT, Toolkit
 from ..names import fitted_name
 from ..openapi_client import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, origin
 from .manifest import imported_toolkit
@@ -355,7 +355,15 @@ def toolkit_from_openapi(
     for name, value in headers.items():
         if not name.strip() or re.search(r"[\s:]", name):
             keep(ManifestError(f"header name {name!r} is not valid", file=label, toolkit=toolkit))
-        references(value)  # syntax only: secrets are resolved by the process making calls
+        # Secrets are resolved by the process making calls; a value typed in full is checked
+        # now, naming the header, never the value.
+        reason = None if references(value) else header_value_problem(value)
+        if reason:
+            keep(
+                ManifestError(
+                    f"header {name!r} cannot be sent: {reason}", file=label, toolkit=toolkit
+                )
+            )
     wanted_tags = {t.strip().lower() for t in include_tags if t.strip()}
     wanted_ops = list(dict.fromkeys(o.strip() for o in operations if o.strip()))
     selected: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
@@ -414,6 +422,15 @@ def toolkit_from_openapi(
             for close in [difflib.get_close_matches(o, seen_ids, n=3, cutoff=0.6)]
         ]
         keep(ManifestError(f"no operation with id {'; '.join(hints)}", file=label, toolkit=toolkit))
+    if len(selected) > MAX_TOOLS_PER_TOOLKIT:
+        keep(
+            _TooLarge(
+                f"{len(selected):,} operations selected; a toolkit holds at most "
+                f"{MAX_TOOLS_PER_TOOLKIT:,} (pick some with --include-tag/--operation)",
+                file=label,
+                toolkit=toolkit,
+            )
+        )
     if not selected and not problems:
         keep(ManifestError("no operation matches the filters", file=label, toolkit=toolkit))
     taken: set[str] = set()
