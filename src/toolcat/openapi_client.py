@@ -40,6 +40,7 @@ DEFAULT_TIMEOUT = 30.0
 EXCERPT_CHARS = 500
 LOCATIONS = ("path", "query", "header", "cookie", "body")
 MAX_REDIRECTS = 5
+MAX_DECODES = 8  # percent-decoding passes before a value counts as hostile
 DEFAULT_PORTS = {"http": 80, "https": 443}
 INSTALL_HINT = "install the OpenAPI extra: pip install 'toolcat[openapi]'"
 
@@ -170,9 +171,13 @@ def has_dot_segment(text: str) -> bool:
     """Whether ``text`` holds a ``.`` or ``..`` segment (``/`` and ``\\`` separate segments)
     once percent-decoding (repeated: ``%252e``) and Unicode normalisation (NFKC: ``．``,
     ``‥``) are undone, as a server or proxy may before it routes."""
-    decoded, previous = text, None
-    while decoded != previous and "%" in decoded:
-        previous, decoded = decoded, unquote(decoded)
+    decoded = text
+    for _ in range(MAX_DECODES):
+        if "%" not in decoded or unquote(decoded) == decoded:
+            break
+        decoded = unquote(decoded)
+    else:
+        return True  # encoded deeper than any honest value: refused like a dot segment
     return any(
         part.strip() in (".", "..")
         for form in (text, decoded, unicodedata.normalize("NFKC", decoded))
@@ -201,6 +206,8 @@ def template_pattern(base_url: str, template: str) -> re.Pattern[str]:
     """The raw paths ``template`` may become under ``base_url``: its literal parts as they
     are, each ``{parameter}`` one non-empty segment."""
     base_path = urlsplit(base_url).path.rstrip("/")
+    if template and not template.startswith("/"):  # "x/{id}" under /api would be /apix/...
+        return re.compile(r"(?!)")
     parts = re.split(r"\{[^{}]+\}", template)
     return re.compile(re.escape(base_path) + "[^/?#]+".join(re.escape(p) for p in parts))
 

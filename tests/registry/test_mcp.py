@@ -338,8 +338,9 @@ def test_all_pages_are_read_and_odd_names_rewritten(catalog: Catalog) -> None:
         ),
         ("/no/such/command --flag", 30, ImportFailedError, "cannot start MCP server"),
         (f"{BAD} empty-name", 30, ManifestError, "tool '#2', field 'name': the server lists"),
-        (f"{BAD} huge-description", 30, ManifestError, "the description is 5,000,000 char"),
+        (f"{BAD} huge-description", 30, ManifestError, "the description is 100,000 char"),
         (f"{BAD} many", 60, ManifestError, "lists more than 10,000 tools"),
+        (f"{BAD} huge-schema", 30, ManifestError, "tool 'huge': the definition is 2,"),
     ],
     ids=[
         "invalid-schema",
@@ -350,6 +351,7 @@ def test_all_pages_are_read_and_odd_names_rewritten(catalog: Catalog) -> None:
         "empty-name",
         "huge-description",
         "many",
+        "huge-schema",
     ],
 )
 def test_bad_servers_are_clear_errors_and_change_nothing(

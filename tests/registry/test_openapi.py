@@ -408,3 +408,11 @@ def test_every_problem_of_a_document_is_reported(catalog: Catalog, tmp_path: Pat
     )
     assert out.exit_code == ManifestError.exit_code
     assert "no servers" in out.output and "points to nothing" in out.output
+
+
+@pytest.mark.parametrize("path", ["pets", "/pets/../admin", "/a/%2e%2e/b", "/\uff0e\uff0e/x"])
+def test_paths_that_climb_are_refused_at_registration(catalog: Catalog, path: str) -> None:
+    document = copy.deepcopy(openapi_app.NO_SERVERS)
+    document["paths"] = {path: {"get": {"operationId": "climb"}}}
+    with pytest.raises(ManifestError, match=r"field 'paths': path .* must start with '/'"):
+        catalog.register_openapi(document, toolkit="climb", base_url="http://127.0.0.1:9")

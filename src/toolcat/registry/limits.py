@@ -21,6 +21,10 @@ from typing import Any
 from ..errors import ManifestError
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # the sample manifests are 2-10 KiB; 4 MiB is ~10k tools
+# Imports (MCP servers, OpenAPI documents) have no file to measure: their definitions are.
+# The largest tool of the shared OpenAPI documents is 9 KiB of JSON, the toolkits 65 KiB.
+MAX_IMPORTED_TOOL_BYTES = 1024 * 1024
+MAX_IMPORTED_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # nesting of mappings and lists, the manifest's own levels included
 MAX_INT = 2**63 - 1  # integers must fit a signed 64-bit value, as JSON readers expect
 MIN_INT = -(2**63)

@@ -19,6 +19,8 @@ from ..errors import MAX_PROBLEMS, ManifestError
 from ..models import ToolFieldError, Toolkit
 from .limits import (
     MAX_DEPTH,
+    MAX_IMPORTED_BYTES,
+    MAX_IMPORTED_TOOL_BYTES,
     NotJson,
     check_number_text,
     decode_manifest,
@@ -312,7 +314,32 @@ def imported_toolkit(
 ) -> Toolkit:
     """A toolkit built from tool definitions read elsewhere (an MCP server, an OpenAPI
     document), validated as a manifest would be; errors name ``source``. ``tags[0]`` is the
-    kind of import (``mcp``, ``openapi``)."""
+    kind of import (``mcp``, ``openapi``).
+
+    A manifest is at most 4 MiB; an import is held to ``MAX_IMPORTED_TOOL_BYTES`` per tool
+    definition and ``MAX_IMPORTED_BYTES`` in all (JSON), checked before validation."""
+    sizes = [len(json.dumps(tool, ensure_ascii=False, default=str)) for tool in tools]
+    problems = [
+        ManifestError(
+            f"the definition is {size:,} bytes of JSON; at most {MAX_IMPORTED_TOOL_BYTES:,}",
+            file=source,
+            toolkit=toolkit,
+            tool=str(tool.get("name")),
+        )
+        for tool, size in zip(tools, sizes, strict=True)
+        if size > MAX_IMPORTED_TOOL_BYTES
+    ]
+    if not problems and sum(sizes) > MAX_IMPORTED_BYTES:
+        problems.append(
+            ManifestError(
+                f"the tools are {sum(sizes):,} bytes of JSON; an import holds at most "
+                f"{MAX_IMPORTED_BYTES:,}",
+                file=source,
+                toolkit=toolkit,
+            )
+        )
+    if problems:
+        raise ManifestError.of(problems)
     data: dict[str, Any] = {
         "toolkit": toolkit,
         "version": version,

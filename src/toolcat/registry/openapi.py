@@ -32,7 +32,7 @@ from ..credentials import header_value_problem, references
 from ..errors import ImportFailedError, ManifestError
 from ..models import MAX_TOOLS_PER_TOOLKIT, Toolkit
 from ..names import fitted_name
-from ..openapi_client import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, origin
+from ..openapi_client import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, has_dot_segment, origin
 from .manifest import imported_toolkit
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -371,6 +371,16 @@ def toolkit_from_openapi(
     seen_tags: set[str] = set()
     for path, item in document["paths"].items():
         resolver.where = f"paths.{path}"
+        if not str(path).startswith("/") or has_dot_segment(str(path)):
+            keep(
+                ManifestError(
+                    f"path {path!r} must start with '/' and hold no '.' or '..' segment",
+                    file=label,
+                    toolkit=toolkit,
+                    field="paths",
+                )
+            )
+            continue
         try:
             item = resolver.deref(item)
         except ManifestError as e:
