@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from tests.fixtures import openapi_app
-from tests.helpers import free_port
+from tests.helpers import ROOT, free_port
 from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ImportFailedError
@@ -298,3 +300,41 @@ def test_a_literal_secret_in_an_openapi_header_is_warned_about(db_path: Any, api
     )
     assert out.exit_code == 0, out.output
     assert "warning: header 'X-Api-Key' is stored in the catalog as typed" in out.output
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+def test_an_unsendable_secret_never_reaches_an_mcp_result_or_the_server_log(
+    db_path: Path, api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    pytest.importorskip("mcp")
+    from tests.server import clients
+
+    # The server runs this checkout's toolcat (src/ first), whatever the venv installed.
+    inherited = clients.server_env
+    monkeypatch.setattr(
+        clients,
+        "server_env",
+        lambda tmp, **extra: {
+            **inherited(tmp, **extra),
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        },
+    )
+    monkeypatch.setenv("BAD_TOKEN", f"Bearer {KEY}\n")
+    with Catalog(db_path) as catalog:
+        catalog.register_openapi(
+            DOCUMENT,
+            toolkit="paths",
+            base_url=f"{api}/api/v1",
+            headers={"Authorization": "${BAD_TOKEN}"},
+        )
+
+    async def check() -> None:
+        async with clients.stdio_session(db_path, tmp_path, mode=mode) as session:
+            result = await session.call("profile", {"id": "1"})
+            assert clients.error_code(result) == "IMPORT_FAILED", result.content
+            assert "header 'Authorization' cannot be sent" in clients.text(result)
+            assert KEY not in str(result.model_dump())
+
+    clients.run(check)
+    assert KEY not in (tmp_path / "server-stderr.txt").read_text()
+    assert openapi_app.SEEN == []
