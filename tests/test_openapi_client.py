@@ -62,6 +62,7 @@ DOCUMENT = {
         "/users/{id}/profile": _get("/users/{id}/profile", "profile", "id"),
         "/files/{a}/{b}": _get("/files/{a}/{b}", "file", "a", "b"),
         "/redirect": _get("/redirect", "redirect", query=("to",)),
+        "/refuse": _get("/refuse", "refuse"),
     },
 }
 
@@ -253,6 +254,26 @@ def test_an_unsendable_secret_is_named_never_shown(
     assert "header 'Authorization'" in out.output and KEY not in out.output
     assert KEY not in caplog.text
     assert openapi_app.SEEN == []
+
+
+def test_a_secret_an_api_echoes_in_an_error_is_not_shown(
+    catalog: Catalog, api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATHS_KEY", KEY)
+    for header in ("Bearer ${PATHS_KEY}", f"Bearer {KEY}"):  # referenced, or typed in full
+        catalog.register_openapi(
+            DOCUMENT,
+            toolkit="paths",
+            base_url=f"{api}/api/v1",
+            headers={"Authorization": header},
+            replace=True,
+        )
+        result = catalog.call("paths.refuse")
+        assert result.error_code == "TOOL_ERROR", result
+        assert "answered 401" in (result.error or "") and "the key *** is not valid" in (
+            result.error or ""
+        )
+        assert KEY not in (result.error or "")
 
 
 def test_an_unsendable_header_argument_is_invalid_arguments(catalog: Catalog, api: str) -> None:

@@ -131,6 +131,20 @@ def resolve_headers(
     return resolved
 
 
+def secret_values(
+    stored: Mapping[str, str], resolved: Mapping[str, str], environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """What an error must never show of headers ``stored`` (as registered) once ``resolved``:
+    each value, its longer words (the token of ``Bearer <token>``), and the value of every
+    variable it references."""
+    env = os.environ if environ is None else environ
+    found: list[str] = []
+    for name, value in resolved.items():
+        found += [value, *(word for word in value.split() if len(word) >= 8)]
+        found += [env[v] for v in references(stored.get(name, "")) if v in env]
+    return found
+
+
 def redacted(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every occurrence of a secret (and its ``repr`` forms, as exception
     messages quote bytes) replaced by ``***``: the last guard before an error is shown."""

@@ -27,12 +27,12 @@ import json
 import re
 import threading
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from .credentials import header_value_problem, redacted, resolve_headers
+from .credentials import header_value_problem, redacted, resolve_headers, secret_values
 from .errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
 
 PREFIX = "openapi+http:"
@@ -154,6 +154,7 @@ class Request:
     json_body: Any = None
     form_body: dict[str, str] | None = None
     has_body: bool = False
+    secrets: tuple[str, ...] = ()  # what no error may show (``credentials.secret_values``)
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
@@ -252,6 +253,7 @@ def build_request(
     path = operation.path
     params: list[tuple[str, str]] = []
     headers = resolve_headers(operation.headers, where=str(operation), environ=environ)
+    secrets = tuple(secret_values(operation.headers, headers, environ))
     cookies: list[str] = []
     body: dict[str, Any] = {}
     whole_body: Any = None
@@ -292,6 +294,7 @@ def build_request(
         params=params,
         headers=headers,
         has_body=has_body,
+        secrets=secrets,
     )
     if has_body:
         if operation.body == "form" and isinstance(whole_body, dict):
@@ -301,15 +304,16 @@ def build_request(
     return request
 
 
-def result_of(response: Any, operation: Operation) -> Any:
+def result_of(response: Any, operation: Operation, secrets: Iterable[str] = ()) -> Any:
     """The value of an httpx response: JSON when it says so (or parses), else text.
 
     Raises:
-        HTTPToolError: The status is not 2xx (message: status, reason and a body excerpt).
+        HTTPToolError: The status is not 2xx (message: status, reason and a body excerpt, with
+            ``secrets`` an API may echo, such as a refused token, shown as ``***``).
     """
     status = response.status_code
     if not 200 <= status < 300:
-        excerpt = " ".join(response.text.split())[:EXCERPT_CHARS]
+        excerpt = redacted(" ".join(response.text.split()), secrets)[:EXCERPT_CHARS]
         reason = response.reason_phrase or ""
         raise HTTPToolError(
             f"{operation.method} {response.request.url.path} answered {status} {reason}".rstrip()
@@ -391,7 +395,7 @@ def _failure(error: Exception, operation: Operation, request: Request) -> Toolca
         return ToolTimeoutError(
             f"{operation} did not answer within {operation.timeout:g} s ({type(error).__name__})"
         )
-    text = redacted(f"{type(error).__name__}: {error}", request.headers.values())
+    text = redacted(f"{type(error).__name__}: {error}", request.secrets)
     return HTTPToolError(f"cannot reach {operation}: {text}")
 
 
@@ -445,7 +449,7 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
         for _ in range(MAX_REDIRECTS + 1):
             hop = next_hop(response, operation)
             if hop is None:
-                return result_of(response, operation)
+                return result_of(response, operation, request.secrets)
             response.close()
             response = pooled.send(hop)
     except httpx.HTTPError as e:
@@ -468,7 +472,7 @@ async def acall(operation: Operation, arguments: Mapping[str, Any]) -> Any:
         for _ in range(MAX_REDIRECTS + 1):
             hop = next_hop(response, operation)
             if hop is None:
-                return result_of(response, operation)
+                return result_of(response, operation, request.secrets)
             await response.aclose()
             response = await pooled.send(hop)
     except httpx.HTTPError as e:
