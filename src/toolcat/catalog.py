@@ -462,8 +462,8 @@ class Catalog:
     ) -> RegistrationResult:
         """Register an imported toolkit: a changed one becomes the next version unless the
         version was given (``pinned``); ``changes`` compares with the newest registered.
-        ``replace`` lets it take over a toolkit of another source kind; a registered version
-        is never overwritten by an import."""
+        ``replace`` lets it take over a toolkit of another source kind, and overwrite a
+        version only when that version was given."""
         from .store import writer
 
         old = (
@@ -475,7 +475,7 @@ class Catalog:
         with self._lock:
             try:
                 result = writer.register(
-                    self._conn, [(built, source)], replace=False, change_kind=replace
+                    self._conn, [(built, source)], replace=replace and pinned, change_kind=replace
                 )[0]
             except VersionConflictError as e:
                 if pinned or newest is None or isinstance(e, SourceKindError):

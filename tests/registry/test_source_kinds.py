@@ -143,3 +143,16 @@ def test_cli_import_cannot_take_over_a_manifest_toolkit(
     taken = runner.invoke(cli, [*db, "register", *imports[0], "--toolkit", "math", "--replace"])
     assert taken.exit_code == 0, taken.output
     assert "added     math 1.0.1 (7 tools)" in taken.output
+
+
+def test_a_pinned_import_version_is_overwritten_only_with_replace(catalog: Catalog) -> None:
+    document = copy.deepcopy(openapi_app.DOCUMENT)
+    catalog.register_openapi(document, toolkit="pets", version="2.0", base_url=BASE)
+    document["paths"]["/text"]["get"]["summary"] = "Changed"
+    with pytest.raises(VersionConflictError, match="already registered"):
+        catalog.register_openapi(document, toolkit="pets", version="2.0", base_url=BASE)
+    again = catalog.register_openapi(
+        document, toolkit="pets", version="2.0", base_url=BASE, replace=True
+    )
+    assert (again.status, again.version) == ("replaced", "2.0")
+    assert [v.version for v in catalog.versions("pets")] == ["2.0"]
