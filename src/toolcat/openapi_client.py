@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import re
 import threading
@@ -165,7 +166,10 @@ def origin(url: str) -> tuple[str, str, int | None]:
         port = parts.port or DEFAULT_PORTS.get(scheme)
     except ValueError:  # a port that is no number
         port = -1
-    return scheme, (parts.hostname or "").lower(), port
+    host = (parts.hostname or "").lower()
+    with contextlib.suppress(UnicodeError):  # as httpx sends a non-ASCII host
+        host = host.encode("idna").decode("ascii")
+    return scheme, host, port
 
 
 def has_dot_segment(text: str) -> bool:
@@ -421,6 +425,20 @@ def next_hop(response: Any, operation: Operation) -> Any:
     return target
 
 
+def _outgoing(
+    operation: Operation, arguments: Mapping[str, Any], pooled: Any
+) -> tuple[Request, Any]:
+    """The request for ``arguments`` and the httpx request built from it on ``pooled`` (a
+    ``Client`` or an ``AsyncClient``), its URL checked before and after httpx read it."""
+    request = build_request(operation, arguments)
+    check_url(operation, request.url)
+    outgoing = pooled.build_request(
+        request.method, request.url, **_send_kwargs(request, operation.timeout)
+    )
+    check_url(operation, str(outgoing.url))
+    return request, outgoing
+
+
 def _too_many(operation: Operation) -> HTTPToolError:
     return HTTPToolError(f"{operation} redirected more than {MAX_REDIRECTS} times")
 
@@ -436,15 +454,10 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
         MissingSecretError: A header references an unset environment variable.
         InvalidArgumentsError: The arguments would move the request off its path.
     """
-    request = build_request(operation, arguments)
     httpx = _httpx()
     pooled = client(operation.base_url)
-    check_url(operation, request.url)
+    request, outgoing = _outgoing(operation, arguments, pooled)
     try:
-        outgoing = pooled.build_request(
-            request.method, request.url, **_send_kwargs(request, operation.timeout)
-        )
-        check_url(operation, str(outgoing.url))
         response = pooled.send(outgoing)
         for _ in range(MAX_REDIRECTS + 1):
             hop = next_hop(response, operation)
@@ -459,15 +472,10 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
 
 async def acall(operation: Operation, arguments: Mapping[str, Any]) -> Any:
     """``call`` for async code, on a pooled ``httpx.AsyncClient``."""
-    request = build_request(operation, arguments)
     httpx = _httpx()
     pooled = async_client(operation.base_url)
-    check_url(operation, request.url)
+    request, outgoing = _outgoing(operation, arguments, pooled)
     try:
-        outgoing = pooled.build_request(
-            request.method, request.url, **_send_kwargs(request, operation.timeout)
-        )
-        check_url(operation, str(outgoing.url))
         response = await pooled.send(outgoing)
         for _ in range(MAX_REDIRECTS + 1):
             hop = next_hop(response, operation)
