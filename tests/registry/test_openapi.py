@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -416,3 +417,33 @@ def test_paths_that_climb_are_refused_at_registration(catalog: Catalog, path: st
     document["paths"] = {path: {"get": {"operationId": "climb"}}}
     with pytest.raises(ManifestError, match=r"field 'paths': path .* must start with '/'"):
         catalog.register_openapi(document, toolkit="climb", base_url="http://127.0.0.1:9")
+
+
+def test_documents_are_bounded_and_read_safely(
+    catalog: Catalog, api: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from toolcat.registry import openapi
+
+    spec = tmp_path / "pets.json"
+    spec.write_text(json.dumps(openapi_app.DOCUMENT))
+    monkeypatch.setattr(openapi, "MAX_DOCUMENT_BYTES", 1000)  # the pet document is ~5 KB
+    for source in (spec, f"{api}/openapi.json"):
+        with pytest.raises(ManifestError, match="is larger than 0 MiB"):
+            catalog.register_openapi(source, toolkit="pets", base_url="http://127.0.0.1:9")
+    monkeypatch.undo()
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ImportFailedError, match="not a regular file"):
+        catalog.register_openapi(fifo, toolkit="pets")  # at once, not a hang
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00openapi")
+    with pytest.raises(ManifestError, match="not UTF-8 text"):
+        catalog.register_openapi(binary, toolkit="pets")
+    chain = copy.deepcopy(openapi_app.DOCUMENT)
+    parameters = chain["components"]["parameters"]
+    for i in range(40):
+        parameters[f"P{i}"] = {"$ref": f"#/components/parameters/P{i + 1}"}
+    parameters["P40"] = {"name": "x", "in": "query"}
+    chain["paths"]["/text"]["get"]["parameters"] = [{"$ref": "#/components/parameters/P0"}]
+    with pytest.raises(ManifestError, match="starts a chain of over 24"):
+        catalog.register_openapi(chain, toolkit="pets", base_url="http://127.0.0.1:9")

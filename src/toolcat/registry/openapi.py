@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 ARGUMENT_INVALID = r"[^A-Za-z0-9_.-]+"  # Anthropic's rule for property names, the strictest
 MAX_DEPTH = 24
 MAX_EXPANDED_NODES = 200_000  # the TMDB and Spotify documents expand to 380 and 486
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024  # GitHub's REST description, among the largest, is ~12 MB
 DROPPED_KEYS = {"xml", "externalDocs", "discriminator", "example", "$schema", "$id"}
 BOOLEAN_KEYS = {"additionalProperties", "uniqueItems", "readOnly", "writeOnly", "deprecated"}
 NUMERIC_KEYS = {
@@ -91,10 +94,7 @@ def load_document(
         if re.match(r"^https?://", label):
             text, served_from = _fetch(label, timeout)
         else:
-            try:
-                text = Path(label).read_text(encoding="utf-8")
-            except OSError as e:
-                raise ImportFailedError(f"cannot read OpenAPI document {label!r}: {e}") from e
+            text = _read(label)
         document = _parse(text, label)
     version = str(document.get("openapi", ""))
     if not re.match(r"^3\.[01](\.|$)", version):
@@ -111,10 +111,39 @@ def load_document(
     return document, label, served_from
 
 
+def _too_large(label: str) -> ManifestError:
+    return ManifestError(
+        f"is larger than {MAX_DOCUMENT_BYTES // (1024 * 1024)} MiB, the most an OpenAPI "
+        "document may be",
+        file=label,
+    )
+
+
+def _decoded(raw: bytes, label: str) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ManifestError(f"not UTF-8 text: invalid byte at offset {e.start}", file=label) from e
+
+
+def _read(path: str) -> str:
+    """The text of a document file: a regular file of at most ``MAX_DOCUMENT_BYTES``."""
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise ImportFailedError(f"cannot read OpenAPI document {path!r}: not a regular file")
+        if info.st_size > MAX_DOCUMENT_BYTES:
+            raise _too_large(path)
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ImportFailedError(f"cannot read OpenAPI document {path!r}: {e}") from e
+    return _decoded(raw, path)
+
+
 def _fetch(url: str, timeout: float) -> tuple[str, str]:
-    """The text at ``url`` and the URL it was finally served from. Redirects are followed
-    only within ``url``'s origin (scheme, host, port): a document server cannot send the
-    fetch on to another host, an internal address included."""
+    """The text at ``url`` (at most ``MAX_DOCUMENT_BYTES``) and the URL it was finally served
+    from. Redirects are followed only within ``url``'s origin (scheme, host, port): a
+    document server cannot send the fetch on to another host, an internal address included."""
     try:
         import httpx
     except ImportError as e:
@@ -123,25 +152,36 @@ def _fetch(url: str, timeout: float) -> tuple[str, str]:
         ) from e
     try:
         with httpx.Client(follow_redirects=False, timeout=timeout) as http:
-            response = http.get(url)
+            response = http.send(http.build_request("GET", url), stream=True)
             for _ in range(MAX_REDIRECTS + 1):
                 hop = response.next_request if response.has_redirect_location else None
                 if hop is None:
                     break
+                response.close()
                 if origin(str(hop.url)) != origin(url):
                     raise ImportFailedError(
                         f"cannot fetch {url}: it redirects to another origin "
                         f"({hop.url.scheme}://{hop.url.netloc.decode()}), which is not "
                         "followed; fetch that URL directly if you trust it"
                     )
-                response = http.send(hop)
+                response = http.send(hop, stream=True)
             else:
                 raise ImportFailedError(f"cannot fetch {url}: more than {MAX_REDIRECTS} redirects")
+            try:
+                if response.status_code != 200:
+                    raise ImportFailedError(f"cannot fetch {url}: HTTP {response.status_code}")
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_DOCUMENT_BYTES:
+                        raise _too_large(url)
+                    chunks.append(chunk)
+            finally:
+                response.close()
     except httpx.HTTPError as e:
         raise ImportFailedError(f"cannot fetch {url}: {type(e).__name__}: {e}") from e
-    if response.status_code != 200:
-        raise ImportFailedError(f"cannot fetch {url}: HTTP {response.status_code}")
-    return response.text, str(response.url)
+    return _decoded(b"".join(chunks), url), str(response.url)
 
 
 def _parse(text: str, label: str) -> dict[str, Any]:
@@ -223,17 +263,17 @@ class _Resolver:
                 )
         return node
 
-    def deref(self, node: Any, seen: tuple[str, ...] = ()) -> Any:
+    def deref(self, node: Any) -> Any:
         """``node`` itself if it is no reference, else what it references (followed)."""
+        seen: set[str] = set()
         while isinstance(node, dict) and isinstance(node.get("$ref"), str):
             ref = node["$ref"]
-            if ref in seen:
+            if ref in seen or len(seen) >= MAX_DEPTH:
+                why = "refers to itself" if ref in seen else f"starts a chain of over {MAX_DEPTH}"
                 raise ManifestError(
-                    f"{self.where}: $ref {ref!r} refers to itself",
-                    file=self.label,
-                    toolkit=self.toolkit,
+                    f"{self.where}: $ref {ref!r} {why}", file=self.label, toolkit=self.toolkit
                 )
-            seen = (*seen, ref)
+            seen.add(ref)
             node = self.target(ref)
         return node
 
