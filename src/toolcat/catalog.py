@@ -248,16 +248,22 @@ class Catalog:
         Args:
             sources: ``Toolkit`` objects, manifest paths, or directories of manifests
                 (or lists and tuples of them).
-            replace: Overwrite a registered version whose content differs.
+            replace: Overwrite a registered version whose content differs, and let a
+                toolkit change the kind of source it comes from.
+
+        A toolkit keeps its kind of source: a manifest, Python code (a ``Toolkit`` object,
+        ``--module``, plugins), an MCP server or an OpenAPI document. Registering it from
+        another kind is a ``VersionConflictError`` (``SourceKindError``) unless ``replace``.
 
         Returns:
             One result per toolkit: ``added``, ``unchanged`` or ``replaced``.
 
         Raises:
             ManifestError: A manifest is malformed (the message names file, toolkit,
-                tool and field).
-            VersionConflictError: A version is registered with other content and
-                ``replace`` is false.
+                tool and field), or carries an implementation that starts a command
+                (``mcp+stdio:``) in a catalog not opened with ``trust_any_module``.
+            VersionConflictError: A version is registered with other content, or the
+                toolkit came from another kind of source, and ``replace`` is false.
         """
         from .models import Toolkit
         from .registry.manifest import check_toolkit, load_manifests
