@@ -341,7 +341,10 @@ except ManifestError as e:
 print(json.dumps({
     "bytes": len(json.dumps(document)),
     "seconds": time.perf_counter() - started,
-    "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    # VmHWM: this process's own peak (ru_maxrss can carry the forking parent's across exec)
+    "max_rss_mb": int(next(
+        line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM")
+    )) / 1024,
     "message": message,
 }))
 """
