@@ -13,7 +13,8 @@ query, interleaved, so a change in the machine's load hits them alike. What each
   ``search_filtered`` / ``search_one_toolkit``: the same queries with a tag that half the
   tools have / within one toolkit of 50 tools, as a scoped caller asks (filters become the
   allowed row ids, kept per revision, and the in-memory index ranks within them), each
-  query ranked (no kept answer).
+  query ranked (no kept answer). ``search_excluded_tag`` / ``search_any_tag``: the same half
+  by the other tag rules (``exclude_tags``, ``any_tags``); ``list_any_not_filter`` likewise.
 - ``bm25_core``: the in-memory index alone (search/lexical_index.py) given the query's index
   terms: tantivy's candidates and their exact FTS5 rescoring; ``postings_core``: the
   pure-Python fallback given the same terms.
@@ -433,6 +434,19 @@ def bench_size(
             # Filtered: half the tools (a tag), then one toolkit's (as a scoped MCP caller).
             "search_filtered": percentiles(timed(ranked(catalog, tags=["odd"]), qs)),
             "search_one_toolkit": percentiles(timed(ranked(catalog, toolkit="kit00001"), qs)),
+            # The same halves by the other tag rules: any of, none of.
+            "list_any_not_filter": percentiles(
+                timed(
+                    lambda _: catalog.list(
+                        any_tags=["odd", "nosuch"], exclude_tags=["even"], limit=50
+                    ),
+                    range(300),
+                )
+            ),
+            "search_excluded_tag": percentiles(timed(ranked(catalog, exclude_tags=["even"]), qs)),
+            "search_any_tag": percentiles(
+                timed(ranked(catalog, any_tags=["odd", "nosuch"]), qs)
+            ),
             **bm25_figures,
             **agreement(
                 qs, lambda q: lexical.search(q, 10, bm25.MAX_QUERY_TERMS), one_phase, "lexical"

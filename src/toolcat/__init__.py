@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     )
     from .policy import Policy
     from .registry.python import tool
-    from .runtime.events import report_log, report_progress
+    from .runtime.events import report_artifact, report_log, report_progress, report_status
+    from .tagfilter import TagFilter
 
 __version__ = "0.1.0"
 
@@ -51,9 +52,12 @@ __version__ = "0.1.0"
 _MODULES = {
     "Catalog": ".catalog",
     "Policy": ".policy",
+    "TagFilter": ".tagfilter",
     "tool": ".registry.python",
+    "report_artifact": ".runtime.events",
     "report_log": ".runtime.events",
     "report_progress": ".runtime.events",
+    "report_status": ".runtime.events",
     **dict.fromkeys(
         [
             "AmbiguousNameError",
@@ -122,6 +126,7 @@ __all__ = [
     "RegistrationResult",
     "SearchHit",
     "SearchResult",
+    "TagFilter",
     "Tool",
     "ToolAnnotations",
     "ToolDeniedError",
@@ -136,7 +141,9 @@ __all__ = [
     "UnknownToolkitError",
     "VersionConflictError",
     "__version__",
+    "report_artifact",
     "report_log",
     "report_progress",
+    "report_status",
     "tool",
 ]

@@ -48,6 +48,7 @@ from .store import reader
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
 from .store.reader import Filters
+from .tagfilter import TagFilter
 from .trust import check_import_roots
 
 # Imported where used: a command loads only what it runs, and list mode's plain-dict path
@@ -527,7 +528,7 @@ class Catalog:
     def _filters(
         self,
         conn: sqlite3.Connection,
-        tags: Iterable[str],
+        tags: TagFilter,
         toolkit: str | None,
         include_deferred: bool,
         include_denied: bool,
@@ -535,7 +536,7 @@ class Catalog:
     ) -> Filters:
         own = () if include_denied or not self.policy.deny else (self.policy,)
         base = Filters(
-            tags=tuple(dict.fromkeys(check_text(t.strip(), "tag") for t in tags if t.strip())),
+            tags=tags,
             include_deferred=include_deferred,
             hide=(*own, *_policies(policies)),
         )
@@ -568,7 +569,9 @@ class Catalog:
     def list(
         self,
         *,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] | TagFilter = (),
+        any_tags: Iterable[str] = (),
+        exclude_tags: Iterable[str] = (),
         toolkit: str | None = None,
         include_deferred: bool = False,
         limit: int = DEFAULT_LIST_LIMIT,
@@ -578,7 +581,10 @@ class Catalog:
         """List mode: the active, non-deferred tools, ordered by toolkit then name.
 
         Args:
-            tags: Only tools carrying every one of these tags (their own or their toolkit's).
+            tags: Only tools carrying every one of these tags (their own or their toolkit's),
+                or a ``TagFilter``.
+            any_tags: Only tools carrying at least one of these tags.
+            exclude_tags: Only tools carrying none of these tags.
             toolkit: Only this toolkit (``name`` or a pinned ``name@version``).
             include_deferred: Include deferred tools too.
             limit: Page size, 1 to 1000.
@@ -592,7 +598,12 @@ class Catalog:
         from .models import ToolPage
 
         rows, revision, next_cursor = self._list_rows(
-            tags, toolkit, include_deferred, limit, cursor, include_denied
+            TagFilter.of(tags, any_tags, exclude_tags),
+            toolkit,
+            include_deferred,
+            limit,
+            cursor,
+            include_denied,
         )
         tools = [reader.row_to_tool(row) for row in rows]
         return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
@@ -600,7 +611,9 @@ class Catalog:
     def list_summaries(
         self,
         *,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] | TagFilter = (),
+        any_tags: Iterable[str] = (),
+        exclude_tags: Iterable[str] = (),
         toolkit: str | None = None,
         include_deferred: bool = False,
         limit: int = DEFAULT_LIST_LIMIT,
@@ -614,7 +627,12 @@ class Catalog:
         lists starts fast. Arguments and errors are those of ``list``.
         """
         rows, revision, next_cursor = self._list_rows(
-            tags, toolkit, include_deferred, limit, cursor, include_denied
+            TagFilter.of(tags, any_tags, exclude_tags),
+            toolkit,
+            include_deferred,
+            limit,
+            cursor,
+            include_denied,
         )
         return {
             "revision": revision,
@@ -624,7 +642,7 @@ class Catalog:
 
     def _list_rows(
         self,
-        tags: Iterable[str],
+        tags: TagFilter,
         toolkit: str | None,
         include_deferred: bool,
         limit: int,
@@ -649,7 +667,9 @@ class Catalog:
     def iter_tools(
         self,
         *,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] | TagFilter = (),
+        any_tags: Iterable[str] = (),
+        exclude_tags: Iterable[str] = (),
         toolkit: str | None = None,
         include_deferred: bool = True,
         include_denied: bool = False,
@@ -657,9 +677,10 @@ class Catalog:
         """Every tool ``list`` would return for these filters, deferred ones included by
         default, page after page (each page is one read)."""
         cursor: str | None = None
+        tag_filter = TagFilter.of(tags, any_tags, exclude_tags)
         while True:
             page = self.list(
-                tags=tags,
+                tags=tag_filter,
                 toolkit=toolkit,
                 include_deferred=include_deferred,
                 include_denied=include_denied,
@@ -677,7 +698,9 @@ class Catalog:
         *,
         mode: str | None = None,
         k: int = 10,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] | TagFilter = (),
+        any_tags: Iterable[str] = (),
+        exclude_tags: Iterable[str] = (),
         toolkit: str | None = None,
         include_deferred: bool = True,
         include_denied: bool = False,
@@ -694,7 +717,9 @@ class Catalog:
             mode: ``bm25``, ``embedding``, ``hybrid`` or ``regex``. Default: ``hybrid``
                 when embeddings are installed and the catalog has vectors, else ``bm25``.
             k: How many hits to return, 1 to 1000.
-            tags: Only tools carrying every one of these tags.
+            tags: Only tools carrying every one of these tags (or a ``TagFilter``).
+            any_tags: Only tools carrying at least one of these tags.
+            exclude_tags: Only tools carrying none of these tags.
             toolkit: Only this toolkit (``name`` or ``name@version``).
             include_deferred: Include deferred tools (the default).
             include_denied: Include tools the catalog's policy denies.
@@ -709,7 +734,8 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
+        tag_filter = TagFilter.of(tags, any_tags, exclude_tags)
+        scope = (tag_filter, toolkit, include_deferred, include_denied, tuple(policies))
         return self._searched(
             self._search.result,
             lambda r: [h.tool.id for h in r.hits],
@@ -726,7 +752,9 @@ class Catalog:
         *,
         mode: str | None = None,
         k: int = 10,
-        tags: Iterable[str] = (),
+        tags: Iterable[str] | TagFilter = (),
+        any_tags: Iterable[str] = (),
+        exclude_tags: Iterable[str] = (),
         toolkit: str | None = None,
         include_deferred: bool = True,
         include_denied: bool = False,
@@ -739,7 +767,8 @@ class Catalog:
         searches starts faster (``toolcat search``). Arguments and errors are those of
         ``search``.
         """
-        scope = (tags, toolkit, include_deferred, include_denied, tuple(policies))
+        tag_filter = TagFilter.of(tags, any_tags, exclude_tags)
+        scope = (tag_filter, toolkit, include_deferred, include_denied, tuple(policies))
         return self._searched(
             self._search.summaries,
             lambda r: [h["tool"]["id"] for h in r["hits"]],
@@ -756,7 +785,7 @@ class Catalog:
         query: str,
         mode: str | None,
         k: int,
-        scope: tuple[Iterable[str], str | None, bool, bool, tuple[Policy, ...]],
+        scope: tuple[TagFilter, str | None, bool, bool, tuple[Policy, ...]],
         principal: str | None = None,
     ) -> Answer:
         """A search answered by ``answer`` (``search``'s models or ``search_summaries``'
@@ -778,7 +807,7 @@ class Catalog:
         query: str,
         plan: tuple[str, str],
         k: int,
-        scope: tuple[Iterable[str], str | None, bool, bool, tuple[Policy, ...]],
+        scope: tuple[TagFilter, str | None, bool, bool, tuple[Policy, ...]],
         principal: str | None = None,
     ) -> Answer:
         """A query ranked (the request split into parts in hybrid mode, its vectors) and

@@ -29,6 +29,7 @@ from .errors import (
 )
 from .formats import FORMATS
 from .policy import Policy
+from .tagfilter import TagFilter
 
 if TYPE_CHECKING:
     from .models import ToolEvent
@@ -59,6 +60,25 @@ class ToolcatGroup(click.Group):
 
 def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+
+
+def tag_options(fn: F) -> F:
+    """``--tag`` (all of), ``--any-tag`` (at least one of), ``--exclude-tag`` (none of): the
+    one tag rule of ``TagFilter``, each repeatable."""
+    options = [
+        click.option(
+            "--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all)."
+        ),
+        click.option(
+            "--any-tag", "any_tags", multiple=True, help="Only tools with one of these tags."
+        ),
+        click.option(
+            "--exclude-tag", "exclude_tags", multiple=True, help="Leave out tools with this tag."
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
 
 
 def emit_json(value: Any) -> None:
@@ -399,9 +419,7 @@ def manifest(
 
 
 @cli.command(name="list")
-@click.option(
-    "--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them)."
-)
+@tag_options
 @click.option("--toolkit", help="Only this toolkit (name or name@version).")
 @click.option("--include-deferred", is_flag=True, help="Include deferred tools.")
 @click.option("--limit", type=int, default=DEFAULT_LIST_LIMIT, show_default=True, help="Page size.")
@@ -411,6 +429,8 @@ def manifest(
 def list_(
     ctx: click.Context,
     tags: tuple[str, ...],
+    any_tags: tuple[str, ...],
+    exclude_tags: tuple[str, ...],
     toolkit: str | None,
     include_deferred: bool,
     limit: int,
@@ -420,7 +440,13 @@ def list_(
     """List the always-on tools (list mode)."""
     # Plain dicts, not models: a one-shot `toolcat list` never imports pydantic.
     page = open_catalog(ctx).list_summaries(
-        tags=tags, toolkit=toolkit, include_deferred=include_deferred, limit=limit, cursor=cursor
+        tags=tags,
+        any_tags=any_tags,
+        exclude_tags=exclude_tags,
+        toolkit=toolkit,
+        include_deferred=include_deferred,
+        limit=limit,
+        cursor=cursor,
     )
     if as_json:
         emit_json(page)
@@ -441,9 +467,7 @@ def list_(
     help="Ranking mode. Default: hybrid when the catalog has vectors, else bm25.",
 )
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Number of hits.")
-@click.option(
-    "--tag", "tags", multiple=True, help="Only tools with this tag (repeat: all of them)."
-)
+@tag_options
 @click.option("--toolkit", help="Only this toolkit (name or name@version).")
 @click.option("--no-deferred", is_flag=True, help="Leave deferred tools out.")
 @json_option
@@ -454,6 +478,8 @@ def search(
     mode: str | None,
     k: int,
     tags: tuple[str, ...],
+    any_tags: tuple[str, ...],
+    exclude_tags: tuple[str, ...],
     toolkit: str | None,
     no_deferred: bool,
     as_json: bool,
@@ -478,7 +504,14 @@ def search(
         # Plain data, no models: pydantic was a fifth of a one-shot hybrid search, half of a
         # BM25 one (README, "Speed: one-shot search").
         result = open_catalog(ctx).search_summaries(
-            query, mode=mode, k=k, tags=tags, toolkit=toolkit, include_deferred=not no_deferred
+            query,
+            mode=mode,
+            k=k,
+            tags=tags,
+            any_tags=any_tags,
+            exclude_tags=exclude_tags,
+            toolkit=toolkit,
+            include_deferred=not no_deferred,
         )
     finally:
         if collecting:
@@ -756,9 +789,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="HTTP: a YAML/TOML file of principals, each with its token and its own view.",
 )
-@click.option(
-    "--tag", "tags", multiple=True, help="Only list, search and call tools with this tag."
-)
+@tag_options
 @click.option("--toolkit", help="Only list, search and call this toolkit (name[@version]).")
 @click.option(
     "--deny",
@@ -796,6 +827,8 @@ def serve(
     token: str | None,
     tokens_file: Path | None,
     tags: tuple[str, ...],
+    any_tags: tuple[str, ...],
+    exclude_tags: tuple[str, ...],
     toolkit: str | None,
     serve_deny: tuple[str, ...],
     serve_allow: tuple[str, ...],
@@ -809,8 +842,8 @@ def serve(
 
     stdio by default (for clients that start toolcat); --http serves streamable HTTP at
     http://HOST:PORT/mcp, on loopback unless --host says otherwise. Both MCP eras are
-    served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, --tag, --deny and
-    --allow bound what clients can list, search and call.
+    served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, the tag options,
+    --deny and --allow bound what clients can list, search and call.
     """
     from .mcpclient import require_sdk
 
@@ -829,11 +862,14 @@ def serve(
             raise click.UsageError("give --token or --tokens, not both")
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     catalog = open_catalog(ctx)
-    catalog.list(tags=tags, toolkit=toolkit, limit=1)  # a bad filter fails now, not per client
+    # A bad filter fails now, not per client.
+    catalog.list(tags=tags, any_tags=any_tags, exclude_tags=exclude_tags, toolkit=toolkit, limit=1)
     server = CatalogServer(
         catalog,
         ServeOptions(
             tags=tags,
+            any_tags=any_tags,
+            exclude_tags=exclude_tags,
             toolkit=toolkit,
             page_size=page_size,
             refuse_unsearched=refuse_unsearched,
@@ -867,6 +903,7 @@ def serve(
 @click.option("--toolkit", help="Export this toolkit's tools (name or name@version).")
 @click.option("--all", "everything", is_flag=True, help="Export every active tool.")
 @click.option("--tools-only", is_flag=True, help="Print only the tools array, no name map.")
+@tag_options
 @click.pass_context
 def export(
     ctx: click.Context,
@@ -876,21 +913,25 @@ def export(
     toolkit: str | None,
     everything: bool,
     tools_only: bool,
+    tags: tuple[str, ...],
+    any_tags: tuple[str, ...],
+    exclude_tags: tuple[str, ...],
 ) -> None:
     """Write tool definitions in an LLM API's format, as JSON.
 
     Prints {"format", "tools", "names"}: "tools" is what to pass as the API's tools
     parameter; "names" maps each exported name back to its catalog address, for calls that
     come back (toolcat call ADDRESS). Deferred tools carry defer_loading in the anthropic
-    format.
+    format. The tag options narrow any of the three.
     """
     if sum(map(bool, (query, toolkit, everything))) != 1:
         raise click.UsageError("give exactly one of --query, --toolkit or --all")
     catalog = open_catalog(ctx)
+    by_tags = TagFilter.of(tags, any_tags, exclude_tags)
     if query is not None:
-        tools: list[Any] = [h.tool for h in catalog.search(query, k=k).hits]
+        tools: list[Any] = [h.tool for h in catalog.search(query, k=k, tags=by_tags).hits]
     else:
-        tools = list(catalog.iter_tools(toolkit=toolkit))
+        tools = list(catalog.iter_tools(toolkit=toolkit, tags=by_tags))
     exported = catalog.export(tools, fmt)
     emit_json(exported.tools if tools_only else exported.to_json())
 

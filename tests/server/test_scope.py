@@ -18,6 +18,11 @@ SCOPES = [
     Scope(tags=("read-only",), policy=Policy(deny=("toolkit:math",))),
     Scope(toolkits=("files", "sqlite", "math")).narrowed(TEAM),
     Scope(policy=Policy(deny=("tag:data",))).narrowed(Scope("bob", toolkits=("data", "text"))),
+    Scope(any_tags=("math", "filesystem"), exclude_tags=("destructive",)),
+    Scope(exclude_tags=("read-only",)).narrowed(Scope("eve", any_tags=("filesystem", "sql"))),
+    Scope(any_tags=("time", "text")).narrowed(
+        Scope("ann", tags=("read-only",), any_tags=("data", "text"))
+    ),
 ]
 VERSIONED = [
     Scope(toolkits=("files@1.0.0", "sqlite")),
@@ -46,7 +51,7 @@ def ids(catalog: Catalog, query: str, scope: Scope | None = None) -> list[str]:
             query,
             mode="bm25",
             k=1000,
-            tags=scope.all_tags,
+            tags=scope.tag_filter,
             toolkit=scope.single_toolkit,
             policies=scope.search_policies,
         ).hits

@@ -42,6 +42,7 @@ from ..export import mcp_tool
 from ..models import RegisteredTool, ToolEvent, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
+from ..tagfilter import TagFilter
 from .access import AccessLog
 from .scope import Scope
 from .usage import RecentSearches
@@ -60,6 +61,7 @@ MAX_SEARCH_K = 50
 MAX_REVEALED = 200  # tools a legacy session's searches add to its list; the oldest drop out
 MAX_ARGUMENT_BYTES = 1_000_000
 LIST_TTL_MS = 5_000  # how long a 2026 client may reuse tools/list; listen streams say sooner
+TAG_ARGUMENTS = ("tags", "any_tags", "exclude_tags")  # search_tools' TagFilter.of, in order
 PRINCIPAL_KEY = "toolcat.principal"  # where the HTTP token check leaves the caller's principal
 REVEALED_KEY = "toolcat.revealed"  # a legacy connection's found tools, in its Connection.state
 ANONYMOUS = "anonymous"  # whose uses a caller without a principal records (learning from use)
@@ -87,6 +89,16 @@ SEARCH_TOOL_SPEC = types.Tool(
                 "type": "array",
                 "items": {"type": "string"},
                 "description": "Only tools with all of these tags.",
+            },
+            "any_tags": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only tools with at least one of these tags.",
+            },
+            "exclude_tags": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only tools with none of these tags.",
             },
         },
         "required": ["query"],
@@ -121,7 +133,9 @@ class ServeOptions:
     """How ``toolcat serve`` behaves.
 
     Attributes:
-        tags: List mode, search and calls only reach tools with all of these tags.
+        tags: List mode, search and calls only reach tools with all of these tags,
+        any_tags: at least one of these tags,
+        exclude_tags: and none of these tags.
         toolkit: List mode, search and calls only reach this toolkit (``name[@version]``).
         page_size: Tools per ``tools/list`` page.
         refuse_unsearched: Refuse calls of deferred tools not found by search first: on
@@ -139,6 +153,8 @@ class ServeOptions:
     """
 
     tags: tuple[str, ...] = ()
+    any_tags: tuple[str, ...] = ()
+    exclude_tags: tuple[str, ...] = ()
     toolkit: str | None = None
     page_size: int = 100
     refuse_unsearched: bool = False
@@ -225,7 +241,11 @@ class CatalogServer:
         self.options = options or ServeOptions()
         o = self.options
         self.scope = Scope(
-            toolkits=(o.toolkit,) if o.toolkit else (), tags=tuple(o.tags), policy=o.policy
+            toolkits=(o.toolkit,) if o.toolkit else (),
+            tags=tuple(o.tags),
+            policy=o.policy,
+            any_tags=tuple(o.any_tags),
+            exclude_tags=tuple(o.exclude_tags),
         )
         self.watcher = RevisionWatcher(catalog.path, interval=o.watch_interval)
         self.watcher.subscribe(self._catalog_changed)
@@ -353,7 +373,7 @@ class CatalogServer:
                 tools = [
                     t
                     for t in catalog.iter_tools(
-                        tags=scope.all_tags, toolkit=scope.single_toolkit, include_deferred=plain
+                        tags=scope.tag_filter, toolkit=scope.single_toolkit, include_deferred=plain
                     )
                     if scope.allows(t)
                 ]
@@ -487,13 +507,14 @@ class CatalogServer:
     async def _search(self, ctx: Any, arguments: dict[str, Any]) -> types.CallToolResult:
         query = arguments.get("query")
         k = arguments.get("k", 5)
-        tags = arguments.get("tags") or []
+        tag_lists = {key: arguments.get(key) or [] for key in TAG_ARGUMENTS}
         if not isinstance(query, str) or not query.strip():
             return _error("INVALID_ARGUMENTS", "search_tools needs 'query', a non-empty string")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
             return _error("INVALID_ARGUMENTS", f"'k' must be an integer from 1 to {MAX_SEARCH_K}")
-        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            return _error("INVALID_ARGUMENTS", "'tags' must be a list of strings")
+        for key, tags in tag_lists.items():
+            if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+                return _error("INVALID_ARGUMENTS", f"'{key}' must be a list of strings")
         scope = self._scope(ctx)
         connection = self._legacy_connection(ctx)
         # The catalog ranks within the scope; only what it cannot filter by (a toolkit's
@@ -506,7 +527,7 @@ class CatalogServer:
                 query,
                 k=fetch,
                 mode=self.options.search_mode,
-                tags=[*scope.all_tags, *tags],
+                tags=scope.tag_filter & TagFilter.of(*tag_lists.values()),
                 toolkit=scope.single_toolkit,
                 policies=scope.search_policies,
                 principal=learner,

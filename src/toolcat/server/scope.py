@@ -1,6 +1,7 @@
 """What one caller of the server may see, search and call.
 
-A ``Scope`` is the server's ``--toolkit``/``--tag``/``--allow``/``--deny`` selection, narrowed
+A ``Scope`` is the server's ``--toolkit``/``--tag``/``--any-tag``/``--exclude-tag``/``--allow``/
+``--deny`` selection, narrowed
 by the caller's principal when a tokens file names one. The same ``allows`` test bounds
 ``tools/list``, ``search_tools`` and every call path (a tool's own name, ``call_tool``, a
 pinned ``toolkit.name@version``), so what a caller cannot see it cannot call either.
@@ -14,6 +15,7 @@ from ..models import RegisteredTool
 from ..names import TOOLKIT_NAME_RE
 from ..policy import Policy
 from ..store.writer import same_version
+from ..tagfilter import TagFilter
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class Scope:
         name: Who the scope belongs to (``server`` or a principal's name), for messages.
         toolkits: Only these toolkits (``name`` or ``name@version``); empty = every toolkit.
         tags: Only tools carrying all of these tags.
+        any_tags: Only tools carrying at least one of these tags.
+        exclude_tags: Only tools carrying none of these tags.
         policy: Allow/deny rules on top of the catalog's own.
     """
 
@@ -31,19 +35,33 @@ class Scope:
     toolkits: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     policy: Policy = field(default_factory=Policy)
+    any_tags: tuple[str, ...] = ()
+    exclude_tags: tuple[str, ...] = ()
 
     parent: Scope | None = None
 
     def narrowed(self, other: Scope) -> Scope:
         """``other`` inside this scope: a tool must be in both (each with its own rules, so
         a principal's ``allow`` never lifts the server's ``deny``)."""
-        return Scope(other.name, other.toolkits, other.tags, other.policy, parent=self)
+        return Scope(
+            other.name,
+            other.toolkits,
+            other.tags,
+            other.policy,
+            other.any_tags,
+            other.exclude_tags,
+            parent=self,
+        )
 
     @property
-    def all_tags(self) -> tuple[str, ...]:
-        """Every tag a tool must carry (the catalog filters on these itself)."""
-        mine = self.parent.all_tags if self.parent else ()
-        return tuple(dict.fromkeys((*mine, *self.tags)))
+    def own_tag_filter(self) -> TagFilter:
+        return TagFilter.of(self.tags, self.any_tags, self.exclude_tags)
+
+    @property
+    def tag_filter(self) -> TagFilter:
+        """The tag rule of every level at once (the catalog filters on it itself)."""
+        mine = self.own_tag_filter
+        return self.parent.tag_filter & mine if self.parent else mine
 
     @property
     def single_toolkit(self) -> str | None:
@@ -67,7 +85,7 @@ class Scope:
 
     @property
     def exact_in_search(self) -> bool:
-        """Whether ``search_policies`` and ``all_tags`` leave out every tool ``allows``
+        """Whether ``search_policies`` and ``tag_filter`` leave out every tool ``allows``
         refuses (no toolkit version or unusual toolkit name to check afterwards)."""
         plain = all("@" not in t and TOOLKIT_NAME_RE.fullmatch(t) for t in self.toolkits)
         return plain and (self.parent is None or self.parent.exact_in_search)
@@ -85,9 +103,10 @@ class Scope:
                 return refused
         if self.toolkits and not any(_toolkit_matches(t, tool) for t in self.toolkits):
             return f"{tool.id!r} is not in the toolkits of {self.level}"
-        missing = [t for t in self.tags if t not in tool.tags]
-        if missing:
-            return f"{tool.id!r} lacks the tag(s) {', '.join(missing)} {self.level} requires"
+        tags_refused = self.own_tag_filter.refusal(tool.tags)
+        if tags_refused is not None:
+            rule = self.own_tag_filter.describe()
+            return f"{tool.id!r} {tags_refused}: {self.level} requires {rule}"
         rule = self.policy.denying_rule(tool)
         if rule is not None:
             return f"{tool.id!r} is denied by rule {rule!r} of {self.level}"

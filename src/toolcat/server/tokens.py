@@ -7,7 +7,9 @@ view of the catalog::
       - name: data-team
         token: ${DATA_TEAM_TOKEN}      # a ${ENV} reference, or the token itself
         toolkits: [math, text]
-        tags: []
+        tags: []                       # every one of these
+        any_tags: [read-only, lookup]  # at least one of these
+        exclude_tags: [destructive]    # none of these
         deny: ["tag:destructive"]
         allow: []
 
@@ -30,7 +32,7 @@ from ..policy import Policy
 from .scope import Scope
 
 _ENV = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-_FIELDS = {"name", "token", "toolkits", "tags", "allow", "deny"}
+_FIELDS = {"name", "token", "toolkits", "tags", "any_tags", "exclude_tags", "allow", "deny"}
 
 
 class TokensFileError(ToolcatError):
@@ -106,7 +108,7 @@ def load_tokens(path: Path) -> Tokens:
         if token in tokens:
             raise TokensFileError(f"{where}: principal {name!r} reuses another principal's token")
         lists = {}
-        for key in ("toolkits", "tags", "allow", "deny"):
+        for key in ("toolkits", "tags", "any_tags", "exclude_tags", "allow", "deny"):
             value = item.get(key) or []
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                 raise TokensFileError(
@@ -119,6 +121,8 @@ def load_tokens(path: Path) -> Tokens:
             name=name,
             toolkits=lists["toolkits"],
             tags=lists["tags"],
+            any_tags=lists["any_tags"],
+            exclude_tags=lists["exclude_tags"],
             policy=Policy.of(allow=lists["allow"], deny=lists["deny"]),
         )
         entries.append((token, Principal(name, scope)))

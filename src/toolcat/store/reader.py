@@ -9,10 +9,11 @@ from __future__ import annotations
 import functools
 import json
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..construct import construct
+from ..tagfilter import TagFilter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,7 +35,7 @@ class Filters:
     ``toolkit_id`` pins one toolkit version; otherwise only active versions are seen.
     """
 
-    tags: tuple[str, ...] = ()
+    tags: TagFilter = field(default_factory=TagFilter)
     toolkit: str | None = None
     toolkit_id: int | None = None
     include_deferred: bool = True
@@ -76,11 +77,9 @@ class Filters:
                 params.append(self.toolkit)
         if not self.include_deferred:
             clauses.append("t.defer_loading = 0")
-        for tag in self.tags:
-            clauses.append(
-                "EXISTS (SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id)"
-            )
-            params.append(tag)
+        tag_clauses, tag_params = self.tags.sql()
+        clauses.extend(tag_clauses)
+        params.extend(tag_params)
         for policy in self.hide:
             if policy.deny:
                 denied, denied_params = policy.sql()  # the policy's own rules, as SQL GLOB
