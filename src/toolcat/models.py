@@ -457,26 +457,65 @@ ErrorCode = Literal[
 
 
 class ToolEvent(BaseModel):
-    """Something a tool reported while it ran (``toolcat.report_progress`` / ``report_log``).
+    """Something a tool reported while it ran (A2E's four kinds).
 
-    ``progress`` events carry ``progress`` (done so far) and, when known, ``total``; ``log``
-    events carry ``message`` and ``level``. ``elapsed_ms`` counts from the start of the call.
+    - ``progress`` (``toolcat.report_progress``): ``progress`` done so far and, when known,
+      ``total``; maybe a ``message``.
+    - ``status`` (``report_status``): ``state`` ("waiting for the API") and maybe a ``message``.
+    - ``artifact`` (``report_artifact``): ``name``, ``mime_type``, ``size`` in bytes, a
+      ``message`` describing it, and its content: ``text`` or base64 ``blob`` when small,
+      else ``uri``, the ``file://`` URI of the copy in the call's artifact folder
+      (runtime/artifacts.py: kept 24 hours). ``content()`` reads it either way.
+    - ``log`` (``report_log``): ``message`` and ``level``.
+
+    ``elapsed_ms`` counts from the start of the call.
     """
 
     model_config = ConfigDict(defer_build=True)
 
-    kind: Literal["progress", "log"]
+    kind: Literal["progress", "status", "artifact", "log"]
     progress: float | None = None
     total: float | None = None
     message: str | None = None
     level: str | None = None
+    state: str | None = None
+    name: str | None = None
+    mime_type: str | None = None
+    size: int | None = None
+    text: str | None = None
+    blob: str | None = None
+    uri: str | None = None
     elapsed_ms: float = 0.0
+
+    def content(self) -> bytes:
+        """An artifact's bytes, from the event or from its file.
+
+        Raises:
+            ValueError: Not an artifact, or its file is gone (past its time in the folder).
+        """
+        if self.kind != "artifact":
+            raise ValueError(f"a {self.kind} event has no content")
+        if self.text is not None:
+            return self.text.encode("utf-8")
+        if self.blob is not None:
+            import base64
+
+            return base64.b64decode(self.blob)
+        from urllib.parse import unquote, urlparse
+
+        path = unquote(urlparse(self.uri or "").path)
+        try:
+            with open(path, "rb") as file:
+                return file.read()
+        except OSError as e:
+            raise ValueError(f"artifact {self.name!r}: {self.uri} is gone ({e.strerror})") from e
 
 
 class ToolResult(BaseModel):
     """The outcome of calling a tool. A failure is a result, never an exception.
 
-    ``events`` holds what the tool reported while it ran (the last ``MAX_EVENTS``).
+    ``events`` holds what the tool reported while it ran (the last ``MAX_EVENTS``, and
+    every artifact); ``artifacts`` lists the artifact events alone.
     """
 
     model_config = ConfigDict(defer_build=True)
@@ -488,3 +527,8 @@ class ToolResult(BaseModel):
     duration_ms: float = 0.0
     truncated: bool = False
     events: list[ToolEvent] = Field(default_factory=list)
+
+    @property
+    def artifacts(self) -> list[ToolEvent]:
+        """The artifacts the tool handed back, in the order it reported them."""
+        return [event for event in self.events if event.kind == "artifact"]

@@ -193,7 +193,7 @@ def toolcat(db: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], flo
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])},
     )
     return done, time.monotonic() - started
 

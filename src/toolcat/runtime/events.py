@@ -1,25 +1,37 @@
-"""What a running tool reports: ``report_progress`` and ``report_log``.
+"""What a running tool reports: ``report_progress``, ``report_status``, ``report_artifact``
+and ``report_log`` (A2E's four event kinds).
 
 A tool calls these from anywhere inside its call (sync or async, thread or process
 isolation); the runtime routes each event to the call that is running it: in a thread through
 a context variable, in a worker process over the worker's pipe. Outside a call they do nothing,
 so a tool stays an ordinary function in its own tests.
+
+Bounds: messages are cut at ``MAX_MESSAGE`` characters; a result keeps the latest
+``MAX_EVENTS`` events but every artifact (at most ``artifacts.MAX_ARTIFACTS`` per call); an
+artifact above ``artifacts.INLINE_BYTES`` is written to the call's folder and referenced by
+URI (runtime/artifacts.py says where and for how long); one above
+``artifacts.MAX_ARTIFACT_BYTES`` is refused with ``ValueError`` in the tool. An artifact over
+a call's count or byte budget is not kept, and a ``warning`` log event says so.
 """
 
 from __future__ import annotations
 
-import collections
+import base64
+import binascii
 import contextlib
 import contextvars
 import math
+import mimetypes
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ..models import ToolEvent
+from . import artifacts
 
-MAX_EVENTS = 256  # kept in ToolResult.events (the latest); a callback sees them all
+MAX_EVENTS = 256  # kept in ToolResult.events (the latest, and every artifact); a callback sees all
 MAX_MESSAGE = 2000
+MAX_STATE = 100
 
 Sink = Callable[[dict[str, Any]], None]
 _sink: contextvars.ContextVar[Sink | None] = contextvars.ContextVar(
@@ -47,6 +59,67 @@ def report_progress(
         event["total"] = _number(total)
     if message is not None:
         event["message"] = str(message)[:MAX_MESSAGE]
+    sink(event)
+
+
+def report_status(state: str, message: str | None = None) -> None:
+    """Report what the running tool is doing now: a short ``state`` ("waiting for the API",
+    "retrying 2/3") and, optionally, a longer ``message``."""
+    sink = _current()
+    if sink is None:
+        return
+    event: dict[str, Any] = {"kind": "status", "state": str(state)[:MAX_STATE]}
+    if message is not None:
+        event["message"] = str(message)[:MAX_MESSAGE]
+    sink(event)
+
+
+def report_artifact(
+    name: str,
+    content: str | bytes,
+    *,
+    mime_type: str | None = None,
+    description: str | None = None,
+) -> None:
+    """Hand back an artifact (a file, an image, a table too large for the result) before the
+    tool returns.
+
+    Args:
+        name: A file name for it (``report.csv``); folders are dropped.
+        content: Text or bytes, at most ``MAX_ARTIFACT_BYTES`` (32 MiB). Small ones travel
+            inside the event; larger ones are written to the call's artifact folder.
+        mime_type: Its media type; default: guessed from ``name``, else ``text/plain`` for
+            text and ``application/octet-stream`` for bytes.
+        description: One line on what it holds.
+
+    Raises:
+        ValueError: ``content`` is larger than ``MAX_ARTIFACT_BYTES``.
+        TypeError: ``content`` is neither text nor bytes.
+    """
+    if not isinstance(content, (str, bytes, bytearray, memoryview)):
+        raise TypeError(f"an artifact's content is str or bytes, not {type(content).__name__}")
+    size = len(content.encode("utf-8")) if isinstance(content, str) else len(content)
+    if size > artifacts.MAX_ARTIFACT_BYTES:
+        raise ValueError(
+            f"artifact {name!r} is {size:,} bytes; at most {artifacts.MAX_ARTIFACT_BYTES:,}"
+        )
+    sink = _current()
+    if sink is None:
+        return
+    name = str(name)[:200] or "artifact"
+    guessed = mimetypes.guess_type(name)[0]
+    fallback = "text/plain" if isinstance(content, str) else "application/octet-stream"
+    event: dict[str, Any] = {
+        "kind": "artifact",
+        "name": name,
+        "mime_type": str(mime_type)[:200] if mime_type else guessed or fallback,
+    }
+    if description is not None:
+        event["message"] = str(description)[:MAX_MESSAGE]
+    if isinstance(content, str):
+        event["text"] = content
+    else:  # JSON-safe, so it crosses a worker's pipe as it is
+        event["blob"] = base64.b64encode(bytes(content)).decode("ascii")
     sink(event)
 
 
@@ -79,30 +152,86 @@ def reset_sink(token: contextvars.Token[Sink | None]) -> None:
 
 
 class EventLog:
-    """The events of one call: kept (bounded) for the result and passed to ``on_event``."""
+    """The events of one call: kept (bounded) for the result and passed to ``on_event``.
+
+    Artifacts are never evicted by later events; large ones are written to the call's
+    folder here, in the calling process, whichever isolation ran the tool.
+    """
 
     def __init__(self, on_event: Callable[[ToolEvent], Any] | None, started: float) -> None:
         self.on_event = on_event
         self.started = started
-        self.events: collections.deque[ToolEvent] = collections.deque(maxlen=MAX_EVENTS)
+        self.events: list[ToolEvent] = []
+        self.artifacts = 0
+        self.folder = artifacts.CallFolder()
         self.closed = False
 
     def __call__(self, raw: dict[str, Any]) -> None:
         if self.closed:  # a timed-out thread reporting after the result went back
             return
-        event = ToolEvent.model_construct(
-            kind=raw.get("kind", "log"),
-            progress=raw.get("progress"),
-            total=raw.get("total"),
-            message=raw.get("message"),
-            level=raw.get("level"),
-            elapsed_ms=round((time.perf_counter() - self.started) * 1000, 3),
-        )
+        kind = raw.get("kind", "log")
+        if kind not in KINDS:
+            return
+        fields: dict[str, Any] = {
+            "kind": kind,
+            "elapsed_ms": round((time.perf_counter() - self.started) * 1000, 3),
+        }
+        fields.update({key: raw[key] for key in FIELDS if raw.get(key) is not None})
+        if kind == "artifact":
+            problem = self._artifact(fields)
+            if problem is not None:
+                fields = {
+                    "kind": "log",
+                    "level": "warning",
+                    "message": problem,
+                    "elapsed_ms": fields["elapsed_ms"],
+                }
+        event = ToolEvent.model_construct(**fields)
         self.events.append(event)
+        if len(self.events) > MAX_EVENTS:  # the oldest event that is not an artifact goes
+            oldest = next(i for i, e in enumerate(self.events) if e.kind != "artifact")
+            del self.events[oldest]
         if self.on_event is not None:
             with contextlib.suppress(Exception):  # a broken callback must not fail the tool
                 self.on_event(event)
 
+    def _artifact(self, fields: dict[str, Any]) -> str | None:
+        """Size the artifact and move a large one to a file; or why it is not kept."""
+        name = str(fields.get("name") or "artifact")
+        text, blob = fields.pop("text", None), fields.pop("blob", None)
+        try:
+            content = (
+                text.encode("utf-8")
+                if isinstance(text, str)
+                else base64.b64decode(blob or "", validate=True)
+            )
+        except (binascii.Error, ValueError, UnicodeEncodeError):
+            return f"artifact {name!r} not kept: its content is not text or base64 bytes"
+        self.artifacts += 1
+        if self.artifacts > artifacts.MAX_ARTIFACTS:
+            return f"artifact {name!r} not kept: at most {artifacts.MAX_ARTIFACTS} per call"
+        if len(content) > artifacts.MAX_ARTIFACT_BYTES:
+            return f"artifact {name!r} not kept: over {artifacts.MAX_ARTIFACT_BYTES:,} bytes"
+        fields["size"] = len(content)
+        if len(content) <= artifacts.INLINE_BYTES:
+            fields["text" if isinstance(text, str) else "blob"] = text if text is not None else blob
+            return None
+        if self.folder.written + len(content) > artifacts.MAX_CALL_BYTES:
+            return (
+                f"artifact {name!r} not kept: the call's artifacts would pass "
+                f"{artifacts.MAX_CALL_BYTES:,} bytes"
+            )
+        try:
+            fields["uri"] = self.folder.write(name, content).as_uri()
+        except OSError as e:
+            return f"artifact {name!r} not kept: cannot write it ({e.strerror or e})"
+        return None
+
     def close(self) -> list[ToolEvent]:
         self.closed = True
         return list(self.events)
+
+
+KINDS = frozenset({"progress", "status", "artifact", "log"})
+# What a raw event may carry into a ToolEvent (a worker's events are JSON from its pipe).
+FIELDS = ("progress", "total", "message", "level", "state", "name", "mime_type", "text", "blob")
