@@ -161,5 +161,7 @@ def test_cli_list_search_and_export_take_the_same_rule(indexed: Catalog) -> None
 
 
 def test_cli_bad_tag_is_one_line_with_the_usage_exit_code(indexed: Catalog) -> None:
-    output = cli_json(indexed.path, "list", "--any-tag", "x" * 300, code=InvalidQueryError.exit_code)
+    output = cli_json(
+        indexed.path, "list", "--any-tag", "x" * 300, code=InvalidQueryError.exit_code
+    )
     assert output.count("\n") == 1 and "any_tags" in output and "Traceback" not in output

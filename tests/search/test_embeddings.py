@@ -27,7 +27,7 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with Catalog(path) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
         report = catalog.reindex(batch_size=16)
-        assert (report.embedded, report.skipped, report.dimension) == (37, 0, 384)
+        assert (report.embedded, report.skipped, report.dimension) == (38, 0, 384)
     return path
 
 
@@ -68,7 +68,7 @@ def test_reindex_embeds_only_what_changed(catalog: Catalog) -> None:
     data = toolkit_data()
     catalog.register(Toolkit.model_validate(data))
     report = catalog.reindex()
-    assert (report.embedded, report.skipped) == (2, 37)
+    assert (report.embedded, report.skipped) == (2, 38)
     data["version"] = "1.1.0"
     data["tools"][1]["description"] = "Temperature and wind right now."
     catalog.register(Toolkit.model_validate(data))
@@ -77,13 +77,13 @@ def test_reindex_embeds_only_what_changed(catalog: Catalog) -> None:
     report = catalog.reindex()
     assert (report.embedded, report.removed) == (0, 3)
     count = catalog._conn.execute("SELECT count(*) FROM embeddings").fetchone()[0]
-    assert count == 37
+    assert count == 38
 
 
 def test_missing_vectors_are_reported(catalog: Catalog) -> None:
     catalog.register(Toolkit.model_validate(toolkit_data()))
     result = catalog.search("weather forecast", mode="hybrid")
-    assert "2 of 39 active tools have no vector" in result.warnings[0]
+    assert "2 of 40 active tools have no vector" in result.warnings[0]
     assert "toolcat reindex" in result.warnings[0]
     assert "weather" in {h.tool.toolkit for h in result.hits}  # still found, by BM25
     assert "cannot be found" in catalog.search("forecast", mode="embedding").warnings[0]
@@ -101,8 +101,8 @@ def test_model_mismatch_and_unknown_model(catalog: Catalog) -> None:
 def test_status_reports_coverage(catalog: Catalog) -> None:
     catalog.register(Toolkit.model_validate(toolkit_data()))
     status = catalog.status()
-    assert status["coverage"]["embedding"] == {"indexed": 37, "of": 39}
-    assert status["coverage"]["bm25"] == {"indexed": 39, "of": 39}
+    assert status["coverage"]["embedding"] == {"indexed": 38, "of": 40}
+    assert status["coverage"]["bm25"] == {"indexed": 40, "of": 40}
     assert (status["embedding_model"], status["embedding_dim"]) == ("all-MiniLM-L6-v2", 384)
     assert status["default_mode"] == "hybrid"
 
@@ -110,7 +110,7 @@ def test_status_reports_coverage(catalog: Catalog) -> None:
 def test_full_reindex_rebuilds_everything(catalog: Catalog) -> None:
     catalog._conn.execute("DELETE FROM tools_fts WHERE rowid IN (SELECT min(rowid) FROM tools_fts)")
     report = catalog.reindex(full=True)
-    assert (report.embedded, report.fts_rebuilt) == (37, 37)
+    assert (report.embedded, report.fts_rebuilt) == (38, 38)
 
 
 KILL_SCRIPT = """
@@ -133,10 +133,10 @@ def test_reindex_killed_midway_resumes(tmp_path: Path) -> None:
     )
     assert child.returncode == -signal.SIGKILL
     with Catalog(path) as catalog:
-        assert catalog.status()["coverage"]["embedding"] == {"indexed": 8, "of": 37}
+        assert catalog.status()["coverage"]["embedding"] == {"indexed": 8, "of": 38}
         assert catalog.search("delete file", mode="bm25").hits  # consistent and usable
         report = catalog.reindex()
-        assert (report.embedded, report.skipped) == (29, 8)
+        assert (report.embedded, report.skipped) == (30, 8)
 
 
 def test_interrupted_reindex_keeps_committed_batches(catalog: Catalog, tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_interrupted_reindex_keeps_committed_batches(catalog: Catalog, tmp_path:
         with pytest.raises(KeyboardInterrupt):
             fresh.reindex(batch_size=5, progress=interrupt)
         assert fresh.status()["coverage"]["embedding"]["indexed"] == 5
-        assert fresh.reindex().embedded == 32
+        assert fresh.reindex().embedded == 33
 
 
 def test_cli_reindex_status_and_modes(catalog: Catalog) -> None:
@@ -164,8 +164,8 @@ def test_cli_reindex_status_and_modes(catalog: Catalog) -> None:
     )
     catalog.register(Toolkit.model_validate(toolkit_data()))
     out = run("reindex")
-    assert "embedded 2/2" in out.stderr and "embedded 2, skipped 37" in out.stdout
-    assert json.loads(run("status", "--json").stdout)["coverage"]["embedding"]["indexed"] == 39
+    assert "embedded 2/2" in out.stderr and "embedded 2, skipped 38" in out.stdout
+    assert json.loads(run("status", "--json").stdout)["coverage"]["embedding"]["indexed"] == 40
     hits = json.loads(
         run("search", "erase an old document", "--mode", "embedding", "--json").stdout
     )["hits"]

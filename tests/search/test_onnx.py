@@ -243,7 +243,7 @@ def test_reindex_with_an_export_never_imports_torch(exported: Path, tmp_path: Pa
         [sys.executable, "-c", REINDEX, str(db)], capture_output=True, text=True, check=True
     ).stdout
     embedded, dimension, modules = json.loads(out.strip().splitlines()[-1])
-    assert (embedded, dimension) == (37, 384)
+    assert (embedded, dimension) == (38, 384)
     assert {"torch", "sentence_transformers"}.isdisjoint(m.split(".")[0] for m in modules)
     with Catalog(db) as catalog:
         tools = catalog.list(include_deferred=True, limit=1000).tools

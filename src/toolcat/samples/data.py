@@ -276,7 +276,7 @@ def group_report(csv_text: str, group_by: str, value: str, delimiter: str = ",")
         if done % step == 0 or done == len(rows):
             report_progress(done, len(rows), f"{done} of {len(rows)} rows")
     report_status("writing report", f"{len(groups)} groups")
-    table = [
+    table: list[dict[str, Any]] = [
         {
             group_by: group,
             "count": len(numbers),

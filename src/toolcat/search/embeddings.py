@@ -514,7 +514,8 @@ class VectorIndex:
         if allowed is not None:
             scores = np.where(self._mask(ids, allowed), scores, -np.inf)
         count = min(k, len(scores))
-        top = np.argpartition(-scores, count - 1)[:count]
+        # argpartition leaves its pick in any order: sorted first, ties keep the lower id
+        top = np.sort(np.argpartition(-scores, count - 1)[:count])
         top = top[np.argsort(-scores[top], kind="stable")]
         best = scores[top]
         kept = np.isfinite(best)
