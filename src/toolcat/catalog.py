@@ -102,10 +102,10 @@ def _policies(policies: Iterable[Policy]) -> tuple[Policy, ...]:
 class Selection(Protocol):
     """A part of the catalog that is all there is for one caller (the MCP server's
     ``Scope``): ``get`` and ``short_names`` see nothing outside it. The catalog filters by
-    ``all_tags``, ``single_toolkit`` and ``search_policies`` in SQL; ``allows`` decides."""
+    ``tag_filter``, ``single_toolkit`` and ``search_policies`` in SQL; ``allows`` decides."""
 
     @property
-    def all_tags(self) -> tuple[str, ...]: ...
+    def tag_filter(self) -> TagFilter: ...
 
     @property
     def single_toolkit(self) -> str | None: ...
@@ -1014,7 +1014,7 @@ class Catalog:
 
     def _selection_filters(self, conn: sqlite3.Connection, within: Selection) -> Filters:
         return self._filters(
-            conn, within.all_tags, within.single_toolkit, True, False, within.search_policies
+            conn, within.tag_filter, within.single_toolkit, True, False, within.search_policies
         )
 
     def short_names(

@@ -289,7 +289,8 @@ def group_report(csv_text: str, group_by: str, value: str, delimiter: str = ",")
     ]
     table.sort(key=lambda r: (-r["sum"], str(r[group_by])))
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=[group_by, "count", "sum", "mean", "min", "max"])
+    fields = [group_by, "count", "sum", "mean", "min", "max"]
+    writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     writer.writerows(table)
     report_artifact(

@@ -26,7 +26,7 @@ import logging
 import queue
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -39,11 +39,12 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ToolcatError
 from ..export import mcp_tool
-from ..models import RegisteredTool, ToolEvent, ToolResult
+from ..models import RegisteredTool, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
 from ..tagfilter import TagFilter
 from .access import AccessLog
+from .events import ArtifactLinks, forward_events
 from .scope import Scope
 from .usage import RecentSearches
 from .watcher import RevisionWatcher
@@ -253,6 +254,7 @@ class CatalogServer:
         self.listen = ListenHandler(self.bus)
         self.readers = Readers(catalog, o.readers)
         self.recent = RecentSearches()  # learning from use: each caller's recent searches
+        self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
         self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
         self._lists_revision = -1
@@ -268,6 +270,8 @@ class CatalogServer:
             get_tool_input_schema=self._input_schema,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
             on_subscriptions_listen=self.listen,
         )
         self.access_log = AccessLog(self._who) if o.access_log else None
@@ -483,11 +487,23 @@ class CatalogServer:
                     f"it with {CALL_TOOL}",
                 )
         outcome = await self.catalog.acall(  # the version resolved and checked above
-            tool, arguments, on_event=_progress_to(ctx.session)
+            tool, arguments, on_event=forward_events(ctx.session)
         )
         if outcome.success:
             await self._learn(ctx, connection, tool)
-        return _result(outcome, structured=tool.output_schema is not None)
+        handed = self.artifacts.content(outcome.events, tool, self._caller(ctx)[0])
+        return _result(outcome, structured=tool.output_schema is not None, artifacts=handed)
+
+    # -- artifacts (server/events.py) -------------------------------------------------------
+
+    async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        """No standing resources: artifacts come as links in the results that made them."""
+        return types.ListResourcesResult(resources=[])
+
+    async def _read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        return self.artifacts.read(str(params.uri), self._scope(ctx), self._caller(ctx)[0])
 
     async def _learn(self, ctx: Any, connection: Any | None, tool: RegisteredTool) -> None:
         """A successful call of a tool a recent search of this caller returned: record
@@ -583,22 +599,6 @@ class CatalogServer:
         )
 
 
-def _progress_to(session: Any) -> Callable[[ToolEvent], Awaitable[None]]:
-    """Forward a tool's progress events as MCP progress notifications (both eras). The SDK
-    sends nothing when the client's request carried no progress token."""
-    last = 0.0
-
-    async def forward(event: ToolEvent) -> None:
-        nonlocal last
-        if event.kind != "progress" or event.progress is None or event.progress < last:
-            return  # MCP progress only increases; log lines stay in ToolResult.events
-        last = event.progress
-        with contextlib.suppress(Exception):  # the request may have finished meanwhile
-            await session.report_progress(event.progress, event.total, event.message)
-
-    return forward
-
-
 def _key(tool: RegisteredTool) -> str:
     return f"{tool.id}@{tool.version}"
 
@@ -630,7 +630,9 @@ def _error(code: str, message: str) -> types.CallToolResult:
     )
 
 
-def _result(outcome: ToolResult, *, structured: bool) -> types.CallToolResult:
+def _result(
+    outcome: ToolResult, *, structured: bool, artifacts: Sequence[Any] = ()
+) -> types.CallToolResult:
     if not outcome.success:
         return _error(outcome.error_code or "TOOL_ERROR", outcome.error or "the call failed")
     data = outcome.data
@@ -639,7 +641,7 @@ def _result(outcome: ToolResult, *, structured: bool) -> types.CallToolResult:
     if outcome.truncated:
         meta["toolcat/truncated"] = True
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)],
+        content=[types.TextContent(type="text", text=text), *artifacts],
         structured_content=data if structured and isinstance(data, dict) else None,
         _meta=meta,
     )

@@ -105,8 +105,8 @@ class Scope:
             return f"{tool.id!r} is not in the toolkits of {self.level}"
         tags_refused = self.own_tag_filter.refusal(tool.tags)
         if tags_refused is not None:
-            rule = self.own_tag_filter.describe()
-            return f"{tool.id!r} {tags_refused}: {self.level} requires {rule}"
+            wanted = self.own_tag_filter.describe()
+            return f"{tool.id!r} {tags_refused}: {self.level} requires {wanted}"
         rule = self.policy.denying_rule(tool)
         if rule is not None:
             return f"{tool.id!r} is denied by rule {rule!r} of {self.level}"
