@@ -620,12 +620,26 @@ def remove(ctx: click.Context, ref: str) -> None:
 @click.argument("name")
 @click.option("--args", "args_json", default="{}", show_default=True, help="Arguments as JSON.")
 @click.option("--timeout", type=float, help="Seconds to wait for the tool.")
+@click.option(
+    "--save-artifacts",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write the artifacts the tool hands back into this folder.",
+)
 @json_option
 @click.pass_context
 def call(
-    ctx: click.Context, name: str, args_json: str, timeout: float | None, as_json: bool
+    ctx: click.Context,
+    name: str,
+    args_json: str,
+    timeout: float | None,
+    save_artifacts: Path | None,
+    as_json: bool,
 ) -> None:
     """Call a tool and print its result.
+
+    On a terminal, the tool's progress, status and log lines appear on stderr as it runs;
+    the artifacts it hands back are listed on stderr after the result (--save-artifacts
+    DIR writes them out; --json gives them in "events", kind "artifact").
 
     The tool runs in a worker process (unless --isolate thread), so --timeout stops it.
     Exit 0 when the tool ran, even if it failed or timed out (the result says so); when
@@ -654,6 +668,10 @@ def call(
             click.echo("[truncated]", err=True)
     else:
         click.echo(f"error ({result.error_code}): {result.error}", err=True)
+    saved = save_all(result.artifacts, save_artifacts) if save_artifacts else {}
+    if not as_json:
+        for event in result.artifacts:
+            click.echo(artifact_line(event, saved.get(id(event))), err=True)
     if catalog.runtime.executor.threads.busy:  # a timed-out thread that cannot be stopped:
         _LEAVE_AT_ONCE.append(True)  # main() exits without waiting for it
     ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
@@ -663,10 +681,42 @@ def show_progress(event: ToolEvent) -> None:
     """One line on stderr per event of a running tool (a terminal only)."""
     if event.kind == "progress":
         total = f"/{event.total:g}" if event.total is not None else ""
-        text = f"[{event.progress or 0:g}{total}]"
+        text = f"[{event.progress or 0:g}{total}] {event.message or ''}"
+    elif event.kind == "status":
+        text = f"[status] {event.state}" + (f": {event.message}" if event.message else "")
+    elif event.kind == "artifact":
+        return  # listed with the result
     else:
-        text = f"[{event.level or 'log'}]"
-    click.echo(f"{text} {event.message or ''}".rstrip(), err=True)
+        text = f"[{event.level or 'log'}] {event.message or ''}"
+    click.echo(text.rstrip(), err=True)
+
+
+def artifact_line(event: ToolEvent, saved: Path | None) -> str:
+    """``artifact NAME (TYPE, SIZE): DESCRIPTION -> where it is``."""
+    where = str(saved) if saved else event.uri or "in the result (--json, --save-artifacts)"
+    about = f": {event.message}" if event.message else ""
+    return f"artifact {event.name} ({event.mime_type}, {event.size or 0:,} bytes){about} -> {where}"
+
+
+def save_all(events: list[ToolEvent], folder: Path) -> dict[int, Path]:
+    """Write each artifact into ``folder`` under its safe name, never over a file."""
+    from .runtime.artifacts import safe_name
+
+    folder.mkdir(parents=True, exist_ok=True)
+    saved: dict[int, Path] = {}
+    for event in events:
+        stem, dot, suffix = safe_name(event.name or "artifact").rpartition(".")
+        target, number = folder / f"{stem}{dot}{suffix}", 1
+        while target.exists():
+            number += 1
+            target = folder / (f"{stem}-{number}{dot}{suffix}" if dot else f"{suffix}-{number}")
+        try:
+            target.write_bytes(event.content())
+        except (OSError, ValueError) as e:
+            click.echo(f"warning: artifact {event.name!r} not saved: {e}", err=True)
+            continue
+        saved[id(event)] = target
+    return saved
 
 
 @cli.command()
