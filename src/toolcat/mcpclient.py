@@ -39,13 +39,14 @@ import collections
 import concurrent.futures
 import contextlib
 import contextvars
+import json
 import logging
 import os
 import re
 import shlex
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode
@@ -289,6 +290,9 @@ class _Link:
     listing: dict[str, dict[str, Any]] | None = None  # name -> listed tool (JSON), for checks
     listed_at: float = 0.0  # time.monotonic() of ``listing``
     verified: set[str] = field(default_factory=set)
+    # The calls in flight hear the server's log messages (MCP does not say which call a
+    # notification belongs to: with several calls at once, each hears them all).
+    log_listeners: set[Callable[[str, str], None]] = field(default_factory=set)
 
 
 def _resolved(endpoint: Endpoint) -> tuple[dict[str, str], dict[str, str], str | None]:
@@ -426,6 +430,7 @@ async def _connect(
         client_info=Implementation(name="toolcat", version=__version__),
         cache=None,  # always the server's current tools/list: rug-pull checks compare it
         message_handler=handle,
+        log_level="info",  # 2026-07-28 servers log only to requests that ask (a call's log events)
     )
     return await stack.enter_async_context(client)
 
@@ -580,9 +585,15 @@ class Connection:
         """Keep the connection open until told to stop (entered and left in this one task)."""
 
         def on_message(message: Any) -> None:
-            if type(message).__name__ == "ToolListChangedNotification":
+            kind = type(message).__name__
+            if kind == "ToolListChangedNotification":
                 link.listing = None  # check every tool again against the new list
                 link.verified.clear()
+            elif kind == "LoggingMessageNotification" and link.log_listeners:
+                level, text = log_line(message.params)
+                for listener in list(link.log_listeners):
+                    with contextlib.suppress(Exception):
+                        listener(level, text)
 
         try:
             async with open_client(self.endpoint, link=link, on_message=on_message) as client:
@@ -645,7 +656,11 @@ class Connection:
         tool_id: str = "",
         on_progress: Callable[[float, float | None, str | None], None] | None = None,
         on_warning: Callable[[str], None] | None = None,
+        on_log: Callable[[str, str], None] | None = None,
+        on_artifact: Callable[[str, str | bytes, str | None], None] | None = None,
     ) -> Any:
+        """Call ``tool``; its progress, the server's log messages meanwhile and the resources
+        in its result reach the callbacks (resources then leave the returned value)."""
         from mcp.shared.exceptions import MCPError
         from mcp.types import CONNECTION_CLOSED
 
@@ -653,6 +668,8 @@ class Connection:
         if _closed(client):  # the server went away since the last call: start it again
             await self._reset()
             client, link = await self._client_now()
+        if on_log is not None:
+            link.log_listeners.add(on_log)
         try:
             await self._verify(client, link, tool, tool_id, on_warning)
             progress = None
@@ -683,7 +700,13 @@ class Connection:
                     + (f"; it wrote on stderr:\n{said}" if said else "")
                 ) from e
             raise RemoteToolError(f"{self.endpoint} refused the call: {e}") from e
-        return call_result(result)
+        finally:
+            if on_log is not None:
+                link.log_listeners.discard(on_log)
+        handed: set[int] = set()
+        if on_artifact is not None and not result.is_error:
+            handed = await resource_artifacts(client, result, on_artifact, on_log)
+        return call_result(result, handed)
 
     async def close(self) -> None:
         await self._reset()
@@ -717,14 +740,67 @@ def changed_message(
     )
 
 
-def call_result(result: Any) -> Any:
+def log_line(params: Any) -> tuple[str, str]:
+    """(level, text) of an MCP log message: its data as text, after its logger's name."""
+    data = params.data
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    logger_name = getattr(params, "logger", None)
+    return str(params.level), f"{logger_name}: {text}" if logger_name else text
+
+
+async def resource_artifacts(
+    client: Any,
+    result: Any,
+    on_artifact: Callable[[str, str | bytes, str | None], None],
+    on_log: Callable[[str, str], None] | None,
+) -> set[int]:
+    """Hand each resource of a result to ``on_artifact`` (name, content, MIME type): embedded
+    ones as they are, links read from the server (within ``MAX_ARTIFACT_BYTES``). Returns
+    the positions of the blocks handed over; a link that cannot be read stays in the value,
+    and ``on_log`` hears why."""
+    import base64
+
+    from .runtime.artifacts import MAX_ARTIFACT_BYTES
+
+    handed: set[int] = set()
+    for position, block in enumerate(result.content):
+        kind = getattr(block, "type", None)
+        try:
+            if kind == "resource":
+                contents = block.resource
+                name = str(contents.uri).rstrip("/").rsplit("/", 1)[-1] or "resource"
+            elif kind == "resource_link":
+                name = block.name
+                if block.size is not None and block.size > MAX_ARTIFACT_BYTES:
+                    raise ValueError(f"{block.size:,} bytes; at most {MAX_ARTIFACT_BYTES:,}")
+                read = await asyncio.wait_for(client.read_resource(str(block.uri)), CALL_TIMEOUT)
+                contents = read.contents[0]
+            else:
+                continue
+            text = getattr(contents, "text", None)
+            content = text if text is not None else base64.b64decode(contents.blob)
+            on_artifact(name, content, contents.mime_type or getattr(block, "mime_type", None))
+            handed.add(position)
+        except Exception as e:  # one resource must not fail the call
+            if on_log is not None:
+                uri = block.uri if kind == "resource_link" else block.resource.uri
+                on_log("warning", f"resource {str(uri)[:200]} not kept as an artifact: {e}")
+    return handed
+
+
+def call_result(result: Any, handed: Collection[int] = ()) -> Any:
     """The value of an SDK ``CallToolResult``: its structured content if any, else the text
-    of a single text block, else the content blocks as JSON.
+    of a single text block, else the content blocks as JSON (less those ``handed`` over as
+    artifacts).
 
     Raises:
         RemoteToolError: The result has ``is_error``.
     """
-    blocks = [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in result.content]
+    blocks = [
+        b.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for i, b in enumerate(result.content)
+        if i not in handed
+    ]
     if result.is_error:
         text = "\n".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         raise RemoteToolError(text or "the MCP server reported an error without a message")
@@ -777,7 +853,9 @@ def close_all(timeout: float = 10.0) -> None:
 def remote_tool(spec: str, tool_id: str = "") -> Callable[..., Coroutine[Any, Any, Any]]:
     """An async callable that forwards its keyword arguments to the remote tool ``spec``
     names. Cancelling it (the runtime's timeout does) cancels the request on the server;
-    progress the server reports becomes this call's progress events (``report_progress``).
+    progress the server reports becomes this call's progress events (``report_progress``),
+    its log messages during the call ``log`` events, and the resources in its result
+    (embedded, or links read back from it) ``artifact`` events.
 
     Nothing is started here: the server starts on the first call.
     """
@@ -797,7 +875,22 @@ def remote_tool(spec: str, tool_id: str = "") -> Callable[..., Coroutine[Any, An
             with contextlib.suppress(Exception):
                 context.run(events.report_log, message, "warning")
 
-        call = connection(remote.endpoint).call(remote, arguments, tool_id, on_progress, on_warning)
+        def on_log(level: str, text: str) -> None:
+            with contextlib.suppress(Exception):
+                context.run(events.report_log, text, level)
+
+        def on_artifact(name: str, content: str | bytes, mime_type: str | None) -> None:
+            context.run(events.report_artifact, name, content, mime_type=mime_type)
+
+        call = connection(remote.endpoint).call(
+            remote,
+            arguments,
+            tool_id,
+            on_progress,
+            on_warning=on_warning,
+            on_log=on_log,
+            on_artifact=on_artifact,
+        )
         return await asyncio.wrap_future(_loop().submit(call))
 
     forward.__name__ = remote.name

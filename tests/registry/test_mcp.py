@@ -63,9 +63,18 @@ def switch_server_to_variant_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_register_reads_tools_and_calls_are_forwarded(catalog: Catalog, tmp_path: Path) -> None:
     result = catalog.register_mcp(SERVER, toolkit="weather", env=PASS_ON)
-    assert (result.status, result.version, result.tools) == ("added", "1.0.0", 7)
+    assert (result.status, result.version, result.tools) == ("added", "1.0.0", 8)
     assert result.changes == {
-        "added": ["count", "environment", "explode", "forecast", "nap", "old_tool", "shout"],
+        "added": [
+            "count",
+            "environment",
+            "explode",
+            "forecast",
+            "nap",
+            "old_tool",
+            "report",
+            "shout",
+        ],
         "changed": [],
         "removed": [],
     }
@@ -125,6 +134,37 @@ def test_progress_from_the_server_becomes_call_events(catalog: Catalog) -> None:
     progress = [(e.progress, e.total, e.message) for e in result.events if e.kind == "progress"]
     assert progress == [(1, 3, "counted 1"), (2, 3, "counted 2"), (3, 3, "counted 3")]
     assert len(seen) == 3
+
+
+@pytest.mark.parametrize("isolation", ["thread", "process"])
+def test_log_messages_and_resources_from_the_server_become_call_events(
+    tmp_path: Path, isolation: str
+) -> None:
+    with Catalog(tmp_path / "events.db", isolation=isolation) as catalog:  # type: ignore[arg-type]
+        register(catalog)
+        seen: list[object] = []
+        result = catalog.call("report", on_event=seen.append)
+    assert result.success, result.error
+    assert result.data == [
+        {"type": "text", "text": "report ready"},
+        {"type": "resource_link", "uri": "table://gone", "name": "gone.csv"},
+    ]  # the resources that became artifacts left the value; the unreadable link stayed
+    logs = [(e.level, e.message) for e in result.events if e.kind == "log"]
+    assert logs[:2] == [("info", "building the report"), ("warning", 'rows: {"skipped": 1}')]
+    assert logs[2][0] == "warning" and "table://gone not kept as an artifact" in logs[2][1]
+    summary, chart, sales = result.artifacts
+    assert (summary.name, summary.mime_type, summary.text) == (
+        "summary.csv",
+        "text/csv",
+        "a,b\n1,2\n",
+    )
+    assert (chart.name, chart.mime_type, chart.content()) == (
+        "chart.png",
+        "image/png",
+        b"\x89PNG\r\n\x1a\n",
+    )
+    assert (sales.name, sales.text) == ("sales.csv", "region,amount\nnorth,10\nsouth,5\n")
+    assert len(seen) == len(result.events) == 6
 
 
 def test_env_and_cwd_reach_the_child_and_the_secret_stays_out_of_the_catalog(
@@ -272,7 +312,7 @@ def test_check_reports_added_changed_and_removed_tools(
 ) -> None:
     register(catalog)
     report = catalog.check("weather")
-    assert [r["ok"] for r in report] == [True] * 7 and not any("change" in r for r in report)
+    assert [r["ok"] for r in report] == [True] * 8 and not any("change" in r for r in report)
 
     switch_server_to_variant_2(monkeypatch)
     report = {r["id"]: r for r in catalog.check("weather")}
@@ -285,7 +325,7 @@ def test_check_reports_added_changed_and_removed_tools(
     out = CliRunner().invoke(cli, ["--db", str(db_path), "check", "weather"])
     assert out.exit_code == ImportFailedError.exit_code
     assert "FAIL weather.shout" in out.output and "new  weather.new_tool" in out.output
-    assert "5 ok, 2 failed, 1 new on the server" in out.output
+    assert "6 ok, 2 failed, 1 new on the server" in out.output
 
 
 @pytest.mark.slow
@@ -432,7 +472,7 @@ def test_http_with_a_bearer_header_from_the_cli(
     base = ["--db", str(db), "register", "--mcp-http", http_server, "--toolkit", "w"]
     out = runner.invoke(cli, [*base, *header])
     assert out.exit_code == 0, out.output
-    assert "added     w 1.0.0 (7 tools)" in out.output
+    assert "added     w 1.0.0 (8 tools)" in out.output
     called = runner.invoke(cli, ["--db", str(db), "call", "forecast", "--args", '{"city": "Rome"}'])
     assert called.exit_code == 0 and '"Rome"' in called.output, called.output
 
