@@ -156,3 +156,36 @@ def test_sqlite(sample_catalog: Catalog, workspace: Path) -> None:
     result = c.call("sqlite_query", {"database": "shop.db", "sql": "DELETE FROM orders"})
     assert result.error_code == "TOOL_ERROR" and "read-only" in (result.error or "")
     assert "outside the workspace" in (c.call("sqlite_tables", {"database": "../x.db"}).error or "")
+
+
+def test_group_report_totals_per_group_and_hands_back_its_csv(sample_catalog: Catalog) -> None:
+    rows = "\n".join(f"{'ab'[i % 2]},{i}" for i in range(100))
+    result = sample_catalog.call(
+        "group_report", {"csv_text": f"k,v\n{rows}\nc,n/a\n", "group_by": "k", "value": "v"}
+    )
+    assert result.success, result.error
+    assert result.data["rows"] == 101 and result.data["skipped"] == 1
+    assert result.data["top"][0] == {
+        "k": "b",
+        "count": 50,
+        "sum": 2500.0,
+        "mean": 50.0,
+        "min": 1.0,
+        "max": 99.0,
+    }
+    progress = [e.progress for e in result.events if e.kind == "progress"]
+    assert len(progress) in (20, 21) and progress[-1] == 101  # about 20, however long
+    (report,) = result.artifacts
+    assert report.content().decode().splitlines() == [
+        "k,count,sum,mean,min,max",
+        "b,50,2500.0,50.0,1.0,99.0",
+        "a,50,2450.0,49.0,0.0,98.0",
+    ]
+    missing = sample_catalog.call(
+        "group_report", {"csv_text": "k,v\na,1\n", "group_by": "x", "value": "v"}
+    )
+    assert missing.error_code == "TOOL_ERROR" and "no column 'x'; the columns are: k, v" in (
+        missing.error or ""
+    )
+    empty = sample_catalog.call("group_report", {"csv_text": "", "group_by": "k", "value": "v"})
+    assert "the columns are: -" in (empty.error or "")

@@ -117,8 +117,16 @@ def test_large_artifacts_are_links_the_server_serves(
             assert str(link.uri).startswith("toolcat://artifacts/")
             read = await s.client.read_resource(str(link.uri))
             assert read.contents[0].text == "x" * size  # type: ignore[union-attr]
-            with pytest.raises(MCPError, match="no artifact"):
-                await s.client.read_resource(str(link.uri).replace("big", "other"))
+            call_folder = str(link.uri).rsplit("/", 1)[0]
+            for other in (
+                str(link.uri).replace("big", "other"),
+                f"{call_folder}/../../../../etc/passwd",
+                f"{call_folder}/%2e%2e%2f%2e%2e%2fcatalog.db",
+                "file:///etc/passwd",
+                str(csv_part.resource.uri),  # type: ignore[union-attr]  # embedded: not served
+            ):
+                with pytest.raises(MCPError, match="no artifact"):
+                    await s.client.read_resource(other)
 
     run(check)
 
