@@ -444,9 +444,7 @@ def bench_size(
                 )
             ),
             "search_excluded_tag": percentiles(timed(ranked(catalog, exclude_tags=["even"]), qs)),
-            "search_any_tag": percentiles(
-                timed(ranked(catalog, any_tags=["odd", "nosuch"]), qs)
-            ),
+            "search_any_tag": percentiles(timed(ranked(catalog, any_tags=["odd", "nosuch"]), qs)),
             **bm25_figures,
             **agreement(
                 qs, lambda q: lexical.search(q, 10, bm25.MAX_QUERY_TERMS), one_phase, "lexical"
