@@ -42,6 +42,11 @@ def test_yaml_and_toml_principals(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
             "tokens.yaml:4: principal 'b' reuses",
         ),
         ("principals:\n  - name: a\n    token: abcdefghij\n    toolkits: math\n", "'toolkits'"),
+        ("principals:\n  - name: a\n    token: abcdefghij\n    any_tags: x\n", "'any_tags'"),
+        (
+            f"principals:\n  - name: a\n    token: abcdefghij\n    exclude_tags: [{'y' * 300}]\n",
+            "tokens.yaml:2: principal 'a': exclude_tags: a tag is at most 200",
+        ),
     ],
 )
 def test_malformed_tokens_file_names_the_line(tmp_path: Path, text: str, message: str) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 from ..errors import ToolcatError
 from ..policy import Policy
+from ..tagfilter import TagFilter
 from .scope import Scope
 
 _ENV = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
@@ -115,6 +116,10 @@ def load_tokens(path: Path) -> Tokens:
                     f"{where}: principal {name!r}: '{key}' must be a list of strings"
                 )
             lists[key] = tuple(value)
+        try:  # a bad tag rule refuses to start, not each request
+            TagFilter.of(lists["tags"], lists["any_tags"], lists["exclude_tags"])
+        except ToolcatError as e:
+            raise TokensFileError(f"{where}: principal {name!r}: {e}") from e
         names.add(name)
         tokens.add(token)
         scope = Scope(
