@@ -59,9 +59,10 @@ def test_serve_tag_options_bound_list_search_and_calls(
             assert all(served.matches(tags[n]) for n in names)
             wider = await s.call("search_tools", {"query": "sql", "any_tags": ["sql"]})
             assert wider.structured_content["tools"] == []
+            # Outside the scope a tool does not exist for the caller (nothing about its tags).
             refused = await s.call("call_tool", {"name": "delete_file", "arguments": {}})
-            assert error_code(refused) == "TOOL_DENIED"
-            assert "excluded tag" in refused.content[0].text
+            assert error_code(refused) == "UNKNOWN_TOOL"
+            assert "destructive" not in refused.content[0].text
             bad = await s.call("search_tools", {"query": "x", "any_tags": "sql"})
             assert error_code(bad) == "INVALID_ARGUMENTS" and "any_tags" in bad.content[0].text
 
@@ -99,7 +100,7 @@ def test_tokens_file_tag_rules_per_principal(tagged_db: Path, tmp_path: Path) ->
                 names = {t["name"] for t in found.structured_content["tools"]}
                 assert names and all(readers.matches(tags[n]) for n in names)
                 refused = await s.call("call_tool", {"name": "read_file", "arguments": {}})
-                assert error_code(refused) == "TOOL_DENIED"
+                assert error_code(refused) == "UNKNOWN_TOOL"
             async with http_session(url, "writers-token-1", mode=LEGACY) as s:
                 found = await s.call("search_tools", {"query": "file", "k": 50})
                 names = {t["name"] for t in found.structured_content["tools"]}
