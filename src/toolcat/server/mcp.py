@@ -491,7 +491,11 @@ class CatalogServer:
         )
         if outcome.success:
             await self._learn(ctx, connection, tool)
-        handed = self.artifacts.content(outcome.events, tool, self._caller(ctx)[0])
+        handed = (  # a failed call's result is its error alone
+            self.artifacts.content(outcome.events, tool, self._caller(ctx)[0])
+            if outcome.success
+            else []
+        )
         return _result(outcome, structured=tool.output_schema is not None, artifacts=handed)
 
     # -- artifacts (server/events.py) -------------------------------------------------------
