@@ -228,6 +228,17 @@ class Catalog:
         return self._engine
 
     @property
+    def replica_of(self) -> str | None:
+        """The primary this catalog is a read-only replica of; None on a primary."""
+        return getattr(self._conn, "replica_of", None)
+
+    def _writable(self) -> None:
+        """Refuse an admin verb on a replica before doing any of its work."""
+        from .store.writer import refuse_on_replica
+
+        refuse_on_replica(self._conn)
+
+    @property
     def revision(self) -> int:
         """A counter bumped by every change to the catalog."""
         with self._lock:
@@ -266,6 +277,7 @@ class Catalog:
             VersionConflictError: A version is registered with other content, or the
                 toolkit came from another kind of source, and ``replace`` is false.
         """
+        self._writable()
         from .models import Toolkit
         from .registry.manifest import check_toolkit, load_manifests
         from .store import writer
@@ -359,6 +371,7 @@ class Catalog:
             ToolcatError: Options that do not fit the transport (``headers`` for a stdio
                 server, ``env``/``cwd`` for an HTTP one) or malformed names.
         """
+        self._writable()
         from .credentials import references
         from .mcpclient import forget, make_endpoint
         from .registry.mcp import check_on_change, toolkit_from_mcp
@@ -442,6 +455,7 @@ class Catalog:
             VersionConflictError: ``version`` is registered with other tools, or the
                 toolkit came from elsewhere and ``replace`` is false.
         """
+        self._writable()
         from .registry.openapi import toolkit_from_openapi
 
         source = spec if isinstance(spec, dict) else os.fspath(spec)
@@ -899,6 +913,8 @@ class Catalog:
         from .search import learned
         from .store import writer
 
+        if self.replica_of is not None:  # uses are learned on the primary, not per replica
+            return 0
         resolved: dict[str, RegisteredTool] = {}
         pairs = []
         for query, tool in uses:
@@ -1295,6 +1311,7 @@ class Catalog:
         """
         from .search import reindex as reindexing
 
+        self._writable()
         return reindexing.reindex(
             self._conn,
             self._lock,
@@ -1306,8 +1323,15 @@ class Catalog:
         )
 
     def status(self) -> dict[str, Any]:
-        """Index coverage per mode, the embedding model, the revision."""
+        """Index coverage per mode, the embedding model, the revision; on a replica also
+        ``replica``: its primary, the primary's revision, the lag and how stale it is
+        (``toolcat.store.replica.health``)."""
         with self._snapshot() as conn:
             from .search import reindex as reindexing
 
-            return {"path": str(self.path), **reindexing.status(conn, self._search)}
+            info = {"path": str(self.path), **reindexing.status(conn, self._search)}
+        if self.replica_of is not None:
+            from .store import replica
+
+            info["replica"] = replica.health(replica.read_state(self.path))
+        return info

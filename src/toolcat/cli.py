@@ -33,6 +33,7 @@ from .tagfilter import TagFilter
 
 if TYPE_CHECKING:
     from .models import ToolEvent
+    from .store.replica import Follower
 
 F = TypeVar("F", bound=Callable[..., Any])
 CALL_EXIT_CODES = {
@@ -822,6 +823,45 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for mode, cov in info["coverage"].items():
         click.echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
     click.echo(f"default   {info['default_mode']}")
+    replica = info.get("replica")
+    if replica:
+        primary_revision = replica["primary_revision"]
+        known = (
+            f"revision {primary_revision}"
+            if primary_revision is not None
+            else f"{replica['behind_transactions']} transactions ahead"
+        )
+        stale = replica["stale_seconds"]
+        click.echo(f"replica   of {replica['primary']}")
+        click.echo(f"          revision {replica['revision']}; primary: {known}")
+        click.echo(
+            f"          lag {replica['lag_seconds']:.1f} s; store last answered "
+            + (f"{stale:.1f} s ago" if stale is not None else "never")
+        )
+        if replica["error"]:
+            click.echo(f"          last error: {replica['error']}")
+
+
+def first_revision(ctx: click.Context, source: str) -> Follower:
+    """A replica's follower, once its file holds a revision: a restarted replica serves
+    its last one at once (and catches up while serving); a fresh one waits for its first."""
+    import time
+
+    from .store.connection import default_path
+    from .store.replica import Follower
+
+    db = ctx.find_root().params.get("db")
+    follower = Follower(Path(db) if db else default_path(), source)
+    if follower.serving:
+        return follower
+    said = None
+    while not follower.sync():
+        error = follower.state.get("error")
+        if error != said:
+            click.echo(f"waiting for a first revision: {error}", err=True)
+            said = error
+        time.sleep(1.0)
+    return follower
 
 
 @cli.command()
@@ -868,6 +908,15 @@ def status(ctx: click.Context, as_json: bool) -> None:
     help="A line per request on stderr: time, principal, method/tool, status, duration "
     "(never tokens or arguments). Default: on with --http, off on stdio.",
 )
+@click.option(
+    "--replica-of",
+    "replica_of",
+    envvar="TOOLCAT_REPLICA_OF",
+    metavar="URL",
+    help="Serve --db as a read-only replica following the primary's Litestream replica at "
+    "URL (s3://bucket/path?endpoint=..., sftp://user@host/path, file:///path); env "
+    "TOOLCAT_REPLICA_OF.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -887,13 +936,16 @@ def serve(
     mode: str | None,
     plain: bool,
     access_log: bool | None,
+    replica_of: str | None,
 ) -> None:
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
     stdio by default (for clients that start toolcat); --http serves streamable HTTP at
     http://HOST:PORT/mcp, on loopback unless --host says otherwise. Both MCP eras are
     served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, the tag options,
-    --deny and --allow bound what clients can list, search and call.
+    --deny and --allow bound what clients can list, search and call. --replica-of URL makes
+    --db a read-only copy of a primary that Litestream replicates to URL: it follows each
+    new revision, refuses writes, and reports its lag (toolcat status, GET /healthz).
     """
     from .mcpclient import require_sdk
 
@@ -911,6 +963,7 @@ def serve(
         else:
             raise click.UsageError("give --token or --tokens, not both")
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
+    follower = first_revision(ctx, replica_of) if replica_of else None
     catalog = open_catalog(ctx)
     # A bad filter fails now, not per client.
     catalog.list(tags=tags, any_tags=any_tags, exclude_tags=exclude_tags, toolkit=toolkit, limit=1)
@@ -929,6 +982,7 @@ def serve(
             per_caller=tokens_file is not None,
             access_log=use_http if access_log is None else access_log,
         ),
+        follower=follower,
     )
     if not use_http:
         anyio.run(serve_stdio, server)

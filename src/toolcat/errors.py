@@ -250,3 +250,11 @@ class ServeError(ToolcatError):
 
     code = "SERVE_FAILED"
     exit_code = 15
+
+
+class ReadOnlyReplicaError(ToolcatError):
+    """A write (register, remove, reindex, ...) sent to a read-only replica: admins write on
+    the primary, which the message names; the replica follows it."""
+
+    code = "READ_ONLY_REPLICA"
+    exit_code = 14

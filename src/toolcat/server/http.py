@@ -6,6 +6,11 @@ tokens file of principals) are checked before the SDK sees a request; the princi
 names travels in the ASGI scope to the handlers, which narrow the server's scope to it.
 Legacy sessions stay bound to the credential that opened them (the SDK answers 404 to
 another). Bodies over 4 MiB get 413.
+
+``GET /healthz`` (no token: a load balancer probes it) answers 200 with the revision served
+and, on a replica, the primary's revision, the lag and how stale the copy is; with
+``?max_stale=SECONDS`` it answers 503 once the replica has not heard from its store for
+longer, so a balancer can prefer fresher replicas without ever emptying the pool by default.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from .mcp import PRINCIPAL_KEY, CatalogServer
 from .tokens import Tokens
 
 MCP_PATH = "/mcp"
+HEALTH_PATH = "/healthz"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -36,7 +42,7 @@ class BearerAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and scope.get("path") != HEALTH_PATH:
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             principal = self.tokens.principal(given)
             if principal is None:
@@ -107,7 +113,29 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
                     return
             await manager.handle_request(scope, receive, _record_session(send, principal, owners))
 
-    app: Any = Starlette(routes=[Route(MCP_PATH, endpoint=Endpoint())], lifespan=lifespan)
+    async def healthz(request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        report = server.health()
+        status = 200
+        limit = request.query_params.get("max_stale")
+        if limit is not None and report.get("role") == "replica":
+            try:
+                bound = float(limit)
+            except ValueError:
+                return JSONResponse({"error": "max_stale must be a number of seconds"}, 400)
+            stale = report.get("stale_seconds")
+            if stale is None or stale > bound:
+                status = 503
+        return JSONResponse(report, status)
+
+    app: Any = Starlette(
+        routes=[
+            Route(MCP_PATH, endpoint=Endpoint()),
+            Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
+        ],
+        lifespan=lifespan,
+    )
     app = BearerAuth(app, tokens) if tokens else app
     return server.access_log.http(app) if server.access_log is not None else app
 

@@ -24,6 +24,7 @@ import contextlib
 import json
 import logging
 import queue
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -51,6 +52,7 @@ from .watcher import RevisionWatcher
 
 if TYPE_CHECKING:
     from ..catalog import Catalog
+    from ..store.replica import Follower
     from .tokens import Principal
 
 logger = logging.getLogger(__name__)
@@ -181,38 +183,83 @@ class Readers:
         self._free: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         self._opened: list[Catalog] = []
         self._limiter = anyio.CapacityLimiter(self._size)
+        self._guard = threading.Lock()
 
-    def _take(self) -> Catalog:
+    def _open(self) -> Catalog:
+        from ..catalog import Catalog
+
+        c = self._catalog
+        opened = Catalog(  # opened as the server's catalog was
+            c.path,
+            policy=c.policy,
+            default_timeout=c.default_timeout,
+            embedding_model=c.embedding_model,
+            trust_any_module=c.trust_any_module,
+        )
+        return opened
+
+    def _take(self) -> tuple[Catalog, queue.SimpleQueue[Catalog]]:
+        with self._guard:
+            free = self._free
         try:
-            return self._free.get_nowait()
+            return free.get_nowait(), free
         except queue.Empty:
-            from ..catalog import Catalog
-
-            c = self._catalog
-            opened = Catalog(  # opened as the server's catalog was
-                c.path,
-                policy=c.policy,
-                default_timeout=c.default_timeout,
-                embedding_model=c.embedding_model,
-                trust_any_module=c.trust_any_module,
-            )
-            self._opened.append(opened)
-            return opened
+            opened = self._open()
+            with self._guard:
+                self._opened.append(opened)
+            return opened, free
 
     async def run(self, fn: Callable[[Catalog], T]) -> T:
         def work() -> T:
-            reader = self._take()
+            reader, home = self._take()
             try:
                 return fn(reader)
             finally:
-                self._free.put(reader)
+                with self._guard:
+                    current = home is self._free
+                if current:
+                    self._free.put(reader)
+                else:  # renewed meanwhile: this one reads a replaced file
+                    self._retire(reader)
 
         return await anyio.to_thread.run_sync(work, limiter=self._limiter)
 
+    def renew(self, revision: int) -> None:
+        """A replica's file was replaced by a new revision: open the readers on it and warm
+        them (search statistics, the vector matrix) on the calling thread, then let requests
+        have them. Readers of the old file finish what they do and are closed."""
+        fresh: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
+        opened = []
+        for _ in range(self._size):
+            reader = self._open()
+            try:
+                reader.list(limit=1)
+                reader.search("warm up", k=1)
+            except ToolcatError as e:  # served as the primary serves it: say so, go on
+                logger.warning("revision %d: warming a reader: %s", revision, e)
+            opened.append(reader)
+            fresh.put(reader)
+        with self._guard:
+            old, self._free = self._free, fresh
+            self._opened.extend(opened)
+        while True:
+            try:
+                self._retire(old.get_nowait())
+            except queue.Empty:
+                break
+        logger.info("revision %d: %d warm readers", revision, len(opened))
+
+    def _retire(self, reader: Catalog) -> None:
+        with self._guard:
+            if reader in self._opened:
+                self._opened.remove(reader)
+        reader.close()
+
     def close(self) -> None:
-        for reader in self._opened:
+        with self._guard:
+            opened, self._opened = self._opened, []
+        for reader in opened:
             reader.close()
-        self._opened.clear()
 
 
 class ToolcatServer(Server[Any]):
@@ -235,11 +282,18 @@ class ToolcatServer(Server[Any]):
 class CatalogServer:
     """An MCP server over one catalog. ``server`` is the SDK server to run."""
 
-    def __init__(self, catalog: Catalog, options: ServeOptions | None = None) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        options: ServeOptions | None = None,
+        *,
+        follower: Follower | None = None,
+    ) -> None:
         from .. import __version__
 
         self.catalog = catalog
         self.options = options or ServeOptions()
+        self.follower = follower
         o = self.options
         self.scope = Scope(
             toolkits=(o.toolkit,) if o.toolkit else (),
@@ -248,11 +302,16 @@ class CatalogServer:
             any_tags=tuple(o.any_tags),
             exclude_tags=tuple(o.exclude_tags),
         )
-        self.watcher = RevisionWatcher(catalog.path, interval=o.watch_interval)
+        self.readers = Readers(catalog, o.readers)
+        self.watcher = RevisionWatcher(
+            catalog.path,
+            interval=o.watch_interval,
+            follow=follower.sync if follower is not None else None,
+            prepare=self.readers.renew if follower is not None else None,
+        )
         self.watcher.subscribe(self._catalog_changed)
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
-        self.readers = Readers(catalog, o.readers)
         self.recent = RecentSearches()  # learning from use: each caller's recent searches
         self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
@@ -294,6 +353,20 @@ class CatalogServer:
 
     def close(self) -> None:
         self.readers.close()
+
+    def health(self) -> dict[str, Any]:
+        """What ``/healthz`` reports: the revision served and, on a replica, its primary,
+        the primary's revision, the lag and how stale it is (``store.replica.health``)."""
+        from ..store import replica
+
+        report: dict[str, Any] = {"role": "primary", "revision": self.watcher.revision}
+        if self.follower is not None:
+            report = {
+                "role": "replica",
+                **replica.health(self.follower.state),
+                "revision": self.watcher.revision,
+            }
+        return report
 
     # -- who is asking ----------------------------------------------------------------------
 

@@ -112,9 +112,13 @@ class CatalogCursor(sqlite3.Cursor):
 
 
 class CatalogConnection(sqlite3.Connection):
-    """A connection to one catalog file that names it in every environmental error."""
+    """A connection to one catalog file that names it in every environmental error.
+
+    ``replica_of`` names the primary when the file is a read-only replica (store/replica.py).
+    """
 
     path: str = ""
+    replica_of: str | None = None
 
     def cursor(self, factory: Any = CatalogCursor) -> Any:  # execute() goes through here
         return super().cursor(factory)
@@ -181,24 +185,40 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
     ``BEGIN IMMEDIATE`` so two registering processes queue instead of deadlocking, and
     readers see a consistent snapshot without blocking them. A lock held longer than
     ``BUSY_TIMEOUT_MS`` is an error, not an endless wait.
+
+    A replica's file (store/replica.py) opens read-only and ``immutable``: it is only ever
+    replaced whole by a rename, so a connection reads the revision it opened, unlocked.
     """
+    from .replica import primary_of
+
     path = Path(path)
     _check_file(path)
+    primary = primary_of(path)
     conn: CatalogConnection | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if primary is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.exists():
+            raise CatalogError(
+                f"replica {str(path)!r} of {primary} holds no revision yet: "
+                "`toolcat serve --replica-of` restores one"
+            )
         conn = sqlite3.connect(
-            str(path),
+            path.resolve().as_uri() + "?mode=ro&immutable=1" if primary else str(path),
             isolation_level=None,
             check_same_thread=False,
             timeout=BUSY_TIMEOUT_MS / 1000,
             factory=CatalogConnection,
+            uri=primary is not None,
         )
         conn.path = str(path)
+        conn.replica_of = primary
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if names and "meta" not in names:  # someone else's database: change nothing in it
             raise CatalogError(f"{str(path)!r} is an SQLite database but not a toolcat catalog")
+        if primary is not None:
+            return conn
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")

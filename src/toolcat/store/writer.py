@@ -13,7 +13,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..errors import SourceKindError, UnknownToolkitError, VersionConflictError
+from ..errors import (
+    ReadOnlyReplicaError,
+    SourceKindError,
+    UnknownToolkitError,
+    VersionConflictError,
+)
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
 from .connection import rollback_quietly
@@ -26,7 +31,12 @@ OPTIMIZE_AFTER = 1000
 
 @contextlib.contextmanager
 def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception.
+
+    Raises:
+        ReadOnlyReplicaError: The file is a replica: every write belongs on its primary.
+    """
+    refuse_on_replica(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield
@@ -34,6 +44,16 @@ def write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
     except BaseException:
         rollback_quietly(conn)  # never hide the cause behind "cannot rollback"
         raise
+
+
+def refuse_on_replica(conn: sqlite3.Connection) -> None:
+    """Every write path passes here: a replica names its primary instead of writing."""
+    primary = getattr(conn, "replica_of", None)
+    if primary is not None:
+        raise ReadOnlyReplicaError(
+            f"catalog {getattr(conn, 'path', '')!r} is a read-only replica of {primary}: "
+            "register, remove, deprecate and reindex on the primary"
+        )
 
 
 def bump_revision(conn: sqlite3.Connection) -> int:
