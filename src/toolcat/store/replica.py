@@ -39,7 +39,8 @@ from ..errors import CatalogError
 
 STATE_SUFFIX = ".replica.json"
 INCOMING_SUFFIX = ".incoming"
-LITESTREAM_TIMEOUT = 300.0  # seconds one litestream command may take (a big first restore)
+LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as unreachable
+RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
 
 
 def state_path(path: str | os.PathLike[str]) -> Path:
@@ -203,19 +204,18 @@ class Follower:
             self.incoming.unlink()
         return False
 
-    def _run(self, *args: str) -> str:
+    def _run(self, *args: str, timeout: float) -> str:
         try:
             done = subprocess.run(
                 [self.litestream, *args],
                 capture_output=True,
                 text=True,
-                timeout=LITESTREAM_TIMEOUT,
+                timeout=timeout,
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired as e:
             raise CatalogError(
-                f"litestream {args[0]} took over {LITESTREAM_TIMEOUT:.0f} s at "
-                f"{redacted(self.source)}"
+                f"litestream {args[0]} took over {timeout:.0f} s at {redacted(self.source)}"
             ) from e
         except OSError as e:
             raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
@@ -229,7 +229,7 @@ class Follower:
 
     def _published(self) -> list[dict[str, Any]]:
         """Every LTX file in the store, each ``{"max_txid", "published"}`` (epoch seconds)."""
-        out = self._run("ltx", "-level", "all", "-json", self.source)
+        out = self._run("ltx", "-level", "all", "-json", self.source, timeout=LIST_TIMEOUT)
         try:
             rows = json.loads(out or "[]")
             return [
@@ -248,9 +248,8 @@ class Follower:
         """Restore transaction ``txid`` into the incoming file and check it; its revision."""
         with contextlib.suppress(OSError):
             self.incoming.unlink()
-        self._run(
-            "restore", "-force", "-txid", f"{txid:016x}", "-o", str(self.incoming), self.source
-        )
+        restore = ("restore", "-force", "-txid", f"{txid:016x}", "-o", str(self.incoming))
+        self._run(*restore, self.source, timeout=RESTORE_TIMEOUT)
         return check_copy(self.incoming)
 
     def _save(self) -> None:
