@@ -280,7 +280,8 @@ backend replicas
 
     def stop(self) -> None:
         for name in list(self.procs):
-            self.kill(name, signal.SIGTERM)
+            with contextlib.suppress(Exception):  # one stubborn process must not leave others
+                self.kill(name, signal.SIGTERM)
 
     # -- views ----------------------------------------------------------------------------
 

@@ -184,6 +184,8 @@ class Readers:
         self._opened: list[Catalog] = []
         self._limiter = anyio.CapacityLimiter(self._size)
         self._guard = threading.Lock()
+        self._generation = 0  # bumped by renew: readers of older ones are retired
+        self._current: set[int] = set()  # ids of the readers of this generation
 
     def _open(self) -> Catalog:
         from ..catalog import Catalog
@@ -198,28 +200,30 @@ class Readers:
         )
         return opened
 
-    def _take(self) -> tuple[Catalog, queue.SimpleQueue[Catalog]]:
-        with self._guard:
-            free = self._free
+    def _take(self) -> Catalog:
         try:
-            return free.get_nowait(), free
+            return self._free.get_nowait()
         except queue.Empty:
+            with self._guard:
+                generation = self._generation
             opened = self._open()
             with self._guard:
                 self._opened.append(opened)
-            return opened, free
+                if generation == self._generation:  # else a renew came meanwhile: retire it
+                    self._current.add(id(opened))
+            return opened
 
     async def run(self, fn: Callable[[Catalog], T]) -> T:
         def work() -> T:
-            reader, home = self._take()
+            reader = self._take()
             try:
                 return fn(reader)
             finally:
                 with self._guard:
-                    current = home is self._free
-                if current:
-                    self._free.put(reader)
-                else:  # renewed meanwhile: this one reads a replaced file
+                    current = id(reader) in self._current
+                    if current:
+                        self._free.put(reader)
+                if not current:  # renewed meanwhile: this one reads a replaced file
                     self._retire(reader)
 
         return await anyio.to_thread.run_sync(work, limiter=self._limiter)
@@ -242,6 +246,8 @@ class Readers:
         with self._guard:
             old, self._free = self._free, fresh
             self._opened.extend(opened)
+            self._generation += 1
+            self._current = {id(reader) for reader in opened}
         while True:
             try:
                 self._retire(old.get_nowait())
@@ -251,8 +257,7 @@ class Readers:
 
     def _retire(self, reader: Catalog) -> None:
         with self._guard:
-            if reader in self._opened:
-                self._opened.remove(reader)
+            self._opened = [r for r in self._opened if r is not reader]
         reader.close()
 
     def close(self) -> None:

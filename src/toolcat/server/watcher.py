@@ -78,7 +78,11 @@ class RevisionWatcher:
     async def check(self) -> bool:
         """Read the revision once; tell the listeners if it moved. True when it did."""
         try:
-            revision = await anyio.to_thread.run_sync(self._tick)
+            # A replica's tick may wait on the store (a restore, a store that is down):
+            # shutting down does not wait for it.
+            revision = await anyio.to_thread.run_sync(
+                self._tick, abandon_on_cancel=self.follow is not None
+            )
         except (sqlite3.Error, ToolcatError, OSError) as e:  # busy or replaced: next tick
             logger.warning("catalog revision unreadable: %s", e)
             return False
