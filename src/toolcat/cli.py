@@ -984,6 +984,8 @@ def serve(
         ),
         follower=follower,
     )
+    if follower is not None:  # a replica listens once it can answer its revision at speed
+        server.prepare(server.watcher.revision)
     if not use_http:
         anyio.run(serve_stdio, server)
         return

@@ -27,7 +27,7 @@ import queue
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -213,18 +213,25 @@ class Readers:
                     self._current.add(id(opened))
             return opened
 
+    @contextlib.contextmanager
+    def borrowed(self) -> Iterator[Catalog]:
+        """A reader for the calling thread; given back (or retired, when a renew came
+        meanwhile and it reads a replaced file) afterwards."""
+        reader = self._take()
+        try:
+            yield reader
+        finally:
+            with self._guard:
+                current = id(reader) in self._current
+                if current:
+                    self._free.put(reader)
+            if not current:
+                self._retire(reader)
+
     async def run(self, fn: Callable[[Catalog], T]) -> T:
         def work() -> T:
-            reader = self._take()
-            try:
+            with self.borrowed() as reader:
                 return fn(reader)
-            finally:
-                with self._guard:
-                    current = id(reader) in self._current
-                    if current:
-                        self._free.put(reader)
-                if not current:  # renewed meanwhile: this one reads a replaced file
-                    self._retire(reader)
 
         return await anyio.to_thread.run_sync(work, limiter=self._limiter)
 
@@ -312,7 +319,7 @@ class CatalogServer:
             catalog.path,
             interval=o.watch_interval,
             follow=follower.sync if follower is not None else None,
-            prepare=self.readers.renew if follower is not None else None,
+            prepare=self.prepare if follower is not None else None,
         )
         self.watcher.subscribe(self._catalog_changed)
         self.bus = InMemorySubscriptionBus()
@@ -322,6 +329,7 @@ class CatalogServer:
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
         self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
         self._lists_revision = -1
+        self._prepared: tuple[int, dict[Scope, list[types.Tool]]] = (-1, {})
         self.server = ToolcatServer(
             "toolcat",
             version=__version__,
@@ -442,29 +450,43 @@ class CatalogServer:
 
     # -- tools/list -------------------------------------------------------------------------
 
+    def _read_list(self, catalog: Catalog, scope: Scope) -> list[types.Tool]:
+        tools = [
+            t
+            for t in catalog.iter_tools(
+                tags=scope.tag_filter,
+                toolkit=scope.single_toolkit,
+                include_deferred=self.options.plain,
+            )
+            if scope.allows(t)
+        ]
+        return self._specs(catalog, tools, scope)
+
+    def prepare(self, revision: int) -> None:
+        """Build what serving ``revision`` needs before anyone is told of it (a replica's
+        watcher calls this on a worker thread; ``toolcat serve --replica-of`` once before
+        it listens): warm readers on the new file, and the server scope's ``tools/list``,
+        which on a big catalog is the costliest thing a first request would build."""
+        self.readers.renew(revision)
+        try:
+            with self.readers.borrowed() as catalog:
+                self._prepared = (revision, {self.scope: self._read_list(catalog, self.scope)})
+        except ToolcatError as e:
+            logger.warning("revision %d: building tools/list: %s", revision, e)
+
     async def _listed(self, scope: Scope) -> list[types.Tool]:
         revision = self.watcher.revision
         if revision != self._lists_revision:
-            self._lists.clear()
+            prepared_revision, prepared = self._prepared
+            self._lists = dict(prepared) if prepared_revision == revision else {}
             self._lists_revision = revision
         listed = self._lists.get(scope)
         if listed is None:
-            plain = self.options.plain
-
-            def read(catalog: Catalog) -> list[types.Tool]:
-                tools = [
-                    t
-                    for t in catalog.iter_tools(
-                        tags=scope.tag_filter, toolkit=scope.single_toolkit, include_deferred=plain
-                    )
-                    if scope.allows(t)
-                ]
-                return self._specs(catalog, tools, scope)
-
-            listed = await self.readers.run(read)
+            listed = await self.readers.run(lambda catalog: self._read_list(catalog, scope))
             if len(self._lists) > 256:
                 self._lists.clear()
-            self._lists[scope] = listed
+            if self._lists_revision == revision == self.watcher.revision:  # not moved since
+                self._lists[scope] = listed
         return listed
 
     async def _list_tools(
