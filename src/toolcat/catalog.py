@@ -1322,6 +1322,15 @@ class Catalog:
             progress=progress,
         )
 
+    def export_query_encoder(self) -> bool:
+        """Make this host's ONNX export of the catalog's embedding model when it has none
+        (what ``reindex`` does first), writing nothing: for a replica, whose catalog
+        arrives indexed. Returns whether an export was made (needs the embeddings extra)."""
+        from .search import reindex as reindexing
+
+        with self._snapshot() as conn:
+            return reindexing.export_query_encoder(conn)
+
     def status(self) -> dict[str, Any]:
         """Index coverage per mode, the embedding model, the revision; on a replica also
         ``replica``: its primary, the primary's revision, the lag and how stale it is

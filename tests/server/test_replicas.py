@@ -138,10 +138,16 @@ class Cluster:
 
     # -- processes ------------------------------------------------------------------------
 
-    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 (the process keeps it)
         process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**self.env, **(env or {})},
+            start_new_session=True,
         )
         log.close()
         self.procs[name] = process
@@ -227,6 +233,9 @@ class Cluster:
         self.spawn("litestream", [self.litestream, "replicate", "-config", str(config)])
 
     def start_replica(self, i: int) -> None:
+        # The second replica has a host's own cache: it makes its own ONNX export of the
+        # model (as a replica on another machine does) and must still answer the same.
+        cache = {"XDG_CACHE_HOME": str(self.tmp / "replica-host-cache")} if i == 1 else {}
         process = self.spawn(
             f"replica{i}",
             [
@@ -244,8 +253,9 @@ class Cluster:
                 "--replica-of",
                 self.source,
             ],
+            env=cache,
         )
-        wait_for_port(self.replica_ports[i], process, seconds=120)
+        wait_for_port(self.replica_ports[i], process, seconds=300)
 
     def start_balancer(self) -> None:
         servers = "\n".join(

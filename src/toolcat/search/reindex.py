@@ -46,11 +46,7 @@ def reindex(
         # Load the model before changing anything: a model that cannot load loses nothing.
         # Export it first, so that documents too are encoded by the export; once one is
         # made, a reindex neither imports torch nor loads the model.
-        encoder = embedder(model_id)
-        if not encoder.onnx_current():
-            if not encoder.onnx_exported():  # optimising an export needs no model
-                encoder.model()
-            encoder.export_onnx()
+        encoder = _exported(model_id)
         dimension = encoder.dimension
     fts_rows = 0
     if full:
@@ -86,6 +82,29 @@ def reindex(
         seconds=round(seconds, 3),
         tools_per_second=round(len(stale) / seconds, 1) if stale and seconds else 0.0,
     )
+
+
+def _exported(model_id: str) -> Any:
+    """The model's encoder, with a current ONNX export made on this host if it had none."""
+    encoder = embedder(model_id)
+    if not encoder.onnx_current():
+        if not encoder.onnx_exported():  # optimising an export needs no model
+            encoder.model()
+        encoder.export_onnx()
+    return encoder
+
+
+def export_query_encoder(conn: sqlite3.Connection) -> bool:
+    """Make this host's ONNX export of the model the catalog's vectors came from, as
+    ``reindex`` would, writing nothing to the catalog: a replica's catalog arrives indexed
+    from the primary, and its queries must be encoded as the primary's are. The export is
+    made from the model's package, so every host gets the same graphs. Returns whether
+    one was made."""
+    recorded = reader.meta(conn, "embedding_model")
+    if recorded is None or not _needs_export(recorded):
+        return False
+    _exported(recorded)
+    return True
 
 
 def _needs_export(model_id: str) -> bool:

@@ -240,10 +240,12 @@ class Readers:
         them (search statistics, the vector matrix) on the calling thread, then let requests
         have them. Readers of the old file finish what they do and are closed."""
         fresh: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
-        opened = []
+        opened: list[Catalog] = []
         for _ in range(self._size):
             reader = self._open()
             try:
+                if not opened and reader.export_query_encoder():
+                    logger.info("revision %d: exported the query encoder here", revision)
                 reader.list(limit=1)
                 reader.search("warm up", k=1)
             except ToolcatError as e:  # served as the primary serves it: say so, go on
