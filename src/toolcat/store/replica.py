@@ -25,17 +25,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sqlite3
-import subprocess
-import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import CatalogError
+
+# Every catalog connection reads the marker (``primary_of``): the rest of the standard
+# library this module needs (subprocess, shutil, datetime) is imported where it is used.
 
 STATE_SUFFIX = ".replica.json"
 INCOMING_SUFFIX = ".incoming"
@@ -74,6 +72,8 @@ def primary_of(path: str | os.PathLike[str]) -> str | None:
 def redacted(url: str) -> str:
     """``url`` without a password (``sftp://user:secret@host/x`` -> ``sftp://user@host/x``):
     credentials reach Litestream from its environment or config, never from our files."""
+    from urllib.parse import urlsplit, urlunsplit
+
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -114,6 +114,9 @@ def health(state: dict[str, Any] | None, now: float | None = None) -> dict[str, 
 
 def litestream_binary() -> str:
     """The ``litestream`` executable: on PATH, or beside this Python (a venv's bin)."""
+    import shutil
+    import sys
+
     found = shutil.which("litestream") or shutil.which(
         "litestream", path=os.path.dirname(sys.executable)
     )
@@ -205,6 +208,8 @@ class Follower:
         return False
 
     def _run(self, *args: str, timeout: float) -> str:
+        import subprocess
+
         try:
             done = subprocess.run(
                 [self.litestream, *args],
@@ -229,6 +234,8 @@ class Follower:
 
     def _published(self) -> list[dict[str, Any]]:
         """Every LTX file in the store, each ``{"max_txid", "published"}`` (epoch seconds)."""
+        from datetime import datetime
+
         out = self._run("ltx", "-level", "all", "-json", self.source, timeout=LIST_TIMEOUT)
         try:
             rows = json.loads(out or "[]")
