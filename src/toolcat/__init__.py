@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .errors import (
         AmbiguousNameError,
+        CatalogDamagedError,
         CatalogError,
         DefinitionChangedError,
         ImportFailedError,
@@ -61,6 +62,7 @@ _MODULES = {
     **dict.fromkeys(
         [
             "AmbiguousNameError",
+            "CatalogDamagedError",
             "CatalogError",
             "DefinitionChangedError",
             "ImportFailedError",
@@ -113,6 +115,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AmbiguousNameError",
     "Catalog",
+    "CatalogDamagedError",
     "CatalogError",
     "DefinitionChangedError",
     "ImportFailedError",

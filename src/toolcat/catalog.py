@@ -30,6 +30,7 @@ from .addresses import (
 )
 from .errors import (
     AmbiguousNameError,
+    CatalogDamagedError,
     CatalogError,
     DeprecatedToolError,
     InvalidQueryError,
@@ -125,6 +126,23 @@ def unknown_toolkit(name: str, known: Iterable[str]) -> UnknownToolkitError:
     return UnknownToolkitError(f"no toolkit named {name!r}.{hint}")
 
 
+class _CatalogLock:
+    """The lock every use of the catalog's connection holds. A ``CatalogDamagedError``
+    raised while it is held (by a reader that sees only rows) leaves it naming the file."""
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.RLock()
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
+        self._lock.release()
+        if isinstance(error, CatalogDamagedError) and not error.path:
+            raise error.at(self._path) from error
+
+
 class Catalog:
     """A catalog of tool definitions stored in one SQLite file.
 
@@ -175,7 +193,7 @@ class Catalog:
         self._resolved: dict[str, tuple[RegisteredTool, Any]] = {}
         self._resolved_revision = -1
         self._conn = connect(self.path)
-        self._lock = threading.RLock()
+        self._lock = _CatalogLock(str(self.path))
         self.embedding_model = embedding_model
         self._engine: SearchEngine | None = None
         # Learning from use: tool id -> the latest query whose search returned it.
@@ -597,15 +615,15 @@ class Catalog:
         """
         from .models import ToolPage
 
-        rows, revision, next_cursor = self._list_rows(
+        tools, revision, next_cursor = self._list_rows(
             TagFilter.of(tags, any_tags, exclude_tags),
             toolkit,
             include_deferred,
             limit,
             cursor,
             include_denied,
+            reader.row_to_tool,
         )
-        tools = [reader.row_to_tool(row) for row in rows]
         return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
 
     def list_summaries(
@@ -626,19 +644,16 @@ class Catalog:
         Builds no models (pydantic is not even imported), so a one-shot process that only
         lists starts fast. Arguments and errors are those of ``list``.
         """
-        rows, revision, next_cursor = self._list_rows(
+        summaries, revision, next_cursor = self._list_rows(
             TagFilter.of(tags, any_tags, exclude_tags),
             toolkit,
             include_deferred,
             limit,
             cursor,
             include_denied,
+            reader.row_to_summary,
         )
-        return {
-            "revision": revision,
-            "tools": [reader.row_to_summary(row) for row in rows],
-            "next_cursor": next_cursor,
-        }
+        return {"revision": revision, "tools": summaries, "next_cursor": next_cursor}
 
     def _list_rows(
         self,
@@ -648,8 +663,10 @@ class Catalog:
         limit: int,
         cursor: str | None,
         include_denied: bool,
-    ) -> tuple[builtins.list[tuple[Any, ...]], int, str | None]:
-        """(rows of one page, revision, next cursor) for ``list`` and ``list_summaries``."""
+        decode: Callable[[tuple[Any, ...]], Answer],
+    ) -> tuple[builtins.list[Answer], int, str | None]:
+        """(one page of rows, each decoded, revision, next cursor) for ``list`` and
+        ``list_summaries``. Rows are decoded in the read, so a damaged one names the file."""
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         after = decode_cursor(cursor) if cursor else None
@@ -657,12 +674,12 @@ class Catalog:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             rows = reader.list_rows(conn, filters, after, limit + 1)
             revision = reader.revision(conn)
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            _id, name, toolkit_name, *_ = rows[-1]  # reader.TOOL_COLUMNS
-            next_cursor = encode_cursor(toolkit_name, name)
-        return rows, revision, next_cursor
+            next_cursor = None
+            if len(rows) > limit:
+                rows = rows[:limit]
+                _id, name, toolkit_name, *_ = rows[-1]  # reader.TOOL_COLUMNS
+                next_cursor = encode_cursor(toolkit_name, name)
+            return [decode(row) for row in rows], revision, next_cursor
 
     def iter_tools(
         self,

@@ -56,6 +56,18 @@ class ToolcatGroup(click.Group):
             for line in lines:
                 click.echo(f"error: {line}", err=True)
             ctx.exit(e.exit_code)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug: still one line, and the way to see more
+            if ctx.meta.get("toolcat.debug"):
+                raise
+            text = " ".join(str(e).split())[:300]
+            click.echo(
+                f"error: unexpected {type(e).__name__}: {text} (a bug in toolcat; "
+                "--debug shows the traceback)",
+                err=True,
+            )
+            ctx.exit(ToolcatError.exit_code)
 
 
 def json_option(fn: F) -> F:
@@ -650,6 +662,8 @@ def call(
         arguments = json.loads(args_json)
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
+    except RecursionError:
+        raise click.BadParameter("JSON nested too deeply", param_hint="--args") from None
     catalog = open_catalog(ctx, isolation="process")
     show = None if as_json or not sys.stderr.isatty() else show_progress
     result = catalog.call(name, arguments, timeout=timeout, on_event=show)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import CatalogError
+from ..errors import CatalogDamagedError, CatalogError
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -29,8 +29,7 @@ _CAUSES = {
     7: "cannot be used: out of memory",  # SQLITE_NOMEM
     8: "is read-only here: {message}",  # SQLITE_READONLY
     10: "cannot be read or written (disk I/O error: {message})",  # SQLITE_IOERR
-    11: "is damaged ({message}); restore a backup, or register the toolkits again into a "
-    "new file",  # SQLITE_CORRUPT
+    11: "",  # SQLITE_CORRUPT: a CatalogDamagedError
     13: "cannot be written: the disk (or the database's size limit) is full; nothing of the "
     "failed change was kept",  # SQLITE_FULL
     14: "cannot be opened ({message})",  # SQLITE_CANTOPEN
@@ -62,6 +61,8 @@ def environment_error(error: BaseException, path: str | os.PathLike[str]) -> Cat
     cause = _CAUSES.get(primary) if primary is not None else None
     if cause is None:
         return None
+    if primary == 11:
+        return CatalogDamagedError(message, str(path))
     text = cause.format(timeout=BUSY_TIMEOUT_MS / 1000, message=message)
     return CatalogError(f"catalog {str(path)!r} {text}")
 
@@ -197,6 +198,8 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
         conn.path = str(path)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if names and "meta" not in names and {"toolkits", "tools"} <= names:
+            raise CatalogDamagedError("meta missing", str(path))
         if names and "meta" not in names:  # someone else's database: change nothing in it
             raise CatalogError(f"{str(path)!r} is an SQLite database but not a toolcat catalog")
         conn.execute("PRAGMA journal_mode = WAL")

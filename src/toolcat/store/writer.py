@@ -11,15 +11,24 @@ import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import SourceKindError, UnknownToolkitError, VersionConflictError
+from ..errors import (
+    CatalogDamagedError,
+    ManifestError,
+    SourceKindError,
+    UnknownToolkitError,
+    VersionConflictError,
+)
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
 from .connection import rollback_quietly
+from .reader import decode_definition, decode_tags, toolkit_rows
 from .reader import meta as read_meta
 from .reader import revision as read_revision
-from .reader import toolkit_rows
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 OPTIMIZE_AFTER = 1000
 
@@ -49,8 +58,24 @@ def same_version(a: str, b: str) -> bool:
 
     try:
         return Version(a) == Version(b)
-    except InvalidVersion:
+    except (InvalidVersion, TypeError):
         return a == b
+
+
+def stored_version(toolkit: str, version: Any) -> Version:
+    """A registered version, parsed (registration accepts PEP 440 versions only).
+
+    Raises:
+        CatalogDamagedError: the version was edited by hand into something else.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version)
+    except (InvalidVersion, TypeError):
+        raise CatalogDamagedError(
+            f"toolkit {toolkit!r}: its version {version!r:.40} is not a version"
+        ) from None
 
 
 def refresh_active(
@@ -65,10 +90,8 @@ def refresh_active(
     ``fresh`` is (toolkit row id, toolkit, first tool row id) of a version just inserted, so
     its index text comes from the models in hand instead of being read back.
     """
-    from packaging.version import Version
-
     candidates = [
-        (Version(version), row_id)
+        (stored_version(name, version), row_id)
         for row_id, version, _hash, deprecated in toolkit_rows(conn, name)
         if not deprecated
     ]
@@ -265,11 +288,16 @@ def _stored_toolkit(
     name, description, tags = conn.execute(
         "SELECT name, description, tags FROM toolkits WHERE id = ?", (toolkit_id,)
     ).fetchone()
-    toolkit = Toolkit.model_construct(name=name, description=description, tags=json.loads(tags))
-    rows = conn.execute(
-        "SELECT id, definition FROM tools WHERE toolkit_id = ? ORDER BY id", (toolkit_id,)
+    toolkit = Toolkit.model_construct(
+        name=name, description=description, tags=decode_tags(tags, f"toolkit {name!r}")
     )
-    return toolkit, [(i, Tool.model_construct(**json.loads(d))) for i, d in rows.fetchall()]
+    rows = conn.execute(
+        "SELECT id, name, definition FROM tools WHERE toolkit_id = ? ORDER BY id", (toolkit_id,)
+    )
+    return toolkit, [
+        (i, Tool.model_construct(**decode_definition(d, f"{name}.{tool}")))
+        for i, tool, d in rows.fetchall()
+    ]
 
 
 def effective_tags(tool: Tool, toolkit: Toolkit) -> list[str]:
@@ -366,6 +394,7 @@ def register(
     if change_kind is None:
         change_kind = replace
 
+    _check_batch(batch)
     db = sqlite_utils.Database(conn)
     results: list[RegistrationResult] = []
     with write_transaction(conn):
@@ -387,7 +416,8 @@ def register(
                     continue
                 if not replace:
                     raise VersionConflictError(
-                        f"toolkit {toolkit.name!r} version {version} is already registered "
+                        (f"{source}: " if source else "")
+                        + f"toolkit {toolkit.name!r} version {version} is already registered "
                         "with different content; bump the version, or pass --replace "
                         "(replace=True) to overwrite it"
                     )
@@ -403,6 +433,29 @@ def register(
             conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
         revision = bump_revision(conn) if changed else read_revision(conn)
     return [r.model_copy(update={"revision": revision}) for r in results]
+
+
+def _check_batch(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
+    """Refuse a batch that defines one toolkit version twice with different content: no
+    ``replace`` can say which of the two is meant.
+
+    Raises:
+        ManifestError: naming both sources.
+    """
+    from packaging.version import Version
+
+    seen: dict[tuple[str, Version], tuple[Toolkit, str | None]] = {}
+    for toolkit, source in batch:
+        key = (toolkit.name, Version(toolkit.version))
+        first = seen.setdefault(key, (toolkit, source))
+        if first[0] is not toolkit and first[0].content_hash() != toolkit.content_hash():
+            raise ManifestError(
+                f"version {toolkit.version} is also defined, differently, by "
+                f"{first[1] or 'an earlier toolkit of this batch'}; register one of them "
+                "(or give one another version)",
+                file=source,
+                toolkit=toolkit.name,
+            )
 
 
 def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
