@@ -153,7 +153,8 @@ class Catalog:
             out of list and search unless ``include_denied=True``.
         default_timeout: Seconds a call may run when neither the call nor the tool says.
         isolation: How tools run: ``"thread"`` (fast; at a timeout the caller's wait stops but
-            a sync tool's work may go on), ``"process"`` (a worker subprocess that a timeout
+            a sync tool's work may go on, and a tool holding the GIL in one long C call holds
+            the wait until that call returns), ``"process"`` (a worker subprocess that a timeout
             kills, so the work stops), or a mapping of toolkit names to either (``"*"`` for
             the rest). Tools of imported MCP servers always run in this process.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool

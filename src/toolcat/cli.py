@@ -146,8 +146,9 @@ def tool_line(tool_id: str, description: str, defer_loading: bool) -> str:
 @click.option(
     "--isolate",
     type=click.Choice(["thread", "process"]),
-    help="Run tools in threads (fast; a timeout stops the wait, not the work) or in worker "
-    "processes (a timeout kills the work). Default: process for `call`, thread otherwise.",
+    help="Run tools in threads (fast; a timeout stops the wait, not the work, and not even "
+    "the wait while a tool holds the GIL in a long C call) or in worker processes (a timeout "
+    "kills the work). Default: process for `call`, thread otherwise.",
 )
 @click.option(
     "--trust-any-module",
