@@ -147,8 +147,9 @@ class Catalog:
     """A catalog of tool definitions stored in one SQLite file.
 
     Args:
-        path: The catalog file; created (with its parent folders) if missing. Defaults to
-            ``$TOOLCAT_DB``, else ``~/.local/share/toolcat/catalog.db``.
+        path: The catalog file; created (with its parent folders) if missing, unless
+            ``create`` is false. Defaults to ``$TOOLCAT_DB``, else
+            ``~/.local/share/toolcat/catalog.db``.
         policy: Allow/deny rules and guards for calls. Tools its rules deny are also left
             out of list and search unless ``include_denied=True``.
         default_timeout: Seconds a call may run when neither the call nor the tool says.
@@ -168,9 +169,12 @@ class Catalog:
             toolkit's ``module``, at registration and again at call time; and only
             ``register_mcp`` may register implementations that start a command
             (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.trust``.
+        create: Create the file when it is missing (else that is a ``CatalogError``: how
+            reading commands tell a mistyped path from an empty catalog).
 
     Raises:
-        CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
+        CatalogError: The file is not a toolcat catalog, comes from a newer toolcat, is
+            damaged (``CatalogDamagedError``), or is missing and ``create`` is false.
     """
 
     def __init__(
@@ -183,6 +187,7 @@ class Catalog:
         embedding_model: str | None = None,
         isolation: Isolation = "thread",
         trust_any_module: bool = False,
+        create: bool = True,
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.trust_any_module = trust_any_module
@@ -193,7 +198,7 @@ class Catalog:
         self._runtime: Runtime | None = None
         self._resolved: dict[str, tuple[RegisteredTool, Any]] = {}
         self._resolved_revision = -1
-        self._conn = connect(self.path)
+        self._conn = connect(self.path, create=create)
         self._lock = _CatalogLock(str(self.path))
         self.embedding_model = embedding_model
         self._engine: SearchEngine | None = None
@@ -531,6 +536,25 @@ class Catalog:
 
         with self._lock:
             return writer.deprecate(self._conn, name, version)
+
+    def activate(self, toolkit: str, version: str | None = None) -> int:
+        """Take back the deprecation of one version (``toolkit@version`` or ``version=``);
+        returns the revision.
+
+        The active version becomes the newest one not deprecated: this one, unless a newer
+        version is in use (``versions()`` says which is active). Undoes ``deprecate``.
+
+        Raises:
+            UnknownToolkitError: No such toolkit or version, or no version given.
+        """
+        name, pinned = parse_toolkit_ref(toolkit)
+        version = version or pinned
+        if version is None:
+            raise UnknownToolkitError("activate needs a version: toolkit@version")
+        from .store import writer
+
+        with self._lock:
+            return writer.activate(self._conn, name, version)
 
     def remove(self, toolkit: str, version: str | None = None) -> int:
         """Remove one version of a toolkit (``toolkit@version``) or all of it; returns the

@@ -241,6 +241,16 @@ class ToolTimeoutError(ToolcatError):
     exit_code = 11
 
 
+class ToolFailedError(ToolcatError):
+    """A tool ran and failed (raised, returned what JSON cannot carry, or its worker died).
+
+    ``call`` never raises it: it is the ``TOOL_ERROR`` of a ``ToolResult``; its exit code is
+    what ``toolcat call`` exits with then."""
+
+    code = "TOOL_ERROR"
+    exit_code = 14
+
+
 class ToolDeniedError(ToolcatError):
     """Policy (a rule or a guard) refuses the call."""
 

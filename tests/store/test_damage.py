@@ -93,7 +93,7 @@ OPERATIONS: dict[str, Callable[[Catalog], Any]] = {
     "toolkits": lambda c: c.toolkits(),
     "versions": lambda c: c.versions("files"),
     "status": lambda c: c.status(),
-    "export": lambda c: c.export(list(c.iter_tools()), "openai"),
+    "export": lambda c: c.export(list(c.iter_tools()), "openai-chat"),
     "register": lambda c: c.register(Toolkit.model_validate(toolkit_data("files", "9.0.0"))),
     "deprecate": lambda c: c.deprecate("math@1.0.0"),
     "remove": lambda c: c.remove("text"),

@@ -175,16 +175,25 @@ def _check_file(path: Path) -> None:
         raise CatalogError(f"cannot open catalog {str(path)!r}: it is {kind}, not a catalog file")
 
 
-def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open (creating if needed) a catalog file in WAL mode.
+def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Connection:
+    """Open a catalog file in WAL mode; with ``create``, create it (and its folder) if missing.
 
     Transactions are managed explicitly (``isolation_level=None``): writers take
     ``BEGIN IMMEDIATE`` so two registering processes queue instead of deadlocking, and
     readers see a consistent snapshot without blocking them. A lock held longer than
     ``BUSY_TIMEOUT_MS`` is an error, not an endless wait.
+
+    Raises:
+        CatalogError: The file cannot be opened, is no catalog, or (without ``create``) is
+            missing.
     """
     path = Path(path)
     _check_file(path)
+    if not create and not path.exists():
+        raise CatalogError(
+            f"no catalog at {str(path)!r}: check the path, or create the catalog first "
+            "(`toolcat init`, `toolcat register`)"
+        )
     conn: CatalogConnection | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

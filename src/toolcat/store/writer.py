@@ -531,6 +531,18 @@ def deprecate(conn: sqlite3.Connection, name: str, version: str) -> int:
         return bump_revision(conn)
 
 
+def activate(conn: sqlite3.Connection, name: str, version: str) -> int:
+    """Take back the deprecation of ``name@version``; the active version becomes the newest
+    one not deprecated again (this one, unless a newer one is in use)."""
+    with write_transaction(conn):
+        row_id, deprecated = _find_version(conn, name, version)
+        if not deprecated:
+            return read_revision(conn)
+        conn.execute("UPDATE toolkits SET deprecated = 0 WHERE id = ?", (row_id,))
+        refresh_active(conn, name)
+        return bump_revision(conn)
+
+
 def remove(conn: sqlite3.Connection, name: str, version: str | None) -> tuple[int, int]:
     """Remove one version of a toolkit, or every version. Returns (versions removed, revision)."""
     with write_transaction(conn):
