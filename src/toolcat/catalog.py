@@ -1294,8 +1294,11 @@ class Catalog:
         ]
         result: builtins.list[dict[str, Any]] = []
         if entries:
+            from .importpath import child_environment
+
             child = subprocess.run(
                 [sys.executable, "-m", "toolcat.runtime.check"],
+                env=child_environment(os.environ),
                 input=json.dumps(entries),
                 capture_output=True,
                 text=True,

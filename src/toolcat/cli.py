@@ -1269,6 +1269,9 @@ def main() -> None:
     out, unstoppable), the process leaves at once instead of waiting for it at exit."""
     global _OWN_PROCESS
     _OWN_PROCESS = True
+    from .importpath import prefer_current_directory
+
+    prefer_current_directory()  # modules beside you are found, as `python -m` finds them
     try:
         cli.main(prog_name="toolcat")
     except SystemExit as e:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..importpath import child_environment
 from . import reaper
 
 MAX_WORKERS = 64  # alive at once, over all keys; more calls wait for one (within their timeout)
@@ -42,9 +43,8 @@ class Worker:
     """One worker subprocess and its protocol pipes."""
 
     def __init__(self) -> None:
-        env = dict(os.environ)
-        # The child imports what this process can: the same interpreter and search path.
-        env["PYTHONPATH"] = os.pathsep.join(p if p else os.getcwd() for p in sys.path)
+        # The child imports what this process can: the same interpreter and import path.
+        env = child_environment(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "toolcat.runtime.worker"],

@@ -38,8 +38,10 @@ def _private_streams() -> tuple[BinaryIO, BinaryIO]:
 
 def main() -> None:
     protocol_in, protocol_out = _private_streams()
+    from ..importpath import adopt_parent_path
     from . import reaper
 
+    adopt_parent_path()
     reaper.become_subreaper()  # what a tool starts stays ours to kill, detached or not
     # Imported after the streams are safe: nothing below may print on the protocol.
     from ..errors import ToolcatError
