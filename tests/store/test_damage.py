@@ -95,6 +95,9 @@ OPERATIONS: dict[str, Callable[[Catalog], Any]] = {
     "status": lambda c: c.status(),
     "export": lambda c: c.export(list(c.iter_tools()), "openai-chat"),
     "register": lambda c: c.register(Toolkit.model_validate(toolkit_data("files", "9.0.0"))),
+    "register_replace": lambda c: c.register(
+        Toolkit.model_validate(toolkit_data("files", "9.0.0")), replace=True
+    ),
     "deprecate": lambda c: c.deprecate("math@1.0.0"),
     "remove": lambda c: c.remove("text"),
     "usage": lambda c: c.usage(),
@@ -181,7 +184,7 @@ def test_the_schema_objects_are_what_a_catalog_holds(tmp_path: Path) -> None:
 def test_a_toolkit_version_that_is_no_version(pristine: Path, tmp_path: Path) -> None:
     db = damaged_copy(pristine, tmp_path, ("UPDATE toolkits SET version = 'not a version!'", ()))
     with Catalog(db) as catalog, pytest.raises(CatalogDamagedError) as err:
-        catalog.register(Toolkit.model_validate(toolkit_data("files", "9.0.0")))
+        catalog.register(Toolkit.model_validate(toolkit_data("files", "9.0.0")), replace=True)
     assert "'not a version!' is not a version" in str(err.value)
 
 

@@ -338,16 +338,14 @@ def stored_source(conn: sqlite3.Connection, name: str) -> tuple[str, str | None]
     if row is None:
         return None
     implementations = [
-        r[0]
-        for r in conn.execute(
-            "SELECT json_extract(definition, '$.implementation') FROM tools WHERE toolkit_id = ?",
-            (row[0],),
+        decode_definition(definition, f"{name}.{tool}").get("implementation")
+        for tool, definition in conn.execute(
+            "SELECT name, definition FROM tools WHERE toolkit_id = ?", (row[0],)
         )
     ]
-    try:
-        tags = json.loads(row[2])
-    except (TypeError, ValueError):
-        tags = []
+    if row[1] is not None and not isinstance(row[1], str):
+        raise CatalogDamagedError(f"toolkit {name!r}: its source is {row[1]!r:.40}")
+    tags = decode_tags(row[2], f"toolkit {name!r}")
     return source_kind(row[1], tags, implementations), row[1]
 
 
