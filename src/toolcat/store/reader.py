@@ -169,19 +169,19 @@ def decode_definition(text: Any, tool: str) -> dict[str, Any]:
         raise CatalogDamagedError(f"tool {tool!r}: its definition is not JSON") from None
     if not isinstance(data, dict):
         raise CatalogDamagedError(f"tool {tool!r}: its definition is not a JSON object")
-    for field in _REQUIRED:
-        if field not in data:
-            raise CatalogDamagedError(f"tool {tool!r}: its definition has no {field!r}")
-    for field, kind in _DEFINITION_TYPES.items():
-        value = data.get(field)
-        if value is None and field not in _REQUIRED:
+    for name in _REQUIRED:
+        if name not in data:
+            raise CatalogDamagedError(f"tool {tool!r}: its definition has no {name!r}")
+    for name, kind in _DEFINITION_TYPES.items():
+        value = data.get(name)
+        if value is None and name not in _REQUIRED:
             continue
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise CatalogDamagedError(
-                f"tool {tool!r}: field {field!r} of its definition is {value!r:.40}"
+                f"tool {tool!r}: field {name!r} of its definition is {value!r:.40}"
             )
         if isinstance(value, list) and not all(isinstance(item, str) for item in value):
-            raise CatalogDamagedError(f"tool {tool!r}: field {field!r} holds a non-string")
+            raise CatalogDamagedError(f"tool {tool!r}: field {name!r} holds a non-string")
     return data
 
 
