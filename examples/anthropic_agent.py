@@ -9,6 +9,7 @@ loads those tools; when Claude calls one, ``Catalog.call`` runs it. ``--search b
     python examples/anthropic_agent.py "What are the prime factors of 360?"  # needs
         ANTHROPIC_API_KEY and the anthropic package
     python examples/anthropic_agent.py --replay examples/recorded/anthropic.json
+    python examples/anthropic_agent.py --search regex --replay examples/recorded/anthropic_regex.json
 
 ``--replay`` answers from recorded replies instead of the API (no network). Without ``--db``,
 a temporary catalog holds the sample toolkits of ``data/toolkits``.
@@ -33,13 +34,34 @@ class Replay:
 
     def __init__(self, path: Path) -> None:
         recorded = json.loads(path.read_text(encoding="utf-8"))
+        self.path = path
         self.prompt: str = recorded["prompt"]
+        self.search_tool: str = recorded.get("search_tool", "tool_search")
         self.replies: list[dict[str, Any]] = list(recorded["responses"])
 
     def create(self, **request: Any) -> dict[str, Any]:
         names = {t["name"] for t in request["tools"]}
-        assert "tool_search" in names or "tool_search_tool_bm25" in names, "no search tool"
+        if self.search_tool not in names:  # the recording answers another search tool
+            raise SystemExit(
+                f"{self.path} replays searches by {self.search_tool!r}, which this request "
+                f"does not send; replay {RECORDINGS.get(_search_of(names), 'a recording of it')}"
+            )
         return self.replies.pop(0)
+
+
+# The recording that answers each --search choice (None: toolcat's own search tool).
+RECORDINGS = {
+    None: "examples/recorded/anthropic.json",
+    "regex": "examples/recorded/anthropic_regex.json (with --search regex)",
+}
+
+
+def _search_of(names: set[str]) -> str | None:
+    """The --search choice whose tool these request tool names include."""
+    for kind in ("bm25", "regex"):
+        if f"tool_search_tool_{kind}" in names:
+            return kind
+    return None
 
 
 def run(catalog: Catalog, prompt: str, messages_api: Any, model: str, search: str | None) -> str:
@@ -54,6 +76,10 @@ def run(catalog: Catalog, prompt: str, messages_api: Any, model: str, search: st
         messages.append({"role": "assistant", "content": reply["content"]})
         results = []
         for block in reply["content"]:
+            if block["type"] == "tool_search_tool_result":  # Anthropic searched (--search)
+                found = block["content"].get("tool_references", [])
+                names = [exported.address(ref["tool_name"]) for ref in found]
+                print(f"search by Anthropic -> {names}")
             if block["type"] != "tool_use":
                 continue
             if block["name"] == "tool_search":
@@ -82,7 +108,8 @@ def main() -> None:
     parser.add_argument("--model", default="claude-sonnet-4-5")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        catalog = Catalog(args.db or Path(tmp) / "catalog.db")
+        # A catalog named with --db must exist (a mistyped path is an error, not a new file).
+        catalog = Catalog(args.db, create=False) if args.db else Catalog(Path(tmp) / "catalog.db")
         if args.db is None:
             catalog.register(ROOT / "data" / "toolkits")
         if args.replay:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from .catalog import Catalog
     from .errors import (
         AmbiguousNameError,
+        CatalogDamagedError,
         CatalogError,
         DefinitionChangedError,
         ImportFailedError,
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
         ReadOnlyReplicaError,
         ToolcatError,
         ToolDeniedError,
+        ToolFailedError,
         ToolTimeoutError,
         UnknownToolError,
         UnknownToolkitError,
@@ -62,6 +64,7 @@ _MODULES = {
     **dict.fromkeys(
         [
             "AmbiguousNameError",
+            "CatalogDamagedError",
             "CatalogError",
             "DefinitionChangedError",
             "ImportFailedError",
@@ -73,6 +76,7 @@ _MODULES = {
             "ReadOnlyReplicaError",
             "ToolcatError",
             "ToolDeniedError",
+            "ToolFailedError",
             "ToolTimeoutError",
             "UnknownToolError",
             "UnknownToolkitError",
@@ -115,6 +119,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AmbiguousNameError",
     "Catalog",
+    "CatalogDamagedError",
     "CatalogError",
     "DefinitionChangedError",
     "ImportFailedError",
@@ -134,6 +139,7 @@ __all__ = [
     "ToolAnnotations",
     "ToolDeniedError",
     "ToolEvent",
+    "ToolFailedError",
     "ToolPage",
     "ToolResult",
     "ToolTimeoutError",

@@ -65,12 +65,20 @@ def encode_cursor(toolkit: str, name: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+MAX_CURSOR_CHARS = 1000
+
+
 def decode_cursor(cursor: str) -> tuple[str, str]:
     """(toolkit, name) from ``encode_cursor``; anything else is an ``InvalidQueryError``."""
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        value = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (binascii.Error, ValueError, UnicodeError):
+        # A cursor we made holds two names; a long one (deeply nested JSON...) is not ours.
+        value = (
+            json.loads(base64.urlsafe_b64decode(padded.encode()))
+            if len(cursor) <= MAX_CURSOR_CHARS
+            else None
+        )
+    except (binascii.Error, ValueError, UnicodeError, RecursionError):
         value = None
     if not (
         isinstance(value, list)
@@ -80,5 +88,6 @@ def decode_cursor(cursor: str) -> tuple[str, str]:
         and TOOLKIT_NAME_RE.fullmatch(value[0])
         and TOOL_NAME_RE.fullmatch(value[1])
     ):
-        raise InvalidQueryError(f"invalid cursor {cursor!r}: pass back a next_cursor unchanged")
+        shown = cursor if len(cursor) <= 60 else cursor[:60] + "…"
+        raise InvalidQueryError(f"invalid cursor {shown!r}: pass back a next_cursor unchanged")
     return value[0], value[1]

@@ -30,6 +30,7 @@ from .addresses import (
 )
 from .errors import (
     AmbiguousNameError,
+    CatalogDamagedError,
     CatalogError,
     DeprecatedToolError,
     InvalidQueryError,
@@ -125,17 +126,36 @@ def unknown_toolkit(name: str, known: Iterable[str]) -> UnknownToolkitError:
     return UnknownToolkitError(f"no toolkit named {name!r}.{hint}")
 
 
+class _CatalogLock:
+    """The lock every use of the catalog's connection holds. A ``CatalogDamagedError``
+    raised while it is held (by a reader that sees only rows) leaves it naming the file."""
+
+    def __init__(self, path: str) -> None:
+        self._lock = threading.RLock()
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, kind: object, error: BaseException | None, _tb: object) -> None:
+        self._lock.release()
+        if isinstance(error, CatalogDamagedError) and not error.path:
+            raise error.at(self._path) from error
+
+
 class Catalog:
     """A catalog of tool definitions stored in one SQLite file.
 
     Args:
-        path: The catalog file; created (with its parent folders) if missing. Defaults to
-            ``$TOOLCAT_DB``, else ``~/.local/share/toolcat/catalog.db``.
+        path: The catalog file; created (with its parent folders) if missing, unless
+            ``create`` is false. Defaults to ``$TOOLCAT_DB``, else
+            ``~/.local/share/toolcat/catalog.db``.
         policy: Allow/deny rules and guards for calls. Tools its rules deny are also left
             out of list and search unless ``include_denied=True``.
         default_timeout: Seconds a call may run when neither the call nor the tool says.
         isolation: How tools run: ``"thread"`` (fast; at a timeout the caller's wait stops but
-            a sync tool's work may go on), ``"process"`` (a worker subprocess that a timeout
+            a sync tool's work may go on, and a tool holding the GIL in one long C call holds
+            the wait until that call returns), ``"process"`` (a worker subprocess that a timeout
             kills, so the work stops), or a mapping of toolkit names to either (``"*"`` for
             the rest). Tools of imported MCP servers always run in this process.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
@@ -149,9 +169,12 @@ class Catalog:
             toolkit's ``module``, at registration and again at call time; and only
             ``register_mcp`` may register implementations that start a command
             (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.trust``.
+        create: Create the file when it is missing (else that is a ``CatalogError``: how
+            reading commands tell a mistyped path from an empty catalog).
 
     Raises:
-        CatalogError: The file is not a toolcat catalog, or comes from a newer toolcat.
+        CatalogError: The file is not a toolcat catalog, comes from a newer toolcat, is
+            damaged (``CatalogDamagedError``), or is missing and ``create`` is false.
     """
 
     def __init__(
@@ -164,6 +187,7 @@ class Catalog:
         embedding_model: str | None = None,
         isolation: Isolation = "thread",
         trust_any_module: bool = False,
+        create: bool = True,
     ) -> None:
         self.path = Path(path) if path is not None else default_path()
         self.trust_any_module = trust_any_module
@@ -174,8 +198,8 @@ class Catalog:
         self._runtime: Runtime | None = None
         self._resolved: dict[str, tuple[RegisteredTool, Any]] = {}
         self._resolved_revision = -1
-        self._conn = connect(self.path)
-        self._lock = threading.RLock()
+        self._conn = connect(self.path, create=create)
+        self._lock = _CatalogLock(str(self.path))
         self.embedding_model = embedding_model
         self._engine: SearchEngine | None = None
         # Learning from use: tool id -> the latest query whose search returned it.
@@ -527,6 +551,25 @@ class Catalog:
         with self._lock:
             return writer.deprecate(self._conn, name, version)
 
+    def activate(self, toolkit: str, version: str | None = None) -> int:
+        """Take back the deprecation of one version (``toolkit@version`` or ``version=``);
+        returns the revision.
+
+        The active version becomes the newest one not deprecated: this one, unless a newer
+        version is in use (``versions()`` says which is active). Undoes ``deprecate``.
+
+        Raises:
+            UnknownToolkitError: No such toolkit or version, or no version given.
+        """
+        name, pinned = parse_toolkit_ref(toolkit)
+        version = version or pinned
+        if version is None:
+            raise UnknownToolkitError("activate needs a version: toolkit@version")
+        from .store import writer
+
+        with self._lock:
+            return writer.activate(self._conn, name, version)
+
     def remove(self, toolkit: str, version: str | None = None) -> int:
         """Remove one version of a toolkit (``toolkit@version``) or all of it; returns the
         number of versions removed."""
@@ -611,15 +654,15 @@ class Catalog:
         """
         from .models import ToolPage
 
-        rows, revision, next_cursor = self._list_rows(
+        tools, revision, next_cursor = self._list_rows(
             TagFilter.of(tags, any_tags, exclude_tags),
             toolkit,
             include_deferred,
             limit,
             cursor,
             include_denied,
+            reader.row_to_tool,
         )
-        tools = [reader.row_to_tool(row) for row in rows]
         return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
 
     def list_summaries(
@@ -640,19 +683,16 @@ class Catalog:
         Builds no models (pydantic is not even imported), so a one-shot process that only
         lists starts fast. Arguments and errors are those of ``list``.
         """
-        rows, revision, next_cursor = self._list_rows(
+        summaries, revision, next_cursor = self._list_rows(
             TagFilter.of(tags, any_tags, exclude_tags),
             toolkit,
             include_deferred,
             limit,
             cursor,
             include_denied,
+            reader.row_to_summary,
         )
-        return {
-            "revision": revision,
-            "tools": [reader.row_to_summary(row) for row in rows],
-            "next_cursor": next_cursor,
-        }
+        return {"revision": revision, "tools": summaries, "next_cursor": next_cursor}
 
     def _list_rows(
         self,
@@ -662,8 +702,10 @@ class Catalog:
         limit: int,
         cursor: str | None,
         include_denied: bool,
-    ) -> tuple[builtins.list[tuple[Any, ...]], int, str | None]:
-        """(rows of one page, revision, next cursor) for ``list`` and ``list_summaries``."""
+        decode: Callable[[tuple[Any, ...]], Answer],
+    ) -> tuple[builtins.list[Answer], int, str | None]:
+        """(one page of rows, each decoded, revision, next cursor) for ``list`` and
+        ``list_summaries``. Rows are decoded in the read, so a damaged one names the file."""
         if not 1 <= limit <= MAX_LIMIT:
             raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         after = decode_cursor(cursor) if cursor else None
@@ -671,12 +713,12 @@ class Catalog:
             filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
             rows = reader.list_rows(conn, filters, after, limit + 1)
             revision = reader.revision(conn)
-        next_cursor = None
-        if len(rows) > limit:
-            rows = rows[:limit]
-            _id, name, toolkit_name, *_ = rows[-1]  # reader.TOOL_COLUMNS
-            next_cursor = encode_cursor(toolkit_name, name)
-        return rows, revision, next_cursor
+            next_cursor = None
+            if len(rows) > limit:
+                rows = rows[:limit]
+                _id, name, toolkit_name, *_ = rows[-1]  # reader.TOOL_COLUMNS
+                next_cursor = encode_cursor(toolkit_name, name)
+            return [decode(row) for row in rows], revision, next_cursor
 
     def iter_tools(
         self,
@@ -1268,8 +1310,11 @@ class Catalog:
         ]
         result: builtins.list[dict[str, Any]] = []
         if entries:
+            from .importpath import child_environment
+
             child = subprocess.run(
                 [sys.executable, "-m", "toolcat.runtime.check"],
+                env=child_environment(os.environ),
                 input=json.dumps(entries),
                 capture_output=True,
                 text=True,

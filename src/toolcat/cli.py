@@ -25,6 +25,8 @@ from .errors import (
     ManifestError,
     ToolcatError,
     ToolDeniedError,
+    ToolFailedError,
+    ToolTimeoutError,
     UnknownToolError,
 )
 from .formats import FORMATS
@@ -36,11 +38,13 @@ if TYPE_CHECKING:
     from .store.replica import Follower
 
 F = TypeVar("F", bound=Callable[..., Any])
-CALL_EXIT_CODES = {
+CALL_EXIT_CODES = {  # a failed ToolResult's error_code -> `toolcat call`'s exit code
     "UNKNOWN_TOOL": UnknownToolError.exit_code,
     "IMPORT_FAILED": ImportFailedError.exit_code,
     "INVALID_ARGUMENTS": InvalidArgumentsError.exit_code,
     "TOOL_DENIED": ToolDeniedError.exit_code,
+    "TIMEOUT": ToolTimeoutError.exit_code,
+    "TOOL_ERROR": ToolFailedError.exit_code,
 }
 
 
@@ -53,14 +57,40 @@ class ToolcatGroup(click.Group):
         except ToolcatError as e:
             if ctx.meta.get("toolcat.debug"):
                 raise
+            if ctx.meta.get("toolcat.json"):  # a program reads stdout: the error is JSON there
+                error: dict[str, Any] = {"code": e.code, "message": str(e)}
+                if isinstance(e, ManifestError):
+                    error["problems"] = e.to_dict()
+                emit_json({"error": error})
             lines = e.lines() if isinstance(e, ManifestError) else [str(e)]
             for line in lines:
                 click.echo(f"error: {line}", err=True)
             ctx.exit(e.exit_code)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug: still one line, and the way to see more
+            if ctx.meta.get("toolcat.debug"):
+                raise
+            text = " ".join(str(e).split())[:300]
+            click.echo(
+                f"error: unexpected {type(e).__name__}: {text} (a bug in toolcat; "
+                "--debug shows the traceback)",
+                err=True,
+            )
+            ctx.exit(ToolcatError.exit_code)
 
 
 def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(fn)
+    """``--json``: print JSON, errors included (``{"error": {"code", "message"}}`` on stdout
+    besides the line on stderr)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        ctx.meta["toolcat.json"] = value
+        return value
+
+    return click.option(
+        "--json", "as_json", is_flag=True, callback=remember, help="Print JSON (errors too)."
+    )(fn)
 
 
 def tag_options(fn: F) -> F:
@@ -88,8 +118,10 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=indent, ensure_ascii=False))
 
 
-def open_catalog(ctx: click.Context, isolation: str = "thread") -> Catalog:
-    """The catalog the global options name; ``--isolate`` overrides ``isolation``."""
+def open_catalog(ctx: click.Context, isolation: str = "thread", *, create: bool = False) -> Catalog:
+    """The catalog the global options name; ``--isolate`` overrides ``isolation``. Only the
+    commands that create a catalog (``init``, ``register``) pass ``create``: any other
+    command on a missing file (a mistyped ``--db``) is an error naming the path."""
     params = ctx.find_root().params
     policy = Policy.of(allow=params.get("allow") or (), deny=params.get("deny") or ())
     mode: Any = params.get("isolate") or isolation
@@ -98,6 +130,7 @@ def open_catalog(ctx: click.Context, isolation: str = "thread") -> Catalog:
         policy=policy,
         isolation=mode,
         trust_any_module=bool(params.get("trust_any_module")),
+        create=create,
     )
     ctx.call_on_close(catalog.close)
     return catalog
@@ -135,8 +168,9 @@ def tool_line(tool_id: str, description: str, defer_loading: bool) -> str:
 @click.option(
     "--isolate",
     type=click.Choice(["thread", "process"]),
-    help="Run tools in threads (fast; a timeout stops the wait, not the work) or in worker "
-    "processes (a timeout kills the work). Default: process for `call`, thread otherwise.",
+    help="Run tools in threads (fast; a timeout stops the wait, not the work, and not even "
+    "the wait while a tool holds the GIL in a long C call) or in worker processes (a timeout "
+    "kills the work). Default: process for `call`, thread otherwise.",
 )
 @click.option(
     "--trust-any-module",
@@ -164,7 +198,7 @@ def cli(
 @click.pass_context
 def init(ctx: click.Context) -> None:
     """Create the catalog file (if missing) and print its path."""
-    click.echo(str(open_catalog(ctx).path))
+    click.echo(str(open_catalog(ctx, create=True).path))
 
 
 @cli.command()
@@ -297,7 +331,7 @@ def register(
         if not toolkit_name:
             raise click.UsageError("--openapi needs --toolkit NAME")
         _warn_literal_secrets(headers, env)
-        result = open_catalog(ctx).register_openapi(
+        result = open_catalog(ctx, create=True).register_openapi(
             openapi_spec,
             toolkit=toolkit_name,
             base_url=base_url,
@@ -322,7 +356,7 @@ def register(
         if not toolkit_name:
             raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
         _warn_literal_secrets(headers, env)
-        result = open_catalog(ctx).register_mcp(
+        result = open_catalog(ctx, create=True).register_mcp(
             mcp_command or mcp_url or "",
             toolkit=toolkit_name,
             version=toolkit_version,
@@ -342,19 +376,11 @@ def register(
         raise click.UsageError(
             "give manifest PATHS, --module, --entry-points, --mcp-* or --openapi"
         )
-    try:
-        sources: list[Any] = list(paths)
-        sources += [
-            toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules
-        ]
-        if entry_points:
-            sources += [toolkit for toolkit, _ in toolkits_from_entry_points()]
-        results = open_catalog(ctx).register(*sources, replace=replace)
-    except ManifestError as e:  # with --json, every problem as JSON on stdout
-        if not as_json:
-            raise
-        emit_json({"error": {"code": e.code, "message": str(e), "problems": e.to_dict()}})
-        ctx.exit(e.exit_code)
+    sources: list[Any] = list(paths)
+    sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
+    if entry_points:
+        sources += [toolkit for toolkit, _ in toolkits_from_entry_points()]
+    results = open_catalog(ctx, create=True).register(*sources, replace=replace)
     if as_json:
         emit_json({"results": [r.model_dump() for r in results]})
         return
@@ -588,10 +614,13 @@ def versions(ctx: click.Context, toolkit: str, as_json: bool) -> None:
 @click.pass_context
 def toolkits(ctx: click.Context, as_json: bool) -> None:
     """List the active version of every toolkit."""
-    found = open_catalog(ctx).toolkits()
+    catalog = open_catalog(ctx)
+    found = catalog.toolkits()
     if as_json:
         emit_json({"toolkits": [v.model_dump() for v in found]})
         return
+    if not found:
+        click.echo(f"no active toolkits in {catalog.path}; `toolcat register` adds some")
     for v in found:
         click.echo(
             f"{v.toolkit:<20} {v.version:<10} {plural(v.tools, 'tool'):>10}  "
@@ -603,9 +632,41 @@ def toolkits(ctx: click.Context, as_json: bool) -> None:
 @click.argument("ref", metavar="TOOLKIT@VERSION")
 @click.pass_context
 def deprecate(ctx: click.Context, ref: str) -> None:
-    """Deprecate one version; the newest version not deprecated becomes active."""
-    revision = open_catalog(ctx).deprecate(ref)
-    click.echo(f"deprecated {ref}; revision {revision}")
+    """Deprecate one version; the newest version not deprecated becomes active.
+
+    `toolcat activate TOOLKIT@VERSION` takes it back."""
+    catalog = open_catalog(ctx)
+    revision = catalog.deprecate(*_versioned(ref))
+    click.echo(f"deprecated {ref}; {_active_now(catalog, ref)}; revision {revision}")
+
+
+@cli.command()
+@click.argument("ref", metavar="TOOLKIT@VERSION")
+@click.pass_context
+def activate(ctx: click.Context, ref: str) -> None:
+    """Take back the deprecation of one version: the newest version not deprecated becomes
+    active again (this one, unless a newer one is in use)."""
+    catalog = open_catalog(ctx)
+    revision = catalog.activate(*_versioned(ref))
+    click.echo(f"{ref} is not deprecated; {_active_now(catalog, ref)}; revision {revision}")
+
+
+def _versioned(ref: str) -> tuple[str, str]:
+    """(toolkit, version) of TOOLKIT@VERSION; a missing version is a usage error."""
+    name, _, version = ref.partition("@")
+    if not name or not version:
+        raise click.BadParameter(
+            f"{ref!r} names no version; write TOOLKIT@VERSION (`toolcat versions {name or ref}` "
+            "lists them)",
+            param_hint="TOOLKIT@VERSION",
+        )
+    return name, version
+
+
+def _active_now(catalog: Catalog, ref: str) -> str:
+    name = ref.partition("@")[0]
+    active = [v.version for v in catalog.versions(name) if v.active]
+    return f"active: {name} {active[0]}" if active else f"{name} has no active version"
 
 
 @cli.command()
@@ -643,14 +704,17 @@ def call(
     DIR writes them out; --json gives them in "events", kind "artifact").
 
     The tool runs in a worker process (unless --isolate thread), so --timeout stops it.
-    Exit 0 when the tool ran, even if it failed or timed out (the result says so); when
-    the call could not start, the exit code of its error (unknown tool 4, import failed 9,
-    invalid arguments 10, denied 12).
+    Exit 0 only when the tool succeeded; otherwise the result is printed all the same
+    (stdout with --json, else its error on stderr) and the exit code says what failed:
+    unknown tool 4, import failed 9, invalid arguments 10, timeout 11, denied 12, the
+    tool failed 14.
     """
     try:
         arguments = json.loads(args_json)
     except json.JSONDecodeError as e:
         raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
+    except RecursionError:
+        raise click.BadParameter("JSON nested too deeply", param_hint="--args") from None
     catalog = open_catalog(ctx, isolation="process")
     show = None if as_json or not sys.stderr.isatty() else show_progress
     result = catalog.call(name, arguments, timeout=timeout, on_event=show)
@@ -675,7 +739,8 @@ def call(
             click.echo(artifact_line(event, saved.get(id(event))), err=True)
     if catalog.runtime.executor.threads.busy:  # a timed-out thread that cannot be stopped:
         _LEAVE_AT_ONCE.append(True)  # main() exits without waiting for it
-    ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", 0))
+    if not result.success:
+        ctx.exit(CALL_EXIT_CODES.get(result.error_code or "", ToolFailedError.exit_code))
 
 
 def show_progress(event: ToolEvent) -> None:
@@ -1260,6 +1325,9 @@ def main() -> None:
     out, unstoppable), the process leaves at once instead of waiting for it at exit."""
     global _OWN_PROCESS
     _OWN_PROCESS = True
+    from .importpath import prefer_current_directory
+
+    prefer_current_directory()  # modules beside you are found, as `python -m` finds them
     try:
         cli.main(prog_name="toolcat")
     except SystemExit as e:

@@ -192,6 +192,24 @@ class CatalogError(ToolcatError):
     exit_code = 8
 
 
+class CatalogDamagedError(CatalogError):
+    """Something stored in the catalog cannot be read: a damaged page, or a table, a meta
+    value or a row edited by hand. ``path`` names the file once it is known."""
+
+    def __init__(self, reason: str, path: str | None = None) -> None:
+        self.reason = " ".join(reason.split())
+        self.path = path
+        where = f"catalog {path!r}" if path else "the catalog"
+        super().__init__(
+            f"{where} is damaged ({self.reason}); restore a backup, or register the toolkits "
+            "again into a new file"
+        )
+
+    def at(self, path: str) -> CatalogDamagedError:
+        """The same error, naming the catalog file (unchanged when it already names one)."""
+        return self if self.path else CatalogDamagedError(self.reason, path)
+
+
 class ImportFailedError(ToolcatError):
     """A tool's implementation cannot be imported or is not callable."""
 
@@ -221,6 +239,16 @@ class ToolTimeoutError(ToolcatError):
 
     code = "TIMEOUT"
     exit_code = 11
+
+
+class ToolFailedError(ToolcatError):
+    """A tool ran and failed (raised, returned what JSON cannot carry, or its worker died).
+
+    ``call`` never raises it: it is the ``TOOL_ERROR`` of a ``ToolResult``; its exit code is
+    what ``toolcat call`` exits with then."""
+
+    code = "TOOL_ERROR"
+    exit_code = 16
 
 
 class ToolDeniedError(ToolcatError):

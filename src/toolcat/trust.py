@@ -66,12 +66,14 @@ def root_problem(implementation: str | None, root: str | None) -> str | None:
     if root is None:
         return (
             f"{implementation!r} needs an import root: declare the toolkit's 'module' "
-            "(the package its code lives in), or open the catalog with trust_any_module"
+            "(the package its code lives in), or open the catalog with trust_any_module=True "
+            "(toolcat --trust-any-module)"
         )
     if is_stdlib(root):
         return (
             f"the toolkit's module {root!r} is part of Python's standard library; "
-            "tools must live in a package of their own (or trust_any_module)"
+            "tools must live in a package of their own (or open the catalog with "
+            "trust_any_module=True: toolcat --trust-any-module)"
         )
     if not under_root(module, root):
         return f"{implementation!r} lies outside the toolkit's module {root!r}"

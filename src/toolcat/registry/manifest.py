@@ -66,9 +66,16 @@ def _parse_yaml(text: str, duplicates: list[ManifestError]) -> Any:
 
     from .yaml_strict import StrictLoader
 
-    loader = StrictLoader(text)
+    loader = None
     try:
+        loader = StrictLoader(text)  # its reader refuses control characters (NUL...) here
         data = loader.get_single_data()
+    except yaml.reader.ReaderError as e:
+        at = text.count("\n", 0, e.position) + 1
+        raise ManifestError(
+            f"invalid YAML at line {at}: character U+{e.character:04X} is not allowed "
+            "(control characters must be escaped in a double-quoted string)"
+        ) from e
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
@@ -77,7 +84,8 @@ def _parse_yaml(text: str, duplicates: list[ManifestError]) -> Any:
     except ValueError as e:  # int() of a 5,000-digit literal on Python 3.11+
         raise ManifestError(f"invalid YAML: {e}") from e
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     duplicates.extend(
         ManifestError(f"duplicate key {key!r} at line {line}; each key may appear once")
         for key, line in loader.duplicates

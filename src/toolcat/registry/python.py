@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from ..errors import ManifestError
+from ..importpath import searched
 from ..models import Toolkit
 
 TOOL_ATTR = "__toolcat_tool__"
@@ -249,7 +250,7 @@ def toolkit_from_module(
         module = importlib.import_module(module_name)
     except Exception as e:
         raise ManifestError(
-            f"cannot import module: {type(e).__name__}: {e}", file=module_name
+            f"cannot import module: {type(e).__name__}: {e}{searched(e)}", file=module_name
         ) from e
     meta: dict[str, Any] = dict(getattr(module, MODULE_ATTR, {}) or {})
     tools = []

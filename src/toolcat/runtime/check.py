@@ -63,6 +63,9 @@ def check_tool(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    from ..importpath import adopt_parent_path
+
+    adopt_parent_path()
     entries = json.load(sys.stdin)
     json.dump([check_tool(e) for e in entries], sys.stdout)
 

@@ -4,7 +4,9 @@
 (``threads.ThreadRunner``) and an async one on a background event loop. At the timeout the
 *caller's wait* stops: an async tool is cancelled, but a sync tool cannot be stopped (Python has
 no way to stop a thread): it runs on, its result is dropped, and it keeps its concurrency slot
-until it returns. A fresh call never waits behind it: the pool starts another thread.
+until it returns. A fresh call never waits behind it: the pool starts another thread. The wait
+itself needs the GIL: a tool inside one long C call that holds it (``7 ** 3_000_000``) keeps the
+caller waiting until that call returns; nothing in this process can end it sooner.
 
 ``process``: the tool runs in a worker subprocess (``processes.ProcessPool``); at the timeout
 the worker and its children are killed, so the work stops, whatever the tool is doing (a

@@ -8,6 +8,7 @@ import types
 from typing import Any
 
 from ..errors import ImportFailedError, ToolDeniedError
+from ..importpath import searched
 from ..models import IMPLEMENTATION_RE
 from ..trust import is_python_implementation, root_problem, under_root
 
@@ -82,6 +83,7 @@ def _import(spec: str, tool_id: str, root: str | None = None) -> Any:
     except BaseException as e:  # an import can raise anything, SystemExit included
         raise ImportFailedError(
             f"cannot import module {module_name!r} for tool {tool_id!r}: {type(e).__name__}: {e}"
+            + searched(e)
         ) from e
     for part in attr_path.split("."):
         try:

@@ -2,8 +2,8 @@
 
 Each worker (``python -m toolcat.runtime.worker``) runs one call at a time and is reused
 for later calls of the same pool key (a toolkit), so it imports an implementation once. A
-call that outlives its timeout gets its worker's whole process group killed (the tool's
-own children included): the work stops, the caller gets ``TIMEOUT``, and the next call
+call that outlives its timeout gets its worker killed with every process its tools started,
+detached ones included (``reaper``): the work stops, the caller gets ``TIMEOUT``, and the next call
 starts a fresh worker. A worker that dies mid-call (``os._exit``, a crash) is a
 ``TOOL_ERROR``. Workers start on demand, so a slow call never waits behind another.
 """
@@ -23,6 +23,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..importpath import child_environment
+from . import reaper
+
 MAX_WORKERS = 64  # alive at once, over all keys; more calls wait for one (within their timeout)
 MAX_IDLE_PER_KEY = 4  # kept warm per key after their call
 MAX_LINE = 64 * 1024 * 1024
@@ -40,9 +43,8 @@ class Worker:
     """One worker subprocess and its protocol pipes."""
 
     def __init__(self) -> None:
-        env = dict(os.environ)
-        # The child imports what this process can: the same interpreter and search path.
-        env["PYTHONPATH"] = os.pathsep.join(p if p else os.getcwd() for p in sys.path)
+        # The child imports what this process can: the same interpreter and import path.
+        env = child_environment(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "toolcat.runtime.worker"],
@@ -132,7 +134,11 @@ class Worker:
         return self.process.poll() is None
 
     def kill(self) -> None:
-        """Kill the worker and everything it started; reap it."""
+        """Kill the worker and everything it started (detached grandchildren included, on
+        Linux: ``reaper``); reap it."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.process.pid, signal.SIGSTOP)  # it forks no more while we sweep
+        reaper.kill_tree(self.process.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):

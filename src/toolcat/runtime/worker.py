@@ -6,6 +6,9 @@ The parent writes one request per line on the worker's stdin (JSON: ``implementa
 "truncated": bool}`` or ``{"error": message, "code": code}``. The worker imports each
 implementation on its first call and keeps it, so later calls pay only the pipe.
 
+The worker is the subreaper of what its tools start (``reaper``): when it is asked to exit it
+kills them, and at a timeout the parent kills them and the worker.
+
 The protocol uses private copies of the standard streams: file descriptor 1 is pointed at
 stderr and 0 at /dev/null before any tool runs, so a tool's ``print()`` (or a C library
 writing to fd 1) can never corrupt the protocol — or, through it, an MCP server's stdout.
@@ -35,6 +38,11 @@ def _private_streams() -> tuple[BinaryIO, BinaryIO]:
 
 def main() -> None:
     protocol_in, protocol_out = _private_streams()
+    from ..importpath import adopt_parent_path
+    from . import reaper
+
+    adopt_parent_path()
+    reaper.become_subreaper()  # what a tool starts stays ours to kill, detached or not
     # Imported after the streams are safe: nothing below may print on the protocol.
     from ..errors import ToolcatError
     from . import events
@@ -74,6 +82,7 @@ def main() -> None:
         except BaseException as e:  # any failure of the tool, KeyboardInterrupt included
             reply = {"error": f"{type(e).__name__}: {e}"[:10_000], "code": "TOOL_ERROR"}
         send(reply)
+    reaper.kill_tree(os.getpid())  # asked to exit: nothing a tool started outlives us
 
 
 async def _await(awaitable: Any) -> Any:

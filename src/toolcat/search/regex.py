@@ -9,13 +9,12 @@ pattern that would backtrack forever ends with a clear error instead of hanging 
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 
 from .. import patterns
 from ..errors import InvalidQueryError
-from ..store.reader import Filters
+from ..store.reader import Filters, decode_definition
 from .documents import schema_texts
 
 MAX_PATTERN_LENGTH = 500
@@ -48,7 +47,7 @@ def regex_search(
     deadline = time.monotonic() + TIME_BUDGET_S
     hits: list[tuple[int, float]] = []
     for row_id, name, definition in rows:
-        data = json.loads(definition)
+        data = decode_definition(definition, str(name))
         fields = {
             "name": name,
             "description": data["description"],

@@ -3,7 +3,6 @@ and report how far they cover the catalog."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable
@@ -39,7 +38,10 @@ def reindex(
         dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
     # Shortest texts first: batches of like lengths pad little (measured 2.3x the tools/s of
     # catalog order on the benchmark texts with sentence-transformers).
-    texts = {h: embedding_text(Tool.model_construct(**json.loads(d))) for h, d in stale}
+    texts = {
+        h: embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
+        for h, d in stale
+    }
     order = sorted(texts, key=lambda h: len(texts[h]))
     encoder = None
     if stale or model_id != recorded or _needs_export(model_id):

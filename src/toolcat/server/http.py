@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import ServeError
 from .mcp import PRINCIPAL_KEY, CatalogServer
 from .tokens import Tokens
+from .wire import repairing_receive
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
@@ -111,6 +112,7 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
                 if owner is not None and owner != principal.name:
                     await _not_found(send)  # as if the session did not exist
                     return
+            receive = repairing_receive(receive, MAX_BODY_BYTES)  # lone surrogates: wire.py
             await manager.handle_request(scope, receive, _record_session(send, principal, owners))
 
     async def healthz(request: Any) -> Any:

@@ -758,8 +758,11 @@ async def serve_stdio(server: CatalogServer) -> None:
     follows the client's first request (``initialize``, or a 2026 request)."""
     from mcp.server.stdio import stdio_server
 
+    from .wire import claimed_stdin
+
     try:
-        async with stdio_server() as (read, write):
-            await server.server.run(read, write, server.initialization_options())
+        with claimed_stdin() as stdin:  # lone surrogate escapes repaired (server/wire.py)
+            async with stdio_server(stdin=stdin) as (read, write):
+                await server.server.run(read, write, server.initialization_options())
     finally:
         server.close()

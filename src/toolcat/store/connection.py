@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import CatalogError
+from ..errors import CatalogDamagedError, CatalogError
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -29,8 +29,7 @@ _CAUSES = {
     7: "cannot be used: out of memory",  # SQLITE_NOMEM
     8: "is read-only here: {message}",  # SQLITE_READONLY
     10: "cannot be read or written (disk I/O error: {message})",  # SQLITE_IOERR
-    11: "is damaged ({message}); restore a backup, or register the toolkits again into a "
-    "new file",  # SQLITE_CORRUPT
+    11: "",  # SQLITE_CORRUPT: a CatalogDamagedError
     13: "cannot be written: the disk (or the database's size limit) is full; nothing of the "
     "failed change was kept",  # SQLITE_FULL
     14: "cannot be opened ({message})",  # SQLITE_CANTOPEN
@@ -62,6 +61,8 @@ def environment_error(error: BaseException, path: str | os.PathLike[str]) -> Cat
     cause = _CAUSES.get(primary) if primary is not None else None
     if cause is None:
         return None
+    if primary == 11:
+        return CatalogDamagedError(message, str(path))
     text = cause.format(timeout=BUSY_TIMEOUT_MS / 1000, message=message)
     return CatalogError(f"catalog {str(path)!r} {text}")
 
@@ -178,8 +179,8 @@ def _check_file(path: Path) -> None:
         raise CatalogError(f"cannot open catalog {str(path)!r}: it is {kind}, not a catalog file")
 
 
-def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
-    """Open (creating if needed) a catalog file in WAL mode.
+def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Connection:
+    """Open a catalog file in WAL mode; with ``create``, create it (and its folder) if missing.
 
     Transactions are managed explicitly (``isolation_level=None``): writers take
     ``BEGIN IMMEDIATE`` so two registering processes queue instead of deadlocking, and
@@ -188,12 +189,21 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
 
     A replica's file (store/replica.py) opens read-only and ``immutable``: it is only ever
     replaced whole by a rename, so a connection reads the revision it opened, unlocked.
+
+    Raises:
+        CatalogError: The file cannot be opened, is no catalog, or (without ``create``) is
+            missing.
     """
     from .replica import primary_of
 
     path = Path(path)
     _check_file(path)
     primary = primary_of(path)
+    if primary is None and not create and not path.exists():
+        raise CatalogError(
+            f"no catalog at {str(path)!r}: check the path, or create the catalog first "
+            "(`toolcat init`, `toolcat register`)"
+        )
     conn: CatalogConnection | None = None
     try:
         if primary is None:
@@ -215,6 +225,8 @@ def connect(path: str | os.PathLike[str]) -> sqlite3.Connection:
         conn.replica_of = primary
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if names and "meta" not in names and {"toolkits", "tools"} <= names:
+            raise CatalogDamagedError("meta missing", str(path))
         if names and "meta" not in names:  # someone else's database: change nothing in it
             raise CatalogError(f"{str(path)!r} is an SQLite database but not a toolcat catalog")
         if primary is not None:

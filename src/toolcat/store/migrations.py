@@ -6,11 +6,12 @@ transaction together with the bump of ``schema_version``.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import CatalogError
+from ..errors import CatalogDamagedError, CatalogError
 from .connection import rollback_quietly
 
 Migration = Callable[[Any], None]  # takes a sqlite_utils.Database
@@ -171,12 +172,85 @@ SCHEMA_VERSION = len(MIGRATIONS)
 def schema_version(conn: sqlite3.Connection) -> int:
     """The schema version of an open catalog; 0 for an empty file."""
     try:
+        if not conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        ).fetchone():
+            return 0
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    except sqlite3.OperationalError:
-        return 0
     except sqlite3.DatabaseError as e:
         raise CatalogError(f"{_name(conn)} is not a toolcat catalog: {e}") from e
-    return int(row[0]) if row else 0
+    if row is None:
+        raise CatalogDamagedError("meta 'schema_version' is missing", _path(conn))
+    return _whole_number(conn, "schema_version", row[0])
+
+
+def _whole_number(conn: sqlite3.Connection, key: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise CatalogDamagedError(f"meta {key!r} is {value!r}, not a whole number", _path(conn))
+
+
+# What every catalog holds once migrated: the tables, FTS5 shadow tables and triggers the
+# readers touch (tests/store/test_migrations.py compares this with a fresh catalog), and the
+# meta values they read, with what each must be.
+SCHEMA_OBJECTS = frozenset(
+    {
+        "meta",
+        "toolkits",
+        "tools",
+        "tool_tags",
+        "embeddings",
+        "tools_fts",
+        "tools_fts_data",
+        "tools_fts_idx",
+        "tools_fts_content",
+        "tools_fts_docsize",
+        "tools_fts_config",
+        "tools_fts_vocab",
+        "tools_fts_delete",
+        "usage",
+    }
+)
+REQUIRED_META = ("revision", "learn_from_use", "usage_revision")
+OPTIONAL_META = ("usage_folded", "embedding_dim")
+
+
+def check_schema(conn: sqlite3.Connection) -> None:
+    """Refuse a catalog edited or damaged by hand in ways every command would trip on: a
+    table gone, a counter missing or not a number.
+
+    Raises:
+        CatalogDamagedError: naming the file and what is wrong.
+    """
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    missing = sorted(SCHEMA_OBJECTS - present)
+    if missing:
+        raise CatalogDamagedError(f"{', '.join(missing)} missing", _path(conn))
+    values = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    for key in REQUIRED_META:
+        if key not in values:
+            raise CatalogDamagedError(f"meta {key!r} is missing", _path(conn))
+        _whole_number(conn, key, values[key])
+    for key in OPTIONAL_META:
+        if values.get(key) is not None:
+            _whole_number(conn, key, values[key])
+    model = values.get("embedding_model")
+    if model is not None and not isinstance(model, str):
+        raise CatalogDamagedError(f"meta 'embedding_model' is {model!r}, not a name", _path(conn))
+    folded = values.get("usage_toolkits")
+    if folded is not None:
+        try:
+            names = json.loads(folded)
+        except (TypeError, ValueError):
+            names = None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise CatalogDamagedError(
+                "meta 'usage_toolkits' is not a JSON list of names", _path(conn)
+            )
+
+
+def _path(conn: sqlite3.Connection) -> str | None:
+    return getattr(conn, "path", None) or None
 
 
 def _name(conn: sqlite3.Connection) -> str:
@@ -188,6 +262,7 @@ def migrate(conn: sqlite3.Connection) -> None:
     """Bring the catalog up to ``SCHEMA_VERSION``. Cheap when it already is."""
     current = schema_version(conn)
     if current == SCHEMA_VERSION:
+        check_schema(conn)
         return
     if current > SCHEMA_VERSION:
         raise CatalogError(
@@ -211,6 +286,7 @@ def migrate(conn: sqlite3.Connection) -> None:
             version = schema_version(conn)
             if version >= SCHEMA_VERSION:
                 conn.execute("COMMIT")
+                check_schema(conn)
                 return
             MIGRATIONS[version](db)
             conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version + 1,))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..construct import construct
+from ..errors import CatalogDamagedError
 from ..tagfilter import TagFilter
 
 if TYPE_CHECKING:
@@ -128,7 +129,89 @@ def has_vectors(conn: sqlite3.Connection, model: str) -> bool:
 
 def revision(conn: sqlite3.Connection) -> int:
     row = conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
-    return int(row[0])
+    if row is None or not isinstance(row[0], int):
+        found = "missing" if row is None else f"{row[0]!r}, not a whole number"
+        raise CatalogDamagedError(f"meta 'revision' is {found}", getattr(conn, "path", None))
+    return row[0]
+
+
+# A stored definition's fields and the JSON types each may hold (``description`` and
+# ``parameters`` always present): what readers rely on without building a model.
+_DEFINITION_TYPES: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "description": str,
+    "parameters": dict,
+    "output_schema": dict,
+    "tags": list,
+    "defer_loading": bool,
+    "idempotent": bool,
+    "streaming": bool,
+    "annotations": dict,
+    "implementation": str,
+    "examples": list,
+    "search_hint": str,
+    "timeout": (int, float),
+    "max_concurrency": int,
+    "max_result_bytes": int,
+}
+_REQUIRED = ("description", "parameters")
+
+
+def decode_definition(text: Any, tool: str) -> dict[str, Any]:
+    """A tool's stored definition (JSON), checked for the fields and types readers use.
+
+    Raises:
+        CatalogDamagedError: the definition was edited or damaged (names the tool).
+    """
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        raise CatalogDamagedError(f"tool {tool!r}: its definition is not JSON") from None
+    if not isinstance(data, dict):
+        raise CatalogDamagedError(f"tool {tool!r}: its definition is not a JSON object")
+    for name in _REQUIRED:
+        if name not in data:
+            raise CatalogDamagedError(f"tool {tool!r}: its definition has no {name!r}")
+    for name, kind in _DEFINITION_TYPES.items():
+        value = data.get(name)
+        if value is None and name not in _REQUIRED:
+            continue
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise CatalogDamagedError(
+                f"tool {tool!r}: field {name!r} of its definition is {value!r:.40}"
+            )
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            raise CatalogDamagedError(f"tool {tool!r}: field {name!r} holds a non-string")
+    return data
+
+
+def decode_tags(text: Any, owner: str) -> list[str]:
+    """Tags stored as a JSON list of strings.
+
+    Raises:
+        CatalogDamagedError: they were edited or damaged (names their tool or toolkit).
+    """
+    try:
+        tags = json.loads(text)
+    except (TypeError, ValueError):
+        tags = None
+    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+        raise CatalogDamagedError(f"{owner}: its tags are not a JSON list of strings")
+    return tags
+
+
+def _checked_row(row: tuple[Any, ...]) -> str:
+    """The id of a row selected with ``TOOL_COLUMNS``, once its columns are checked."""
+    _id, name, toolkit, version = row[:4]
+    if not all(isinstance(text, str) for text in (name, toolkit, version)):
+        raise CatalogDamagedError(
+            f"tool row {_id}: name {name!r:.40}, toolkit {toolkit!r:.40} and version "
+            f"{version!r:.40} must be text"
+        )
+    module = row[8]
+    if module is not None and not isinstance(module, str):
+        raise CatalogDamagedError(f"toolkit {toolkit!r}: its module is {module!r:.40}")
+    return f"{toolkit}.{name}"
 
 
 def is_active_toolkit(conn: sqlite3.Connection, toolkit_id: int) -> bool:
@@ -158,7 +241,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     from ..models import RegisteredTool, ToolAnnotations
 
     definition, deprecated, module = row[6:]
-    data = json.loads(definition)
+    data = decode_definition(definition, _checked_row(row))
     annotations = data.get("annotations")
     get = data.get
     return construct(
@@ -183,7 +266,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
 
 def row_to_summary(row: tuple[Any, ...]) -> dict[str, Any]:
     """``row_to_tool(row).summary()``, without building the model (list mode's JSON)."""
-    return _summary(row, json.loads(row[6]))
+    return _summary(row, decode_definition(row[6], _checked_row(row)))
 
 
 def _summary(row: tuple[Any, ...], data: dict[str, Any]) -> dict[str, Any]:
@@ -196,7 +279,7 @@ def _summary(row: tuple[Any, ...], data: dict[str, Any]) -> dict[str, Any]:
         "version": version,
         "description": data["description"],
         "parameters": data["parameters"],
-        "tags": json.loads(tags),
+        "tags": decode_tags(tags, f"tool {f'{toolkit}.{name}'!r}"),
         "defer_loading": bool(defer_loading),
     }
 
@@ -316,12 +399,18 @@ def toolkit_versions(conn: sqlite3.Connection, name: str | None = None) -> list[
     ).fetchall()
     from ..models import ToolkitVersion
 
+    for r in rows:
+        if not all(isinstance(text, str) for text in r[:3]) or not isinstance(r[6], str):
+            raise CatalogDamagedError(
+                f"toolkit row {r[0]!r:.40} {r[1]!r:.40}: name, version, description and "
+                "registration time must be text"
+            )
     return [
         ToolkitVersion.model_construct(
             toolkit=r[0],
             version=r[1],
             description=r[2],
-            tags=json.loads(r[3]),
+            tags=decode_tags(r[3], f"toolkit {r[0]!r}"),
             active=bool(r[4]),
             deprecated=bool(r[5]),
             registered_at=r[6],
@@ -339,12 +428,15 @@ def toolkit_names(conn: sqlite3.Connection) -> list[str]:
 
 def toolkit_rows(conn: sqlite3.Connection, name: str) -> list[tuple[int, str, str, bool]]:
     """(id, version, content_hash, deprecated) of every registered version of ``name``."""
-    return [
-        (r[0], r[1], r[2], bool(r[3]))
-        for r in conn.execute(
-            "SELECT id, version, content_hash, deprecated FROM toolkits WHERE name = ?", (name,)
-        )
-    ]
+    rows = conn.execute(
+        "SELECT id, version, content_hash, deprecated FROM toolkits WHERE name = ?", (name,)
+    ).fetchall()
+    for r in rows:
+        if not isinstance(r[1], str) or not isinstance(r[2], str):
+            raise CatalogDamagedError(
+                f"toolkit {name!r}: version {r[1]!r:.40} and content hash {r[2]!r:.40} must be text"
+            )
+    return [(r[0], r[1], r[2], bool(r[3])) for r in rows]
 
 
 def fts_rows(conn: sqlite3.Connection, ids: list[int]) -> dict[int, tuple[str, ...]]:

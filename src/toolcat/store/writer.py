@@ -11,9 +11,11 @@ import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    CatalogDamagedError,
+    ManifestError,
     ReadOnlyReplicaError,
     SourceKindError,
     UnknownToolkitError,
@@ -22,9 +24,12 @@ from ..errors import (
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
 from .connection import rollback_quietly
+from .reader import decode_definition, decode_tags, toolkit_rows
 from .reader import meta as read_meta
 from .reader import revision as read_revision
-from .reader import toolkit_rows
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 OPTIMIZE_AFTER = 1000
 
@@ -69,8 +74,24 @@ def same_version(a: str, b: str) -> bool:
 
     try:
         return Version(a) == Version(b)
-    except InvalidVersion:
+    except (InvalidVersion, TypeError):
         return a == b
+
+
+def stored_version(toolkit: str, version: Any) -> Version:
+    """A registered version, parsed (registration accepts PEP 440 versions only).
+
+    Raises:
+        CatalogDamagedError: the version was edited by hand into something else.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(version)
+    except (InvalidVersion, TypeError):
+        raise CatalogDamagedError(
+            f"toolkit {toolkit!r}: its version {version!r:.40} is not a version"
+        ) from None
 
 
 def refresh_active(
@@ -85,10 +106,8 @@ def refresh_active(
     ``fresh`` is (toolkit row id, toolkit, first tool row id) of a version just inserted, so
     its index text comes from the models in hand instead of being read back.
     """
-    from packaging.version import Version
-
     candidates = [
-        (Version(version), row_id)
+        (stored_version(name, version), row_id)
         for row_id, version, _hash, deprecated in toolkit_rows(conn, name)
         if not deprecated
     ]
@@ -285,11 +304,16 @@ def _stored_toolkit(
     name, description, tags = conn.execute(
         "SELECT name, description, tags FROM toolkits WHERE id = ?", (toolkit_id,)
     ).fetchone()
-    toolkit = Toolkit.model_construct(name=name, description=description, tags=json.loads(tags))
-    rows = conn.execute(
-        "SELECT id, definition FROM tools WHERE toolkit_id = ? ORDER BY id", (toolkit_id,)
+    toolkit = Toolkit.model_construct(
+        name=name, description=description, tags=decode_tags(tags, f"toolkit {name!r}")
     )
-    return toolkit, [(i, Tool.model_construct(**json.loads(d))) for i, d in rows.fetchall()]
+    rows = conn.execute(
+        "SELECT id, name, definition FROM tools WHERE toolkit_id = ? ORDER BY id", (toolkit_id,)
+    )
+    return toolkit, [
+        (i, Tool.model_construct(**decode_definition(d, f"{name}.{tool}")))
+        for i, tool, d in rows.fetchall()
+    ]
 
 
 def effective_tags(tool: Tool, toolkit: Toolkit) -> list[str]:
@@ -330,16 +354,14 @@ def stored_source(conn: sqlite3.Connection, name: str) -> tuple[str, str | None]
     if row is None:
         return None
     implementations = [
-        r[0]
-        for r in conn.execute(
-            "SELECT json_extract(definition, '$.implementation') FROM tools WHERE toolkit_id = ?",
-            (row[0],),
+        decode_definition(definition, f"{name}.{tool}").get("implementation")
+        for tool, definition in conn.execute(
+            "SELECT name, definition FROM tools WHERE toolkit_id = ?", (row[0],)
         )
     ]
-    try:
-        tags = json.loads(row[2])
-    except (TypeError, ValueError):
-        tags = []
+    if row[1] is not None and not isinstance(row[1], str):
+        raise CatalogDamagedError(f"toolkit {name!r}: its source is {row[1]!r:.40}")
+    tags = decode_tags(row[2], f"toolkit {name!r}")
     return source_kind(row[1], tags, implementations), row[1]
 
 
@@ -386,6 +408,7 @@ def register(
     if change_kind is None:
         change_kind = replace
 
+    _check_batch(batch)
     db = sqlite_utils.Database(conn)
     results: list[RegistrationResult] = []
     with write_transaction(conn):
@@ -407,7 +430,8 @@ def register(
                     continue
                 if not replace:
                     raise VersionConflictError(
-                        f"toolkit {toolkit.name!r} version {version} is already registered "
+                        (f"{source}: " if source else "")
+                        + f"toolkit {toolkit.name!r} version {version} is already registered "
                         "with different content; bump the version, or pass --replace "
                         "(replace=True) to overwrite it"
                     )
@@ -423,6 +447,29 @@ def register(
             conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
         revision = bump_revision(conn) if changed else read_revision(conn)
     return [r.model_copy(update={"revision": revision}) for r in results]
+
+
+def _check_batch(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
+    """Refuse a batch that defines one toolkit version twice with different content: no
+    ``replace`` can say which of the two is meant.
+
+    Raises:
+        ManifestError: naming both sources.
+    """
+    from packaging.version import Version
+
+    seen: dict[tuple[str, Version], tuple[Toolkit, str | None]] = {}
+    for toolkit, source in batch:
+        key = (toolkit.name, Version(toolkit.version))
+        first = seen.setdefault(key, (toolkit, source))
+        if first[0] is not toolkit and first[0].content_hash() != toolkit.content_hash():
+            raise ManifestError(
+                f"version {toolkit.version} is also defined, differently, by "
+                f"{first[1] or 'an earlier toolkit of this batch'}; register one of them "
+                "(or give one another version)",
+                file=source,
+                toolkit=toolkit.name,
+            )
 
 
 def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
@@ -494,6 +541,18 @@ def deprecate(conn: sqlite3.Connection, name: str, version: str) -> int:
         if deprecated:
             return read_revision(conn)
         conn.execute("UPDATE toolkits SET deprecated = 1 WHERE id = ?", (row_id,))
+        refresh_active(conn, name)
+        return bump_revision(conn)
+
+
+def activate(conn: sqlite3.Connection, name: str, version: str) -> int:
+    """Take back the deprecation of ``name@version``; the active version becomes the newest
+    one not deprecated again (this one, unless a newer one is in use)."""
+    with write_transaction(conn):
+        row_id, deprecated = _find_version(conn, name, version)
+        if not deprecated:
+            return read_revision(conn)
+        conn.execute("UPDATE toolkits SET deprecated = 0 WHERE id = ?", (row_id,))
         refresh_active(conn, name)
         return bump_revision(conn)
 
