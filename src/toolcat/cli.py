@@ -672,7 +672,11 @@ def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--model", help="Switch to this sentence-transformers model (name or folder).")
+@click.option(
+    "--model",
+    help="Switch to this model: toolcat-tool-retriever-v1 (default, packaged), "
+    "all-MiniLM-L6-v2, or a sentence-transformers model (name or folder).",
+)
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Texts per batch.")
 @click.option("--full", is_flag=True, help="Rebuild the FTS index and re-embed everything.")
 @json_option
@@ -688,7 +692,7 @@ def reindex(
     show_bar = sys.stderr.isatty() and not as_json
     bar: Any = None
     last_line = [0.0]
-    started = time.monotonic()
+    first: dict[str, tuple[int, float]] = {}
 
     def progress(done: int, total: int) -> None:
         nonlocal bar
@@ -701,12 +705,23 @@ def reindex(
             bar.update(done - bar.pos)
         elif time.monotonic() - last_line[0] >= 2 or done == total:
             last_line[0] = time.monotonic()
-            rate = done / max(time.monotonic() - started, 1e-9)
+            # from the first batch on: the ONNX export before it is not embedding
+            first_done, first_at = first.setdefault("batch", (done, time.monotonic()))
+            rate = (done - first_done) / max(time.monotonic() - first_at, 1e-9)
             eta = (total - done) / rate if rate else 0
-            click.echo(f"embedded {done}/{total} ({rate:.0f} tools/s, eta {eta:.0f} s)", err=True)
+            click.echo(
+                f"embedded {done}/{total}"
+                + (f" ({rate:.0f} tools/s, eta {eta:.0f} s)" if rate else ""),
+                err=True,
+            )
+
+    def stage(line: str) -> None:
+        click.echo(f"{line}...", err=True)
 
     try:
-        report = catalog.reindex(model=model, batch_size=batch_size, full=full, progress=progress)
+        report = catalog.reindex(
+            model=model, batch_size=batch_size, full=full, progress=progress, stage=stage
+        )
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -717,7 +732,9 @@ def reindex(
         f"model {report.model} (dim {report.dimension}): embedded {report.embedded}, "
         f"skipped {report.skipped}, removed {report.removed}"
         + (f", FTS rows rebuilt {report.fts_rebuilt}" if full else "")
-        + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s)"
+        + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s"
+        + (f"; ONNX export {report.export_seconds:.1f} s" if report.export_seconds >= 0.1 else "")
+        + ")"
     )
 
 

@@ -26,15 +26,24 @@ def reindex(
     batch_size: int = 64,
     full: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> ReindexReport:
     """Embed what has no vector for the model, batch by batch, then prune; see
-    ``Catalog.reindex``. Every write happens under ``lock``, one batch a transaction."""
+    ``Catalog.reindex``. Every write happens under ``lock``, one batch a transaction.
+
+    The catalog records what made its vectors (``Embedder.producer``: the export's digest):
+    when that changed (a new export, one found damaged and made again, or vectors of unknown
+    origin from before it was recorded), every vector of the model is embedded again."""
     if batch_size < 1:
         raise InvalidQueryError("batch_size must be at least 1")
     started = time.perf_counter()
     with lock:
         recorded, model_id = engine.models(conn, model)
-        stale = reader.stale_vectors(conn, model_id, everything=full)
+        made_by = reader.meta(conn, "embedding_producer") if recorded == model_id else None
+    producer = embedder(model_id).producer() if embeddings_installed() else None
+    with lock:
+        redo = full or (producer is not None and made_by != producer)
+        stale = reader.stale_vectors(conn, model_id, everything=redo)
         _, active = reader.vector_coverage(conn, model_id)
         dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
     # Shortest texts first: batches of like lengths pad little (measured 2.3x the tools/s of
@@ -42,16 +51,19 @@ def reindex(
     texts = {h: embedding_text(Tool.model_construct(**json.loads(d))) for h, d in stale}
     order = sorted(texts, key=lambda h: len(texts[h]))
     encoder = None
+    export_seconds = 0.0
     if stale or model_id != recorded or _needs_export(model_id):
         # Load the model before changing anything: a model that cannot load loses nothing.
         # Export it first, so that documents too are encoded by the export; once one is
         # made, a reindex neither imports torch nor loads the model.
         encoder = embedder(model_id)
+        exporting = time.perf_counter()
         if not encoder.onnx_current():
             if not encoder.onnx_exported():  # optimising an export needs no model
                 encoder.model()
-            encoder.export_onnx()
+            encoder.export_onnx(progress=stage)
         dimension = encoder.dimension
+        export_seconds = time.perf_counter() - exporting
     fts_rows = 0
     if full:
         with lock:
@@ -71,11 +83,24 @@ def reindex(
     with lock:
         writer.fold_usage(conn)
     with lock:
-        if model_id != recorded or dimension != reader.meta(conn, "embedding_dim"):
-            writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
+        made = encoder.producer() if encoder is not None else producer
+        if (
+            model_id != recorded
+            or dimension != reader.meta(conn, "embedding_dim")
+            or (made is not None and made != made_by)
+        ):
+            writer.set_meta(
+                conn,
+                {
+                    "embedding_model": model_id,
+                    "embedding_dim": dimension,
+                    "embedding_producer": made,
+                },
+            )
         # Only now that the new vectors are in: drop other models' and orphans.
         removed = writer.prune_vectors(conn, model_id)
     seconds = time.perf_counter() - started
+    embedding = seconds - export_seconds  # tools/s is about embedding, not the export
     return ReindexReport(
         model=model_id,
         dimension=int(dimension) if dimension is not None else None,
@@ -84,7 +109,8 @@ def reindex(
         removed=removed,
         fts_rebuilt=fts_rows,
         seconds=round(seconds, 3),
-        tools_per_second=round(len(stale) / seconds, 1) if stale and seconds else 0.0,
+        tools_per_second=round(len(stale) / embedding, 1) if stale and embedding > 0 else 0.0,
+        export_seconds=round(export_seconds, 3),
     )
 
 
