@@ -949,6 +949,47 @@ def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_j
         )
 
 
+@cli.command()
+@click.argument("action", type=click.Choice(["show", "prune"]), default="show")
+@click.option(
+    "--keep",
+    "keep",
+    multiple=True,
+    metavar="MODEL",
+    help="prune: keep this model's export too (the retriever's and MiniLM's are kept).",
+)
+@click.option("--all", "everything", is_flag=True, help="prune: delete the whole export cache.")
+@json_option
+def cache(action: str, keep: tuple[str, ...], everything: bool, as_json: bool) -> None:
+    """The ONNX export cache ($XDG_CACHE_HOME/toolcat/onnx): show its size, or prune it.
+
+    One export per model content, shared by every venv of the user. prune deletes the
+    exports of models this install does not name (keep others with --keep), graphs saved
+    for other onnxruntime versions, the int8 graph while queries run fp32, and leftovers of
+    interrupted exports; a later reindex makes again what it needs.
+    """
+    from .search import embeddings, onnx_encoder
+
+    root = onnx_encoder.cache_root()
+    if action == "prune":
+        removed, freed = embeddings.prune_export_cache(keep, everything)
+        if as_json:
+            emit_json({"cache": str(root), "removed": removed, "bytes_freed": freed})
+            return
+        for path in removed:
+            click.echo(f"removed {path}")
+        click.echo(f"freed {freed / 1e6:.1f} MB in {root}")
+        return
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    sizes = {p.name: onnx_encoder.size(p) for p in folders}
+    if as_json:
+        emit_json({"cache": str(root), "exports": sizes, "bytes": sum(sizes.values())})
+        return
+    for name, size in sizes.items():
+        click.echo(f"{size / 1e6:8.1f} MB  {name}")
+    click.echo(f"{sum(sizes.values()) / 1e6:8.1f} MB  in {root}")
+
+
 EVAL_KEYS = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]
 EVAL_EXTRA = (
     "pooled",

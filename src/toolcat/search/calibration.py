@@ -68,7 +68,7 @@ class QueryContext:
 
     @functools.cached_property
     def nothing_fits(self) -> bool:
-        """Asked once per hit by ``fusion.match``: decided once per request."""
+        """Asked once per hit by ``match``: decided once per request."""
         return self.foreign_score() > THRESHOLD
 
 
@@ -93,3 +93,41 @@ def query_context(signals: Mapping[int, Candidate]) -> QueryContext | None:
         trust=best.trust,
         top=best,
     )
+
+
+# Calibration of ``match``: a hit is "none" below both WEAK thresholds, fitted with
+# scripts/research/tune_match.py on half of each source's queries (the most foreign queries told
+# "nothing fits" while few answerable ones are). Refitting against every other source's tools
+# (.32 / .45) did no better on the held-out half than these (README, "Nothing fits").
+STRONG_COSINE = 0.55
+WEAK_COSINE = 0.30
+STRONG_COVER = 0.8
+WEAK_COVER = 0.7
+
+
+def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
+    """``strong``, ``weak`` or ``none``: how well one hit fits the request.
+
+    ``strong`` and, without a ``context``, ``weak`` come from the hit's own cosine and query
+    coverage. With the hybrid search's ``context`` (search/calibration.py), the request as a
+    whole decides between the other two: when it says nothing fits, every hit short of
+    ``strong`` is ``none``; else the best-fused hit is at least ``weak``.
+    """
+    if candidate is None:
+        return "weak"
+    cosine = candidate.semantic if mode != "bm25" else None
+    cover = candidate.cover
+    if (
+        (cosine is not None and cosine >= STRONG_COSINE)
+        or (cover >= STRONG_COVER and candidate.name_cover > 0)
+        or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
+    ):
+        return "strong"
+    if context is not None and mode == "hybrid":
+        if context.nothing_fits:
+            return "none"
+        if candidate is context.top:
+            return "weak"
+    if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
+        return "weak"
+    return "none"

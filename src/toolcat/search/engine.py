@@ -341,7 +341,9 @@ class SearchEngine:
         top = ranked[0][1] if ranked else 0.0
         ordered = [(row_id, top + 1.0, "strong") for row_id in exact]
         ordered += [
-            (i, s, fusion.match(signals.get(i), mode, context)) for i, s in ranked if i not in exact
+            (i, s, calibration.match(signals.get(i), mode, context))
+            for i, s in ranked
+            if i not in exact
         ]
         answer = (tuple(ordered[:k]), tuple(warnings))
         if key is not None and ANSWER_CACHE_SIZE > 0:

@@ -32,10 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .calibration import QueryContext
 
 RRF_K = 60
 
@@ -281,41 +277,3 @@ def _normalised(ranking: Ranking, floor_at_zero: bool = False) -> dict[int, floa
     low = 0.0 if floor_at_zero else min(score for _, score in ranking)
     span = high - low
     return {item: (score - low) / span if span > 0 else 1.0 for item, score in ranking}
-
-
-# Calibration of ``match``: a hit is "none" below both WEAK thresholds, fitted with
-# scripts/research/tune_match.py on half of each source's queries (the most foreign queries told
-# "nothing fits" while few answerable ones are). Refitting against every other source's tools
-# (.32 / .45) did no better on the held-out half than these (README, "Nothing fits").
-STRONG_COSINE = 0.55
-WEAK_COSINE = 0.30
-STRONG_COVER = 0.8
-WEAK_COVER = 0.7
-
-
-def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
-    """``strong``, ``weak`` or ``none``: how well one hit fits the request.
-
-    ``strong`` and, without a ``context``, ``weak`` come from the hit's own cosine and query
-    coverage. With the hybrid search's ``context`` (search/calibration.py), the request as a
-    whole decides between the other two: when it says nothing fits, every hit short of
-    ``strong`` is ``none``; else the best-fused hit is at least ``weak``.
-    """
-    if candidate is None:
-        return "weak"
-    cosine = candidate.semantic if mode != "bm25" else None
-    cover = candidate.cover
-    if (
-        (cosine is not None and cosine >= STRONG_COSINE)
-        or (cover >= STRONG_COVER and candidate.name_cover > 0)
-        or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
-    ):
-        return "strong"
-    if context is not None and mode == "hybrid":
-        if context.nothing_fits:
-            return "none"
-        if candidate is context.top:
-            return "weak"
-    if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
-        return "weak"
-    return "none"

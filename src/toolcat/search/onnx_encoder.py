@@ -670,3 +670,59 @@ def load(
         return None, f"{what} does not match its digests ({e})"
     except Exception as e:  # a damaged export: fall back, never fail the search
         return None, f"{what} cannot load ({type(e).__name__})"
+
+
+def size(path: Path) -> int:
+    """Bytes held by a file or a folder."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def prune_cache(keep: list[Path], everything: bool = False) -> tuple[list[str], int]:
+    """Delete from ``cache_root()`` what no current export uses: folders other than
+    ``keep`` (the exports of the models this install names), in kept folders the graphs
+    saved for other onnxruntime versions and the int8 graph when queries do not run it,
+    and leftovers of interrupted exports; with ``everything``, the whole cache. Returns
+    (what was deleted, relative to the cache, and how many bytes). A deleted export is
+    made again by the next reindex that needs it."""
+    import shutil
+
+    root = cache_root()
+    if not root.is_dir():
+        return [], 0
+    removed: list[Path] = []
+    if everything:
+        removed = [p for p in root.iterdir()]
+    else:
+        from .embeddings import int8_queries
+
+        kept = {p.resolve() for p in keep}
+        version = ort_version()
+        wanted = {fast_dir(Path(), version).name}
+        if int8_queries():
+            wanted.add(int8_dir(Path(), version).name)
+        for path in sorted(root.iterdir()):
+            if path.name == DIGEST_STAMPS:
+                continue
+            if path.resolve() not in kept or not path.is_dir():
+                removed.append(path)
+                continue
+            for inner in sorted(path.iterdir()):
+                saved = inner.name.startswith(("fast-ort", "int8-"))
+                if (saved and inner.name not in wanted) or inner.name.startswith("."):
+                    removed.append(inner)
+    freed = 0
+    for path in removed:
+        freed += size(path)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    with _digests_lock:  # forget the digests of files that are gone
+        _digests.clear()
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            stored = json.loads((root / DIGEST_STAMPS).read_text())
+            alive = {k: v for k, v in stored.items() if Path(k).exists()}
+            _write_json(root / DIGEST_STAMPS, alive)
+    return [p.relative_to(root).as_posix() for p in removed], freed

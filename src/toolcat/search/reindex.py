@@ -31,19 +31,21 @@ def reindex(
     """Embed what has no vector for the model, batch by batch, then prune; see
     ``Catalog.reindex``. Every write happens under ``lock``, one batch a transaction.
 
-    The catalog records what made its vectors (``Embedder.producer``: the export's digest):
-    when that changed (a new export, one found damaged and made again, or vectors of unknown
-    origin from before it was recorded), every vector of the model is embedded again."""
+    The catalog records what made its vectors (the model id and ``Embedder.producer``, the
+    export's digest): when that changed (a new export, one found damaged and made again, or
+    vectors of unknown origin from before it was recorded), the model's vectors are dropped
+    (once the encoder has loaded) and every tool is embedded again; an interrupted run
+    resumes from what the new encoder made."""
     if batch_size < 1:
         raise InvalidQueryError("batch_size must be at least 1")
     started = time.perf_counter()
     with lock:
         recorded, model_id = engine.models(conn, model)
-        made_by = reader.meta(conn, "embedding_producer") if recorded == model_id else None
+        made_by = reader.meta(conn, "embedding_producer")
     producer = embedder(model_id).producer() if embeddings_installed() else None
+    redo = producer is not None and made_by != f"{model_id} {producer}"
     with lock:
-        redo = full or (producer is not None and made_by != producer)
-        stale = reader.stale_vectors(conn, model_id, everything=redo)
+        stale = reader.stale_vectors(conn, model_id, everything=full or redo)
         _, active = reader.vector_coverage(conn, model_id)
         dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
     # Shortest texts first: batches of like lengths pad little (measured 2.3x the tools/s of
@@ -52,7 +54,7 @@ def reindex(
     order = sorted(texts, key=lambda h: len(texts[h]))
     encoder = None
     export_seconds = 0.0
-    if stale or model_id != recorded or _needs_export(model_id):
+    if stale or model_id != recorded or _needs_export(model_id) or redo:
         # Load the model before changing anything: a model that cannot load loses nothing.
         # Export it first, so that documents too are encoded by the export; once one is
         # made, a reindex neither imports torch nor loads the model.
@@ -64,6 +66,13 @@ def reindex(
             encoder.export_onnx(progress=stage)
         dimension = encoder.dimension
         export_seconds = time.perf_counter() - exporting
+        made = f"{model_id} {encoder.producer()}"
+        if made != made_by:  # vectors of another encoder: dropped, all embedded again
+            with lock:
+                writer.reset_vectors(conn, model_id, made)
+                stale = reader.stale_vectors(conn, model_id, everything=full)
+            texts = {h: embedding_text(Tool.model_construct(**json.loads(d))) for h, d in stale}
+            order = sorted(texts, key=lambda h: len(texts[h]))
     fts_rows = 0
     if full:
         with lock:
@@ -83,20 +92,8 @@ def reindex(
     with lock:
         writer.fold_usage(conn)
     with lock:
-        made = encoder.producer() if encoder is not None else producer
-        if (
-            model_id != recorded
-            or dimension != reader.meta(conn, "embedding_dim")
-            or (made is not None and made != made_by)
-        ):
-            writer.set_meta(
-                conn,
-                {
-                    "embedding_model": model_id,
-                    "embedding_dim": dimension,
-                    "embedding_producer": made,
-                },
-            )
+        if model_id != recorded or dimension != reader.meta(conn, "embedding_dim"):
+            writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
         # Only now that the new vectors are in: drop other models' and orphans.
         removed = writer.prune_vectors(conn, model_id)
     seconds = time.perf_counter() - started
