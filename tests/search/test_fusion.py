@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog, Toolkit
+from toolcat.search.calibration import match
 from toolcat.search.fusion import (
     HYBRID_PARAMS,
     Candidate,
@@ -18,7 +19,6 @@ from toolcat.search.fusion import (
     fts_document,
     hybrid_fusion,
     lift_part_tops,
-    match,
 )
 from toolcat.search.split import fits, merge, split_request
 

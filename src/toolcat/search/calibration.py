@@ -49,6 +49,7 @@ class QueryContext:
     top_name_hit: float
     trust: float
     top: Candidate  # the best-fused hit
+    hits_fit: bool = True  # whether any candidate fits by the single modes' rules
 
     def features(self) -> tuple[float, ...]:
         return (
@@ -92,6 +93,16 @@ def query_context(signals: Mapping[int, Candidate]) -> QueryContext | None:
         top_name_hit=best.name_hit,
         trust=best.trust,
         top=best,
+        hits_fit=any(_fits_alone(c) for c in signals.values()),
+    )
+
+
+def _fits_alone(candidate: Candidate) -> bool:
+    """Whether the embedding or the BM25 mode alone would call this candidate a fit."""
+    return (
+        candidate.semantic >= WEAK_COSINE
+        or candidate.cover >= WEAK_COVER
+        or _fits_known_words(candidate)
     )
 
 
@@ -103,6 +114,9 @@ STRONG_COSINE = 0.55
 WEAK_COSINE = 0.30
 STRONG_COVER = 0.8
 WEAK_COVER = 0.7
+# Words of the request the catalog has, at least, for ``_fits_known_words`` (one common
+# word, "get", would let any request in).
+KNOWN_TERMS = 2
 
 
 def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
@@ -123,11 +137,26 @@ def match(candidate: Candidate | None, mode: str, context: QueryContext | None =
         or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
     ):
         return "strong"
-    if context is not None and mode == "hybrid":
-        if context.nothing_fits:
-            return "none"
-        if candidate is context.top:
-            return "weak"
-    if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
+    if context is not None and mode == "hybrid" and context.nothing_fits:
+        return "none"
+    fits = (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER
+    if fits or _fits_known_words(candidate):
         return "weak"
+    if context is not None and mode == "hybrid" and candidate is context.top:
+        # The request as a whole fits, by the calibrated rule; the best hit says so as long
+        # as either single mode would find a fit among the hits too (else the two single
+        # modes said "nothing fits" and hybrid "weak": the signals must agree).
+        return "weak" if context.hits_fit else "none"
     return "none"
+
+
+def _fits_known_words(candidate: Candidate) -> bool:
+    """A hit that holds nearly all of the request's words known to the catalog, two or more
+    of them, one in its name: the rest are words no tool has, most often the request's
+    arguments (a film's title, a file name), which say nothing against the tool (BM25 told
+    "find movies similar to Inception" nothing fits with "Get Similar Movies" first)."""
+    return (
+        candidate.known_terms >= KNOWN_TERMS
+        and candidate.known_cover >= STRONG_COVER
+        and candidate.name_cover > 0
+    )

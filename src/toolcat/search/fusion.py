@@ -86,6 +86,10 @@ class Candidate:
     fused: float = 0.0
     trust: float = 0.5  # the query's weight on BM25
     name_hit: float = 0.0  # IDF-weighted share of the tool's name terms found in the query
+    # ``cover`` over the query's terms some tool has, and how many such terms the query has:
+    # a word no tool has (a film's title, a file name) is often the request's argument.
+    known_cover: float = 0.0
+    known_terms: int = 0
 
 
 def idf(n_docs: int, doc_freq: int) -> float:
@@ -172,10 +176,14 @@ def candidates(
         found.setdefault(item, Candidate(semantic=floor))
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
+    known = [(t, w) for t, w in pairs if doc_freq.get(t, 0) > 0]
+    known_total = sum(w for _, w in known)
     for item, candidate in found.items():
         document = documents.get(item)
         if document is not None:
             candidate.cover, candidate.name_cover = _coverage(pairs, total, document)
+            candidate.known_cover = _coverage(known, known_total, document)[0]
+            candidate.known_terms = len(known)
     return found
 
 
