@@ -114,9 +114,6 @@ STRONG_COSINE = 0.55
 WEAK_COSINE = 0.30
 STRONG_COVER = 0.8
 WEAK_COVER = 0.7
-# Words of the request the catalog has, at least, for ``_fits_known_words`` (one common
-# word, "get", would let any request in).
-KNOWN_TERMS = 2
 
 
 def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
@@ -151,12 +148,13 @@ def match(candidate: Candidate | None, mode: str, context: QueryContext | None =
 
 
 def _fits_known_words(candidate: Candidate) -> bool:
-    """A hit that holds nearly all of the request's words known to the catalog, two or more
-    of them, one in its name: the rest are words no tool has, most often the request's
-    arguments (a film's title, a file name), which say nothing against the tool (BM25 told
-    "find movies similar to Inception" nothing fits with "Get Similar Movies" first)."""
+    """A hit that holds nearly all of the request's distinctive words (``fusion.distinctive``:
+    some tools have them, few do), one of them in its name. The request's other words are
+    either words no tool has, most often its arguments (a film's title, a person, a file
+    name), which say nothing against the tool (BM25 told "find movies similar to Inception"
+    nothing fits with "Get Similar Movies" first), or words most tools have ("get")."""
     return (
-        candidate.known_terms >= KNOWN_TERMS
+        candidate.known_terms > 0
         and candidate.known_cover >= STRONG_COVER
-        and candidate.name_cover > 0
+        and candidate.known_in_name
     )

@@ -86,10 +86,12 @@ class Candidate:
     fused: float = 0.0
     trust: float = 0.5  # the query's weight on BM25
     name_hit: float = 0.0  # IDF-weighted share of the tool's name terms found in the query
-    # ``cover`` over the query's terms some tool has, and how many such terms the query has:
-    # a word no tool has (a film's title, a file name) is often the request's argument.
+    # ``cover`` over the query's distinctive terms (``distinctive``), how many the query has,
+    # and whether one is in the tool's name: a word no tool has (a film's title, a file
+    # name) is often the request's argument, a word most tools have tells nothing.
     known_cover: float = 0.0
     known_terms: int = 0
+    known_in_name: bool = False
 
 
 def idf(n_docs: int, doc_freq: int) -> float:
@@ -176,15 +178,22 @@ def candidates(
         found.setdefault(item, Candidate(semantic=floor))
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
-    known = [(t, w) for t, w in pairs if doc_freq.get(t, 0) > 0]
+    known = [(t, w) for t, w in pairs if distinctive(n_docs, doc_freq.get(t, 0))]
     known_total = sum(w for _, w in known)
     for item, candidate in found.items():
         document = documents.get(item)
         if document is not None:
             candidate.cover, candidate.name_cover = _coverage(pairs, total, document)
-            candidate.known_cover = _coverage(known, known_total, document)[0]
+            candidate.known_cover, in_name = _coverage(known, known_total, document)
             candidate.known_terms = len(known)
+            candidate.known_in_name = in_name > 0
     return found
+
+
+def distinctive(n_docs: int, doc_freq: int) -> bool:
+    """Whether a term some tools have is rare enough to tell them apart: its IDF at least
+    half the largest (at 50 tools: in at most 8 of them; at 10,000: at most 100)."""
+    return doc_freq > 0 and idf(n_docs, doc_freq) >= 0.5 * idf(n_docs, 1)
 
 
 @dataclass(frozen=True)
