@@ -162,7 +162,10 @@ class Embedder:
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
-        self.packaged = onnx_encoder.packaged(model_location(model_id))
+        try:
+            self.packaged = onnx_encoder.packaged(model_location(model_id))
+        except EmbeddingError:  # MiniLM without its package: said when it is used
+            self.packaged = False
         self._model: Any = None
         self._lock = threading.Lock()
         self._queries: OrderedDict[str, Any] = OrderedDict()
@@ -377,20 +380,7 @@ class Embedder:
                     self._queries.move_to_end(text)
         missing = list(dict.fromkeys(t for t in texts if t not in found))
         if missing:
-            clipped = [text[:MAX_TEXT_CHARS] for text in missing]
-            fast = self.query_encoder()
-            if fast is None and self.packaged:
-                raise QueryEncodingFailed(self.note)
-            if fast is None:
-                vectors = self.encode(clipped)
-            else:
-                try:
-                    vectors = fast.encode(clipped)
-                except Exception as e:  # a graph that loads but fails to run
-                    raise QueryEncodingFailed(
-                        f"the ONNX encoder of {self.model_id} failed ({type(e).__name__}); "
-                        "searching with BM25 only: run `toolcat reindex` to repair the export"
-                    ) from e
+            vectors = self._encode_queries([text[:MAX_TEXT_CHARS] for text in missing])
             with self._lock:
                 for text, vector in zip(missing, vectors, strict=True):
                     found[text] = vector
@@ -398,6 +388,27 @@ class Embedder:
                 while len(self._queries) > QUERY_CACHE_SIZE:
                     self._queries.popitem(last=False)
         return [found[text] for text in texts]
+
+    def _encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Query vectors from the ONNX encoder, else sentence-transformers; an encoder that
+        cannot serve or fails raises ``QueryEncodingFailed`` (the search falls back)."""
+        try:
+            fast = self.query_encoder()
+            if fast is None and self.packaged:
+                raise QueryEncodingFailed(self.note)
+            if fast is None:
+                return self.encode(texts)
+        except QueryEncodingFailed:
+            raise
+        except EmbeddingError as e:  # no model to encode with here
+            raise QueryEncodingFailed(f"{e}; searching with BM25 only") from e
+        try:
+            return fast.encode(texts)
+        except Exception as e:  # a graph that loads but fails to run
+            raise QueryEncodingFailed(
+                f"the ONNX encoder of {self.model_id} failed ({type(e).__name__}); "
+                "searching with BM25 only: run `toolcat reindex` to repair the export"
+            ) from e
 
 
 def prune_export_cache(keep: Sequence[str] = (), everything: bool = False) -> tuple[list[str], int]:

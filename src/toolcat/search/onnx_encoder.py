@@ -1,15 +1,23 @@
-"""A torch-free encoder: the catalog's embedding model exported to ONNX.
+"""A torch-free encoder: the catalog's embedding model as an ONNX graph.
 
-The first ``toolcat reindex`` loads the sentence-transformers model and exports it (the
-transformer, pooling and normalisation as one ONNX graph, and the tokenizer as
-``tokenizer.json``) into the user cache, ``$XDG_CACHE_HOME/toolcat/onnx``, in a folder keyed
-by the model id and a fingerprint of the model's files. A fresh process then encodes a query
-with ``onnxruntime`` and ``tokenizers`` in milliseconds instead of importing torch for
-seconds, and later reindexes encode documents with it too (3.5x the tools/s of
-sentence-transformers on the benchmark texts, README "Embedding and hybrid speed"). An
-export whose fingerprint no longer matches the model's files is never used (the key
-differs); a folder appears whole or not at all (written aside, then renamed), so a
-process killed mid-export leaves nothing that could be served.
+The packaged retriever is such a graph already (``src/toolcat/retriever/``, described by
+``retriever.json``). For any other model, the first ``toolcat reindex`` loads the
+sentence-transformers model and exports it (the transformer, pooling and normalisation as
+one ONNX graph, and the tokenizer as ``tokenizer.json``) into the user cache,
+``$XDG_CACHE_HOME/toolcat/onnx``, in a folder keyed by the model id and the content of the
+model's files (``fingerprint``: one export per model, whatever venv holds it). A fresh
+process then encodes a query with ``onnxruntime`` and ``tokenizers`` in milliseconds instead
+of importing torch for seconds, and later reindexes encode documents with it too (3.5x the
+tools/s of sentence-transformers on the benchmark texts, README "Embedding and hybrid
+speed"). A folder appears whole or not at all (written aside, then renamed), so a process
+killed mid-export leaves nothing that could be served.
+
+Nothing in the cache is trusted blindly: the sha256 of every file written is recorded
+(``meta.json``, ``sha256.json`` beside a saved graph; ``retriever.json`` for the packaged
+model) and checked before a session is made from it (``Export.check``; a digest is computed
+again only when the file's size, inode or times changed, ``file_digest``). A saved graph that
+does not match is skipped; an export that does not match raises ``ExportMismatch`` (reindex
+makes it again, a query falls back).
 
 Beside the exported graph, reindex saves the graph as onnxruntime optimises it (fusions that
 hold on any CPU, ``ORT_ENABLE_EXTENDED``) with its weights in a separate file, in a folder
@@ -19,13 +27,14 @@ from that graph with optimisation off and the weights memory-mapped: 70 ms inste
 that also skips prepacking the weights (README "Speed: one-shot search").
 
 Queries can run a third graph (``TOOLCAT_ONNX_INT8=1``; off by default, see
-``embeddings.INT8_QUERIES``), also saved by reindex (``int8-b32-ort<version>``): every weight
-MatMul as ``MatMulNBits``, weights in 8-bit blocks of 32 along the input dimension, one scale
-per block, multiplied in int8 with the activations quantised per block at run time. Its query
-vectors agree with the fp32 graph's at cosine ≥ 0.9993 (300 benchmark queries) and it runs
-in 0.64-0.78x the time; ``toolcat eval`` R@1 and R@5 stay within 0.5 points on every source
-(README "Embedding and hybrid speed", where the per-tensor and per-channel int8 variants
-that lost too much are measured too). Documents (reindex) stay fp32.
+``embeddings.INT8_QUERIES``), saved by reindex while it is on (``int8-b32-ort<version>``):
+every weight MatMul as ``MatMulNBits``, weights in 8-bit blocks of 32 along the input
+dimension, one scale per block, multiplied in int8 with the activations quantised per block
+at run time. Its query vectors agree with the fp32 graph's at cosine ≥ 0.9993 (300 benchmark
+queries) and it runs in 0.64-0.78x the time; ``toolcat eval`` R@1 and R@5 stay within 0.5
+points on every source (README "Embedding and hybrid speed", where the per-tensor and
+per-channel int8 variants that lost too much are measured too). Documents (reindex) stay
+fp32.
 """
 
 from __future__ import annotations
@@ -109,8 +118,9 @@ def file_digest(path: Path) -> str:
     found = _hash(path)
     with _digests_lock:
         _digests[name] = (key, found)
-        with contextlib.suppress(OSError):
-            _write_json(cache_root() / DIGEST_STAMPS, {k: list(v) for k, v in _digests.items()})
+        with contextlib.suppress(OSError):  # files gone since are forgotten
+            kept = {k: list(v) for k, v in _digests.items() if os.path.exists(k)}
+            _write_json(cache_root() / DIGEST_STAMPS, kept)
     return found
 
 
