@@ -138,10 +138,11 @@ class Catalog:
             the rest). Tools of imported MCP servers always run in this process.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
             sets its own ``max_result_bytes``.
-        embedding_model: The sentence-transformers model (name or folder) for embedding
-            search. Default: the one the catalog was indexed with, else all-MiniLM-L6-v2
-            (bundled, offline). Asking for another than the catalog's vectors came from is
-            an error until ``reindex(model=...)``.
+        embedding_model: The embedding model: ``toolcat-tool-retriever-v1`` (packaged,
+            offline, no torch), ``all-MiniLM-L6-v2`` (the base model), or a
+            sentence-transformers model (name or folder). Default: the one the catalog was
+            indexed with, else the packaged retriever. Asking for another than the catalog's
+            vectors came from is an error until ``reindex(model=...)``.
         trust_any_module: Let Python implementations lie anywhere, the standard library
             included (``os:system``). By default every implementation must lie under its
             toolkit's ``module``, at registration and again at call time; and only
@@ -524,6 +525,7 @@ class Catalog:
     # -- reading --------------------------------------------------------------------------
 
     def _scope_filters(self, conn: sqlite3.Connection, scope: Scope) -> Filters:
+        """The filters of a search's ``scope`` (``SearchEngine.search`` asks in its snapshot)."""
         return self._filters(
             conn,
             scope.tags,
