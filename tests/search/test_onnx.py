@@ -314,15 +314,16 @@ def test_stale_and_damaged_exports_are_never_used(own_cache: Path, exported: Pat
     )
     found, _ = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL), int8=True)
     assert found is not None and found.graph == "optimised"
-    # A damaged export at the current key: loading fails, the search path falls back.
+    # A damaged export at the current key: refused (its digests), the search path falls back.
     (current / "model.onnx").write_bytes(b"not a model")
     (fast / onnx_encoder.FAST_GRAPH).write_bytes(b"not a model either")
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
-    assert found is None and "cannot load" in why
+    refused = "does not match its digests (model.onnx does not match its recorded sha256)"
+    assert found is None and refused in why
     fresh = Embedder(DEFAULT_MODEL)
     fresh._model = embedder_model()
     vector = fresh.encode_query("erase an old document")
-    assert vector.shape == (384,) and "cannot load" in fresh.note
+    assert vector.shape == (384,) and refused in fresh.note
 
 
 def embedder_model() -> object:
