@@ -277,14 +277,15 @@ def serving(
     env = {**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"}
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", SERVE, str(db), json.dumps(queries)],
         capture_output=True,
         text=True,
-        check=True,
         env=env,
-    ).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    )
+    if done.returncode:
+        sys.exit(f"the serving process ({src or 'this checkout'}) failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
