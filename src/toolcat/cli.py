@@ -1040,6 +1040,12 @@ EVAL_EXTRA = (
     type=click.Path(dir_okay=False, path_type=Path),
     help="A file of tool vectors to reuse across runs (created if missing).",
 )
+@click.option(
+    "--baseline",
+    is_flag=True,
+    help="Also score the plain baseline on the same queries: rank-bm25 + base MiniLM fused "
+    "by reciprocal rank (rrf-baseline), and base MiniLM alone (minilm-baseline).",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
 def eval_(
@@ -1053,6 +1059,7 @@ def eval_(
     learn_fraction: float | None,
     abstention: bool,
     vector_cache: Path | None,
+    baseline: bool,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -1062,7 +1069,7 @@ def eval_(
     nDCG@10 and MRR@10 of every query, per source and mode, through the public search API.
     Progress goes to stderr; each source's rows are printed as soon as they are computed.
     """
-    from .evaluate import DEFAULT_MODES, evaluate
+    from .evaluate import DEFAULT_MODES, evaluate, summary
 
     started = time.monotonic()
 
@@ -1074,12 +1081,13 @@ def eval_(
     done: list[dict[str, Any]] = []
 
     def json_rows() -> dict[str, Any]:
-        return {
+        results = {
             "results": [
                 {**{k: r[k] for k in EVAL_KEYS}, **{k: r[k] for k in EVAL_EXTRA if k in r}}
                 for r in done
             ]
         }
+        return {**results, "mean": summary(done)} if baseline else results
 
     def print_row(r: dict[str, Any]) -> None:
         done.append(r)
@@ -1093,19 +1101,19 @@ def eval_(
         if not header[0]:
             header[0] = True
             click.echo(
-                f"{'source':<12} {'mode':<10} {'queries':>7}  R@1   R@5   R@10  nDCG@10 MRR@10"
+                f"{'source':<12} {'mode':<15} {'queries':>7}  R@1   R@5   R@10  nDCG@10 MRR@10"
                 "  multi-tool R@5 (n)"
             )
         multi = r["multi_tool"]
         multi_cell = f"  {multi['R@5']:.3f} ({multi['queries']})" if multi["queries"] else ""
         click.echo(
-            f"{r['source']:<12} {r['mode']:<10} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
+            f"{r['source']:<12} {r['mode']:<15} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
             f"{r['R@10']:.3f} {r['nDCG@10']:.3f}   {r['MRR@10']:.3f}{multi_cell}"
         )
         if "lenient" in r:
             le = r["lenient"]
             click.echo(
-                f"{'  lenient':<12} {'':<10} {'':>7}  {le['R@1']:.3f} {le['R@5']:.3f} "
+                f"{'  lenient':<12} {'':<15} {'':>7}  {le['R@1']:.3f} {le['R@5']:.3f} "
                 f"{le['R@10']:.3f} {le['nDCG@10']:.3f}   {le['MRR@10']:.3f}"
             )
         notes = []
@@ -1146,6 +1154,7 @@ def eval_(
             learn_fraction=learn_fraction,
             abstention=abstention,
             vector_cache=vector_cache,
+            baseline=baseline,
             progress=progress,
             on_row=print_row,
         )
@@ -1158,6 +1167,15 @@ def eval_(
             signal.signal(signal.SIGTERM, previous)
     if as_json:
         emit_json(json_rows())
+    elif baseline and done:
+        click.echo(f"\nmean over sources {'':<6} R@5   nDCG@10  vs rrf-baseline (R@5, nDCG@10)")
+        for line in summary(done):
+            margin = line.get("vs_rrf_baseline")
+            learned = " (learned)" if line.get("learned") else ""
+            click.echo(
+                f"{line['mode'] + learned:<24} {line['R@5']:.3f} {line['nDCG@10']:.3f}"
+                + (f"    {margin['R@5']:+.3f} {margin['nDCG@10']:+.3f}" if margin else "")
+            )
 
 
 _LEAVE_AT_ONCE: list[bool] = []

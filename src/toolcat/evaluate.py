@@ -34,6 +34,9 @@ K_VALUES = (1, 5, 10)
 # Regex mode reads a query as a pattern: it has no place in scoring natural-language requests.
 DEFAULT_MODES = ("bm25", "embedding", "hybrid")
 PROGRESS_EVERY_S = 10.0
+BASELINE_MODES = ("rrf-baseline", "minilm-baseline")
+BASELINE_DEPTH = 100  # each ranking fused by the plain RRF keeps this many tools
+Encoder = Callable[[Sequence[str]], Any]  # texts -> float32 unit vectors, one row each
 
 
 @dataclass
@@ -274,6 +277,8 @@ def evaluate(
     learn_fraction: float | None = None,
     abstention: bool = False,
     vector_cache: str | Path | None = None,
+    baseline: bool = False,
+    baseline_encoder: Encoder | None = None,
     progress: Progress | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -296,14 +301,20 @@ def evaluate(
             none of its own (``abstain_foreign``).
         vector_cache: A file of tool vectors (created if missing) that reindexing takes
             from and adds to, so repeated evaluations embed each tool once.
+        baseline: Also score the plain baseline on the same queries (``toolcat.baseline``):
+            rank-bm25 fused with the base MiniLM by reciprocal rank (``rrf-baseline``) and
+            the base MiniLM alone (``minilm-baseline``).
+        baseline_encoder: What encodes texts for the baseline (default: the base MiniLM
+            with sentence-transformers); ``scripts/loso_eval.py`` passes stored vectors.
         progress: Called with a line of progress now and then.
         on_row: Called with each row as soon as it is computed.
 
     Returns:
-        One row per source and mode: ``source``, ``mode``, ``queries``, ``R@1``, ``R@5``,
-        ``R@10``, ``nDCG@10``, ``MRR@10`` (strict), ``multi_tool`` (the same for queries
-        with two or more gold tools), ``learned_from`` (uses recorded before scoring),
-        ``lenient`` where the source has alternatives, and the name mapping counts.
+        One row per source and mode (the baseline's two after toolcat's): ``source``,
+        ``mode``, ``queries``, ``R@1``, ``R@5``, ``R@10``, ``nDCG@10``, ``MRR@10``
+        (strict), ``multi_tool`` (the same for queries with two or more gold tools),
+        ``learned_from`` (uses recorded before scoring), ``lenient`` where the source
+        has alternatives, and the name mapping counts.
     """
     bench = Path(bench_dir)
     folders = validate(bench, sources, modes, max_queries, learn_split, learn_fraction)
@@ -330,6 +341,7 @@ def evaluate(
                 on_row(row)
 
     needs_vectors = any(m in ("embedding", "hybrid") for m in modes) or abstention
+    plain = Baseline(baseline_encoder) if baseline else None
     with tempfile.TemporaryDirectory(prefix="toolcat-eval-") as tmp:
         foreign: Catalog | None = None
         if abstention and len(loaded) > 1:
@@ -367,6 +379,9 @@ def evaluate(
                                 say,
                             )
                         )
+                        if plain is not None:
+                            say(f"{source.name}: plain baseline")
+                            emit(plain.rows(source, plans[source.name].score, loaded, True))
             else:
                 for source in loaded:
                     with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
@@ -394,10 +409,36 @@ def evaluate(
                                 say,
                             )
                         )
+                        if plain is not None:
+                            say(f"{source.name}: plain baseline")
+                            emit(plain.rows(source, plans[source.name].score, [source], False))
         finally:
             if foreign is not None:
                 foreign.close()
     return results
+
+
+def summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per mode (and before/after learning), R@5 and nDCG@10 averaged over the sources
+    (each source weighs the same), with the margin over ``rrf-baseline`` where it was
+    scored: the line every table ends with under ``--baseline``."""
+    groups: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["mode"], bool(row.get("learned_from"))), []).append(row)
+    means = {
+        key: {k: round(sum(r[k] for r in group) / len(group), 4) for k in ("R@5", "nDCG@10")}
+        for key, group in groups.items()
+    }
+    plain = means.get(("rrf-baseline", False))
+    out = []
+    for (mode, learned), mean in means.items():
+        line: dict[str, Any] = {"mode": mode, "sources": len(groups[mode, learned]), **mean}
+        if learned:
+            line["learned"] = True
+        if plain is not None:
+            line["vs_rrf_baseline"] = {k: round(mean[k] - plain[k], 4) for k in mean}
+        out.append(line)
+    return out
 
 
 def _copy_vectors(catalog: Catalog, source: Path) -> None:
@@ -515,10 +556,9 @@ def _run(
     abstention: bool,
     say: Progress,
 ) -> list[dict[str, Any]]:
-    prefix = f"{source.toolkit.name}." if pooled else ""
     rows = []
     for mode in modes:
-        strict, lenient, multi = [], [], []
+        rankings: list[list[str]] = []
         abstained = refused = 0
         started = last = time.monotonic()
         for i, query in enumerate(queries, 1):
@@ -529,30 +569,13 @@ def _run(
             except InvalidQueryError:
                 ranked = []  # a query the mode refuses (a regex over the length limit)
                 refused += 1
-            scores = score_query(ranked, [[prefix + n] for n in query.relevant])
-            strict.append(scores)
-            if len(query.relevant) >= 2:
-                multi.append(scores)
-            if query.any_of is not None:
-                lenient.append(score_query(ranked, [[prefix + n for n in g] for g in query.any_of]))
+            rankings.append(ranked)
             if time.monotonic() - last >= PROGRESS_EVERY_S:
                 last = time.monotonic()
                 say(f"{source.name} {mode}: {i}/{len(queries)} queries, {last - started:.0f}s")
-        row: dict[str, Any] = {
-            "source": source.name,
-            "mode": mode,
-            "pooled": pooled,
-            "queries": len(queries),
-            **_average(strict),
-            "multi_tool": {"queries": len(multi), **_average(multi)},
-            "learned_from": learned,
-            "names_mapped": source.names_mapped,
-            "schemas_repaired": source.schemas_repaired,
-        }
+        row = _scored(source, mode, pooled, queries, rankings, learned)
         if refused:
             row["refused"] = refused
-        if source.lenient:
-            row["lenient"] = _average(lenient)
         if abstention:
             row["abstain_own"] = round(abstained / len(queries), 4) if queries else 0.0
             row["abstain_foreign"] = (
@@ -560,6 +583,91 @@ def _run(
             )
         rows.append(row)
     return rows
+
+
+def _scored(
+    source: Source,
+    mode: str,
+    pooled: bool,
+    queries: Sequence[Query],
+    rankings: Sequence[Sequence[str]],
+    learned: int = 0,
+) -> dict[str, Any]:
+    """The row of one source and mode: its queries' rankings (catalog ids when ``pooled``,
+    else tool names) scored strictly, for multi-tool queries, and leniently where the
+    source has alternatives."""
+    prefix = f"{source.toolkit.name}." if pooled else ""
+    strict, lenient, multi = [], [], []
+    for query, ranked in zip(queries, rankings, strict=True):
+        scores = score_query(ranked, [[prefix + n] for n in query.relevant])
+        strict.append(scores)
+        if len(query.relevant) >= 2:
+            multi.append(scores)
+        if query.any_of is not None:
+            lenient.append(score_query(ranked, [[prefix + n for n in g] for g in query.any_of]))
+    row: dict[str, Any] = {
+        "source": source.name,
+        "mode": mode,
+        "pooled": pooled,
+        "queries": len(queries),
+        **_average(strict),
+        "multi_tool": {"queries": len(multi), **_average(multi)},
+        "learned_from": learned,
+        "names_mapped": source.names_mapped,
+        "schemas_repaired": source.schemas_repaired,
+    }
+    if source.lenient:
+        row["lenient"] = _average(lenient)
+    return row
+
+
+class Baseline:
+    """The plain baseline (``toolcat.baseline``) over a catalog's tools, scored like a mode.
+    Tool vectors are kept by text, so the pooled catalog and each source embed a text once."""
+
+    def __init__(self, encoder: Encoder | None = None) -> None:
+        self._encoder = encoder
+        self._vectors: dict[str, Any] = {}
+
+    def encode(self, texts: Sequence[str]) -> Any:
+        import numpy as np
+
+        from . import baseline
+
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            if self._encoder is None:
+                model = baseline.base_model()
+                self._encoder = lambda batch: baseline.encode(model, batch)
+            self._vectors.update(zip(missing, self._encoder(missing), strict=True))
+        return np.stack([self._vectors[t] for t in texts])
+
+    def rows(
+        self, source: Source, queries: Sequence[Query], sources: Sequence[Source], pooled: bool
+    ) -> list[dict[str, Any]]:
+        """``rrf-baseline`` and ``minilm-baseline`` rows for ``source``'s ``queries``,
+        searched among the tools of ``sources``."""
+        from . import baseline
+
+        documents = {
+            (f"{s.toolkit.name}.{t.name}" if pooled else t.name): baseline.plain_text(t)
+            for s in sources
+            for t in s.toolkit.tools
+        }
+        names = list(documents)
+        bm25 = baseline.PlainBM25(documents)
+        matrix = self.encode([documents[n] for n in names])
+        vectors = self.encode([q.text for q in queries]) if queries else []
+        dense, fused = [], []
+        for query, vector in zip(queries, vectors, strict=True):
+            by_meaning = baseline.dense_rank(vector, names, matrix, BASELINE_DEPTH)
+            by_words = bm25.rank(query.text, BASELINE_DEPTH)
+            dense.append(by_meaning[:10])
+            fused.append(baseline.rrf([by_words, by_meaning], 10))
+        return [
+            _scored(source, mode, pooled, queries, ranked)
+            for mode, ranked in zip(BASELINE_MODES, (fused, dense), strict=True)
+        ]
 
 
 def _abstain_foreign(

@@ -214,3 +214,32 @@ def test_equal_vectors_rank_in_id_order_whatever_order_sqlite_reads_them(
     assert catalog._search.vectors.order is not None  # the rows were read out of id order
     assert [h.tool.name for h in hits] == ["zulu_track", "alpha_track"]
     assert hits[0].score == hits[1].score
+
+
+def test_embedding_text_includes_parameter_names_and_descriptions() -> None:
+    """The document text holds each parameter's name, description and enum values, nested
+    ones too (without them embedding mode fell below a plain MiniLM: issue 22)."""
+    from toolcat.models import Tool
+    from toolcat.search.embeddings import embedding_text
+
+    tool = Tool.model_validate(
+        {
+            "name": "get_weather",
+            "description": "Current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "description": "Name of the town"},
+                    "units": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "where": {
+                        "type": "object",
+                        "properties": {"lat": {"description": "Latitude in degrees"}},
+                    },
+                },
+            },
+        }
+    )
+    text = embedding_text(tool)
+    assert text.startswith("get weather: Current weather for a city.")
+    for part in ("city", "Name of the town", "units", "celsius fahrenheit", "Latitude in degrees"):
+        assert part in text

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
 from . import onnx_encoder
+from .documents import schema_texts
 from .tokenize import split_words
 
 if TYPE_CHECKING:
@@ -64,15 +65,19 @@ ONE_SHOT_MMAP_BYTES = 1 << 30
 
 
 def embedding_text(tool: Tool) -> str:
-    """What the model reads for a tool: its name as words, description, examples, params."""
+    """What the model reads for a tool (the document text that training, eval and serving
+    share): its name as words, description, search hint, examples, and its parameters' names,
+    descriptions and enum values, nested ones too."""
     parts = [" ".join(split_words(tool.name)) + ":", tool.description]
     if tool.search_hint:
         parts.append(tool.search_hint)
     if tool.examples:
         parts.append("For example: " + "; ".join(tool.examples))
-    properties = tool.parameters.get("properties") or {}
-    if isinstance(properties, dict) and properties:
-        parts.append("Parameters: " + ", ".join(" ".join(split_words(p)) for p in properties))
+    # Parameter descriptions too: without them toolcat's embedding mode fell below a plain
+    # MiniLM over name + description + parameter names and descriptions (issue 22).
+    params = [text for text in schema_texts(tool.parameters) if text.strip()]
+    if params:
+        parts.append("Parameters: " + " ".join(params))
     return " ".join(parts)[:MAX_TEXT_CHARS]
 
 

@@ -1,0 +1,148 @@
+"""Leave-one-source-out scores of the trained retriever, from stored vectors (issue 22).
+
+``scripts/train_retriever.py --loso`` trains one model per benchmark source with that source
+left out, and writes that model's vectors of the source's tool texts and of the seeded query
+sample ``toolcat eval --max-queries 1000 --seed 0`` scores (``loso-SOURCE.npz``: fp32 torch
+and int8 ONNX), and the base model's (``base-SOURCE.npz``, plain texts too). This script scores
+toolcat's own modes with those vectors through the ordinary ``evaluate`` path (the catalog,
+reindex and search code, nothing re-implemented): the process's embedder answers from the
+stored vectors instead of running a model. Beside them, on the same queries, the plain
+baseline (``toolcat eval --baseline``: rank-bm25 + base MiniLM by RRF, and base MiniLM) and
+today's default (hybrid with the base model).
+
+    python scripts/loso_eval.py --data prepared.json.gz --vectors DIR [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import numpy as np  # noqa: E402
+
+from toolcat.evaluate import evaluate  # noqa: E402
+from toolcat.search import embeddings  # noqa: E402
+from train_retriever import BENCH, EVAL_QUERIES, loso_texts  # noqa: E402
+
+
+class Stored(embeddings.Embedder):
+    """An embedder that answers from stored vectors (keyed by text) instead of a model."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        super().__init__("stored")
+        self.vectors = vectors
+
+    def onnx_current(self) -> bool:
+        return True
+
+    def export_onnx(self) -> None:
+        pass
+
+    @property
+    def dimension(self) -> int:
+        return 384
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        return np.stack([self.vectors[t] for t in texts])
+
+    def encode_queries(self, texts: list[str]) -> list[np.ndarray]:
+        return [self.vectors[t] for t in texts]
+
+
+class _Every(dict[str, Any]):
+    """Stands in for the embedders of every model id (``embeddings._embedders``)."""
+
+    def __init__(self, embedder: Stored) -> None:
+        super().__init__()
+        self.embedder = embedder
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.embedder
+
+
+def lookup(texts: list[str], vectors: np.ndarray) -> dict[str, np.ndarray]:
+    rows = vectors.astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return dict(zip(texts, rows, strict=True))
+
+
+def score(
+    bench: Path, source: str, vectors: dict[str, np.ndarray], modes: Sequence[str], **options: Any
+) -> dict[str, dict[str, float]]:
+    """``evaluate`` on one source with the embedder answering from ``vectors``."""
+    embeddings._embedders = _Every(Stored(vectors))  # type: ignore[assignment]
+    rows = evaluate(bench, sources=[source], modes=modes, max_queries=EVAL_QUERIES, **options)
+    return {r["mode"]: {k: r[k] for k in ("queries", "R@1", "R@5", "nDCG@10")} for r in rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="train_retriever --write-data")
+    parser.add_argument("--vectors", type=Path, required=True, help="folder of the .npz files")
+    parser.add_argument("--bench", type=Path, default=BENCH)
+    parser.add_argument("--source", action="append", default=[], help="only this source")
+    parser.add_argument("--json", type=Path, help="also write the table here")
+    args = parser.parse_args()
+    with gzip.open(args.data, "rt", encoding="utf-8") as f:
+        data = json.load(f)
+    table: dict[str, dict[str, Any]] = {}
+    for name in args.source or sorted(data["sources"]):
+        source = data["sources"][name]
+        texts = loso_texts(source)
+        plain = list(source["plain"].values())
+        base = lookup(texts + plain, np.load(args.vectors / f"base-{name}.npz")["vectors"])
+        trained = np.load(args.vectors / f"loso-{name}.npz")
+        row: dict[str, Any] = {}
+        today = score(
+            args.bench,
+            name,
+            base,
+            ("bm25", "embedding", "hybrid"),
+            baseline=True,
+            baseline_encoder=lambda texts, base=base: np.stack([base[t] for t in texts]),
+        )
+        row["bm25"] = today["bm25"]
+        row["base embedding"] = today["embedding"]
+        row["base hybrid (today's default)"] = today["hybrid"]
+        row["minilm-baseline"] = today["minilm-baseline"]
+        row["rrf-baseline"] = today["rrf-baseline"]
+        for variant in ("fp32", "int8"):
+            if variant in trained:
+                found = score(
+                    args.bench, name, lookup(texts, trained[variant]), ("embedding", "hybrid")
+                )
+                row[f"trained embedding {variant}"] = found["embedding"]
+                row[f"trained hybrid {variant}"] = found["hybrid"]
+        table[name] = row
+        print(name, json.dumps({k: (v["R@5"], v["nDCG@10"]) for k, v in row.items()}), flush=True)
+    modes = list(next(iter(table.values())))
+    print(f"\n{'source':<12}" + "".join(f"{m[:26]:>28}" for m in modes))
+    for name, row in table.items():
+        cells = "".join(f"{row[m]['R@5']:>16.3f} {row[m]['nDCG@10']:.3f}    " for m in modes)
+        print(f"{name:<12}{cells}")
+    mean = {
+        m: {
+            k: round(sum(r[m][k] for r in table.values()) / len(table), 4)
+            for k in ("R@5", "nDCG@10")
+        }
+        for m in modes
+    }
+    print(
+        f"{'mean':<12}"
+        + "".join(f"{mean[m]['R@5']:>16.3f} {mean[m]['nDCG@10']:.3f}    " for m in modes)
+    )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"per_source": table, "mean": mean}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
