@@ -85,7 +85,11 @@ def build(db: Path, size: int, pool: list[dict[str, Any]], cache: dict[str, byte
     vectors = [(h, by_name[(kit, name)]) for h, kit, name in rows]
     for start in range(0, len(vectors), 5000):
         writer.store_vectors(conn, MODEL, vectors[start : start + 5000])
-    writer.set_meta(conn, {"embedding_model": MODEL, "embedding_dim": 384})
+    # What made the vectors (as reindex records it), so that a reindex keeps them.
+    made = f"{MODEL} {encoder.producer()}"
+    writer.set_meta(
+        conn, {"embedding_model": MODEL, "embedding_dim": 384, "embedding_producer": made}
+    )
     return catalog
 
 
