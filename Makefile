@@ -17,15 +17,16 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# torch==2.13.0 first: it resolves to the CPU build these machines carry; an unpinned torch
-# pulled in by sentence-transformers would download gigabytes of CUDA packages.
+# install: serving and reindexing with the packaged retriever need no torch. dev adds the
+# `train` extra (sentence-transformers: the tests check the base MiniLM and its export), so
+# torch==2.13.0 goes first: it resolves to the CPU build these machines carry; an unpinned
+# torch pulled in by sentence-transformers would download gigabytes of CUDA packages.
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q $(TORCH_PIP)
 	$(BIN)/python -m pip install -q -e '.[embeddings,fast,mcp]'
 
 dev: $(BIN)/python
 	$(BIN)/python -m pip install -q $(TORCH_PIP)
-	$(BIN)/python -m pip install -q -e '.[dev,embeddings,fast,mcp]'
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings,train,fast,mcp]'
 
 demo: install
 	rm -rf .demo && mkdir -p .demo
@@ -39,7 +40,7 @@ demo: install
 	@echo; echo '$$ toolcat search "prime factors of a number"   # another deferred tool, then call it'
 	$(TOOLCAT) search "prime factors of a number" -k 1
 	$(TOOLCAT) call math.prime_factors --args '{"n": 360}'
-	@echo; echo '$$ toolcat reindex   # embed the tools (all-MiniLM-L6-v2, bundled, offline)'
+	@echo; echo '$$ toolcat reindex   # embed the tools (toolcat-tool-retriever-v1, packaged, offline, no torch)'
 	$(TOOLCAT) reindex
 	@echo; echo '$$ toolcat search "erase an old document"   # hybrid: BM25 + embeddings'
 	$(TOOLCAT) search "erase an old document" -k 3

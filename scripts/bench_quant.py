@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat.search import embeddings, onnx_encoder  # noqa: E402
-from toolcat.search.embeddings import DEFAULT_MODEL, model_location  # noqa: E402
+from toolcat.search.embeddings import MINILM, model_location  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "bench"
 # Which weight MatMuls a variant quantises (node names of the export).
@@ -333,7 +333,7 @@ def run_eval(
     by ``encode`` (None: as toolcat does)."""
     from toolcat.evaluate import evaluate
 
-    embedder = embeddings.embedder(DEFAULT_MODEL)
+    embedder = embeddings.embedder(MINILM)
     fast = embedder.query_encoder()
     assert fast is not None, embedder.note
     original = fast.encode
@@ -365,8 +365,8 @@ def main() -> None:
     logging.disable(logging.WARNING)  # the quantisers log every node
     import numpy as np
 
-    embeddings.embedder(DEFAULT_MODEL).export_onnx()
-    folder = onnx_encoder.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    embeddings.embedder(MINILM).export_onnx()
+    folder = onnx_encoder.export_dir(MINILM, model_location(MINILM))
     queries = bench_queries(args.queries)
     short = [" ".join(q.split()[:8]) for q in queries]
     with tempfile.TemporaryDirectory() as tmp:

@@ -47,7 +47,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_catalog import SEED, make_toolkits, percentiles, tool_pool  # noqa: E402
 from toolcat import Catalog, Tool, Toolkit  # noqa: E402
-from toolcat.search.embeddings import DEFAULT_MODEL, embedder, embedding_text, to_blob  # noqa: E402
+from toolcat.search.embeddings import MINILM, embedder, embedding_text, to_blob  # noqa: E402
+
+# The model the catalogs are embedded with (--model): the base MiniLM by default, which the
+# code before the packaged retriever (--baseline-src) can load too.
+MODEL = MINILM
 from toolcat.store import writer  # noqa: E402
 
 
@@ -61,9 +65,9 @@ def base_text(tool: dict[str, Any]) -> str:
 
 def build(db: Path, size: int, pool: list[dict[str, Any]], cache: dict[str, bytes]) -> Catalog:
     raw = make_toolkits(pool, size)
-    catalog = Catalog(db)
+    catalog = Catalog(db, embedding_model=MODEL)
     catalog.register(*[Toolkit.model_validate(t) for t in raw])
-    encoder = embedder(DEFAULT_MODEL)
+    encoder = embedder(MODEL)
     texts = {base_text(t) for kit in raw for t in kit["tools"]} - cache.keys()
     ordered = sorted(texts)
     for start in range(0, len(ordered), 256):
@@ -80,8 +84,12 @@ def build(db: Path, size: int, pool: list[dict[str, Any]], cache: dict[str, byte
     ).fetchall()
     vectors = [(h, by_name[(kit, name)]) for h, kit, name in rows]
     for start in range(0, len(vectors), 5000):
-        writer.store_vectors(conn, DEFAULT_MODEL, vectors[start : start + 5000])
-    writer.set_meta(conn, {"embedding_model": DEFAULT_MODEL, "embedding_dim": 384})
+        writer.store_vectors(conn, MODEL, vectors[start : start + 5000])
+    # What made the vectors (as reindex records it), so that a reindex keeps them.
+    made = f"{MODEL} {encoder.producer()}"
+    writer.set_meta(
+        conn, {"embedding_model": MODEL, "embedding_dim": 384, "embedding_producer": made}
+    )
     return catalog
 
 
@@ -90,7 +98,7 @@ def timed(
 ) -> dict[str, float]:
     """Search latency; with ``cached`` the query vectors are already computed, which leaves
     the catalog's own work (matrix product, filters, fusion, fetching hits)."""
-    encoder = embedder(DEFAULT_MODEL)
+    encoder = embedder(MODEL)
     catalog.search(queries[0], mode=mode)  # load the matrix
     catalog.search(queries[1], mode=mode)
     catalog._search.postings.wait()  # the in-memory BM25 index builds in the background
@@ -112,7 +120,7 @@ def query_precision(int8: bool) -> None:
     import os
 
     os.environ["TOOLCAT_ONNX_INT8"] = "1" if int8 else "0"
-    encoder = embedder(DEFAULT_MODEL)
+    encoder = embedder(MODEL)
     with encoder._lock:
         encoder._onnx_checked = False
         encoder._queries.clear()
@@ -126,8 +134,8 @@ def encoder_threads(catalog: Catalog, queries: list[str]) -> dict[str, Any]:
 
     from toolcat.search import embeddings, onnx_encoder
 
-    encoder = embedder(DEFAULT_MODEL)
-    folder = onnx_encoder.export_dir(DEFAULT_MODEL, embeddings.model_location(DEFAULT_MODEL))
+    encoder = embedder(MODEL)
+    folder = onnx_encoder.export_dir(MODEL, embeddings.model_location(MODEL))
     out: dict[str, Any] = {"threads": embeddings.query_threads()}
     for int8 in (False, True):
         query_precision(int8)
@@ -161,7 +169,7 @@ def encoder_threads(catalog: Catalog, queries: list[str]) -> dict[str, Any]:
 def encode_only(queries: list[str]) -> dict[str, Any]:
     """One query at a time: sentence-transformers (torch), the ONNX export's fp32 graph and
     its int8 graph (queries interleaved, so load hits them alike)."""
-    encoder = embedder(DEFAULT_MODEL)
+    encoder = embedder(MODEL)
     query_precision(False)
     fp32 = encoder.query_encoder()
     query_precision(True)
@@ -273,14 +281,15 @@ def serving(
     env = {**os.environ, "TOOLCAT_ONNX_INT8": "1" if int8 else "0"}
     if src is not None:
         env["PYTHONPATH"] = str(src)
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", SERVE, str(db), json.dumps(queries)],
         capture_output=True,
         text=True,
-        check=True,
         env=env,
-    ).stdout
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    )
+    if done.returncode:
+        sys.exit(f"the serving process ({src or 'this checkout'}) failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -355,7 +364,7 @@ REINDEX = """
 import json, sys, time
 start = time.perf_counter()
 from toolcat import Catalog
-report = Catalog(sys.argv[1]).reindex(batch_size=int(sys.argv[2]))
+report = Catalog(sys.argv[1], embedding_model=sys.argv[3]).reindex(batch_size=int(sys.argv[2]))
 print(json.dumps({"tools_per_s": report.tools_per_second, "embedded": report.embedded,
                   "process_s": round(time.perf_counter() - start, 2),
                   "torch_loaded": "torch" in sys.modules}))
@@ -373,9 +382,9 @@ def reindex_throughput(
     import shutil
 
     raw = make_toolkits(pool, n)
-    encoder = embedder(DEFAULT_MODEL)
+    encoder = embedder(MODEL)
     db = tmp / "reindex.db"
-    with Catalog(db) as catalog:
+    with Catalog(db, embedding_model=MODEL) as catalog:
         catalog.register(*[Toolkit.model_validate(t) for t in raw])
         texts = [
             embedding_text(Tool.model_construct(**json.loads(d)))
@@ -406,7 +415,7 @@ def reindex_throughput(
             copy = tmp / f"reindex-{name}.db"
             shutil.copy(db, copy)
             out = subprocess.run(
-                [sys.executable, "-c", REINDEX, str(copy), str(batch_size)],
+                [sys.executable, "-c", REINDEX, str(copy), str(batch_size), MODEL],
                 capture_output=True,
                 text=True,
                 check=True,
@@ -461,10 +470,18 @@ def main() -> None:
         help="Another checkout's src folder: its cold list and hybrid search, and its "
         "serving process, run beside this one's.",
     )
+    parser.add_argument(
+        "--model",
+        default=MINILM,
+        help="Embedding model of the catalogs (toolcat-tool-retriever-v1: the packaged one; "
+        "the default, all-MiniLM-L6-v2, is also what code before it can load).",
+    )
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     if args.cold_only:
         args.sizes, args.reindex_tools = [], 0
-    embedder(DEFAULT_MODEL).export_onnx()  # as reindex does
+    embedder(MODEL).export_onnx()  # as reindex does
     pool, queries = tool_pool()
     rng = random.Random(SEED)
     sample = list(dict.fromkeys(rng.choice(queries) for _ in range(220)))[:200]

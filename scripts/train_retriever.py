@@ -571,9 +571,9 @@ def main() -> None:
     args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.base_model is None:
         sys.path.insert(0, str(ROOT / "src"))
-        from toolcat.search.embeddings import DEFAULT_MODEL, model_location
+        from toolcat.search.embeddings import MINILM, model_location
 
-        args.base_model = model_location(DEFAULT_MODEL)
+        args.base_model = model_location(MINILM)
     unknown = [s for s in args.exclude if s not in data["sources"]]
     if unknown:
         parser.error(f"no source {unknown[0]!r}; have {sorted(data['sources'])}")

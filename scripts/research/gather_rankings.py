@@ -48,7 +48,7 @@ from toolcat.evaluate import (  # noqa: E402
     reindex_with_vector_cache,
     source_folders,
 )
-from toolcat.search.embeddings import DEFAULT_MODEL, embedder  # noqa: E402
+from toolcat.search.embeddings import MINILM, embedder  # noqa: E402
 from toolcat.search.split import split_request  # noqa: E402
 from toolcat.store import reader  # noqa: E402
 from toolcat.store.reader import Filters  # noqa: E402
@@ -171,7 +171,7 @@ def save_vectors(catalog: Catalog, queries: dict[str, Any], path: Path) -> None:
 
     engine = catalog._search
     conn = catalog._conn
-    engine.vectors.refresh(conn, reader.revision(conn), DEFAULT_MODEL)
+    engine.vectors.refresh(conn, reader.revision(conn), MINILM)
     assert engine.vectors.ids is not None and engine.vectors.matrix is not None
     keys = {r[0]: f"{r[1]}.{r[2]}" for r in conn.execute("SELECT id, toolkit, name FROM tools")}
     texts = list(queries)
@@ -204,7 +204,7 @@ def save_chunks(sources: list[Source], path: Path) -> None:
                 chunks.append(f"{name}: " + ", ".join(" ".join(split_words(p)) for p in properties))
             keys += [f"{source.toolkit.name}.{tool.name}"] * len(chunks)
             texts += chunks
-    vectors = embedder(DEFAULT_MODEL).encode(texts)
+    vectors = embedder(MINILM).encode(texts)
     np.savez(path, tool_keys=np.array(keys), tool_vectors=vectors)
 
 
@@ -212,7 +212,7 @@ def encode(samples: dict[str, list[Query]]) -> dict[str, Any]:
     """Every query's and part's vector, in batches (the same model call search makes)."""
     every = [q for queries in samples.values() for q in queries]
     texts = list(dict.fromkeys(t for q in every for t in [q.text, *split_request(q.text)]))
-    model = embedder(DEFAULT_MODEL)
+    model = embedder(MINILM)
     found: dict[str, Any] = {}
     for start in range(0, len(texts), 64):
         chunk = texts[start : start + 64]
@@ -245,7 +245,7 @@ def gather(
         r[0]: (f"{r[1]}.{r[2]}" if pooled else r[2])
         for r in conn.execute("SELECT id, toolkit, name FROM tools")
     }
-    engine.vectors.refresh(conn, revision, DEFAULT_MODEL)
+    engine.vectors.refresh(conn, revision, MINILM)
     prefix = f"{source.toolkit.name}." if pooled else ""
 
     def ranked(text: str, depth: int) -> dict[str, Any]:

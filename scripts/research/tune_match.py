@@ -202,16 +202,16 @@ def main() -> None:
         calibration.WEIGHTS = tuple(float(w) for w in weights)
         calibration.INTERCEPT, calibration.THRESHOLD = intercept, threshold
 
-        per_hit = fusion.match
+        per_hit = calibration.match
         report: dict[str, dict[str, tuple[float, float]]] = {}
         for i, source in enumerate(sources):
             queries = test_half[source.name]
             new = in_each(source, i, lambda c, q=queries: held_out(c, q))
-            fusion.match = lambda c, mode, context=None: per_hit(c, mode)  # the rule before
+            calibration.match = lambda c, mode, context=None: per_hit(c, mode)  # the rule before
             try:
                 old = in_each(source, i, lambda c, q=queries: held_out(c, q))
             finally:
-                fusion.match = per_hit
+                calibration.match = per_hit
             report[source.name] = {k: (float(old[k]), float(new[k])) for k in KINDS}
         print(f"held-out half, per-hit rule before -> calibrated: {', '.join(KINDS)}")
         for name, by_kind in report.items():

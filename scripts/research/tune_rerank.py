@@ -293,14 +293,14 @@ def with_vectors(rankings: Path, vectors: Path, small: Path) -> tuple[Any, Any]:
     name vector and each query's vector (for ``signals``)."""
     from tests.search.test_fusion import CATALOGS
 
-    from toolcat.search.embeddings import DEFAULT_MODEL, embedder
+    from toolcat.search.embeddings import MINILM, embedder
     from toolcat.search.split import split_request
     from toolcat.search.tokenize import split_words
     from tune_feedback import Space
     from tune_feedback import load as load_vectors
     from tune_fusion import Catalog
 
-    model = embedder(DEFAULT_MODEL)
+    model = embedder(MINILM)
     data, spaces = load_vectors(rankings, vectors)
     for space in spaces.values():
         space.names = model.encode([" ".join(split_words(k)) for k in space.catalog.keys])

@@ -130,7 +130,7 @@ def rrf(rankings: Sequence[Sequence[str]], k: int, constant: int = RRF_K) -> lis
 
 def base_model() -> Any:
     """The base MiniLM (sentence-transformers), loaded offline from its PyPI package."""
-    from .search.embeddings import DEFAULT_MODEL, model_location
+    from .search.embeddings import MINILM, model_location
 
     try:
         from sentence_transformers import SentenceTransformer
@@ -138,7 +138,7 @@ def base_model() -> Any:
         raise ToolcatError(
             "the plain baseline needs sentence-transformers: pip install 'toolcat[train]'"
         ) from e
-    return SentenceTransformer(model_location(DEFAULT_MODEL), device="cpu")
+    return SentenceTransformer(model_location(MINILM), device="cpu")
 
 
 def encode(model: Any, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:

@@ -45,6 +45,7 @@ from .policy import Policy
 from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.settings import Isolation, check_isolation, check_timeout
 from .search.modes import SEARCH_MODES
+from .search.scope import Scope
 from .store import reader
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
@@ -77,8 +78,6 @@ MAX_LIMIT = 1000
 RECENT_HITS = 256  # tools of recent searches remembered for learning from use
 LEARNED_PER_TOOL = 20  # newest distinct queries kept per tool
 MAX_LEARNED_CHARS = 500
-# Hybrid search splits compound requests (search/split.py); README, "Multi-tool requests".
-SPLIT_REQUESTS = True
 # What a search builds: a ``SearchResult`` (``search``) or plain data (``search_summaries``).
 Answer = TypeVar("Answer")
 
@@ -160,10 +159,11 @@ class Catalog:
             the rest). Tools of imported MCP servers always run in this process.
         max_result_bytes: Results larger than this (as JSON) are truncated, unless the tool
             sets its own ``max_result_bytes``.
-        embedding_model: The sentence-transformers model (name or folder) for embedding
-            search. Default: the one the catalog was indexed with, else all-MiniLM-L6-v2
-            (bundled, offline). Asking for another than the catalog's vectors came from is
-            an error until ``reindex(model=...)``.
+        embedding_model: The embedding model: ``toolcat-tool-retriever-v1`` (packaged,
+            offline, no torch), ``all-MiniLM-L6-v2`` (the base model), or a
+            sentence-transformers model (name or folder). Default: the one the catalog was
+            indexed with, else the packaged retriever. Asking for another than the catalog's
+            vectors came from is an error until ``reindex(model=...)``.
         trust_any_module: Let Python implementations lie anywhere, the standard library
             included (``os:system``). By default every implementation must lie under its
             toolkit's ``module``, at registration and again at call time; and only
@@ -582,6 +582,17 @@ class Catalog:
 
     # -- reading --------------------------------------------------------------------------
 
+    def _scope_filters(self, conn: sqlite3.Connection, scope: Scope) -> Filters:
+        """The filters of a search's ``scope`` (``SearchEngine.search`` asks in its snapshot)."""
+        return self._filters(
+            conn,
+            scope.tags,
+            scope.toolkit,
+            scope.include_deferred,
+            scope.include_denied,
+            scope.policies,
+        )
+
     def _filters(
         self,
         conn: sqlite3.Connection,
@@ -790,8 +801,13 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        tag_filter = TagFilter.of(tags, any_tags, exclude_tags)
-        scope = (tag_filter, toolkit, include_deferred, include_denied, tuple(policies))
+        scope = Scope(
+            TagFilter.of(tags, any_tags, exclude_tags),
+            toolkit,
+            include_deferred,
+            include_denied,
+            tuple(policies),
+        )
         return self._searched(
             self._search.result,
             lambda r: [h.tool.id for h in r.hits],
@@ -823,8 +839,13 @@ class Catalog:
         searches starts faster (``toolcat search``). Arguments and errors are those of
         ``search``.
         """
-        tag_filter = TagFilter.of(tags, any_tags, exclude_tags)
-        scope = (tag_filter, toolkit, include_deferred, include_denied, tuple(policies))
+        scope = Scope(
+            TagFilter.of(tags, any_tags, exclude_tags),
+            toolkit,
+            include_deferred,
+            include_denied,
+            tuple(policies),
+        )
         return self._searched(
             self._search.summaries,
             lambda r: [h["tool"]["id"] for h in r["hits"]],
@@ -841,7 +862,7 @@ class Catalog:
         query: str,
         mode: str | None,
         k: int,
-        scope: tuple[TagFilter, str | None, bool, bool, tuple[Policy, ...]],
+        scope: Scope,
         principal: str | None = None,
     ) -> Answer:
         """A search answered by ``answer`` (``search``'s models or ``search_summaries``'
@@ -852,58 +873,12 @@ class Catalog:
         check_text(query)
         with self._lock:
             plan = self._search.plan(self._conn, mode)
-        result = self._ranked(answer, query, plan, k, scope, principal)
+        result = self._search.search(
+            self._snapshot, self._scope_filters, answer, query, plan, k, scope, principal
+        )
         if plan[0] != "regex" and query.strip():
             self.searched(query, hit_ids(result))
         return result
-
-    def _ranked(
-        self,
-        answer: Callable[[sqlite3.Connection, Ranking], Answer],
-        query: str,
-        plan: tuple[str, str],
-        k: int,
-        scope: tuple[TagFilter, str | None, bool, bool, tuple[Policy, ...]],
-        principal: str | None = None,
-    ) -> Answer:
-        """A query ranked (the request split into parts in hybrid mode, its vectors) and
-        built by ``answer`` (the engine's ``result`` or ``summaries``) in one read snapshot.
-        An empty query is list mode: the first ``k`` always-on tools, in list order.
-        ``scope``: (tags, toolkit, include_deferred, include_denied, policies)."""
-        from .search.engine import Ranking
-        from .search.split import split_request
-
-        mode, model_id = plan
-        tags, toolkit, _, include_denied, policies = scope
-        if not query.strip():
-            with self._snapshot() as conn:
-                filters = self._filters(conn, tags, toolkit, False, include_denied, policies)
-                listed = [(row[0], 0.0, "weak") for row in reader.list_rows(conn, filters, None, k)]
-                ranking = Ranking(reader.revision(conn), query, mode, tuple(listed), ())
-                return answer(conn, ranking)
-        pieces = split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
-        query_vector = None
-        parts = []
-        if model_id:  # the request and its parts in one model call
-            query_vector, *part_vectors = self._search.encode_queries(model_id, [query, *pieces])
-            parts = list(zip(pieces, part_vectors, strict=True))
-        with self._snapshot() as conn:
-            filters = self._filters(conn, *scope)
-            ranking = self._search.rank(
-                conn,
-                query,
-                mode=mode,
-                model_id=model_id,
-                query_vector=query_vector,
-                filters=filters,
-                k=k,
-                parts=parts,
-            )
-            if principal is not None:
-                from .search.learned import lifted
-
-                ranking = lifted(conn, ranking, principal)
-            return answer(conn, ranking)
 
     # -- learning from use ----------------------------------------------------------------
 
@@ -1340,6 +1315,7 @@ class Catalog:
         batch_size: int = 64,
         full: bool = False,
         progress: Callable[[int, int], None] | None = None,
+        stage: Callable[[str], None] | None = None,
     ) -> ReindexReport:
         """Bring the search indexes up to date, embedding only what changed.
 
@@ -1347,12 +1323,17 @@ class Catalog:
         committed, so an interrupted reindex keeps its work and the next run resumes), then
         deletes vectors of other models and of definitions no tool has. ``full`` rebuilds
         the FTS5 index and re-embeds everything. Nothing is loaded when nothing is stale.
+        Vectors made by another export of the model (or of unknown origin) are stale.
 
         Args:
-            model: Switch the catalog to this sentence-transformers model (name or folder).
+            model: Switch the catalog to this model: ``toolcat-tool-retriever-v1`` (the
+                default, packaged), ``all-MiniLM-L6-v2`` (the base model), or another
+                sentence-transformers model (name or folder; needs ``toolcat[train]``).
             batch_size: Texts per ``encode`` call and per commit.
             full: Rebuild everything from the stored definitions.
             progress: Called with (done, total) after each batch.
+            stage: Called with a line saying what is being done before embedding starts
+                (exporting the model to ONNX, once per model and machine).
         """
         from .search import reindex as reindexing
 
@@ -1365,6 +1346,7 @@ class Catalog:
             batch_size=batch_size,
             full=full,
             progress=progress,
+            stage=stage,
         )
 
     def export_query_encoder(self) -> bool:

@@ -821,7 +821,11 @@ def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--model", help="Switch to this sentence-transformers model (name or folder).")
+@click.option(
+    "--model",
+    help="Switch to this model: toolcat-tool-retriever-v1 (default, packaged), "
+    "all-MiniLM-L6-v2, or a sentence-transformers model (name or folder).",
+)
 @click.option("--batch-size", type=int, default=64, show_default=True, help="Texts per batch.")
 @click.option("--full", is_flag=True, help="Rebuild the FTS index and re-embed everything.")
 @json_option
@@ -837,7 +841,7 @@ def reindex(
     show_bar = sys.stderr.isatty() and not as_json
     bar: Any = None
     last_line = [0.0]
-    started = time.monotonic()
+    first: dict[str, tuple[int, float]] = {}
 
     def progress(done: int, total: int) -> None:
         nonlocal bar
@@ -850,12 +854,23 @@ def reindex(
             bar.update(done - bar.pos)
         elif time.monotonic() - last_line[0] >= 2 or done == total:
             last_line[0] = time.monotonic()
-            rate = done / max(time.monotonic() - started, 1e-9)
+            # from the first batch on: the ONNX export before it is not embedding
+            first_done, first_at = first.setdefault("batch", (done, time.monotonic()))
+            rate = (done - first_done) / max(time.monotonic() - first_at, 1e-9)
             eta = (total - done) / rate if rate else 0
-            click.echo(f"embedded {done}/{total} ({rate:.0f} tools/s, eta {eta:.0f} s)", err=True)
+            click.echo(
+                f"embedded {done}/{total}"
+                + (f" ({rate:.0f} tools/s, eta {eta:.0f} s)" if rate else ""),
+                err=True,
+            )
+
+    def stage(line: str) -> None:
+        click.echo(f"{line}...", err=True)
 
     try:
-        report = catalog.reindex(model=model, batch_size=batch_size, full=full, progress=progress)
+        report = catalog.reindex(
+            model=model, batch_size=batch_size, full=full, progress=progress, stage=stage
+        )
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -866,7 +881,9 @@ def reindex(
         f"model {report.model} (dim {report.dimension}): embedded {report.embedded}, "
         f"skipped {report.skipped}, removed {report.removed}"
         + (f", FTS rows rebuilt {report.fts_rebuilt}" if full else "")
-        + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s)"
+        + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s"
+        + (f"; ONNX export {report.export_seconds:.1f} s" if report.export_seconds >= 0.1 else "")
+        + ")"
     )
 
 
@@ -1142,6 +1159,47 @@ def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_j
         click.echo(
             f"{use['recorded_at']}  {who:<12} {use['tool']:<36} {one_line(use['query'], 60)}"
         )
+
+
+@cli.command()
+@click.argument("action", type=click.Choice(["show", "prune"]), default="show")
+@click.option(
+    "--keep",
+    "keep",
+    multiple=True,
+    metavar="MODEL",
+    help="prune: keep this model's export too (the retriever's and MiniLM's are kept).",
+)
+@click.option("--all", "everything", is_flag=True, help="prune: delete the whole export cache.")
+@json_option
+def cache(action: str, keep: tuple[str, ...], everything: bool, as_json: bool) -> None:
+    """The ONNX export cache ($XDG_CACHE_HOME/toolcat/onnx): show its size, or prune it.
+
+    One export per model content, shared by every venv of the user. prune deletes the
+    exports of models this install does not name (keep others with --keep), graphs saved
+    for other onnxruntime versions, the int8 graph while queries run fp32, and leftovers of
+    interrupted exports; a later reindex makes again what it needs.
+    """
+    from .search import embeddings, onnx_encoder
+
+    root = onnx_encoder.cache_root()
+    if action == "prune":
+        removed, freed = embeddings.prune_export_cache(keep, everything)
+        if as_json:
+            emit_json({"cache": str(root), "removed": removed, "bytes_freed": freed})
+            return
+        for path in removed:
+            click.echo(f"removed {path}")
+        click.echo(f"freed {freed / 1e6:.1f} MB in {root}")
+        return
+    folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    sizes = {p.name: onnx_encoder.size(p) for p in folders}
+    if as_json:
+        emit_json({"cache": str(root), "exports": sizes, "bytes": sum(sizes.values())})
+        return
+    for name, size in sizes.items():
+        click.echo(f"{size / 1e6:8.1f} MB  {name}")
+    click.echo(f"{sum(sizes.values()) / 1e6:8.1f} MB  in {root}")
 
 
 EVAL_KEYS = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]

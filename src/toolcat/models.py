@@ -420,6 +420,9 @@ class ReindexReport(BaseModel):
     fts_rebuilt: int
     seconds: float
     tools_per_second: float
+    export_seconds: float = 0.0
+    """Time spent exporting or optimising the model's ONNX graph (not in
+    ``tools_per_second``)."""
 
 
 class ToolkitVersion(BaseModel):

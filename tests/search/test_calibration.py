@@ -9,8 +9,8 @@ import pytest
 
 from toolcat import Catalog, Toolkit
 from toolcat.search import calibration
-from toolcat.search.calibration import QueryContext, query_context
-from toolcat.search.fusion import Candidate, match
+from toolcat.search.calibration import QueryContext, match, query_context
+from toolcat.search.fusion import Candidate
 
 from .test_fusion import SMALL
 

@@ -1,4 +1,4 @@
-"""Embedding and hybrid search with the real model (all-MiniLM-L6-v2 from its PyPI package)."""
+"""Embedding and hybrid search with the real model (the packaged retriever, the default)."""
 
 from __future__ import annotations
 
@@ -103,7 +103,10 @@ def test_status_reports_coverage(catalog: Catalog) -> None:
     status = catalog.status()
     assert status["coverage"]["embedding"] == {"indexed": 38, "of": 40}
     assert status["coverage"]["bm25"] == {"indexed": 40, "of": 40}
-    assert (status["embedding_model"], status["embedding_dim"]) == ("all-MiniLM-L6-v2", 384)
+    assert (status["embedding_model"], status["embedding_dim"]) == (
+        "toolcat-tool-retriever-v1",
+        384,
+    )
     assert status["default_mode"] == "hybrid"
 
 

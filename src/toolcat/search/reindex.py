@@ -25,15 +25,26 @@ def reindex(
     batch_size: int = 64,
     full: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    stage: Callable[[str], None] | None = None,
 ) -> ReindexReport:
     """Embed what has no vector for the model, batch by batch, then prune; see
-    ``Catalog.reindex``. Every write happens under ``lock``, one batch a transaction."""
+    ``Catalog.reindex``. Every write happens under ``lock``, one batch a transaction.
+
+    The catalog records what made its vectors (the model id and ``Embedder.producer``, the
+    export's digest): when that changed (a new export, one found damaged and made again, or
+    vectors of unknown origin from before it was recorded), the model's vectors are dropped
+    (once the encoder has loaded) and every tool is embedded again; an interrupted run
+    resumes from what the new encoder made."""
     if batch_size < 1:
         raise InvalidQueryError("batch_size must be at least 1")
     started = time.perf_counter()
     with lock:
         recorded, model_id = engine.models(conn, model)
-        stale = reader.stale_vectors(conn, model_id, everything=full)
+        made_by = reader.meta(conn, "embedding_producer")
+    producer = embedder(model_id).producer() if embeddings_installed() else None
+    redo = producer is not None and made_by != f"{model_id} {producer}"
+    with lock:
+        stale = reader.stale_vectors(conn, model_id, everything=full or redo)
         _, active = reader.vector_coverage(conn, model_id)
         dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
     # Shortest texts first: batches of like lengths pad little (measured 2.3x the tools/s of
@@ -44,12 +55,25 @@ def reindex(
     }
     order = sorted(texts, key=lambda h: len(texts[h]))
     encoder = None
-    if stale or model_id != recorded or _needs_export(model_id):
+    export_seconds = 0.0
+    if stale or model_id != recorded or _needs_export(model_id) or redo:
         # Load the model before changing anything: a model that cannot load loses nothing.
         # Export it first, so that documents too are encoded by the export; once one is
         # made, a reindex neither imports torch nor loads the model.
-        encoder = _exported(model_id)
+        exporting = time.perf_counter()
+        encoder = _exported(model_id, stage)
         dimension = encoder.dimension
+        export_seconds = time.perf_counter() - exporting
+        made = f"{model_id} {encoder.producer()}"
+        if made != made_by:  # vectors of another encoder: dropped, all embedded again
+            with lock:
+                writer.reset_vectors(conn, model_id, made)
+                stale = reader.stale_vectors(conn, model_id, everything=full)
+            texts = {
+                h: embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
+                for h, d in stale
+            }
+            order = sorted(texts, key=lambda h: len(texts[h]))
     fts_rows = 0
     if full:
         with lock:
@@ -74,6 +98,7 @@ def reindex(
         # Only now that the new vectors are in: drop other models' and orphans.
         removed = writer.prune_vectors(conn, model_id)
     seconds = time.perf_counter() - started
+    embedding = seconds - export_seconds  # tools/s is about embedding, not the export
     return ReindexReport(
         model=model_id,
         dimension=int(dimension) if dimension is not None else None,
@@ -82,17 +107,19 @@ def reindex(
         removed=removed,
         fts_rebuilt=fts_rows,
         seconds=round(seconds, 3),
-        tools_per_second=round(len(stale) / seconds, 1) if stale and seconds else 0.0,
+        tools_per_second=round(len(stale) / embedding, 1) if stale and embedding > 0 else 0.0,
+        export_seconds=round(export_seconds, 3),
     )
 
 
-def _exported(model_id: str) -> Any:
-    """The model's encoder, with a current ONNX export made on this host if it had none."""
+def _exported(model_id: str, progress: Callable[[str], None] | None = None) -> Any:
+    """The model's encoder, with a current ONNX export made on this host if it had none
+    (``progress`` hears what is being prepared)."""
     encoder = embedder(model_id)
     if not encoder.onnx_current():
         if not encoder.onnx_exported():  # optimising an export needs no model
             encoder.model()
-        encoder.export_onnx()
+        encoder.export_onnx(progress=progress)
     return encoder
 
 

@@ -604,6 +604,19 @@ def store_vectors(conn: sqlite3.Connection, model: str, rows: Sequence[tuple[str
         return bump_revision(conn)
 
 
+def reset_vectors(conn: sqlite3.Connection, model: str, producer: str) -> int:
+    """Delete ``model``'s vectors and record ``producer`` as what makes them from now on,
+    in one transaction; returns the revision."""
+    with write_transaction(conn):
+        conn.execute("DELETE FROM embeddings WHERE model = ?", (model,))
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('embedding_producer', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (producer,),
+        )
+        return bump_revision(conn)
+
+
 def prune_vectors(conn: sqlite3.Connection, keep_model: str) -> int:
     """Delete vectors of other models and of definitions no tool has any more. Returns how
     many were deleted."""
