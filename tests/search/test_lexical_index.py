@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from tests.search.test_postings import bench_toolkits, exact_fts5
-from toolcat import Catalog, Policy, Tool, Toolkit
+from toolcat import Catalog, Policy, TagFilter, Tool, Toolkit
 from toolcat.search import bm25
 from toolcat.search.engine import POSTINGS_AFTER
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, repeats
@@ -316,13 +316,13 @@ def tagged_toolkits(limit: int = 1500) -> tuple[list[Toolkit], list[str]]:
 
 
 FILTERS = [
-    Filters(tags=("odd",)),  # half the tools: tantivy asked deeper
-    Filters(tags=("odd", "third")),
-    Filters(tags=("rare",)),  # 2%: every allowed tool scored
+    Filters(tags=TagFilter.of(("odd",))),  # half the tools: tantivy asked deeper
+    Filters(tags=TagFilter.of(("odd", "third"))),
+    Filters(tags=TagFilter.of(("rare",))),  # 2%: every allowed tool scored
     Filters(toolkit="kit3"),
     Filters(include_deferred=False),
     Filters(hide=(Policy(deny=("tag:third", "kit1.*")),)),
-    Filters(tags=("nowhere",)),
+    Filters(tags=TagFilter.of(("nowhere",))),
 ]
 
 
@@ -394,7 +394,7 @@ def test_a_filter_tantivy_cannot_certify_within_its_depth_scores_every_allowed_t
     conn = catalog._conn
     stats = bm25.TermStats()
     stats.refresh(conn, catalog.revision)
-    filters = Filters(tags=("third",))
+    filters = Filters(tags=TagFilter.of(("third",)))
     allowed = reader.allowed_ids(conn, filters)
     for query in queries[:40]:
         expected = bm25.search(conn, query, filters, 20, stats, exact_postings=10**12)
