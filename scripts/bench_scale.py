@@ -59,6 +59,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT.parent / "shared" / "bench"
 SEED = 20261125
 TOOLS_PER_REGISTER = 2500
+# The toolcat sources measured (--src: e.g. an older checkout's, for before/after); the
+# generator itself always uses this checkout's.
+SRC = Path(os.environ.get("BENCH_SCALE_SRC", ROOT / "src"))
 TIERS = ("public",) * 7 + ("partner",) * 2 + ("internal",)
 SCALAR = {"string", "integer", "number", "boolean"}
 
@@ -244,7 +247,7 @@ def rss_mb() -> dict[str, float]:
 
 def child_serve(db: str, first: list[str], warm: list[str], then: list[str]) -> dict[str, Any]:
     """A serving process: open, status, list, first queries, warm-up, warm queries."""
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(SRC))
     start = time.perf_counter()
     from toolcat import Catalog
 
@@ -290,7 +293,7 @@ def child_peers(db: str, qs: list[str]) -> dict[str, Any]:
     """tantivy and bm25s over the catalog's own tokenized text, asked the same queries."""
     import sqlite3
 
-    sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(SRC))
     from toolcat.search.tokenize import tokenize
 
     conn = sqlite3.connect(db)
@@ -431,7 +434,7 @@ def in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
 
 def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
     """``toolcat list --json`` in fresh processes beside ``python -c pass`` (interleaved)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     commands = {
         "python_c_pass": [sys.executable, "-c", "pass"],
         "list_json": [sys.executable, "-m", "toolcat", "--db", str(db), "list", "--json"],
@@ -451,7 +454,7 @@ def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
 
 
 def register(db: Path, batches: list[Path]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
     each = []
     for batch in batches:
         t0 = time.perf_counter()
@@ -502,6 +505,7 @@ def bench_size(size: int, workdir: Path, warm: int, skip: set[str]) -> dict[str,
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--child":
         kwargs = json.loads(Path(sys.argv[3]).read_text())
+        sys.path.insert(0, str(SRC))
         print(json.dumps(CHILDREN[sys.argv[2]](**kwargs)), flush=True)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -510,7 +514,12 @@ def main() -> None:
     parser.add_argument("--skip", nargs="*", default=[], choices=["peers", "vectors"])
     parser.add_argument("--workdir", type=Path, help="Keep catalogs here (default: a temp dir).")
     parser.add_argument("--json", action="store_true", help="Print one JSON document at the end.")
+    parser.add_argument("--src", type=Path, help="Measure the toolcat package under this folder.")
     args = parser.parse_args()
+    if args.src:  # children inherit it
+        os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
+        global SRC
+        SRC = args.src.resolve()
     if not BENCH.is_dir():
         sys.exit(f"bench_scale needs the public benchmark tools in {BENCH}")
     results = []
