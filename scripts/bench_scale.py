@@ -434,7 +434,7 @@ def in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
 
 def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
     """``toolcat list --json`` in fresh processes beside ``python -c pass`` (interleaved)."""
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("BENCH_SCALE_SRC", str(SRC))}
     commands = {
         "python_c_pass": [sys.executable, "-c", "pass"],
         "list_json": [sys.executable, "-m", "toolcat", "--db", str(db), "list", "--json"],
@@ -454,7 +454,7 @@ def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
 
 
 def register(db: Path, batches: list[Path]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("BENCH_SCALE_SRC", str(SRC))}
     each = []
     for batch in batches:
         t0 = time.perf_counter()
@@ -516,10 +516,8 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="Print one JSON document at the end.")
     parser.add_argument("--src", type=Path, help="Measure the toolcat package under this folder.")
     args = parser.parse_args()
-    if args.src:  # children inherit it
+    if args.src:  # the children read it
         os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
-        global SRC
-        SRC = args.src.resolve()
     if not BENCH.is_dir():
         sys.exit(f"bench_scale needs the public benchmark tools in {BENCH}")
     results = []
