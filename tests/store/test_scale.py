@@ -2,12 +2,13 @@
 
 Counted, not timed: SQLite's virtual-machine steps for the same call on a small and a large
 catalog (a progress handler every ``STEP`` instructions), so load on the machine changes
-nothing. The large catalog has 20 times the deferred tools of the small one; the always-on
+nothing. The large catalog has 40 times the deferred tools of the small one; the always-on
 tools are the same.
 """
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from toolcat import Catalog, Toolkit
+from toolcat.store import writer
 
 STEP = 100
 
@@ -55,7 +57,7 @@ def build(path: Path, deferred_toolkits: int) -> Path:
 @pytest.fixture(scope="module")
 def sizes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
     folder = tmp_path_factory.mktemp("scale")
-    yield build(folder / "small.db", 2), build(folder / "large.db", 40)
+    yield build(folder / "small.db", 2), build(folder / "large.db", 80)
 
 
 def steps(conn: sqlite3.Connection, call: Callable[[], Any]) -> int:
@@ -72,6 +74,15 @@ def steps(conn: sqlite3.Connection, call: Callable[[], Any]) -> int:
     finally:
         conn.set_progress_handler(None, STEP)
     return counted[0]
+
+
+def pages_written(conn: sqlite3.Connection, call: Callable[[], Any]) -> int:
+    """Database pages ``call`` writes on ``conn`` (WAL frames; no checkpoint meanwhile)."""
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    call()
+    frames: int = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+    return frames
 
 
 def cost(path: Path, call: Callable[[Catalog], Any]) -> int:
@@ -97,3 +108,25 @@ def test_list_reads_the_same_whatever_the_number_of_deferred_tools(
             tool["toolkit"] if isinstance(tool, dict) else tool.toolkit for tool in call(catalog)
         } == {"middle"}
     assert cost(large, call) <= cost(small, call) * 1.5 + 5
+
+
+def test_registering_into_a_large_catalog_does_not_rewrite_its_index(
+    sizes: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bulk load (1,000 tools) into a catalog of 8,020 tools: tidying FTS5's segments
+    after it adds little to the pages it writes, where merging the whole index (``optimize``
+    after every bulk registration, however large the catalog) rewrote every tool's
+    postings (``writer.merge_segments``)."""
+    batch = [toolkit(f"new{i}", 100, deferred=True) for i in range(10)]
+    pages = {}
+    for tidy in (False, True):
+        if not tidy:
+            monkeypatch.setattr(writer, "OPTIMIZE_AFTER", 10**9)
+        else:
+            monkeypatch.undo()
+        copy = tmp_path / f"{tidy}.db"
+        shutil.copy(sizes[1], copy)
+        with Catalog(copy) as catalog:
+            pages[tidy] = pages_written(catalog._conn, lambda: catalog.register(*batch))
+            assert len(catalog.search("fetch record 7 new3", k=3).hits) == 3
+    assert pages[True] <= pages[False] * 1.25
