@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from toolcat import Catalog, Toolkit
-from toolcat.store import writer
+from toolcat.store import counts, writer
 
 STEP = 100
 
@@ -130,3 +130,67 @@ def test_registering_into_a_large_catalog_does_not_rewrite_its_index(
             pages[tidy] = pages_written(catalog._conn, lambda: catalog.register(*batch))
             assert len(catalog.search("fetch record 7 new3", k=3).hits) == 3
     assert pages[True] <= pages[False] * 1.25
+
+
+def test_status_reads_the_same_whatever_the_size(sizes: tuple[Path, Path]) -> None:
+    small, large = sizes
+    with Catalog(large) as catalog:
+        assert catalog.status()["active_tools"] == 8020
+    assert cost(large, lambda c: c.status()) <= cost(small, lambda c: c.status()) * 1.5 + 5
+
+
+def kept(conn: sqlite3.Connection) -> dict[str, int]:
+    return dict(
+        conn.execute(
+            "SELECT key, value FROM meta WHERE key = 'active_tools' OR key LIKE 'vectors:%'"
+        ).fetchall()
+    )
+
+
+def test_kept_counts_equal_a_recount_after_every_kind_of_change(db_path: Path) -> None:
+    """Each change that moves which tools are active, or which have vectors, keeps the
+    counts status reads equal to counting the tables again."""
+    vector = b"\0" * 16
+
+    def check(catalog: Catalog) -> None:
+        conn = catalog._conn
+        have = kept(conn)
+        conn.execute("BEGIN")
+        counts.recount(conn)
+        expected = kept(conn)
+        conn.execute("ROLLBACK")
+        assert {k: v for k, v in have.items() if v} == {k: v for k, v in expected.items() if v}
+        status = catalog.status()
+        assert status["active_tools"] == expected.get("active_tools", 0)
+        assert status["coverage"]["bm25"]["indexed"] == status["active_tools"]
+
+    def vectors(catalog: Catalog, model: str) -> None:
+        hashes = [r[0] for r in catalog._conn.execute("SELECT content_hash FROM tools")]
+        writer.store_vectors(catalog._conn, model, [(h, vector) for h in hashes[::2]])
+
+    with Catalog(db_path) as catalog:
+        steps_ = [
+            lambda: catalog.register(
+                toolkit("a", 5, deferred=False), toolkit("b", 3, deferred=True)
+            ),
+            lambda: vectors(catalog, "m1"),
+            lambda: catalog.register(
+                toolkit("a", 7, deferred=False).model_copy(update={"version": "2.0.0"})
+            ),
+            lambda: vectors(catalog, "m1"),
+            lambda: vectors(catalog, "m2"),
+            lambda: catalog.deprecate("a", "2.0.0"),
+            lambda: catalog.register(
+                toolkit("b", 4, deferred=True).model_copy(update={"description": "new"}),
+                replace=True,
+            ),
+            lambda: writer.prune_vectors(catalog._conn, "m1"),
+            lambda: catalog.remove("a", "1.0.0"),
+            lambda: catalog.register(toolkit("c", 2, deferred=False)),
+            lambda: catalog.remove("a"),
+            lambda: catalog.remove("b"),
+        ]
+        for step in steps_:
+            step()
+            check(catalog)
+        assert catalog.status()["active_tools"] == 2
