@@ -48,6 +48,7 @@ import functools
 import heapq
 import itertools
 import math
+import shutil
 import sqlite3
 import sys
 import threading
@@ -170,8 +171,15 @@ class TantivyIndex:
     def current(self, revision: int, weights: Sequence[float]) -> bool:
         return self.revision == revision and self.weights == tuple(weights)
 
-    def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
-        """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
+    def build(
+        self,
+        conn: sqlite3.Connection,
+        revision: int,
+        weights: Sequence[float],
+        directory: Path | None = None,
+    ) -> None:
+        """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``);
+        tantivy's part in ``directory`` when given (to be saved), else in memory."""
         tantivy = tantivy_module()
         weights = tuple(weights)
         times = repeats(weights)
@@ -222,7 +230,11 @@ class TantivyIndex:
         builder.add_text_field(
             "body", stored=False, tokenizer_name="whitespace", index_option="freq"
         )
-        index = tantivy.Index(builder.build())
+        index = (
+            tantivy.Index(builder.build())
+            if directory is None
+            else tantivy.Index(builder.build(), path=str(directory))
+        )
         writer = index.writer(heap_size=256_000_000, num_threads=1)
         total = 0
         row_ids: list[int] = []
@@ -266,6 +278,66 @@ class TantivyIndex:
         if bounded and not self._bound_holds():
             self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
         self.revision, self.weights = revision, weights
+
+    def state(self) -> dict[str, Any]:
+        """What ``restore`` needs besides tantivy's folder (``lexical_file.save``)."""
+        rows = list(self._tools)
+        return {
+            "terms": self._terms,
+            "doc_freq": [self.doc_freq[term] for term in self._terms],
+            "names": [self.names[row] for row in rows],
+            "rows": rows,
+            "sizes": [len(self._tools[row]) for row in rows],
+            "tools": b"".join(self._tools.values()),
+            "positions": self._row_ids,
+            "meta": {
+                "n_docs": self.n_docs,
+                "counts": self._counts,
+                "scale": self._scale,
+                "avgdl": self._avgdl,
+                "bounded": self.bounded,
+                "holds_every_term": self.holds_every_term,
+            },
+        }
+
+    def restore(
+        self,
+        revision: int,
+        weights: Sequence[float],
+        directory: Path,
+        state: dict[str, Any],
+    ) -> None:
+        """Take up an index ``state()`` saved at ``revision`` with tantivy's folder."""
+        tantivy = tantivy_module()
+        meta = state["meta"]
+        index = tantivy.Index.open(str(directory))
+        searcher = index.searcher()
+        n_docs, everyone = int(meta["n_docs"]), searcher.num_docs
+        terms: list[str] = state["terms"]
+        doc_freq = dict(zip(terms, state["doc_freq"], strict=True))
+        idf: list[float] = []
+        boost: dict[str, float] = {}
+        for term in terms:  # as ``build`` computes them
+            df = doc_freq[term]
+            value = math.log((n_docs - df + 0.5) / (df + 0.5))
+            value = value if value > 0 else 1e-6
+            boost[term] = value / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
+            idf.append(value * (K1 + 1))
+        blob, tools, at = state["tools"], {}, 0
+        for row, size in zip(state["rows"], state["sizes"], strict=True):
+            tools[row] = blob[at : at + size]
+            at += size
+        self._tools, self._terms, self._idf = tools, terms, idf
+        self._term_ids = {term: i for i, term in enumerate(terms)}
+        self._counts, self._scale, self._avgdl = meta["counts"], meta["scale"], meta["avgdl"]
+        self.doc_freq, self.n_docs = doc_freq, n_docs
+        self.names = dict(zip(state["rows"], state["names"], strict=True))
+        self.holds_every_term, self.bounded = meta["holds_every_term"], meta["bounded"]
+        self._boost, self._queries = boost, {}
+        positions = list(state["positions"])
+        self._row_ids = positions if searcher.num_segments == 1 and positions else []
+        self._searcher, self._schema = searcher, index.schema
+        self.revision, self.weights = revision, tuple(weights)
 
     def _score(self, doc: int, ids: Sequence[int]) -> float:
         """Tool ``doc``'s bm25() for these term ids: each term's whole contribution (IDF
@@ -501,11 +573,47 @@ class LexicalIndex:
             return
         try:
             conn.execute("BEGIN")
-            self.build(conn, reader.revision(conn), weights)
+            revision = reader.revision(conn)
+            if not self._load_or_build_saved(conn, revision, weights, path):
+                self.build(conn, revision, weights)
         except Exception as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
             self.index, self.error = None, f"background build: {e}"
         finally:
             conn.close()
+
+    def _load_or_build_saved(
+        self, conn: sqlite3.Connection, revision: int, weights: tuple[float, ...], path: str
+    ) -> bool:
+        """Take up the index saved beside the catalog if it was saved at this revision,
+        else build one and save it there (search/lexical_file.py). False when neither can
+        be done here (no tantivy, weights tantivy cannot take, a folder not writable)."""
+        from . import lexical_file
+
+        if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
+            return False
+        valid_for = lexical_file.stamp(conn, revision, weights)
+        saved = lexical_file.load(path, valid_for)
+        index = TantivyIndex()
+        if saved is not None:
+            try:
+                index.restore(revision, weights, *saved)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a saved index that does not open: built again below
+            else:
+                self.backend, self.index = "tantivy", index
+                return True
+        try:
+            directory = lexical_file.new_tantivy_folder(path)
+        except OSError:
+            return False
+        try:
+            index.build(conn, revision, weights, directory)
+            lexical_file.save(path, valid_for, directory, index.state())
+        except (AttributeError, TypeError, ValueError, OSError):
+            shutil.rmtree(directory, ignore_errors=True)
+            return False  # ``build`` tries again in memory (or falls back to postings)
+        self.backend, self.index = "tantivy", index
+        return True
 
     def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
