@@ -29,7 +29,6 @@ from .catalog import Catalog
 from .errors import InvalidQueryError, ToolcatError
 from .models import Tool, Toolkit
 from .names import fitted_name
-from .store.counts import recount
 
 K_VALUES = (1, 5, 10)
 # Regex mode reads a query as a pattern: it has no place in scoring natural-language requests.
@@ -416,7 +415,6 @@ def _copy_vectors(catalog: Catalog, source: Path) -> None:
             "INSERT OR REPLACE INTO meta SELECT key, value FROM other.meta "
             "WHERE key IN ('embedding_model', 'embedding_dim')"
         )
-        recount(conn)  # vectors came in behind the writer's back
         conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
         conn.execute("COMMIT")
     finally:
@@ -456,7 +454,6 @@ def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
                     "('embedding_dim', (SELECT length(vector) / 4 FROM embeddings LIMIT 1))",
                     (model,),
                 )
-                recount(conn)  # vectors came in behind the writer's back
                 conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
         else:
             conn.execute(

@@ -177,8 +177,10 @@ def m004_scale(db: Any) -> None:
     counting every tool (store/counts.py).
     """
     db.execute("CREATE INDEX tools_listed ON tools (toolkit, name) WHERE defer_loading = 0")
-    from .counts import recount
+    from .counts import TRIGGERS, recount
 
+    for trigger in TRIGGERS:
+        db.execute(trigger)
     recount(db.conn)
 
 

@@ -16,7 +16,6 @@ from typing import Any
 from ..errors import SourceKindError, UnknownToolkitError, VersionConflictError
 from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
 from ..search.documents import index_fields
-from . import counts
 from .connection import rollback_quietly
 from .reader import meta as read_meta
 from .reader import revision as read_revision
@@ -82,14 +81,12 @@ def refresh_active(
         return
     conn.execute("UPDATE toolkits SET active = (id IS ?) WHERE name = ?", (active_id, name))
     if old_id is not None:
-        counts.toolkit_activated(conn, old_id, -1)
         conn.execute(
             "DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE toolkit_id = ?)",
             (old_id,),
         )
     if active_id is None:
         return
-    counts.toolkit_activated(conn, active_id)
     if fresh is not None and fresh[0] == active_id:
         _, toolkit, first_id = fresh
         tools = list(enumerate(toolkit.tools, first_id))
@@ -395,7 +392,6 @@ def register(
                         "with different content; bump the version, or pass --replace "
                         "(replace=True) to overwrite it"
                     )
-                counts.active_deleted(conn, [row_id])
                 conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
                 status = "replaced"
             toolkit_id, first_tool_id = _insert(db, conn, toolkit, digest, source)
@@ -506,13 +502,11 @@ def remove(conn: sqlite3.Connection, name: str, version: str | None) -> tuple[in
     """Remove one version of a toolkit, or every version. Returns (versions removed, revision)."""
     with write_transaction(conn):
         if version is None:
-            counts.active_deleted(conn, [row[0] for row in toolkit_rows(conn, name)])
             count = conn.execute("DELETE FROM toolkits WHERE name = ?", (name,)).rowcount
             if not count:
                 raise UnknownToolkitError(f"no toolkit named {name!r}")
         else:
             row_id, _ = _find_version(conn, name, version)
-            counts.active_deleted(conn, [row_id])
             conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
             count = 1
             refresh_active(conn, name)
@@ -544,9 +538,11 @@ def set_meta(conn: sqlite3.Connection, values: dict[str, Any]) -> int:
 def store_vectors(conn: sqlite3.Connection, model: str, rows: Sequence[tuple[str, bytes]]) -> int:
     """Save (content hash, vector blob) rows for ``model`` in one transaction."""
     with write_transaction(conn):
-        counts.vectors_stored(conn, model, [digest for digest, _ in rows])
         conn.executemany(
-            "INSERT OR REPLACE INTO embeddings (content_hash, model, vector) VALUES (?, ?, ?)",
+            # An upsert, not INSERT OR REPLACE: its implicit delete would fire no trigger,
+            # and the kept counts (store/counts.py) would count a replaced vector twice.
+            "INSERT INTO embeddings (content_hash, model, vector) VALUES (?, ?, ?) "
+            "ON CONFLICT (content_hash, model) DO UPDATE SET vector = excluded.vector",
             [(digest, model, blob) for digest, blob in rows],
         )
         return bump_revision(conn)
@@ -561,7 +557,6 @@ def prune_vectors(conn: sqlite3.Connection, keep_model: str) -> int:
             "(SELECT content_hash FROM tools)",
             (keep_model,),
         ).rowcount
-        counts.models_pruned(conn, keep_model)
         if removed:
             bump_revision(conn)
         return removed
