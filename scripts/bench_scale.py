@@ -512,7 +512,7 @@ def bench_size(size: int, workdir: Path, warm: int, skip: set[str]) -> dict[str,
     phase(result, "register", register(db, batches))
     shutil.rmtree(manifests)
     phase(result, "cold_cli", cold_list(db))
-    phase(result, "serve", in_child("serve", db=str(db), first=first, warm=warm_qs, then=then))
+    serve_phases(result, db, first, warm_qs, then)
     if "peers" not in skip:
         phase(result, "peers", in_child("peers", db=str(db), qs=then, skip=sorted(skip)))
     if "vectors" not in skip:
@@ -527,6 +527,16 @@ def bench_size(size: int, workdir: Path, warm: int, skip: set[str]) -> dict[str,
                     ours["p50_ms"] / theirs["p50_ms"], 2
                 )
     return result
+
+
+def serve_phases(
+    result: dict[str, Any], db: Path, first: list[str], warm: list[str], then: list[str]
+) -> None:
+    """The serving process, then another one opening the catalog at the same revision
+    (``serve_reopened``: the BM25 index the first one saved beside the catalog is loaded,
+    not rebuilt)."""
+    for name in ("serve", "serve_reopened"):
+        phase(result, name, in_child("serve", db=str(db), first=first, warm=warm, then=then))
 
 
 def phase(result: dict[str, Any], name: str, figures: dict[str, Any]) -> None:
@@ -549,12 +559,31 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="Keep catalogs here (default: a temp dir).")
     parser.add_argument("--json", action="store_true", help="Print one JSON document at the end.")
     parser.add_argument("--src", type=Path, help="Measure the toolcat package under this folder.")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        help="Only the serving processes and peers, on this catalog made by an earlier run "
+        "(its size is the first --sizes).",
+    )
     args = parser.parse_args()
     if args.src:  # the children read it
         os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
     if not BENCH.is_dir():
         sys.exit(f"bench_scale needs the public benchmark tools in {BENCH}")
     results = []
+    if args.catalog:
+        size = args.sizes[0]
+        qs = queries(random.Random(SEED + size), 600 + args.warm)
+        result: dict[str, Any] = {"tools": size, "catalog": str(args.catalog)}
+        serve_phases(result, args.catalog, qs[:300], qs[600:], qs[300:600])
+        if "peers" not in args.skip:
+            phase(
+                result,
+                "peers",
+                in_child("peers", db=str(args.catalog), qs=qs[300:600], skip=sorted(args.skip)),
+            )
+        print(json.dumps(result), flush=True)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
