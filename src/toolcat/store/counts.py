@@ -5,7 +5,7 @@ tool and a count of the FTS5 table, and grew with the catalog).
 - ``active_tools``: the tools of active toolkit versions.
 - ``vectors:<model>``: the active tools that have a vector from ``<model>``; absent: none.
 
-SQLite triggers (``TRIGGERS``, created by migration 3) keep them in the same transaction as
+SQLite triggers (``TRIGGERS``, created by migration 4) keep them in the same transaction as
 every change that moves them: a toolkit version becoming active or not, an active version
 deleted, a vector stored or deleted. Being triggers, they hold for every write path, those
 written later included, as long as vectors are stored without ``INSERT OR REPLACE`` (whose
@@ -72,7 +72,7 @@ def vectors(conn: sqlite3.Connection, model: str) -> int:
 
 
 def recount(conn: sqlite3.Connection) -> None:
-    """Count everything from the tables (migration 3; tests compare the kept counts)."""
+    """Count everything from the tables (migration 4; tests compare the kept counts)."""
     conn.execute(
         "DELETE FROM meta WHERE key = ? OR substr(key, 1, ?) = ?",
         (ACTIVE_TOOLS, len(VECTORS), VECTORS),
