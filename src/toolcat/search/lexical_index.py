@@ -48,8 +48,11 @@ import functools
 import heapq
 import itertools
 import math
+import shutil
 import sqlite3
+import sys
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,6 +117,25 @@ def repeats(weights: Sequence[float]) -> list[int]:
     return [min(MAX_REPEAT, max(1, round(w / unit))) if w > 0 else 0 for w in weights]
 
 
+def _pack(length: int, found: dict[str, float], term_ids: dict[str, int], typecode: str) -> bytes:
+    """One tool's length, term ids (new terms get the next id) and counts, as bytes."""
+    ids = array("I", [term_ids.setdefault(term, len(term_ids)) for term in found])
+    return (
+        array("I", [length]).tobytes() + ids.tobytes() + array(typecode, found.values()).tobytes()
+    )
+
+
+def _unpack(blob: bytes, typecode: str) -> tuple[int, array[int], array[Any]]:
+    """``_pack``'s (length, term ids, counts)."""
+    width = 4 + array(typecode).itemsize
+    n = (len(blob) - 4) // width
+    ids = array("I")
+    ids.frombytes(blob[4 : 4 + 4 * n])
+    counts = array(typecode)
+    counts.frombytes(blob[4 + 4 * n :])
+    return int.from_bytes(blob[:4], sys.byteorder), ids, counts
+
+
 class TantivyIndex:
     """tantivy's candidates, FTS5's exact ``bm25()`` scores; one catalog revision."""
 
@@ -122,11 +144,19 @@ class TantivyIndex:
         self.weights: tuple[float, ...] = ()
         self.n_docs = 0
         self.doc_freq: dict[str, int] = {}
-        # Row id -> term -> the term's whole bm25() contribution to that tool (IDF times
-        # the saturated, length-normalised weighted count): rescoring only adds numbers.
-        self.contributions: dict[int, dict[str, float]] = {}
+        # Row id -> the tool's terms packed (``_pack``): its length, its term ids and each
+        # term's weighted count (as tantivy counts it), from which a term's whole bm25()
+        # contribution is computed when the tool is rescored. Packed, because Python dicts
+        # of every tool's terms took 6 KB a tool (4.7 GB of RSS at 1M tools).
+        self._tools: dict[int, bytes] = {}
+        self._term_ids: dict[str, int] = {}
+        self._terms: list[str] = []  # term id -> term
+        self._idf: list[float] = []  # term id -> FTS5's IDF times (K1 + 1)
+        self._counts = "I"  # array typecode of the counts: "d" when they are not integers
+        self._scale = 1.0
+        self._avgdl = 1.0
         self.names: dict[int, str] = {}  # row id -> tokenized name column (fusion's signals)
-        # Every token of every column is a key of ``contributions`` (no column weighs 0):
+        # Every token of every column is a term of the packed tools (no column weighs 0):
         # fusion's signals can be read from them.
         self.holds_every_term = False
         self.bounded = False  # tantivy's scores bound FTS5's (weights are multiples)
@@ -141,8 +171,15 @@ class TantivyIndex:
     def current(self, revision: int, weights: Sequence[float]) -> bool:
         return self.revision == revision and self.weights == tuple(weights)
 
-    def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
-        """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
+    def build(
+        self,
+        conn: sqlite3.Connection,
+        revision: int,
+        weights: Sequence[float],
+        directory: Path | None = None,
+    ) -> None:
+        """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``);
+        tantivy's part in ``directory`` when given (to be saved), else in memory."""
         tantivy = tantivy_module()
         weights = tuple(weights)
         times = repeats(weights)
@@ -150,15 +187,19 @@ class TantivyIndex:
         scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
         counted_in_body = bounded  # counts from the repeated columns (weight 0: left out)
-        rows = conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts").fetchall()
-        # Per tool: term -> ``scale`` times FTS5's weighted count (tantivy's count).
-        counts: dict[int, dict[str, float]] = {}
+        select = f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts"
+        # Two passes over the rows (one read transaction: the same rows), none held whole.
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
         doc_freq: Counter[str] = Counter()
-        for row in rows:
+        term_ids: dict[str, int] = {}
+        packed: dict[int, bytes] = {}
+        names: dict[int, str] = {}
+        typecode = "I" if bounded else "d"
+        for row in conn.execute(select):
             texts = [text or "" for text in row[1:]]
-            lengths.append(sum(len(text.split()) for text in texts))
+            length = sum(len(text.split()) for text in texts)
+            lengths.append(length)
             if bounded:  # the repeated columns hold the weighted counts: count them in C
                 tokens = _body(times, texts).split()
                 found = cast(dict[str, float], Counter(tokens))  # int counts: float's subset
@@ -170,8 +211,9 @@ class TantivyIndex:
                         found[token] = found.get(token, 0.0) + weight * n * scale
                 repeated.append(sum(r * len(t.split()) for r, t in zip(times, texts, strict=True)))
             doc_freq.update(found.keys())
-            counts[row[0]] = found
-        n_docs = len(rows)
+            packed[row[0]] = _pack(length, found, term_ids, typecode)
+            names[row[0]] = texts[0]
+        n_docs = len(lengths)
         avgdl = (sum(lengths) / n_docs) if n_docs else 1.0
         # tantivy's length normalisation must be ``scale`` times FTS5's: a tool's length
         # over tantivy's average must be ``offset + scale * length / avgdl``.
@@ -188,16 +230,23 @@ class TantivyIndex:
         builder.add_text_field(
             "body", stored=False, tokenizer_name="whitespace", index_option="freq"
         )
-        index = tantivy.Index(builder.build())
+        index = (
+            tantivy.Index(builder.build())
+            if directory is None
+            else tantivy.Index(builder.build(), path=str(directory))
+        )
         writer = index.writer(heap_size=256_000_000, num_threads=1)
         total = 0
-        for row, tokens_in, want in zip(rows, repeated, wanted, strict=True):
+        row_ids: list[int] = []
+        for row, tokens_in, want in zip(conn.execute(select), repeated, wanted, strict=True):
             body = _body(times, [text or "" for text in row[1:]])
             padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in
             if padded > tokens_in:
                 body += (FILLER + " ") * (padded - tokens_in)
             total += padded
             writer.add_document(tantivy.Document(id=row[0], body=body))
+            row_ids.append(row[0])
+        del repeated, wanted, lengths
         if bounded:
             # Empty documents bring tantivy's average length up to ``per_unit`` (not past).
             for _ in range(max(0, total // per_unit - n_docs)):
@@ -207,29 +256,110 @@ class TantivyIndex:
         index.reload()
         searcher = index.searcher()
         everyone = searcher.num_docs
-        idf: dict[str, float] = {}
+        terms = list(term_ids)  # in id order
+        idf: list[float] = []
         boost: dict[str, float] = {}
-        for term, df in doc_freq.items():
+        for term in terms:
+            df = doc_freq[term]
             value = math.log((n_docs - df + 0.5) / (df + 0.5))
-            idf[term] = value if value > 0 else 1e-6
-            boost[term] = idf[term] / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
-        for term, value in idf.items():
-            idf[term] = value * (K1 + 1)
-        for (doc, found), length in zip(counts.items(), lengths, strict=True):
-            # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
-            norm = scale * K1 * (1 - B + B * length / avgdl)
-            counts[doc] = {t: idf[t] * f / (f + norm) for t, f in found.items()}
-        self.contributions, self.doc_freq, self.n_docs = counts, dict(doc_freq), n_docs
-        self.names = {row[0]: row[1] or "" for row in rows}
+            value = value if value > 0 else 1e-6
+            boost[term] = value / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
+            idf.append(value * (K1 + 1))
+        self._tools, self._term_ids, self._terms, self._idf = packed, term_ids, terms, idf
+        self._counts, self._scale, self._avgdl = typecode, scale, avgdl
+        self.doc_freq, self.n_docs = dict(doc_freq), n_docs
+        self.names = names
         self.holds_every_term = all(times) or not counted_in_body
         self.bounded, self._boost, self._queries = bounded, boost, {}
         # One writer thread and one commit make one segment with documents in the order
         # they were added; anything else is mapped through the "id" fast field.
-        self._row_ids = [row[0] for row in rows] if searcher.num_segments == 1 else []
+        self._row_ids = row_ids if searcher.num_segments == 1 else []
         self._searcher, self._schema = searcher, index.schema
         if bounded and not self._bound_holds():
             self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
         self.revision, self.weights = revision, weights
+
+    def state(self) -> dict[str, Any]:
+        """What ``restore`` needs besides tantivy's folder (``lexical_file.save``)."""
+        rows = list(self._tools)
+        return {
+            "terms": self._terms,
+            "doc_freq": [self.doc_freq[term] for term in self._terms],
+            "names": [self.names[row] for row in rows],
+            "rows": rows,
+            "sizes": [len(self._tools[row]) for row in rows],
+            "tools": b"".join(self._tools.values()),
+            "positions": self._row_ids,
+            "meta": {
+                "n_docs": self.n_docs,
+                "counts": self._counts,
+                "scale": self._scale,
+                "avgdl": self._avgdl,
+                "bounded": self.bounded,
+                "holds_every_term": self.holds_every_term,
+            },
+        }
+
+    def restore(
+        self,
+        revision: int,
+        weights: Sequence[float],
+        directory: Path,
+        state: dict[str, Any],
+    ) -> None:
+        """Take up an index ``state()`` saved at ``revision`` with tantivy's folder."""
+        tantivy = tantivy_module()
+        meta = state["meta"]
+        index = tantivy.Index.open(str(directory))
+        searcher = index.searcher()
+        n_docs, everyone = int(meta["n_docs"]), searcher.num_docs
+        terms: list[str] = state["terms"]
+        doc_freq = dict(zip(terms, state["doc_freq"], strict=True))
+        idf: list[float] = []
+        boost: dict[str, float] = {}
+        for term in terms:  # as ``build`` computes them
+            df = doc_freq[term]
+            value = math.log((n_docs - df + 0.5) / (df + 0.5))
+            value = value if value > 0 else 1e-6
+            boost[term] = value / math.log(1 + (everyone - df + 0.5) / (df + 0.5))
+            idf.append(value * (K1 + 1))
+        blob, tools, at = state["tools"], {}, 0
+        for row, size in zip(state["rows"], state["sizes"], strict=True):
+            tools[row] = blob[at : at + size]
+            at += size
+        self._tools, self._terms, self._idf = tools, terms, idf
+        self._term_ids = {term: i for i, term in enumerate(terms)}
+        self._counts, self._scale, self._avgdl = meta["counts"], meta["scale"], meta["avgdl"]
+        self.doc_freq, self.n_docs = doc_freq, n_docs
+        self.names = dict(zip(state["rows"], state["names"], strict=True))
+        self.holds_every_term, self.bounded = meta["holds_every_term"], meta["bounded"]
+        self._boost, self._queries = boost, {}
+        positions = list(state["positions"])
+        self._row_ids = positions if searcher.num_segments == 1 and positions else []
+        self._searcher, self._schema = searcher, index.schema
+        self.revision, self.weights = revision, tuple(weights)
+
+    def _score(self, doc: int, ids: Sequence[int]) -> float:
+        """Tool ``doc``'s bm25() for these term ids: each term's whole contribution (IDF
+        times the saturated, length-normalised weighted count) summed in the query's term
+        order, as FTS5 sums (0.0 for a term the tool lacks changes nothing): tools that tie
+        in FTS5 tie here, bit for bit, and keep the lower row id first."""
+        length, held_ids, counts = _unpack(self._tools[doc], self._counts)
+        held = dict(zip(held_ids, counts, strict=True))
+        # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
+        norm = self._scale * K1 * (1 - B + B * length / self._avgdl)
+        idf = self._idf
+        return sum(idf[t] * f / (f + norm) if (f := held.get(t)) is not None else 0.0 for t in ids)
+
+    def contribution(self, doc: int, term: str) -> float:
+        """``term``'s bm25() contribution to tool ``doc`` (0.0 when it lacks the term)."""
+        term_id = self._term_ids.get(term)
+        return 0.0 if doc not in self._tools or term_id is None else self._score(doc, [term_id])
+
+    def _ids(self, terms: Sequence[str]) -> list[int]:
+        """Term ids of index terms (-1 for a term no tool has)."""
+        get = self._term_ids.get
+        return [get(term, -1) for term in terms]
 
     def _bound_holds(self, terms: int = 24, hits: int = 20) -> bool:
         """Whether tantivy's score bounds FTS5's on a sample (one-term queries over a few
@@ -248,7 +378,7 @@ class TantivyIndex:
                 else self._searcher.fast_field_values("id", [a for _, a in found])
             )
             for (score, _), doc in zip(found, ids, strict=True):
-                if score * (1 + SLACK) < self.contributions[doc][term]:
+                if score * (1 + SLACK) < self.contribution(doc, term):
                     return False
         return True
 
@@ -265,13 +395,14 @@ class TantivyIndex:
         index does not hold every term: a column weighing 0)."""
         if not self.holds_every_term:
             return None
-        wanted = frozenset(terms)
-        contributions, names = self.contributions, self.names
+        wanted = dict(zip(self._ids(terms), terms, strict=True))
+        tools, names, typecode = self._tools, self.names, self._counts
         found: dict[int, Document] = {}
         for doc in ids:
-            known = contributions.get(doc)
-            if known is not None:
-                found[doc] = (names[doc], known.keys() & wanted)
+            blob = tools.get(doc)
+            if blob is not None:
+                held = wanted.keys() & set(_unpack(blob, typecode)[1])
+                found[doc] = (names[doc], {wanted[t] for t in held})
         return found
 
     def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
@@ -306,8 +437,7 @@ class TantivyIndex:
                 query = queries[term] = tantivy.Query.boost_query(query, self._boost[term])
             clauses.append((should, query))
         query = tantivy.Query.boolean_query(clauses)
-        contributions = self.contributions
-        zeros = itertools.repeat(0.0)
+        term_ids = self._ids(terms)
         rounds = 0
         while True:
             rounds += 1
@@ -328,10 +458,9 @@ class TantivyIndex:
                     break
                 if allowed is not None and doc not in allowed:
                     continue
-                # Summed in the query's term order, as FTS5 sums (0.0 for a term the tool
-                # lacks changes nothing): tools that tie in FTS5 tie here, bit for bit,
-                # and keep the lower row id first (a set's order made them differ by an ulp).
-                entry = (sum(map(contributions[doc].get, terms, zeros)), -doc)
+                # Summed in the query's term order (``_score``; a set's order made tools
+                # that tie in FTS5 differ by an ulp).
+                entry = (self._score(doc, term_ids), -doc)
                 if len(best) < k:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
@@ -351,14 +480,14 @@ class TantivyIndex:
         self, terms: Sequence[str], k: int, allowed: frozenset[int]
     ) -> list[tuple[int, float]]:
         """Every allowed tool that has a query term, scored exactly: the ``k`` best."""
-        wanted = frozenset(terms)
-        contributions = self.contributions
-        zeros = itertools.repeat(0.0)
+        ids = self._ids(terms)
+        wanted = frozenset(ids)
+        tools, typecode = self._tools, self._counts
         scored: list[tuple[float, int]] = []
         for doc in allowed:
-            known = contributions.get(doc)
-            if known is not None and not wanted.isdisjoint(known):
-                scored.append((sum(map(known.get, terms, zeros)), -doc))  # as ``rank`` sums
+            blob = tools.get(doc)
+            if blob is not None and not wanted.isdisjoint(_unpack(blob, typecode)[1]):
+                scored.append((self._score(doc, ids), -doc))  # as ``rank`` sums
         self.rounds[-1] += 1
         return [(-doc, score) for score, doc in heapq.nlargest(k, scored)]
 
@@ -444,11 +573,47 @@ class LexicalIndex:
             return
         try:
             conn.execute("BEGIN")
-            self.build(conn, reader.revision(conn), weights)
+            revision = reader.revision(conn)
+            if not self._load_or_build_saved(conn, revision, weights, path):
+                self.build(conn, revision, weights)
         except Exception as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
             self.index, self.error = None, f"background build: {e}"
         finally:
             conn.close()
+
+    def _load_or_build_saved(
+        self, conn: sqlite3.Connection, revision: int, weights: tuple[float, ...], path: str
+    ) -> bool:
+        """Take up the index saved beside the catalog if it was saved at this revision,
+        else build one and save it there (search/lexical_file.py). False when neither can
+        be done here (no tantivy, weights tantivy cannot take, a folder not writable)."""
+        from . import lexical_file
+
+        if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
+            return False
+        valid_for = lexical_file.stamp(conn, revision, weights)
+        saved = lexical_file.load(path, valid_for)
+        index = TantivyIndex()
+        if saved is not None:
+            try:
+                index.restore(revision, weights, *saved)
+            except (OSError, ValueError, KeyError, TypeError):
+                pass  # a saved index that does not open: built again below
+            else:
+                self.backend, self.index = "tantivy", index
+                return True
+        try:
+            directory = lexical_file.new_tantivy_folder(path)
+        except OSError:
+            return False
+        try:
+            index.build(conn, revision, weights, directory)
+            lexical_file.save(path, valid_for, directory, index.state())
+        except (AttributeError, TypeError, ValueError, OSError):
+            shutil.rmtree(directory, ignore_errors=True)
+            return False  # ``build`` tries again in memory (or falls back to postings)
+        self.backend, self.index = "tantivy", index
+        return True
 
     def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""

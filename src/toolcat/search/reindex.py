@@ -11,7 +11,8 @@ from typing import Any
 
 from ..errors import InvalidQueryError
 from ..models import ReindexReport, Tool
-from ..store import reader, writer
+from ..store import counts, reader, writer
+from .bm25 import index_totals
 from .embeddings import embedder, embedding_text, to_blob
 from .engine import SearchEngine, embeddings_installed
 
@@ -175,8 +176,9 @@ def _embed_usage(
 def status(conn: sqlite3.Connection, engine: SearchEngine) -> dict[str, Any]:
     """Index coverage per mode, the embedding model and the revision (one read snapshot)."""
     _, model = engine.models(conn)
-    with_vectors, active = reader.vector_coverage(conn, model)
-    fts_rows = conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0]
+    # Kept counts and FTS5's own totals record: nothing here scans the tools.
+    with_vectors, active = counts.vectors(conn, model), counts.active_tools(conn)
+    fts_rows, _ = index_totals(conn)
     toolkits = conn.execute("SELECT count(*) FROM toolkits WHERE active = 1").fetchone()[0]
     versions = conn.execute("SELECT count(*) FROM toolkits").fetchone()[0]
     return {

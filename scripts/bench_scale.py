@@ -1,0 +1,600 @@
+"""Benchmark toolcat at catalog scale (100k and 1M tools) beside tantivy, bm25s and an
+exact vector scan, in one run.
+
+The catalog is generated, seeded, from the ~8,300 real tool definitions in ../shared/bench:
+
+- each generated toolkit takes a real toolkit of one source (its tools in order, continuing
+  into the next real toolkits of that source when it is short) and a *context*: another real
+  toolkit, usually of another source, whose name and category become the toolkit's purpose;
+- each tool keeps its real name, description and parameters, and gets the verbs and objects
+  of a real tool of the context appended to its description ("... For Nager.Date: get all
+  available countries.") and one of that tool's scalar parameters, so no two generated tools
+  have the same text while every word is one a real tool uses;
+- toolkit sizes follow a seeded log-normal (median 60, 10 to 400 tools); tags are the base
+  tool's (up to 3), the context's category and a tier (``public`` 70%, ``partner`` 20%,
+  ``internal`` 10%); every tool is deferred (the issue's "no always-on tools" list case),
+  except the first toolkit, whose tools are the always-on ones.
+
+What one run measures per size, each in a fresh child process so memory and first-use costs
+are the process's own (``uptime`` load printed beside):
+
+- ``register_s``: ``toolcat register DIR`` (the CLI) for each directory of manifests of
+  2,500 tools, summed (the manifests are written beforehand and not timed);
+- ``first_list_ms``: ``toolcat list --json`` in a fresh process, beside ``python -c pass``;
+  ``open_ms`` / ``status_ms`` / ``list_ms``: ``Catalog(path)``, ``status()`` and
+  ``list(limit=50)`` timed inside a fresh process;
+- ``bm25_first_300``: the first 300 BM25 queries (``Catalog.search(q, mode="bm25")``) right
+  after opening, p50/p99; ``bm25_warm``: 300 other queries once the process has served
+  ``--warm`` queries and its in-memory index is ready (each ranked, no kept answer);
+- ``rss_mb``: the serving process's peak RSS after both;
+- ``tantivy`` / ``bm25s``: the same queries' tokens over the same tokenized text, built and
+  asked in another fresh process (top 10);
+- ``vector_scan``: an exact top-10 scan of seeded random unit vectors (384 dims) as int8 and
+  fp16, numpy, per query.
+
+    python scripts/bench_scale.py --sizes 100000
+    python scripts/bench_scale.py --sizes 100000 1000000 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT.parent / "shared" / "bench"
+SEED = 20261125
+TOOLS_PER_REGISTER = 2500
+# The toolcat sources measured (--src: e.g. an older checkout's, for before/after); the
+# generator itself always uses this checkout's.
+SRC = Path(os.environ.get("BENCH_SCALE_SRC", ROOT / "src"))
+TIERS = ("public",) * 7 + ("partner",) * 2 + ("internal",)
+SCALAR = {"string", "integer", "number", "boolean"}
+
+
+def slug(text: str, length: int = 24) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:length].strip("-") or "kit"
+
+
+def real_toolkits() -> list[dict[str, Any]]:
+    """The benchmark's real toolkits: {source, name, category, tools}, in file order (tools
+    whose definitions toolcat refuses, such as invalid JSON Schema, left out)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from toolcat import Tool
+
+    kits: dict[tuple[str, str], dict[str, Any]] = {}
+    for source in sorted(p for p in BENCH.iterdir() if (p / "tools.jsonl").exists()):
+        for line in (source / "tools.jsonl").read_text().splitlines():
+            raw = json.loads(line)
+            params = raw.get("parameters") or {}
+            if params.get("type") != "object" or not isinstance(params.get("properties", {}), dict):
+                continue
+            name = re.sub(r"[^A-Za-z0-9_-]+", "_", raw["name"]).strip("_")[:48] or "tool"
+            tags = [t for t in raw.get("tags", []) if isinstance(t, str) and t.strip()]
+            kit = kits.setdefault(
+                (source.name, raw.get("toolkit") or source.name),
+                {
+                    "source": source.name,
+                    "name": raw.get("toolkit") or source.name,
+                    "category": (tags[0].split("/")[0] if tags else source.name)[:40],
+                    "tools": [],
+                },
+            )
+            tool = {
+                "name": name,
+                "description": (raw.get("description") or raw["name"]).strip()[:1500],
+                "parameters": params,
+                "tags": [t[:60] for t in tags[:3]],
+            }
+            try:
+                Tool.model_validate(tool)
+            except ValueError:
+                continue
+            kit["tools"].append(tool)
+    return [kit for kit in kits.values() if kit["tools"]]
+
+
+def queries(rng: random.Random, count: int) -> list[str]:
+    """``count`` distinct real benchmark queries, seeded."""
+    pool: list[str] = []
+    for source in sorted(p for p in BENCH.iterdir() if (p / "queries.jsonl").exists()):
+        pool += [
+            json.loads(x)["query"] for x in (source / "queries.jsonl").read_text().splitlines()
+        ]
+    pool = sorted(set(q for q in pool if q.strip()))
+    return rng.sample(pool, count)
+
+
+def _phrase(tool: dict[str, Any]) -> str:
+    """The verbs and objects of a real tool: its description's first sentence."""
+    first = re.split(r"(?<=[.!?])\s", tool["description"], maxsplit=1)[0].rstrip(".!? ")
+    return first[:200] or tool["name"].replace("_", " ")
+
+
+def _context_param(tool: dict[str, Any], taken: dict[str, Any]) -> tuple[str, Any] | None:
+    for key, schema in (tool["parameters"].get("properties") or {}).items():
+        if (
+            isinstance(schema, dict)
+            and schema.get("type") in SCALAR
+            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,40}", key)
+            and key not in taken
+        ):
+            kept = {"type": schema["type"]}
+            if isinstance(schema.get("description"), str):
+                kept["description"] = schema["description"][:300]
+            return key, kept
+    return None
+
+
+def generate(size: int, seed: int = SEED) -> Iterator[dict[str, Any]]:
+    """Toolkit manifests (dicts) holding ``size`` tools in all; deterministic for a seed."""
+    kits = real_toolkits()
+    by_source: dict[str, list[int]] = {}
+    for i, kit in enumerate(kits):
+        by_source.setdefault(kit["source"], []).append(i)
+    rng = random.Random(seed)
+    names: dict[str, int] = {}
+    made = 0
+    index = 0
+    while made < size:
+        count = min(size - made, max(10, min(400, round(rng.lognormvariate(math.log(60), 0.8)))))
+        base_i = rng.randrange(len(kits))
+        context = kits[rng.randrange(len(kits))]
+        base = kits[base_i]
+        name = f"{slug(base['name'])}-{slug(context['name'], 16)}"
+        names[name] = names.get(name, 0) + 1
+        if names[name] > 1:
+            name = f"{name}-{names[name]}"
+        # The base toolkit's tools in order, continuing into its source's next toolkits.
+        siblings = by_source[base["source"]]
+        at = siblings.index(base_i)
+        tools: list[dict[str, Any]] = []
+        used: set[str] = set()
+        lap = 0
+        while len(tools) < count:
+            for tool in kits[siblings[at % len(siblings)]]["tools"]:
+                if len(tools) == count:
+                    break
+                other = context["tools"][rng.randrange(len(context["tools"]))]
+                tool_name = tool["name"] if tool["name"] not in used else f"{tool['name']}_{lap}"
+                if tool_name in used:
+                    continue
+                used.add(tool_name)
+                properties = dict(tool["parameters"].get("properties") or {})
+                extra = _context_param(other, properties)
+                if extra is not None:
+                    properties[extra[0]] = extra[1]
+                parameters = {**tool["parameters"], "properties": properties}
+                tools.append(
+                    {
+                        "name": tool_name,
+                        "description": f"{tool['description']} For {context['name']}: "
+                        f"{_phrase(other)}.",
+                        "parameters": parameters,
+                        "tags": [*tool["tags"], rng.choice(TIERS)],
+                    }
+                )
+            at += 1
+            lap += 1
+        yield {
+            "toolkit": name[:64],
+            "version": "1.0.0",
+            "description": f"{base['name']} for {context['name']} ({context['category']})",
+            "tags": [slug(context["category"], 40)],
+            "defer_loading": index > 0,
+            "tools": tools,
+        }
+        made += count
+        index += 1
+
+
+def write_batches(size: int, folder: Path) -> list[Path]:
+    """Manifests of ``size`` tools in directories of about ``TOOLS_PER_REGISTER`` tools."""
+    batches: list[Path] = []
+    current: Path | None = None
+    in_batch = 0
+    for i, manifest in enumerate(generate(size)):
+        if current is None or in_batch >= TOOLS_PER_REGISTER:
+            current = folder / f"batch{len(batches):04d}"
+            current.mkdir(parents=True)
+            batches.append(current)
+            in_batch = 0
+        (current / f"{i:06d}.json").write_text(json.dumps(manifest))
+        in_batch += len(manifest["tools"])
+    return batches
+
+
+def load() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 3),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
+        "max_ms": round(ordered[-1] * 1000, 3),
+    }
+
+
+class Clock:
+    """Wall and CPU time of each timed block. On a loaded machine the wall p99 is mostly the
+    scheduler's (a query preempted mid-way: the same query asked again takes a twentieth of
+    it); the CPU time of the asking thread is the query's own work, whatever the load."""
+
+    def __init__(self, cpu: Any = time.thread_time) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self._cpu_clock = cpu
+
+    def __enter__(self) -> Clock:
+        self._t0, self._c0 = time.perf_counter(), self._cpu_clock()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu.append(self._cpu_clock() - self._c0)
+        self.wall.append(time.perf_counter() - self._t0)
+
+    def figures(self) -> dict[str, Any]:
+        return {**percentiles(self.wall), "cpu": percentiles(self.cpu)}
+
+
+def rss_mb() -> dict[str, float]:
+    """Peak and current resident memory of this process."""
+    current = 0.0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                current = int(line.split()[1]) / 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"rss_mb": round(current, 1), "peak_rss_mb": round(peak, 1)}
+
+
+# -- child processes (each measured in a fresh interpreter) ---------------------------------
+
+
+def child_serve(db: str, first: list[str], warm: list[str], then: list[str]) -> dict[str, Any]:
+    """A serving process: open, status, list, first queries, warm-up, warm queries."""
+    sys.path.insert(0, str(SRC))
+    start = time.perf_counter()
+    from toolcat import Catalog
+
+    imported = time.perf_counter()
+    catalog = Catalog(db)
+    opened = time.perf_counter()
+    catalog.list_summaries(limit=50)
+    listed = time.perf_counter()
+    catalog.status()
+    statused = time.perf_counter()
+    catalog.status()  # the first one imported the reindex code; this one is its reads
+    status_again = time.perf_counter() - statused
+    out: dict[str, Any] = {
+        "import_ms": round((imported - start) * 1000, 1),
+        "open_ms": round((opened - imported) * 1000, 1),
+        "list_ms": round((listed - opened) * 1000, 1),
+        "status_ms": round((statused - listed) * 1000, 1),
+        "status_again_ms": round(status_again * 1000, 2),
+    }
+    clock = Clock()
+    for q in first:
+        with clock:
+            catalog.search(q, k=10, mode="bm25")
+    out["bm25_first_300"] = clock.figures()
+    out["first_300_s"] = round(sum(clock.wall), 2)
+    t0 = time.perf_counter()
+    for q in warm:
+        catalog.search(q, k=10, mode="bm25")
+    catalog._search.postings.wait()
+    out["warm_up_s"] = round(time.perf_counter() - t0, 2)
+    answers = getattr(catalog._search, "_answers", {})
+    clock = Clock()
+    for q in then:
+        answers.clear()  # ranked, not a kept answer
+        with clock:
+            catalog.search(q, k=10, mode="bm25")
+    out["bm25_warm"] = clock.figures()
+    out["index_backend"] = type(catalog._search.postings.index).__name__
+    out.update(rss_mb())
+    return out
+
+
+def child_peers(db: str, qs: list[str], skip: list[str]) -> dict[str, Any]:
+    """tantivy and bm25s over the catalog's own tokenized text, asked the same queries."""
+    import sqlite3
+
+    sys.path.insert(0, str(SRC))
+    from toolcat.search.tokenize import tokenize
+
+    conn = sqlite3.connect(db)
+    out: dict[str, Any] = {}
+    terms = [list(dict.fromkeys(tokenize(q))) for q in qs]
+
+    def bodies() -> Iterator[tuple[int, str]]:
+        for row in conn.execute(
+            "SELECT rowid, name, hint, description, params, tags FROM tools_fts"
+        ):
+            yield row[0], " ".join(c for c in row[1:] if c)
+
+    try:
+        import tantivy
+    except ImportError:
+        out["tantivy"] = "not installed: pip install -e '.[dev]'"
+    else:
+        t0 = time.perf_counter()
+        builder = tantivy.SchemaBuilder()
+        builder.add_integer_field("id", stored=True, fast=True)
+        builder.add_text_field("body", stored=False, tokenizer_name="whitespace")
+        index = tantivy.Index(builder.build())
+        writer = index.writer(heap_size=300_000_000, num_threads=1)
+        for rowid, body in bodies():
+            writer.add_document(tantivy.Document(id=rowid, body=body))
+        writer.commit()
+        writer.wait_merging_threads()
+        index.reload()
+        searcher = index.searcher()
+        out["tantivy_build_s"] = round(time.perf_counter() - t0, 1)
+        prepared = [
+            tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Should, tantivy.Query.term_query(index.schema, "body", t))
+                    for t in ts
+                ]
+            )
+            for ts in terms
+            if ts
+        ]
+        clock = Clock()
+        for query in prepared:
+            with clock:
+                searcher.search(query, 10, count=False).hits  # noqa: B018
+        out["tantivy"] = clock.figures()
+        del searcher, index, writer
+    out.update({f"after_tantivy_{k}": v for k, v in rss_mb().items()})
+    try:
+        if "bm25s" in skip:  # at 1M tools it needs more memory than the machine may have
+            raise ImportError
+        import bm25s
+    except ImportError:
+        out["bm25s"] = "skipped" if "bm25s" in skip else "not installed: pip install -e '.[dev]'"
+    else:
+        t0 = time.perf_counter()
+        retriever = bm25s.BM25()
+        retriever.index([body.split() for _, body in bodies()], show_progress=False)
+        out["bm25s_build_s"] = round(time.perf_counter() - t0, 1)
+        clock = Clock(time.process_time)  # bm25s may score on threads of its own
+        for ts in terms:
+            known = [t for t in ts if t in retriever.vocab_dict]
+            if known:
+                with clock:
+                    retriever.retrieve([known], k=10, show_progress=False, n_threads=1)
+        out["bm25s"] = clock.figures()
+    out.update({f"after_bm25s_{k}": v for k, v in rss_mb().items()})
+    return out
+
+
+def child_vectors(size: int, dims: int = 384, runs: int = 50) -> dict[str, Any]:
+    """Exact top-10 by dot product over ``size`` seeded random unit vectors, int8 and fp16."""
+    import numpy as np
+
+    rng = np.random.default_rng(SEED)
+    out: dict[str, Any] = {}
+    matrix = np.empty((size, dims), dtype=np.float16)
+    for start in range(0, size, 100_000):  # float32 only a slice at a time
+        part = rng.standard_normal((min(100_000, size - start), dims), dtype=np.float32)
+        part /= np.linalg.norm(part, axis=1, keepdims=True)
+        matrix[start : start + len(part)] = part
+    queries = rng.standard_normal((runs, dims), dtype=np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    int8 = np.empty((size, dims), dtype=np.int8)  # a float32 slice at a time
+    for start in range(0, size, 100_000):
+        part = matrix[start : start + 100_000].astype(np.float32)
+        int8[start : start + len(part)] = np.clip(np.rint(part * 127 / 0.35), -127, 127)
+    for name, stored, cast in (
+        ("fp16", matrix, lambda q: q.astype(np.float16)),
+        ("int8", int8, lambda q: np.clip(np.rint(q * 127 / 0.35), -127, 127).astype(np.int8)),
+    ):
+        clock = Clock(time.process_time)  # BLAS may use more than this thread
+        for q in queries:
+            with clock:
+                scores = _scores(stored, cast(q))
+                top = np.argpartition(-scores, 10)[:10]
+                top[np.argsort(-scores[top])]
+        out[f"{name}_scan"] = clock.figures()
+        out[f"{name}_matrix_mb"] = round(stored.nbytes / 2**20, 1)
+    out.update(rss_mb())
+    return out
+
+
+def _scores(stored: Any, query: Any, chunk: int = 65_536) -> Any:
+    """Dot products accumulated in float32, a chunk of rows at a time (BLAS sgemv on a
+    converted chunk: numpy has no int8 or fp16 GEMV of its own worth using)."""
+    import numpy as np
+
+    q = query.astype(np.float32)
+    scores = np.empty(len(stored), dtype=np.float32)
+    for start in range(0, len(stored), chunk):
+        scores[start : start + chunk] = stored[start : start + chunk].astype(np.float32) @ q
+    return scores
+
+
+CHILDREN = {"serve": child_serve, "peers": child_peers, "vectors": child_vectors}
+
+
+def in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
+    """Run ``CHILDREN[kind](**kwargs)`` in a fresh interpreter; its JSON result."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(kwargs, f)
+    try:
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", kind, f.name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.unlink(f.name)
+    if done.returncode:
+        return {"error": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["load"] = load()
+    return result
+
+
+def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
+    """``toolcat list --json`` in fresh processes beside ``python -c pass`` (interleaved)."""
+    env = {**os.environ, "PYTHONPATH": os.environ.get("BENCH_SCALE_SRC", str(SRC))}
+    commands = {
+        "python_c_pass": [sys.executable, "-c", "pass"],
+        "list_json": [sys.executable, "-m", "toolcat", "--db", str(db), "list", "--json"],
+        "status_json": [sys.executable, "-m", "toolcat", "--db", str(db), "status", "--json"],
+    }
+    samples: dict[str, list[float]] = {n: [] for n in commands}
+    for _ in range(runs):
+        for name, cmd in commands.items():
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+            samples[name].append(time.perf_counter() - t0)
+    return {
+        **{f"{n}_p50_ms": round(statistics.median(s) * 1000, 1) for n, s in samples.items()},
+        "first_list_json_ms": round(samples["list_json"][0] * 1000, 1),
+        "load": load(),
+    }
+
+
+def register(db: Path, batches: list[Path]) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.environ.get("BENCH_SCALE_SRC", str(SRC))}
+    each = []
+    for batch in batches:
+        t0 = time.perf_counter()
+        subprocess.run(
+            [sys.executable, "-m", "toolcat", "--db", str(db), "register", str(batch)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            env=env,
+        )
+        each.append(time.perf_counter() - t0)
+        if len(each) % 40 == 0:
+            print(f"registered {len(each)} of {len(batches)}: {sum(each):.0f} s", file=sys.stderr)
+    return {
+        "register_s": round(sum(each), 1),
+        "register_calls": len(each),
+        "first_call_s": round(each[0], 2),
+        "last_call_s": round(each[-1], 2),
+        "db_mb": round(db.stat().st_size / 2**20),
+        "load": load(),
+    }
+
+
+def bench_size(size: int, workdir: Path, warm: int, skip: set[str]) -> dict[str, Any]:
+    rng = random.Random(SEED + size)
+    qs = queries(rng, 600 + warm)
+    first, then, warm_qs = qs[:300], qs[300:600], qs[600:]
+    db = workdir / f"scale-{size}.db"
+    result: dict[str, Any] = {"tools": size}
+    manifests = workdir / f"manifests-{size}"
+    t0 = time.perf_counter()
+    batches = write_batches(size, manifests)
+    result["generate_s"] = round(time.perf_counter() - t0, 1)
+    phase(result, "register", register(db, batches))
+    shutil.rmtree(manifests)
+    phase(result, "cold_cli", cold_list(db))
+    serve_phases(result, db, first, warm_qs, then)
+    if "peers" not in skip:
+        phase(result, "peers", in_child("peers", db=str(db), qs=then, skip=sorted(skip)))
+    if "vectors" not in skip:
+        phase(result, "vectors", in_child("vectors", size=size))
+    serve, peers = result["serve"], result.get("peers", {})
+    for peer in ("tantivy", "bm25s"):
+        if isinstance(peers.get(peer), dict) and "bm25_warm" in serve:
+            for clock in ("wall", "cpu"):
+                ours = serve["bm25_warm"] if clock == "wall" else serve["bm25_warm"]["cpu"]
+                theirs = peers[peer] if clock == "wall" else peers[peer]["cpu"]
+                result[f"warm_p50_over_{peer}_{clock}"] = round(
+                    ours["p50_ms"] / theirs["p50_ms"], 2
+                )
+    return result
+
+
+def serve_phases(
+    result: dict[str, Any], db: Path, first: list[str], warm: list[str], then: list[str]
+) -> None:
+    """The serving process, then another one opening the catalog at the same revision
+    (``serve_reopened``: the BM25 index the first one saved beside the catalog is loaded,
+    not rebuilt)."""
+    for name in ("serve", "serve_reopened"):
+        phase(result, name, in_child("serve", db=str(db), first=first, warm=warm, then=then))
+
+
+def phase(result: dict[str, Any], name: str, figures: dict[str, Any]) -> None:
+    """Keep a phase's figures, and print them at once (stderr): a long run that is cut
+    short still leaves what it measured."""
+    result[name] = figures
+    print(json.dumps({"tools": result["tools"], name: figures}), file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        kwargs = json.loads(Path(sys.argv[3]).read_text())
+        sys.path.insert(0, str(SRC))
+        print(json.dumps(CHILDREN[sys.argv[2]](**kwargs)), flush=True)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
+    parser.add_argument("--warm", type=int, default=300, help="Queries served before warm ones.")
+    parser.add_argument("--skip", nargs="*", default=[], choices=["peers", "bm25s", "vectors"])
+    parser.add_argument("--workdir", type=Path, help="Keep catalogs here (default: a temp dir).")
+    parser.add_argument("--json", action="store_true", help="Print one JSON document at the end.")
+    parser.add_argument("--src", type=Path, help="Measure the toolcat package under this folder.")
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        help="Only the serving processes and peers, on this catalog made by an earlier run "
+        "(its size is the first --sizes).",
+    )
+    args = parser.parse_args()
+    if args.src:  # the children read it
+        os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
+    if not BENCH.is_dir():
+        sys.exit(f"bench_scale needs the public benchmark tools in {BENCH}")
+    results = []
+    if args.catalog:
+        size = args.sizes[0]
+        qs = queries(random.Random(SEED + size), 600 + args.warm)
+        result: dict[str, Any] = {"tools": size, "catalog": str(args.catalog)}
+        serve_phases(result, args.catalog, qs[:300], qs[600:], qs[300:600])
+        if "peers" not in args.skip:
+            phase(
+                result,
+                "peers",
+                in_child("peers", db=str(args.catalog), qs=qs[300:600], skip=sorted(args.skip)),
+            )
+        print(json.dumps(result), flush=True)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        for size in args.sizes:
+            result = bench_size(size, workdir, args.warm, set(args.skip))
+            results.append(result)
+            if not args.json:
+                print(json.dumps(result), flush=True)
+    if args.json:
+        print(json.dumps({"seed": SEED, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
