@@ -542,12 +542,9 @@ class Catalog:
 
         The active version becomes the newest one not deprecated.
         """
-        name, pinned = parse_toolkit_ref(toolkit)
-        version = version or pinned
-        if version is None:
-            raise UnknownToolkitError("deprecate needs a version: toolkit@version")
         from .store import writer
 
+        name, version = _pinned(toolkit, version, "deprecate")
         with self._lock:
             return writer.deprecate(self._conn, name, version)
 
@@ -561,12 +558,9 @@ class Catalog:
         Raises:
             UnknownToolkitError: No such toolkit or version, or no version given.
         """
-        name, pinned = parse_toolkit_ref(toolkit)
-        version = version or pinned
-        if version is None:
-            raise UnknownToolkitError("activate needs a version: toolkit@version")
         from .store import writer
 
+        name, version = _pinned(toolkit, version, "activate")
         with self._lock:
             return writer.activate(self._conn, name, version)
 
@@ -1371,3 +1365,16 @@ class Catalog:
 
             info["replica"] = replica.health(replica.read_state(self.path))
         return info
+
+
+def _pinned(toolkit: str, version: str | None, verb: str) -> tuple[str, str]:
+    """(name, version) of ``toolkit@version`` or ``version=``, for verbs that need one.
+
+    Raises:
+        UnknownToolkitError: No version given.
+    """
+    name, pinned = parse_toolkit_ref(toolkit)
+    version = version or pinned
+    if version is None:
+        raise UnknownToolkitError(f"{verb} needs a version: toolkit@version")
+    return name, version
