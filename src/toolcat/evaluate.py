@@ -454,7 +454,7 @@ def _copy_vectors(catalog: Catalog, source: Path) -> None:
         )
         conn.execute(
             "INSERT OR REPLACE INTO meta SELECT key, value FROM other.meta "
-            "WHERE key IN ('embedding_model', 'embedding_dim')"
+            "WHERE key IN ('embedding_model', 'embedding_dim', 'embedding_producer')"
         )
         conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
         conn.execute("COMMIT")
@@ -474,6 +474,11 @@ def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS embeddings (content_hash TEXT NOT NULL, "
                 "model TEXT NOT NULL, vector BLOB NOT NULL, PRIMARY KEY (content_hash, model))"
+            )
+            # What made the cached vectors (model + export digest): a catalog taking them
+            # records it, so its reindex re-embeds them if today's encoder differs.
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS producers (model TEXT PRIMARY KEY, producer TEXT)"
             )
         conn.execute("ATTACH DATABASE ? AS cache", (str(cache),))
     except sqlite3.DatabaseError as e:
@@ -495,11 +500,21 @@ def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
                     "('embedding_dim', (SELECT length(vector) / 4 FROM embeddings LIMIT 1))",
                     (model,),
                 )
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) SELECT 'embedding_producer', "
+                    "producer FROM cache.producers WHERE model = ?",
+                    (model,),
+                )
                 conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
         else:
             conn.execute(
                 "INSERT OR IGNORE INTO cache.embeddings (content_hash, model, vector) "
                 "SELECT content_hash, model, vector FROM main.embeddings"
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO cache.producers (model, producer) SELECT m.value, "
+                "p.value FROM meta m JOIN meta p ON p.key = 'embedding_producer' "
+                "WHERE m.key = 'embedding_model'"
             )
         conn.execute("COMMIT")
     except BaseException:

@@ -101,7 +101,7 @@ def test_wrong_graph_is_made_again_by_reindex(cached: Path, tmp_path: Path) -> N
     db = tmp_path / "catalog.db"
     with Catalog(db, embedding_model=MINILM) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
-        assert catalog.reindex().embedded == 37
+        assert catalog.reindex().embedded == 38
         result = catalog.search(QUERY, k=3)
     assert result.warnings == [] and result.hits[0].tool.id == "files.delete_file"
     assert stored_vectors_agree(db) >= 0.999
@@ -180,11 +180,11 @@ def test_reindex_re_embeds_vectors_of_another_or_unknown_export(
     db = tmp_path / "catalog.db"
     with Catalog(db, embedding_model=MINILM) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
-        assert catalog.reindex().embedded == 37
+        assert catalog.reindex().embedded == 38
         # Vectors a bad export made (before exports were checked): wrong, origin unknown.
         catalog._conn.execute("UPDATE embeddings SET vector = zeroblob(length(vector))")
         catalog._conn.execute("DELETE FROM meta WHERE key = 'embedding_producer'")
         again = catalog.reindex()
-        assert (again.embedded, again.skipped) == (37, 0)
+        assert (again.embedded, again.skipped) == (38, 0)
         assert catalog.reindex().embedded == 0  # recorded now: nothing to redo
     assert stored_vectors_agree(db) >= 0.999

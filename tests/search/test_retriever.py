@@ -60,7 +60,7 @@ def test_new_catalogs_embed_with_the_retriever_and_old_ones_keep_their_model(
     with Catalog(tmp_path / "new.db") as catalog:
         catalog.register(SAMPLE_TOOLKITS)
         report = catalog.reindex()
-        assert (report.model, report.embedded, report.dimension) == (RETRIEVER, 37, 384)
+        assert (report.model, report.embedded, report.dimension) == (RETRIEVER, 38, 384)
         assert catalog.status()["embedding_model"] == RETRIEVER
         assert catalog.search("erase an old document", k=3).hits[0].tool.id == "files.delete_file"
     pytest.importorskip("sentence_transformers")
@@ -76,7 +76,7 @@ def test_new_catalogs_embed_with_the_retriever_and_old_ones_keep_their_model(
     with Catalog(tmp_path / "old.db", embedding_model=RETRIEVER) as catalog:
         with pytest.raises(EmbeddingError, match=f"reindex --model {RETRIEVER}"):
             catalog.search("erase an old document", mode="embedding")
-        assert catalog.reindex(model=RETRIEVER).embedded == 37
+        assert catalog.reindex(model=RETRIEVER).embedded == 38
         assert catalog.status()["embedding_model"] == RETRIEVER
 
 
@@ -116,7 +116,7 @@ def test_reindex_and_hybrid_search_without_torch(tmp_path: Path) -> None:
     assert toolcat("register", str(SAMPLE_TOOLKITS)).returncode == 0
     reindexed = toolcat("reindex")
     assert reindexed.returncode == 0, reindexed.stderr
-    assert reindexed.stdout.startswith(f"model {RETRIEVER} (dim 384): embedded 37, skipped 0")
+    assert reindexed.stdout.startswith(f"model {RETRIEVER} (dim 384): embedded 38, skipped 0")
     assert "Traceback" not in reindexed.stderr
     found = toolcat("search", "erase an old document", "--json")
     assert found.returncode == 0, found.stderr
@@ -124,7 +124,7 @@ def test_reindex_and_hybrid_search_without_torch(tmp_path: Path) -> None:
     assert (result["mode"], result.get("warnings", [])) == ("hybrid", [])
     assert result["hits"][0]["tool"]["id"] == "files.delete_file"
     again = toolcat("reindex")
-    assert "embedded 0, skipped 37" in again.stdout
+    assert "embedded 0, skipped 38" in again.stdout
 
 
 def test_damaged_packaged_retriever_falls_back_to_bm25(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import sys
 import uuid
@@ -91,6 +90,8 @@ def save(
             f"{STAMP}."
         ):
             if entry.is_dir():
+                import shutil  # not on the one-shot search path
+
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)

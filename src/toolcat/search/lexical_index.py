@@ -48,7 +48,6 @@ import functools
 import heapq
 import itertools
 import math
-import shutil
 import sqlite3
 import sys
 import threading
@@ -610,6 +609,8 @@ class LexicalIndex:
             index.build(conn, revision, weights, directory)
             lexical_file.save(path, valid_for, directory, index.state())
         except (AttributeError, TypeError, ValueError, OSError):
+            import shutil  # not on the one-shot search path
+
             shutil.rmtree(directory, ignore_errors=True)
             return False  # ``build`` tries again in memory (or falls back to postings)
         self.backend, self.index = "tantivy", index

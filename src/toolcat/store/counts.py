@@ -58,6 +58,8 @@ TRIGGERS = (
     f"""CREATE TRIGGER counts_vector_deleted AFTER DELETE ON embeddings
         BEGIN {_vector_counts("old", "-")} END""",
 )
+# Their names: a catalog missing one is damaged (``migrations.check_schema``).
+TRIGGER_NAMES = tuple(trigger.split()[2] for trigger in TRIGGERS)
 
 
 def active_tools(conn: sqlite3.Connection) -> int:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import CatalogDamagedError, CatalogError
 from .connection import rollback_quietly
+from .counts import ACTIVE_TOOLS, TRIGGER_NAMES
 
 Migration = Callable[[Any], None]  # takes a sqlite_utils.Database
 MIGRATIONS: list[Migration] = []
@@ -228,10 +229,11 @@ SCHEMA_OBJECTS = frozenset(
         "tools_fts_vocab",
         "tools_fts_delete",
         "usage",
+        *TRIGGER_NAMES,
     }
 )
 REQUIRED_META = ("revision", "learn_from_use", "usage_revision")
-OPTIONAL_META = ("usage_folded", "embedding_dim")
+OPTIONAL_META = ("usage_folded", "embedding_dim", ACTIVE_TOOLS)
 
 
 def check_schema(conn: sqlite3.Connection) -> None:
