@@ -71,6 +71,17 @@ def test_save_artifacts_writes_them_out_never_over_a_file(db: Path, tmp_path: Pa
     assert f"-> {folder / 'region-amount-report-2.csv'}" in err
 
 
+def test_save_artifacts_never_writes_through_a_link(db: Path, tmp_path: Path) -> None:
+    """A link where an artifact's file would go (dangling, as an attacker leaves it) is
+    neither followed nor overwritten: the artifact takes the next free name."""
+    folder, outside = tmp_path / "out", tmp_path / "outside.csv"
+    folder.mkdir()
+    (folder / "region-amount-report.csv").symlink_to(outside)
+    call(db, "group_report", "--args", ARGS, "--save-artifacts", str(folder))
+    assert not outside.exists()
+    assert (folder / "region-amount-report-2.csv").read_text() == REPORT
+
+
 def test_a_large_artifact_is_listed_with_its_file(db: Path, tmp_path: Path) -> None:
     size = artifacts.INLINE_BYTES + 5
     args = json.dumps({"artifacts": 1, "big": size})

@@ -773,11 +773,17 @@ def save_all(events: list[ToolEvent], folder: Path) -> dict[int, Path]:
     for event in events:
         stem, dot, suffix = safe_name(event.name or "artifact").rpartition(".")
         target, number = folder / f"{stem}{dot}{suffix}", 1
-        while target.exists():
-            number += 1
-            target = folder / (f"{stem}-{number}{dot}{suffix}" if dot else f"{suffix}-{number}")
         try:
-            target.write_bytes(event.content())
+            content = event.content()
+            while True:
+                try:  # "x": never over a file, nor through a link (a dangling one too)
+                    with open(target, "xb") as file:
+                        file.write(content)
+                    break
+                except FileExistsError:
+                    number += 1
+                    name = f"{stem}-{number}{dot}{suffix}" if dot else f"{suffix}-{number}"
+                    target = folder / name
         except (OSError, ValueError) as e:
             click.echo(f"warning: artifact {event.name!r} not saved: {e}", err=True)
             continue

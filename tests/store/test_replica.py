@@ -169,6 +169,21 @@ def test_a_replica_stores_no_password(tmp_path: Path) -> None:
     assert replica.primary_of(follower.path) == "sftp://deploy@127.0.0.1:2222/catalog"
 
 
+def test_litestreams_words_never_carry_the_password(tmp_path: Path) -> None:
+    """Whatever Litestream prints when it fails (here: its arguments, URL included) reaches
+    status and the health endpoint without the source's password."""
+    fake = tmp_path / "litestream"
+    fake.write_text('#!/bin/sh\necho "error: cannot open $*" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    url = "sftp://deploy:hunter2@127.0.0.1:2222/catalog"
+    follower = Follower(tmp_path / "catalog.db", url, litestream=str(fake))
+    assert follower.sync() is False
+    error = replica.health(follower.state)["error"]
+    assert "cannot open ltx" in error and "sftp://deploy@127.0.0.1:2222/catalog" in error
+    assert "hunter2" not in error
+    assert "hunter2" not in replica.state_path(follower.path).read_text()
+
+
 def test_a_replica_needs_its_own_file(primary: Primary, tmp_path: Path) -> None:
     primary.register(SAMPLE_TOOLKITS / "math.yaml")
     with pytest.raises(Exception, match="ordinary catalog"):

@@ -226,11 +226,20 @@ class Follower:
             raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
         if done.returncode != 0:
             lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-            reason = lines[-1] if lines else f"exit status {done.returncode}"
+            reason = self._scrubbed(lines[-1]) if lines else f"exit status {done.returncode}"
             raise CatalogError(
                 f"litestream {args[0]} from {redacted(self.source)} failed: {reason}"
             )
         return done.stdout
+
+    def _scrubbed(self, text: str) -> str:
+        """Litestream's words without the source's password, should it repeat the URL: they
+        reach ``status`` and the token-free health endpoint."""
+        from urllib.parse import urlsplit
+
+        text = text.replace(self.source, redacted(self.source))
+        password = urlsplit(self.source).password
+        return text.replace(password, "***") if password else text
 
     def _published(self) -> list[dict[str, Any]]:
         """Every LTX file in the store, each ``{"max_txid", "published"}`` (epoch seconds)."""
