@@ -519,7 +519,21 @@ def loso(data: dict[str, Any], args: argparse.Namespace, out: Path) -> None:
             device=args.device,
         )
         vectors = {"fp32": embed(model, texts, args.device).astype(np.float16)}
+        if args.all_tools:  # every source's tools, for "nothing fits" (foreign catalogs)
+            every = {
+                f"tools-{other}": embed(
+                    model, list(data["sources"][other]["tools"].values()), args.device
+                ).astype(np.float16)
+                for other in sorted(data["sources"])
+                if other != name  # its own tools are in loso-S.npz
+            }
+            np.savez_compressed(out / f"alltools-{name}.npz", **every)
         started = time.monotonic()
+        if args.no_int8:
+            np.savez_compressed(out / f"loso-{name}.npz", **vectors)
+            timings[name] = seen
+            print(f"  {name}: {json.dumps(timings[name])}", flush=True)
+            continue
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 graphs = export(model, Path(tmp))
@@ -541,6 +555,15 @@ def main() -> None:
     parser.add_argument("--base-model", help="base model folder (default: the bundled MiniLM)")
     parser.add_argument("--exclude", action="append", default=[], help="leave out this source")
     parser.add_argument("--loso", action="store_true", help="every LOSO model, then all sources")
+    parser.add_argument(
+        "--loso-only", action="store_true", help="with --loso: skip training the shipped model"
+    )
+    parser.add_argument(
+        "--all-tools",
+        action="store_true",
+        help="with --loso: also each model's vectors of every source's tools (alltools-S.npz)",
+    )
+    parser.add_argument("--no-int8", action="store_true", help="with --loso: torch vectors only")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--max-pairs-per-source", type=int, default=5000)
@@ -581,6 +604,10 @@ def main() -> None:
     mining = time.monotonic()
     mine_with_model(load_model(args.base_model, args.device), data, args.device)
     print(f"mined with the base model in {time.monotonic() - mining:.0f}s", flush=True)
+    if args.loso and args.loso_only:
+        loso(data, args, args.out)
+        print(f"done in {time.monotonic() - started:.0f}s", flush=True)
+        return
     model, seen = train(
         data,
         args.base_model,
