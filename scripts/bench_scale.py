@@ -34,6 +34,14 @@ are the process's own (``uptime`` load printed beside):
 
     python scripts/bench_scale.py --sizes 100000
     python scripts/bench_scale.py --sizes 100000 1000000 --json
+
+Warm BM25 alone, in minutes instead of an hour (``--make-catalog`` registers the same
+generated toolkits in process, not through the CLI, and skips an existing file; ``--bm25``
+times one serving process's new queries beside tantivy alone in the same process, query by
+query, interleaved):
+
+    python scripts/bench_scale.py --sizes 100000 --make-catalog /tmp/scale-100k.db
+    python scripts/bench_scale.py --sizes 100000 --catalog /tmp/scale-100k.db --bm25
 """
 
 from __future__ import annotations
@@ -312,6 +320,125 @@ def child_serve(db: str, first: list[str], warm: list[str], then: list[str]) -> 
     return out
 
 
+def _tantivy_alone(db: str) -> tuple[Any, Any]:
+    """tantivy over the catalog's tokenized text (every column once, whitespace tokens), as
+    ``child_peers`` builds it: (searcher, schema)."""
+    import sqlite3
+
+    import tantivy
+
+    conn = sqlite3.connect(db)
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("id", stored=True, fast=True)
+    builder.add_text_field("body", stored=False, tokenizer_name="whitespace")
+    index = tantivy.Index(builder.build())
+    writer = index.writer(heap_size=300_000_000, num_threads=1)
+    for row in conn.execute("SELECT rowid, name, hint, description, params, tags FROM tools_fts"):
+        writer.add_document(tantivy.Document(id=row[0], body=" ".join(c for c in row[1:] if c)))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    conn.close()
+    return index.searcher(), index.schema
+
+
+def child_bm25(db: str, warm: list[str], then: list[str]) -> dict[str, Any]:
+    """Warm BM25 in one serving process beside tantivy alone, query by query: the process
+    serves ``warm`` queries and waits for its index, then each of ``then`` (new to it, each
+    ranked: no kept answer) is asked of ``Catalog.search(q, mode="bm25")`` and, right after,
+    of a plain tantivy index of the same text (the query's distinct terms, top 10)."""
+    import gc
+
+    sys.path.insert(0, str(SRC))
+    import tantivy
+
+    from toolcat import Catalog
+    from toolcat.search.tokenize import tokenize
+
+    catalog = Catalog(db)
+    t0 = time.perf_counter()
+    for q in warm:
+        catalog.search(q, k=10, mode="bm25")
+    catalog._search.postings.wait()
+    out: dict[str, Any] = {"warm_up_s": round(time.perf_counter() - t0, 2)}
+    searcher, schema = _tantivy_alone(db)
+
+    def prepared(q: str) -> Any:
+        should = tantivy.Occur.Should
+        terms = list(dict.fromkeys(tokenize(q)))
+        return tantivy.Query.boolean_query(
+            [(should, tantivy.Query.term_query(schema, "body", t)) for t in terms]
+        )
+
+    peer_queries = [prepared(q) for q in then]
+    collections: list[int] = []  # the generation of each garbage collection
+    gc_cpu = [0.0, 0.0]  # CPU time in collections so far, the last start
+
+    def collected(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+            gc_cpu[1] = time.thread_time()
+        else:
+            gc_cpu[0] += time.thread_time() - gc_cpu[1]
+
+    answers = getattr(catalog._search, "_answers", {})
+    ours, peer = Clock(), Clock()
+    during: list[int] = []  # the oldest generation collected during each query, or -1
+    in_gc: list[float] = []  # CPU time in collections during each query
+    gc.callbacks.append(collected)
+    try:
+        for q, query in zip(then, peer_queries, strict=True):
+            answers.clear()  # ranked, not a kept answer
+            before, spent = len(collections), gc_cpu[0]
+            with ours:
+                catalog.search(q, k=10, mode="bm25")
+            during.append(max(collections[before:], default=-1))
+            in_gc.append(gc_cpu[0] - spent)
+            with peer:
+                searcher.search(query, 10, count=False).hits  # noqa: B018
+    finally:
+        gc.callbacks.remove(collected)
+    out["bm25_warm"] = ours.figures()
+    out["tantivy"] = peer.figures()
+    out["gc_collections"] = {g: collections.count(g) for g in sorted(set(collections))}
+    for clock in ("cpu", "wall"):
+        a = out["bm25_warm"] if clock == "wall" else out["bm25_warm"]["cpu"]
+        b = out["tantivy"] if clock == "wall" else out["tantivy"]["cpu"]
+        out[f"p50_over_tantivy_{clock}"] = round(a["p50_ms"] / b["p50_ms"], 2)
+        out[f"p99_over_p50_{clock}"] = round(a["p99_ms"] / a["p50_ms"], 2)
+    out["gc_cpu_ms"] = round(sum(in_gc) * 1000, 1)
+    out["cpu_without_gc"] = percentiles([a - b for a, b in zip(ours.cpu, in_gc, strict=True)])
+    slowest = sorted(zip(ours.cpu, in_gc, during, then, strict=True), reverse=True)[:5]
+    out["slowest_cpu_ms"] = [
+        (round(t * 1000, 2), f"gc {g}: {c * 1000:.2f} ms", len(tokenize(q)), q[:50])
+        for t, c, g, q in slowest
+    ]
+    out["index_backend"] = type(catalog._search.postings.index).__name__
+    out.update(rss_mb())
+    return out
+
+
+def make_catalog(size: int, path: Path) -> dict[str, Any]:
+    """The generated toolkits registered in this process (the CLI's ``register`` parses
+    and validates the same manifests: several times slower; ``register`` times that)."""
+    sys.path.insert(0, str(SRC))
+    from toolcat import Catalog, Toolkit
+
+    t0 = time.perf_counter()
+    with Catalog(path) as catalog:
+        batch: list[Any] = []
+        in_batch = 0
+        for manifest in generate(size):
+            batch.append(Toolkit.model_validate(manifest))
+            in_batch += len(manifest["tools"])
+            if in_batch >= TOOLS_PER_REGISTER:
+                catalog.register(batch)
+                batch, in_batch = [], 0
+        if batch:
+            catalog.register(batch)
+    return {"tools": size, "catalog": str(path), "made_s": round(time.perf_counter() - t0, 1)}
+
+
 def child_peers(db: str, qs: list[str], skip: list[str]) -> dict[str, Any]:
     """tantivy and bm25s over the catalog's own tokenized text, asked the same queries."""
     import sqlite3
@@ -431,7 +558,12 @@ def _scores(stored: Any, query: Any, chunk: int = 65_536) -> Any:
     return scores
 
 
-CHILDREN = {"serve": child_serve, "peers": child_peers, "vectors": child_vectors}
+CHILDREN = {
+    "serve": child_serve,
+    "peers": child_peers,
+    "vectors": child_vectors,
+    "bm25": child_bm25,
+}
 
 
 def in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
@@ -565,16 +697,36 @@ def main() -> None:
         help="Only the serving processes and peers, on this catalog made by an earlier run "
         "(its size is the first --sizes).",
     )
+    parser.add_argument(
+        "--make-catalog",
+        type=Path,
+        metavar="DB",
+        help="Register the first --sizes' generated toolkits into DB in process, and stop "
+        "(nothing when DB exists).",
+    )
+    parser.add_argument(
+        "--bm25",
+        action="store_true",
+        help="With --catalog: only warm BM25 beside tantivy alone, in one process.",
+    )
     args = parser.parse_args()
     if args.src:  # the children read it
         os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
     if not BENCH.is_dir():
         sys.exit(f"bench_scale needs the public benchmark tools in {BENCH}")
     results = []
+    if args.make_catalog:
+        if not args.make_catalog.exists():
+            print(json.dumps(make_catalog(args.sizes[0], args.make_catalog)), flush=True)
+        return
     if args.catalog:
         size = args.sizes[0]
         qs = queries(random.Random(SEED + size), 600 + args.warm)
         result: dict[str, Any] = {"tools": size, "catalog": str(args.catalog)}
+        if args.bm25:
+            figures = in_child("bm25", db=str(args.catalog), warm=qs[600:], then=qs[300:600])
+            print(json.dumps({**result, "bm25": figures}), flush=True)
+            return
         serve_phases(result, args.catalog, qs[:300], qs[600:], qs[300:600])
         if "peers" not in args.skip:
             phase(

@@ -46,6 +46,8 @@ class TagFilter:
         Raises:
             InvalidQueryError: A tag is not a string, too long, or a list too long.
         """
+        if tags == () and any_tags == () and exclude_tags == ():  # the default: no filter
+            return _NO_FILTER
         base = tags if isinstance(tags, TagFilter) else cls(all=_clean(tags, "tags"))
         group = _clean(any_tags, "any_tags")
         return base & cls(any=(group,) if group else (), none=_clean(exclude_tags, "exclude_tags"))
@@ -101,6 +103,8 @@ class TagFilter:
         parts += [f"none of {', '.join(self.none)}"] if self.none else []
         return "; ".join(parts) or "any tags"
 
+
+_NO_FILTER = TagFilter()
 
 _TAGGED = "SELECT 1 FROM tool_tags g WHERE g.tag = ? AND g.tool_id = t.id"
 

@@ -49,11 +49,11 @@ import heapq
 import itertools
 import math
 import sqlite3
-import sys
+import struct
 import threading
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -124,15 +124,20 @@ def _pack(length: int, found: dict[str, float], term_ids: dict[str, int], typeco
     )
 
 
-def _unpack(blob: bytes, typecode: str) -> tuple[int, array[int], array[Any]]:
-    """``_pack``'s (length, term ids, counts)."""
-    width = 4 + array(typecode).itemsize
-    n = (len(blob) - 4) // width
-    ids = array("I")
-    ids.frombytes(blob[4 : 4 + 4 * n])
-    counts = array(typecode)
-    counts.frombytes(blob[4 + 4 * n :])
-    return int.from_bytes(blob[:4], sys.byteorder), ids, counts
+_LENGTH = struct.Struct("I")  # a packed tool's first field
+_COUNT_SIZE = {code: array(code).itemsize for code in ("I", "d")}
+
+
+def _unpack(blob: bytes, typecode: str) -> tuple[int, memoryview[int], memoryview[Any]]:
+    """``_pack``'s (length, term ids, counts), the last two read in place (no copies: a
+    query unpacks ~20 tools)."""
+    view = memoryview(blob)
+    n = (len(blob) - 4) // (4 + _COUNT_SIZE[typecode])
+    return (
+        _LENGTH.unpack_from(blob)[0],
+        view[4 : 4 + 4 * n].cast("I"),
+        view[4 + 4 * n :].cast(typecode),  # type: ignore[call-overload]
+    )
 
 
 class TantivyIndex:
@@ -148,9 +153,12 @@ class TantivyIndex:
         # contribution is computed when the tool is rescored. Packed, because Python dicts
         # of every tool's terms took 6 KB a tool (4.7 GB of RSS at 1M tools).
         self._tools: dict[int, bytes] = {}
+        # Containers the size of the catalog hold no object the garbage collector tracks
+        # (dicts of strings and numbers, tuples, arrays): a full collection in a serving
+        # process does not walk them (a list of 1M row ids is ~1M visits a collection).
         self._term_ids: dict[str, int] = {}
-        self._terms: list[str] = []  # term id -> term
-        self._idf: list[float] = []  # term id -> FTS5's IDF times (K1 + 1)
+        self._terms: tuple[str, ...] = ()  # term id -> term
+        self._idf: array[float] = array("d")  # term id -> FTS5's IDF times (K1 + 1)
         self._counts = "I"  # array typecode of the counts: "d" when they are not integers
         self._scale = 1.0
         self._avgdl = 1.0
@@ -163,7 +171,7 @@ class TantivyIndex:
         self.rounds: Counter[int] = Counter()
         self._boost: dict[str, float] = {}  # term -> FTS5's IDF / tantivy's
         self._queries: dict[str, Any] = {}  # term -> tantivy term query
-        self._row_ids: list[int] = []  # doc id in the one segment -> row id
+        self._row_ids: array[int] = array("q")  # doc id in the one segment -> row id
         self._searcher: Any = None
         self._schema: Any = None
 
@@ -255,8 +263,8 @@ class TantivyIndex:
         index.reload()
         searcher = index.searcher()
         everyone = searcher.num_docs
-        terms = list(term_ids)  # in id order
-        idf: list[float] = []
+        terms = tuple(term_ids)  # in id order
+        idf = array("d")
         boost: dict[str, float] = {}
         for term in terms:
             df = doc_freq[term]
@@ -272,7 +280,7 @@ class TantivyIndex:
         self.bounded, self._boost, self._queries = bounded, boost, {}
         # One writer thread and one commit make one segment with documents in the order
         # they were added; anything else is mapped through the "id" fast field.
-        self._row_ids = row_ids if searcher.num_segments == 1 else []
+        self._row_ids = array("q", row_ids if searcher.num_segments == 1 else [])
         self._searcher, self._schema = searcher, index.schema
         if bounded and not self._bound_holds():
             self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
@@ -312,9 +320,9 @@ class TantivyIndex:
         index = tantivy.Index.open(str(directory))
         searcher = index.searcher()
         n_docs, everyone = int(meta["n_docs"]), searcher.num_docs
-        terms: list[str] = state["terms"]
+        terms: tuple[str, ...] = tuple(state["terms"])
         doc_freq = dict(zip(terms, state["doc_freq"], strict=True))
-        idf: list[float] = []
+        idf = array("d")
         boost: dict[str, float] = {}
         for term in terms:  # as ``build`` computes them
             df = doc_freq[term]
@@ -333,22 +341,22 @@ class TantivyIndex:
         self.names = dict(zip(state["rows"], state["names"], strict=True))
         self.holds_every_term, self.bounded = meta["holds_every_term"], meta["bounded"]
         self._boost, self._queries = boost, {}
-        positions = list(state["positions"])
-        self._row_ids = positions if searcher.num_segments == 1 and positions else []
+        positions = array("q", state["positions"])
+        self._row_ids = positions if searcher.num_segments == 1 else array("q")
         self._searcher, self._schema = searcher, index.schema
         self.revision, self.weights = revision, tuple(weights)
 
     def _score(self, doc: int, ids: Sequence[int]) -> float:
         """Tool ``doc``'s bm25() for these term ids: each term's whole contribution (IDF
         times the saturated, length-normalised weighted count) summed in the query's term
-        order, as FTS5 sums (0.0 for a term the tool lacks changes nothing): tools that tie
+        order, as FTS5 sums (a term the tool lacks adds nothing): tools that tie
         in FTS5 tie here, bit for bit, and keep the lower row id first."""
         length, held_ids, counts = _unpack(self._tools[doc], self._counts)
-        held = dict(zip(held_ids, counts, strict=True))
+        held: dict[int, float] = dict(zip(held_ids, counts, strict=True))
         # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
         norm = self._scale * K1 * (1 - B + B * length / self._avgdl)
         idf = self._idf
-        return sum(idf[t] * f / (f + norm) if (f := held.get(t)) is not None else 0.0 for t in ids)
+        return sum([idf[t] * f / (f + norm) for t in ids if (f := held.get(t)) is not None])
 
     def contribution(self, doc: int, term: str) -> float:
         """``term``'s bm25() contribution to tool ``doc`` (0.0 when it lacks the term)."""
@@ -400,7 +408,7 @@ class TantivyIndex:
         for doc in ids:
             blob = tools.get(doc)
             if blob is not None:
-                held = wanted.keys() & set(_unpack(blob, typecode)[1])
+                held = wanted.keys() & _unpack(blob, typecode)[1]
                 found[doc] = (names[doc], {wanted[t] for t in held})
         return found
 
@@ -443,7 +451,10 @@ class TantivyIndex:
             hits = self._searcher.search(query, depth, count=False).hits
             if self._row_ids:
                 row_ids = self._row_ids
-                found = [(score, row_ids[address.doc]) for score, address in hits]
+                # Converted as the loop below reaches them: it stops at the certificate.
+                found: Iterable[tuple[float, int]] = (
+                    (score, row_ids[address.doc]) for score, address in hits
+                )
             else:
                 ids = self._searcher.fast_field_values("id", [a for _, a in hits])
                 found = list(zip([score for score, _ in hits], ids, strict=True))

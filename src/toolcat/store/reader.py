@@ -244,24 +244,22 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     data = decode_definition(definition, _checked_row(row))
     annotations = data.get("annotations")
     get = data.get
-    return construct(
-        RegisteredTool,
-        {  # the summary's fields first: a model dumps its fields in this order
-            **_summary(row, data),
-            "output_schema": get("output_schema"),
-            "idempotent": get("idempotent", False),
-            "streaming": get("streaming", False),
-            "annotations": ToolAnnotations.model_construct(**annotations) if annotations else None,
-            "implementation": get("implementation"),
-            "examples": get("examples", []),
-            "search_hint": get("search_hint"),
-            "timeout": get("timeout"),
-            "max_concurrency": get("max_concurrency"),
-            "max_result_bytes": get("max_result_bytes"),
-            "deprecated": bool(deprecated),
-            "module": module,
-        },
+    values = _summary(row, data)  # the summary's fields first: a model dumps in this order
+    values.update(
+        output_schema=get("output_schema"),
+        idempotent=get("idempotent", False),
+        streaming=get("streaming", False),
+        annotations=ToolAnnotations.model_construct(**annotations) if annotations else None,
+        implementation=get("implementation"),
+        examples=get("examples", []),
+        search_hint=get("search_hint"),
+        timeout=get("timeout"),
+        max_concurrency=get("max_concurrency"),
+        max_result_bytes=get("max_result_bytes"),
+        deprecated=bool(deprecated),
+        module=module,
     )
+    return construct(RegisteredTool, values)
 
 
 def row_to_summary(row: tuple[Any, ...]) -> dict[str, Any]:
