@@ -165,3 +165,10 @@ def test_cli_bad_tag_is_one_line_with_the_usage_exit_code(indexed: Catalog) -> N
         indexed.path, "list", "--any-tag", "x" * 300, code=InvalidQueryError.exit_code
     )
     assert output.count("\n") == 1 and "any_tags" in output and "Traceback" not in output
+
+
+def test_no_lists_is_the_one_empty_filter() -> None:
+    """Every unfiltered search asks for it: nothing is cleaned, sorted or merged."""
+    assert TagFilter.of() is TagFilter.of()
+    assert TagFilter.of() == TagFilter() == TagFilter.of([], [], [])
+    assert not TagFilter.of()

@@ -128,11 +128,14 @@ def coverage(
 
 
 def _coverage(
-    pairs: Sequence[tuple[str, float]], total: float, document: Document
+    pairs: Sequence[tuple[str, float]],
+    total: float,
+    document: tuple[str | Sequence[str], Collection[str]],
 ) -> tuple[float, float]:
+    """``coverage`` of a ``Document``, or of one whose name is split already."""
     if not total:
         return 0.0, 0.0
-    name = document[0].split()
+    name = document[0].split() if isinstance(document[0], str) else document[0]
     found = document[1]
     in_name = anywhere = 0.0
     for term, weight in pairs:
@@ -178,13 +181,15 @@ def candidates(
         found.setdefault(item, Candidate(semantic=floor))
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
-    known = [(t, w) for t, w in pairs if distinctive(n_docs, doc_freq.get(t, 0))]
+    rare = 0.5 * idf(n_docs, 1)  # ``distinctive``'s bar, with the weights at hand
+    known = [(t, w) for t, w in pairs if doc_freq.get(t, 0) > 0 and w >= rare]
     known_total = sum(w for _, w in known)
     for item, candidate in found.items():
         document = documents.get(item)
         if document is not None:
-            candidate.cover, candidate.name_cover = _coverage(pairs, total, document)
-            candidate.known_cover, in_name = _coverage(known, known_total, document)
+            split = (document[0].split(), document[1])  # the name split once for both
+            candidate.cover, candidate.name_cover = _coverage(pairs, total, split)
+            candidate.known_cover, in_name = _coverage(known, known_total, split)
             candidate.known_terms = len(known)
             candidate.known_in_name = in_name > 0
     return found
