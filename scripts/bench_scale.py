@@ -710,6 +710,8 @@ def main() -> None:
         help="With --catalog: only warm BM25 beside tantivy alone, in one process.",
     )
     args = parser.parse_args()
+    if args.bm25 and not args.catalog:
+        parser.error("--bm25 needs --catalog DB (make one with --make-catalog DB)")
     if args.src:  # the children read it
         os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
     if not BENCH.is_dir():
