@@ -69,6 +69,18 @@ def test_torch_vectors_agree_with_onnxruntime_int8_on_every_text(
     _agree(all_texts, dtype)
 
 
+def test_half_precision_is_kept_only_when_it_keeps_the_vectors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from toolcat.search import torch_encoder
+
+    encoder = TorchEncoder(RETRIEVER_FOLDER, device="cpu", dtype="bfloat16")
+    assert encoder.engine == "torch bfloat16" and encoder.dtype == torch.bfloat16
+    monkeypatch.setattr(torch_encoder, "HALF_PRECISION_COSINE", 1.0001)  # cannot be met
+    encoder = TorchEncoder(RETRIEVER_FOLDER, device="cpu", dtype="bfloat16")
+    assert encoder.engine == "torch float32" and encoder.dtype == torch.float32
+
+
 def test_dequantised_weights_are_the_int8_blocks_times_their_scales() -> None:
     import numpy as np
     import onnx

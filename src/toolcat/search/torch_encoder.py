@@ -227,6 +227,18 @@ def SentenceBert(**config: Any) -> Any:
     return _torch_modules()(**config)
 
 
+# Half-precision products are kept only when they give the float32 module's vectors at this
+# cosine or more (checked when the encoder loads, on the device it runs on).
+HALF_PRECISION_COSINE = 0.9995
+SELF_CHECK_TEXTS = [
+    "get weather: Get the current weather for a city. Parameters: city The city name",
+    "convert units",
+    "search flights: Find flights between two airports on a date. Parameters: origin IATA "
+    "code of the departure airport destination IATA code of the arrival airport date "
+    "departure date, YYYY-MM-DD passengers number of adult passengers",
+]
+
+
 class TorchEncoder:
     """Encodes texts like ``onnx_encoder.OnnxEncoder`` (same tokenizer, same graph's weights)
     with torch, on ``device``: texts sorted by token count, run in passes of like length of
@@ -257,14 +269,31 @@ class TorchEncoder:
         self.tokenizer.enable_truncation(max_length=export.max_tokens)
         self.device = torch.device(device).type  # "cuda" or "cpu", as OnnxEncoder's
         self._on = torch.device(device)
-        self.dtype = getattr(torch, dtype)
+        self.dtype = torch.float32
         self.batch_tokens = batch_tokens
         self.module = build(export.folder / "model.onnx").to(self._on)
         self.dimension = int(self.module.embeddings.word_embeddings.weight.shape[1])
         self.graph = "torch"
+        if dtype != "float32" and not self._keeps_vectors(getattr(torch, dtype)):
+            dtype = "float32"  # this device's half-precision products drift: stay exact
         self.engine = f"torch {dtype}" + (
             f", {torch.cuda.get_device_name(self._on)}" if self.device == "cuda" else ""
         )
+
+    def _keeps_vectors(self, dtype: Any) -> bool:
+        """Whether products at ``dtype`` give this device's float32 vectors of a few
+        real texts (short, long, truncated) at cosine ≥ ``HALF_PRECISION_COSINE``; the
+        encoder then runs at ``dtype``."""
+        import torch
+
+        texts = [*SELF_CHECK_TEXTS, " ".join(SELF_CHECK_TEXTS * 20)]
+        exact = self.encode(texts)
+        self.dtype = dtype
+        half = self.encode(texts)
+        agree = float(unit_cosines(exact, half).min()) >= HALF_PRECISION_COSINE
+        if not agree:
+            self.dtype = torch.float32
+        return agree
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length float32 vectors, one row per text, in the order given."""
