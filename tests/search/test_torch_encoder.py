@@ -81,6 +81,37 @@ def test_half_precision_is_kept_only_when_it_keeps_the_vectors(
     assert encoder.engine == "torch float32" and encoder.dtype == torch.float32
 
 
+def test_a_gpu_out_of_memory_runs_shorter_passes() -> None:
+    encoder = TorchEncoder(RETRIEVER_FOLDER, device="cpu", dtype="float32")
+    texts = ["get weather for a city", "convert units", "book a table"] * 4
+    expected = encoder.encode(texts)
+    real, seen = encoder.module, []
+
+    def module(*tensors: object) -> object:
+        rows, width = tensors[0].shape  # type: ignore[attr-defined]
+        seen.append(rows * width)
+        if rows * width > 16:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*tensors)
+
+    encoder.module = module
+    encoder.batch_tokens = 4096
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # below the floor: raised
+        encoder.encode(texts)
+    assert encoder.batch_tokens == 1024
+    encoder.batch_tokens = 4096
+    seen.clear()
+    from toolcat.search import torch_encoder
+
+    torch_encoder.MIN_BATCH_TOKENS, floor = 8, torch_encoder.MIN_BATCH_TOKENS
+    try:
+        got = encoder.encode(texts)
+    finally:
+        torch_encoder.MIN_BATCH_TOKENS = floor
+    assert encoder.batch_tokens <= 16 and max(seen[-3:]) <= 16
+    assert unit_cosines(expected, got).min() > 0.99999
+
+
 def test_dequantised_weights_are_the_int8_blocks_times_their_scales() -> None:
     import numpy as np
     import onnx

@@ -227,6 +227,8 @@ def SentenceBert(**config: Any) -> Any:
     return _torch_modules()(**config)
 
 
+# Passes are halved down to this many token slots when the GPU runs out of memory.
+MIN_BATCH_TOKENS = 1024
 # Half-precision products are kept only when they give the float32 module's vectors at this
 # cosine or more (checked when the encoder loads, on the device it runs on).
 HALF_PRECISION_COSINE = 0.9995
@@ -296,7 +298,20 @@ class TorchEncoder:
         return agree
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Unit-length float32 vectors, one row per text, in the order given."""
+        """Unit-length float32 vectors, one row per text, in the order given. A GPU that
+        runs out of memory (one shared with other work) gets passes half as long."""
+        import torch
+
+        while True:
+            try:
+                return self._encode(texts)
+            except torch.cuda.OutOfMemoryError:
+                if self.batch_tokens <= MIN_BATCH_TOKENS:
+                    raise
+                torch.cuda.empty_cache()
+                self.batch_tokens //= 2
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
         import numpy as np
         import torch
 
