@@ -189,7 +189,7 @@ def sweep(texts: list[str], check: list[str], reference: Any, device: str) -> li
                 "dtype": dtype,
                 "batch_tokens": tokens,
                 "texts": len(texts),
-                "texts_per_s": round(len(texts) / seconds),
+                "texts_per_s": round(len(texts) / seconds, 1),
                 "cosine_to_onnx_int8": cosines(reference, encoder.encode(check)),
             }
         )
