@@ -888,6 +888,7 @@ def reindex(
         f"skipped {report.skipped}, removed {report.removed}"
         + (f", FTS rows rebuilt {report.fts_rebuilt}" if full else "")
         + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s"
+        + (f" on {report.device}" if report.device else "")
         + (f"; ONNX export {report.export_seconds:.1f} s" if report.export_seconds >= 0.1 else "")
         + ")"
     )

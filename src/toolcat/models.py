@@ -423,6 +423,9 @@ class ReindexReport(BaseModel):
     export_seconds: float = 0.0
     """Time spent exporting or optimising the model's ONNX graph (not in
     ``tools_per_second``)."""
+    device: str = ""
+    """What encoded the documents, e.g. ``cpu (onnxruntime)`` or ``cuda (torch float16,
+    NVIDIA H100 80GB HBM3)``; empty when nothing was embedded."""
 
 
 class ToolkitVersion(BaseModel):

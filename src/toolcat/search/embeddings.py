@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
-from . import onnx_encoder
+from . import device, onnx_encoder
 from .documents import schema_texts
 from .tokenize import split_words
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..models import Tool
+    from .torch_encoder import TorchEncoder
 
 # The retriever trained for tool search, shipped in this package (retriever/retriever.json).
 RETRIEVER = "toolcat-tool-retriever-v1"
@@ -176,9 +177,10 @@ class Embedder:
         self._queries: OrderedDict[str, Any] = OrderedDict()
         self._onnx: onnx_encoder.OnnxEncoder | None = None
         self._onnx_checked = False
-        self._documents: onnx_encoder.OnnxEncoder | None = None
+        self._documents: onnx_encoder.OnnxEncoder | TorchEncoder | None = None
         self._documents_checked = False
         self.note = ""
+        self.device_note = ""  # why a GPU the machine has is not used
 
     def query_encoder(self) -> onnx_encoder.OnnxEncoder | None:
         """The ONNX encoder, looked for once (``note`` says why there is none)."""
@@ -210,8 +212,10 @@ class Embedder:
                     )
             return self._onnx
 
-    def document_encoder(self) -> onnx_encoder.OnnxEncoder | None:
-        """The ONNX encoder for batches (every core), when the export is current."""
+    def document_encoder(self) -> onnx_encoder.OnnxEncoder | TorchEncoder | None:
+        """The encoder for batches, when the export is current: on a GPU when the machine
+        has one (``device.gpu_encoder``, ``TOOLCAT_REINDEX_DEVICE``), else onnxruntime on
+        every core."""
         with self._lock:
             if not self._documents_checked:
                 self._documents_checked = True
@@ -220,7 +224,22 @@ class Embedder:
                     self._documents, why = onnx_encoder.load(self.model_id, location, threads=0)
                     if self._documents is None and self.packaged:
                         self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
+                    if self._documents is not None:
+                        # the export checked above, its graph rebuilt or run on the GPU
+                        gpu, self.device_note = device.gpu_encoder(self._documents.export.folder)
+                        self._documents = gpu or self._documents
             return self._documents
+
+    def texts_per_call(self, batch_size: int) -> int:
+        """Texts per ``encode`` call that keep the document encoder busy: ``batch_size``
+        on the CPU, many more on a GPU."""
+        found = self.document_encoder()
+        on_gpu = found is not None and found.device != "cpu"
+        return max(batch_size, device.GPU_TEXTS_PER_CALL) if on_gpu else batch_size
+
+    def document_device(self) -> str:
+        """Where documents are encoded, in a few words (e.g. "cpu (onnxruntime)")."""
+        return device.describe(self.document_encoder())
 
     def producer(self) -> str:
         """What encodes this model's documents: the export's digest (graph and tokenizer),

@@ -80,9 +80,10 @@ def reindex(
         with lock:
             fts_rows = writer.rebuild_fts(conn)
     done = 0
-    for start in range(0, len(order), batch_size):
+    step = encoder.texts_per_call(batch_size) if encoder is not None else batch_size
+    for start in range(0, len(order), step):
         assert encoder is not None
-        batch = order[start : start + batch_size]
+        batch = order[start : start + step]
         vectors = encoder.encode([texts[h] for h in batch], batch_size=batch_size)
         rows = [(h, to_blob(v)) for h, v in zip(batch, vectors, strict=True)]
         with lock:
@@ -110,6 +111,7 @@ def reindex(
         seconds=round(seconds, 3),
         tools_per_second=round(len(stale) / embedding, 1) if stale and embedding > 0 else 0.0,
         export_seconds=round(export_seconds, 3),
+        device=encoder.document_device() if encoder is not None else "",
     )
 
 

@@ -1,0 +1,119 @@
+"""Where reindex encodes documents: a GPU when the machine has one, else onnxruntime on the
+CPU, chosen with no change by the user (``TOOLCAT_REINDEX_DEVICE`` overrides it).
+
+A GPU is used through onnxruntime's CUDA provider when the installed onnxruntime has one
+(``onnxruntime-gpu``), else through torch (``torch_encoder``: the same graph's weights in a
+torch module) when torch sees a GPU and ``onnx`` is installed to read the graph. Both give
+the vectors of the CPU path (cosine ≥ 0.999), so the catalog records the same model and
+producer whichever made them. Queries are always encoded on the CPU (one at a time, a GPU
+would only add a copy).
+
+torch is imported only where its build was made for a GPU (CUDA or ROCm, read from its
+``version.py``): on a machine with a CPU build of torch, reindex never imports it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import EmbeddingError
+
+ENV = "TOOLCAT_REINDEX_DEVICE"
+# auto: a GPU when there is one; cpu: onnxruntime on the CPU; gpu: a GPU or a clear error;
+# torch: the GPU path's torch module on the CPU (to check it against onnxruntime; slow).
+CHOICES = ("auto", "cpu", "gpu", "torch")
+# Texts per encode call that reindex hands a GPU encoder: its default batches of 64 would
+# leave the GPU idle between commits.
+GPU_TEXTS_PER_CALL = 16384
+
+
+def choice() -> str:
+    """``TOOLCAT_REINDEX_DEVICE`` (default ``auto``); anything else is a one-line error."""
+    wanted = os.environ.get(ENV, "").strip().lower() or "auto"
+    if wanted not in CHOICES:
+        raise EmbeddingError(f"{ENV}={wanted!r}: expected one of {', '.join(CHOICES)}")
+    return wanted
+
+
+def ort_cuda() -> bool:
+    """Whether the installed onnxruntime has its CUDA provider (onnxruntime-gpu)."""
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def torch_gpu() -> bool:
+    """Whether torch is a GPU build that sees a GPU (imported only when it is a GPU build)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        source = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return False
+    if not re.search(r"^(?:cuda|hip)\b[^=\n]*=\s*['\"]", source, re.MULTILINE):
+        return False  # a CPU build: cuda = None
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def gpu_encoder(folder: Path) -> tuple[Any, str]:
+    """(an encoder of the export in ``folder`` for ``TOOLCAT_REINDEX_DEVICE``, "") when it
+    asks for a GPU and one can be used, else (None, why not: "" when the CPU was asked for
+    or there is no GPU). ``gpu`` without a usable GPU, and ``torch`` that cannot load, raise
+    ``EmbeddingError``."""
+    wanted = choice()
+    if wanted == "cpu":
+        return None, ""
+    if wanted == "torch":
+        return _torch(folder, "cpu", "float32"), ""
+    tried: list[str] = []
+    if ort_cuda():
+        from .onnx_encoder import OnnxEncoder
+
+        try:
+            return OnnxEncoder(folder, cuda=True), ""
+        except Exception as e:  # a graph whose operators the provider lacks
+            tried.append(f"onnxruntime's CUDA provider failed ({type(e).__name__})")
+    if torch_gpu():
+        if importlib.util.find_spec("onnx") is None:
+            tried.append("torch sees a GPU, but reading the graph needs onnx (pip install onnx)")
+        else:
+            try:
+                return _torch(folder, "cuda", TORCH_GPU_DTYPE), ""
+            except EmbeddingError as e:
+                tried.append(str(e))
+    if wanted == "gpu":
+        raise EmbeddingError(
+            f"{ENV}=gpu: no GPU to encode with "
+            f"({'; '.join(tried) or 'neither onnxruntime nor torch sees one'})"
+        )
+    return None, "; ".join(tried)
+
+
+# The matrix products' precision on a GPU: float16 autocast kept cosine ≥ 0.999 against the
+# int8 onnxruntime vectors (docs/benchmarks.md "Reindex on a GPU").
+TORCH_GPU_DTYPE = "float16"
+
+
+def _torch(folder: Path, device: str, dtype: str) -> Any:
+    from .torch_encoder import TorchEncoder
+
+    try:
+        return TorchEncoder(folder, device=device, dtype=dtype)
+    except Exception as e:
+        raise EmbeddingError(
+            f"the torch encoder of {folder.name} cannot load ({type(e).__name__}: {str(e)[:200]})"
+        ) from e
+
+
+def describe(encoder: Any) -> str:
+    """What encodes documents, in a few words (the reindex report's ``device``)."""
+    if encoder is None:
+        return "cpu (sentence-transformers)"
+    return f"{encoder.device} ({encoder.engine})"
