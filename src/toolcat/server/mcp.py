@@ -46,6 +46,7 @@ from ..runtime.call import error_result
 from ..tagfilter import TagFilter
 from .access import AccessLog
 from .events import ArtifactLinks, forward_events
+from .listcache import ListCache
 from .scope import Scope
 from .usage import RecentSearches
 from .watcher import RevisionWatcher
@@ -351,6 +352,9 @@ class CatalogServer:
         self.access_log = AccessLog(self._who) if o.access_log else None
         if self.access_log is not None:
             self.server.middleware.append(self.access_log)
+        # Inside the access log, so answers from the cache are logged too.
+        self.list_cache = ListCache(self.watcher.current, self._list_key)
+        self.server.middleware.append(self.list_cache)
 
     def initialization_options(self) -> Any:
         return self.server.create_initialization_options()
@@ -368,6 +372,7 @@ class CatalogServer:
 
     def close(self) -> None:
         self.readers.close()
+        self.watcher.close()
 
     def health(self) -> dict[str, Any]:
         """What ``/healthz`` reports: the revision served and, on a replica, its primary,
@@ -476,8 +481,17 @@ class CatalogServer:
         except ToolcatError as e:
             logger.warning("revision %d: building tools/list: %s", revision, e)
 
+    def _list_key(self, ctx: Any) -> Scope | None:
+        """What a 2026 ``tools/list`` answer depends on besides revision, version and params:
+        the caller's scope. None for a legacy session (its found tools join its list)."""
+        if self._legacy_connection(ctx) is not None:
+            return None
+        return self._scope(ctx)
+
     async def _listed(self, scope: Scope) -> list[types.Tool]:
-        revision = self.watcher.revision
+        revision = self.watcher.current()
+        if revision is None:
+            revision = self.watcher.revision
         if revision != self._lists_revision:
             prepared_revision, prepared = self._prepared
             self._lists = dict(prepared) if prepared_revision == revision else {}
@@ -487,7 +501,7 @@ class CatalogServer:
             listed = await self.readers.run(lambda catalog: self._read_list(catalog, scope))
             if len(self._lists) > 256:
                 self._lists.clear()
-            if self._lists_revision == revision == self.watcher.revision:  # not moved since
+            if self._lists_revision == revision == self.watcher.current():  # not moved since
                 self._lists[scope] = listed
         return listed
 
