@@ -53,7 +53,6 @@ MAX_CLIENTS = 64
 MAX_REQUESTS = 1000
 K = 5
 BATCH_TOOLS = 2500
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 Request = Callable[[Any, int], Awaitable[Any]]
 
 
@@ -88,9 +87,15 @@ def figures(samples: list[float]) -> dict[str, float]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    """CPU time of process ``pid``, all its threads, in nanoseconds' precision (schedstat;
+    /proc/PID/stat counts in 10 ms ticks, too coarse for one request)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            continue
+    return total / 1e9
 
 
 class Served:
@@ -152,10 +157,12 @@ BARE.update({"call add": _bare_call, "tools/list": _bare_list})
 
 
 async def latency(
-    toolcat: Served, bare: Served, mode: str, qs: list[str], warm: list[str]
-) -> dict[str, list[float]]:
-    """Each request kind on each server, one at a time, the servers interleaved."""
+    toolcat: Served, bare: Served, mode: str, qs: list[str], warm: list[str], settle: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each request kind on each server, one at a time, the servers interleaved: wall
+    time at the client and the server's CPU time for the request."""
     samples: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     t_http, t_client = client(toolcat.url, mode)
     b_http, b_client = client(bare.url, mode)
     async with t_http, t_client as tc, b_http, b_client as bc:
@@ -165,6 +172,8 @@ async def latency(
             await tc.call_tool("add", {"a": i})
             await bc.call_tool("add", {"a": i})
             await bc.list_tools()
+            if i == len(warm) // 2:
+                await anyio.sleep(settle)  # the BM25 index builds off the request path
         for i, query in enumerate(qs):
             steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
                 (
@@ -177,25 +186,31 @@ async def latency(
                 ("toolcat call add", partial(tc.call_tool, "add", {"a": i})),
             ]
             for name, step in steps:
-                started = time.perf_counter()
+                served = toolcat if name.startswith("toolcat") else bare
+                used, started = served.cpu(), time.perf_counter()
                 result = await step()
                 samples.setdefault(name, []).append(time.perf_counter() - started)
+                cpu.setdefault(name, []).append(served.cpu() - used)
                 if getattr(result, "is_error", False):
                     raise RuntimeError(f"{name} failed: {result.content}")
-    return samples
+    return samples, cpu
 
 
-def python_search(db: Path, qs: list[str], warm: list[str]) -> list[float]:
-    """``Catalog.search`` of the same queries in this process, warmed up the same way."""
+def python_search(db: Path, qs: list[str], warm: list[str]) -> tuple[list[float], list[float]]:
+    """``Catalog.search`` of the same queries in this process, warmed up the same way:
+    wall and CPU time of each."""
     samples: list[float] = []
+    cpu: list[float] = []
     with Catalog(db) as catalog:
         for query in warm:
             catalog.search(query, k=K, mode="bm25")
+        catalog._search.postings.wait()  # its BM25 index built, as the server's has
         for query in qs:
-            started = time.perf_counter()
+            used, started = time.thread_time(), time.perf_counter()
             catalog.search(query, k=K, mode="bm25")
             samples.append(time.perf_counter() - started)
-    return samples
+            cpu.append(time.thread_time() - used)
+    return samples, cpu
 
 
 async def load_round(
@@ -307,16 +322,33 @@ def main() -> None:
             "catalog_build_s": round(built_s, 1),
         }
         try:
-            api = python_search(db, qs, warm)
-            served = anyio.run(latency, toolcat, bare, args.era, qs, warm)
-            report["latency"] = {"python search": figures(api)} | {
-                name: figures(values) for name, values in served.items()
+            api, api_cpu = python_search(db, qs, warm)
+            settle = 2 + args.tools / 10_000
+            served, served_cpu = anyio.run(latency, toolcat, bare, args.era, qs, warm, settle)
+            wall = {"python search": api} | served
+            cpu = {"python search": api_cpu} | served_cpu
+            report["latency"] = {
+                name: figures(wall[name]) | {"cpu_p50_ms": figures(cpu[name])["p50_ms"]}
+                for name in wall
             }
-            report["latency"]["search_tools - python, p50 ms"] = round(
-                report["latency"]["toolcat search_tools"]["p50_ms"]
-                - report["latency"]["python search"]["p50_ms"],
-                3,
-            )
+            lat = report["latency"]
+            report["search_tools_vs_python"] = {
+                "wall_p50_minus_python_ms": round(
+                    lat["toolcat search_tools"]["p50_ms"] - lat["python search"]["p50_ms"], 3
+                ),
+                "wall_p50_over_sdk_floor_minus_python_ms": round(
+                    lat["toolcat search_tools"]["p50_ms"]
+                    - lat["bare call add"]["p50_ms"]
+                    - lat["python search"]["p50_ms"],
+                    3,
+                ),
+                "server_cpu_p50_over_sdk_floor_minus_python_ms": round(
+                    lat["toolcat search_tools"]["cpu_p50_ms"]
+                    - lat["bare call add"]["cpu_p50_ms"]
+                    - lat["python search"]["cpu_p50_ms"],
+                    3,
+                ),
+            }
             ours = toolcat_requests(qs)
             kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
             rounds: dict[str, list[dict[str, Any]]] = {}
@@ -349,12 +381,11 @@ def main() -> None:
         f"{args.tools:,} tools + fixtures, {args.era}, HTTP loopback; load "
         f"{report['load_before']} -> {report['load_after']}"
     )
-    print(f"\nlatency, one client, {len(qs)} requests each   p50 ms   p99 ms")
+    print(f"\nlatency, one client, {len(qs)} requests each  p50 ms   p99 ms  CPU p50 ms")
     for name, row in report["latency"].items():
-        if isinstance(row, dict):
-            print(f"  {name:<36}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}")
-        else:
-            print(f"  {name:<36}{row:>9.3f}")
+        print(f"  {name:<34}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}{row['cpu_p50_ms']:>12.3f}")
+    for name, value in report["search_tools_vs_python"].items():
+        print(f"  search_tools: {name:<50}{value:>9.3f}")
     print(f"\nthroughput, {clients} clients x {requests} requests, median of {args.rounds} rounds")
     print(f"  {'':<28}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'srv CPU ms/req':>16}{'vs bare':>9}")
     for name, row in report["throughput"].items():

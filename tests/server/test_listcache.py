@@ -1,6 +1,7 @@
-"""``tools/list`` answers kept per revision and caller (server/listcache.py), over real HTTP
-with the SDK's client: a change is seen by the very next request (not a watcher tick
-later), and no caller ever gets another's kept answer."""
+"""What the server keeps between requests, over real HTTP with the SDK's client:
+``tools/list`` answers per revision and caller (server/listcache.py) and ``search_tools``'
+entries per tool (``FoundTools``). A change is seen by the very next request (not a
+watcher tick later), and no caller ever gets another's kept answer."""
 
 from __future__ import annotations
 
@@ -63,17 +64,17 @@ def served(db: Path, tokens: Path | None = None) -> Iterator[tuple[str, CatalogS
         thread.join(10)
 
 
-def extra_toolkit() -> Toolkit:
+def extra_toolkit(version: str = "1.0.0", parameter: str = "when") -> Toolkit:
     return Toolkit.model_validate(
         {
             "toolkit": "late",
-            "version": "1.0.0",
+            "version": version,
             "module": "tests.fixtures",
             "tools": [
                 {
                     "name": "late_arrival",
-                    "description": "Registered while the server runs.",
-                    "parameters": {"type": "object", "properties": {}},
+                    "description": f"Registered while the server runs (version {version}).",
+                    "parameters": {"type": "object", "properties": {parameter: {"type": "string"}}},
                     "implementation": "tests.fixtures.tools:add",
                 }
             ],
@@ -156,5 +157,33 @@ def test_callers_never_share_a_kept_list(db: Path, tmp_path: Path) -> None:
                 assert await names("math-twin-token") == math_tools
             assert server.list_cache.hits >= 6
             assert len(server.list_cache) == 3  # one answer per caller, none shared
+
+        run(check)
+
+
+def test_found_tools_follow_a_new_version_at_once(db: Path) -> None:
+    """search_tools' kept entries: a new version of a found tool is what the next search
+    returns, description and schema."""
+    with Catalog(db) as writer:
+        writer.register(extra_toolkit())
+    with served(db) as (url, server):
+
+        async def found(session: Any) -> dict[str, Any]:
+            result = await session.call("search_tools", {"query": "late arrival", "k": 1})
+            (tool,) = result.structured_content["tools"]
+            return tool  # type: ignore[no-any-return]
+
+        async def check() -> None:
+            async with http_session(url, None, mode=MODERN) as session:
+                first = await found(session)
+                assert first == await found(session)  # the kept entry, unchanged
+                assert first["version"] == "1.0.0"
+                assert list(first["inputSchema"]["properties"]) == ["when"]
+                with Catalog(db) as writer:
+                    writer.register(extra_toolkit("2.0.0", parameter="where"))
+                second = await found(session)
+                assert second["version"] == "2.0.0"
+                assert second["description"].endswith("(version 2.0.0).")
+                assert list(second["inputSchema"]["properties"]) == ["where"]
 
         run(check)

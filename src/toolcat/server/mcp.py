@@ -39,7 +39,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ToolcatError
-from ..export import mcp_tool
+from ..export import mcp_tool, object_schema
 from ..models import RegisteredTool, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
@@ -329,6 +329,7 @@ class CatalogServer:
         self.listen = ListenHandler(self.bus)
         self.recent = RecentSearches()  # learning from use: each caller's recent searches
         self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
+        self.found_tools = FoundTools()  # search_tools' entries, built once per tool
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
         self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
         self._lists_revision = -1
@@ -698,11 +699,7 @@ class CatalogServer:
             "no_match": shown.no_match,
             "tools": [
                 {
-                    "name": self._exposed_name(hit.tool, names),
-                    "description": hit.tool.description,
-                    "inputSchema": mcp_tool(hit.tool, hit.tool.name)["inputSchema"],
-                    "toolkit": hit.tool.toolkit,
-                    "version": hit.tool.version,
+                    **self.found_tools.entry(hit.tool, self._exposed_name(hit.tool, names)),
                     "score": round(hit.score, 4),
                     "match": hit.match,
                 }
@@ -717,6 +714,39 @@ class CatalogServer:
             content=[types.TextContent(type="text", text=json.dumps(payload))],
             structured_content=payload,
         )
+
+
+class FoundTools:
+    """``search_tools``' entry of a tool (name, description, input schema, toolkit,
+    version), built once and reused while the catalog hands out the same tool object (it
+    keeps the tools it built per revision, so a new revision brings new objects and new
+    entries). Bounded: the least recently found are forgotten first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[int, str], tuple[RegisteredTool, dict[str, Any]]]
+        self._entries = OrderedDict()
+        self._lock = threading.Lock()
+
+    def entry(self, tool: RegisteredTool, name: str) -> dict[str, Any]:
+        key = (id(tool), name)
+        with self._lock:
+            kept = self._entries.get(key)
+            if kept is not None and kept[0] is tool:  # the object itself: never a reused id
+                self._entries.move_to_end(key)
+                return kept[1]
+        entry = {
+            "name": name,
+            "description": tool.description,
+            "inputSchema": object_schema(tool.parameters),
+            "toolkit": tool.toolkit,
+            "version": tool.version,
+        }
+        with self._lock:
+            self._entries[key] = (tool, entry)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return entry
 
 
 def _key(tool: RegisteredTool) -> str:
