@@ -177,6 +177,7 @@ def test_found_tools_follow_a_new_version_at_once(db: Path) -> None:
             async with http_session(url, None, mode=MODERN) as session:
                 first = await found(session)
                 assert first == await found(session)  # the kept entry, unchanged
+                assert len(server.found_tools) >= 1
                 assert first["version"] == "1.0.0"
                 assert list(first["inputSchema"]["properties"]) == ["when"]
                 with Catalog(db) as writer:

@@ -728,6 +728,9 @@ class FoundTools:
         self._entries = OrderedDict()
         self._lock = threading.Lock()
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def entry(self, tool: RegisteredTool, name: str) -> dict[str, Any]:
         key = (id(tool), name)
         with self._lock:
