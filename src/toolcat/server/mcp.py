@@ -331,7 +331,7 @@ class CatalogServer:
         self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
         self.found_tools = FoundTools()  # search_tools' entries, built once per tool
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
-        self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
+        self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, at watcher.current()
         self._lists_revision = -1
         self._prepared: tuple[int, dict[Scope, list[types.Tool]]] = (-1, {})
         self.server = ToolcatServer(
