@@ -1,8 +1,21 @@
-"""Load on the MCP server over HTTP (loopback only, bounded): N concurrent clients x M requests
-of tools/list, search_tools and a trivial call, first alone, then beside clients that keep a
-deliberately slow tool busy. Reports throughput and p50/p99 of the fast requests.
+"""toolcat's MCP server over HTTP beside a bare MCP SDK server (scripts/bare_mcp_server.py),
+same transport, same run: what the serving face adds to the SDK's own floor.
 
-    python scripts/load_mcp.py [--clients 8] [--requests 60] [--slow 2] [--era 2026-07-28|legacy]
+The catalog is scale-shaped (``bench_scale.generate``: real benchmark tools, one always-on
+toolkit, every other deferred) plus the test fixtures (``add``, ``sleeps``); ``--db`` keeps
+it between runs. Both servers run in subprocesses on loopback, 2026-07-28 (stateless) by
+default; the clients are the SDK's ``Client`` in this process.
+
+1. **latency** (one client per server, request by request, the two servers interleaved):
+   ``search_tools`` (each query asked once) beside ``Catalog.search`` of the same queries in
+   this process (k=5, BM25), ``tools/list`` and a trivial call on both servers.
+2. **throughput** (``--clients`` concurrent clients): rounds alternating bare / toolcat,
+   per request kind; requests/s, p50/p99 and each server's CPU time per request (from
+   ``/proc``: on a shared machine the server's own work, whatever the scheduler does).
+3. **beside slow calls** (``--slow``): the mixed load while clients keep a tool sleeping 2 s.
+
+    python scripts/load_mcp.py [--tools 10000] [--db PATH] [--clients 16] [--requests 40]
+        [--rounds 3] [--queries 200] [--slow 2] [--era 2026-07-28|legacy] [--json]
 """
 
 from __future__ import annotations
@@ -10,16 +23,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
@@ -27,11 +45,33 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from tests.helpers import SAMPLE_TOOLKITS, free_port, wait_for_port  # noqa: E402
 
-from toolcat import Catalog  # noqa: E402
+from bench_scale import SEED, generate, queries  # noqa: E402
+from toolcat import Catalog, Toolkit  # noqa: E402
 from toolcat.registry.python import toolkit_from_module  # noqa: E402
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000
+K = 5
+BATCH_TOOLS = 2500
+Request = Callable[[Any, int], Awaitable[Any]]
+
+
+def build(db: Path, size: int) -> None:
+    """The scale-shaped catalog of ``size`` tools plus the fixtures, unless ``db`` has it."""
+    if db.exists():
+        return
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS, toolkit_from_module("tests.fixtures.tools"))
+        batch: list[Toolkit] = []
+        in_batch = 0
+        for manifest in generate(size):
+            batch.append(Toolkit.model_validate(manifest))
+            in_batch += len(manifest["tools"])
+            if in_batch >= BATCH_TOOLS:
+                catalog.register(*batch)
+                batch, in_batch = [], 0
+        if batch:
+            catalog.register(*batch)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -39,71 +79,235 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-async def client_loop(url: str, mode: str, requests: int, samples: list[float]) -> None:
-    async with (
-        httpx2.AsyncClient(timeout=httpx2.Timeout(60)) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,  # type: ignore[arg-type]
-    ):
-        for i in range(requests):
-            started = time.perf_counter()
-            kind = i % 3
-            if kind == 0:
-                await client.list_tools()
-            elif kind == 1:
-                await client.call_tool("search_tools", {"query": "convert units", "k": 5})
-            else:
-                await client.call_tool("call_tool", {"name": "add", "arguments": {"a": 1}})
+def figures(samples: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(statistics.median(samples) * 1000, 3),
+        "p99_ms": round(pct(samples, 0.99), 3),
+    }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid``, ended threads included (in 10 ms ticks:
+    for rounds of hundreds of requests)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of the live threads of process ``pid``, to the nanosecond (schedstat), for
+    one request (a thread that ends meanwhile takes its time along: use medians)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # a thread that just ended
+            continue
+    return total / 1e9
+
+
+class Served:
+    """A server subprocess and how to reach it."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.name = name
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            [*argv, "--port", str(self.port)],
+            env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, self.process, seconds=120)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.process.pid)
+
+    def process_cpu(self) -> float:
+        return process_cpu_seconds(self.process.pid)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+def client(url: str, mode: str) -> Any:
+    http = httpx2.AsyncClient(timeout=httpx2.Timeout(60))
+    return http, Client(streamable_http_client(url, http_client=http), mode=mode, cache=None)  # type: ignore[arg-type]
+
+
+def toolcat_requests(qs: list[str]) -> dict[str, Request]:
+    async def search(c: Any, i: int) -> Any:
+        return await c.call_tool("search_tools", {"query": qs[i % len(qs)], "k": K})
+
+    async def listed(c: Any, i: int) -> Any:
+        return await c.list_tools()
+
+    async def call(c: Any, i: int) -> Any:
+        return await c.call_tool("add", {"a": i})
+
+    async def mix(c: Any, i: int) -> Any:
+        return await (search, listed, call)[i % 3](c, i // 3)
+
+    return {"search_tools": search, "tools/list": listed, "call add": call, "mix": mix}
+
+
+BARE: dict[str, Request] = {}
+
+
+async def _bare_call(c: Any, i: int) -> Any:
+    return await c.call_tool("add", {"a": i})
+
+
+async def _bare_list(c: Any, i: int) -> Any:
+    return await c.list_tools()
+
+
+BARE.update({"call add": _bare_call, "tools/list": _bare_list})
+
+
+async def latency(
+    toolcat: Served, bare: Served, mode: str, qs: list[str], warm: list[str], settle: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each request kind on each server, one at a time, the servers interleaved: wall
+    time at the client and the server's CPU time for the request."""
+    samples: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    t_http, t_client = client(toolcat.url, mode)
+    b_http, b_client = client(bare.url, mode)
+    async with t_http, t_client as tc, b_http, b_client as bc:
+        for i, query in enumerate(warm):  # the server's BM25 index and first-query costs
+            await tc.call_tool("search_tools", {"query": query, "k": K})
+            await tc.list_tools()
+            await tc.call_tool("add", {"a": i})
+            await bc.call_tool("add", {"a": i})
+            await bc.list_tools()
+            if i == len(warm) // 2:
+                await anyio.sleep(settle)  # the BM25 index builds off the request path
+        for i, query in enumerate(qs):
+            steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+                (
+                    "toolcat search_tools",
+                    partial(tc.call_tool, "search_tools", {"query": query, "k": K}),
+                ),
+                ("bare call add", partial(bc.call_tool, "add", {"a": i})),
+                ("toolcat tools/list", tc.list_tools),
+                ("bare tools/list", bc.list_tools),
+                ("toolcat call add", partial(tc.call_tool, "add", {"a": i})),
+            ]
+            for name, step in steps:
+                served = toolcat if name.startswith("toolcat") else bare
+                used, started = served.cpu(), time.perf_counter()
+                result = await step()
+                samples.setdefault(name, []).append(time.perf_counter() - started)
+                cpu.setdefault(name, []).append(served.cpu() - used)
+                if getattr(result, "is_error", False):
+                    raise RuntimeError(f"{name} failed: {result.content}")
+    return samples, cpu
+
+
+def python_search(db: Path, qs: list[str], warm: list[str]) -> tuple[list[float], list[float]]:
+    """``Catalog.search`` of the same queries in this process, warmed up the same way:
+    wall and CPU time of each."""
+    samples: list[float] = []
+    cpu: list[float] = []
+    with Catalog(db) as catalog:
+        for query in warm:
+            catalog.search(query, k=K, mode="bm25")
+        catalog._search.postings.wait()  # its BM25 index built, as the server's has
+        for query in qs:
+            used, started = time.thread_time(), time.perf_counter()
+            catalog.search(query, k=K, mode="bm25")
             samples.append(time.perf_counter() - started)
+            cpu.append(time.thread_time() - used)
+    return samples, cpu
+
+
+async def load_round(
+    served: Served, mode: str, request: Request, clients: int, requests: int
+) -> dict[str, Any]:
+    samples: list[float] = []
+
+    async def one_client(index: int) -> None:
+        http, c = client(served.url, mode)
+        async with http, c as session:
+            await request(session, index)  # connected before the clock starts
+            ready.append(True)
+            await go.wait()
+            for i in range(requests):
+                started = time.perf_counter()
+                await request(session, index * requests + i)
+                samples.append(time.perf_counter() - started)
+
+    ready: list[bool] = []
+    go = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        for index in range(clients):
+            tg.start_soon(one_client, index)
+        while len(ready) < clients:
+            await anyio.sleep(0.01)
+        cpu, started = served.process_cpu(), time.perf_counter()
+        go.set()
+    took, cpu = time.perf_counter() - started, served.process_cpu() - cpu
+    return {
+        "requests": len(samples),
+        "rps": round(len(samples) / took, 1),
+        **figures(samples),
+        "server_cpu_ms_per_request": round(cpu * 1000 / len(samples), 3),
+    }
 
 
 async def slow_loop(url: str, mode: str, stop: anyio.Event) -> None:
-    async with (
-        httpx2.AsyncClient(timeout=httpx2.Timeout(60)) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode, cache=None) as client,  # type: ignore[arg-type]
-    ):
+    http, c = client(url, mode)
+    async with http, c as session:
         while not stop.is_set():
-            await client.call_tool("call_tool", {"name": "sleeps", "arguments": {"seconds": 2}})
+            await session.call_tool("call_tool", {"name": "sleeps", "arguments": {"seconds": 2}})
 
 
-async def round_(url: str, mode: str, clients: int, requests: int, slow: int) -> dict[str, Any]:
-    samples: list[float] = []
+async def beside_slow(
+    served: Served, mode: str, request: Request, clients: int, requests: int, slow: int
+) -> dict[str, Any]:
     stop = anyio.Event()
-    started = time.perf_counter()
-    async with anyio.create_task_group() as slow_group:
+    async with anyio.create_task_group() as tg:
         for _ in range(slow):
-            slow_group.start_soon(slow_loop, url, mode, stop)
-        if slow:
-            await anyio.sleep(0.5)
-        started = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for _ in range(clients):
-                tg.start_soon(client_loop, url, mode, requests, samples)
-        took = time.perf_counter() - started
+            tg.start_soon(slow_loop, served.url, mode, stop)
+        await anyio.sleep(0.5)
+        result = await load_round(served, mode, request, clients, requests)
         stop.set()
-    return {
-        "slow_clients": slow,
-        "requests": len(samples),
-        "throughput_rps": round(len(samples) / took, 1),
-        "p50_ms": round(pct(samples, 0.5), 2),
-        "p99_ms": round(pct(samples, 0.99), 2),
-    }
+    return result
+
+
+def merged(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median round of each figure (rounds alternate servers, so load hits both)."""
+    row = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    return row | {"requests": sum(r["requests"] for r in rounds), "rounds": len(rounds)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--tools", type=int, default=10_000)
+    parser.add_argument("--db", type=Path, help="catalog file to build once and keep")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=40, help="per client per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--slow", type=int, default=2)
     parser.add_argument("--era", choices=["2026-07-28", "legacy"], default="2026-07-28")
+    parser.add_argument("--kinds", default="call add,search_tools,tools/list,mix")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     clients = max(1, min(args.clients, MAX_CLIENTS))
     requests = max(3, min(args.requests, MAX_REQUESTS))
+    rng = random.Random(SEED)
+    all_queries = queries(rng, args.queries + 50)
+    warm, qs = all_queries[:50], all_queries[50:]
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "load.db"
-        with Catalog(db) as catalog:
-            catalog.register(SAMPLE_TOOLKITS, toolkit_from_module("tests.fixtures.tools"))
-        port = free_port()
-        process = subprocess.Popen(
+        db = args.db or Path(tmp) / "load.db"
+        started = time.perf_counter()
+        build(db, args.tools)
+        built_s = time.perf_counter() - started
+        toolcat = Served(
+            "toolcat",
             [
                 sys.executable,
                 "-m",
@@ -114,32 +318,97 @@ def main() -> None:
                 "--http",
                 "--host",
                 "127.0.0.1",
-                "--port",
-                str(port),
                 "--mode",
                 "bm25",
             ],
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
         )
+        bare = Served("bare", [sys.executable, str(ROOT / "scripts" / "bare_mcp_server.py")])
+        report: dict[str, Any] = {
+            "tools": args.tools,
+            "era": args.era,
+            "clients": clients,
+            "requests_each": requests,
+            "load_before": [round(x, 2) for x in os.getloadavg()],
+            "catalog_build_s": round(built_s, 1),
+        }
         try:
-            wait_for_port(port, process)
-            url = f"http://127.0.0.1:{port}/mcp"
-            alone = anyio.run(round_, url, args.era, clients, requests, 0)
-            beside = anyio.run(round_, url, args.era, clients, requests, args.slow)
+            api, api_cpu = python_search(db, qs, warm)
+            settle = 2 + args.tools / 10_000
+            served, served_cpu = anyio.run(latency, toolcat, bare, args.era, qs, warm, settle)
+            wall = {"python search": api} | served
+            cpu = {"python search": api_cpu} | served_cpu
+            report["latency"] = {
+                name: figures(wall[name]) | {"cpu_p50_ms": figures(cpu[name])["p50_ms"]}
+                for name in wall
+            }
+            lat = report["latency"]
+            report["search_tools_vs_python"] = {
+                "wall_p50_minus_python_ms": round(
+                    lat["toolcat search_tools"]["p50_ms"] - lat["python search"]["p50_ms"], 3
+                ),
+                "wall_p50_over_sdk_floor_minus_python_ms": round(
+                    lat["toolcat search_tools"]["p50_ms"]
+                    - lat["bare call add"]["p50_ms"]
+                    - lat["python search"]["p50_ms"],
+                    3,
+                ),
+                "server_cpu_p50_over_sdk_floor_minus_python_ms": round(
+                    lat["toolcat search_tools"]["cpu_p50_ms"]
+                    - lat["bare call add"]["cpu_p50_ms"]
+                    - lat["python search"]["cpu_p50_ms"],
+                    3,
+                ),
+            }
+            ours = toolcat_requests(qs)
+            kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+            rounds: dict[str, list[dict[str, Any]]] = {}
+            for _ in range(args.rounds):
+                for kind in kinds:
+                    if kind in BARE:
+                        rounds.setdefault(f"bare {kind}", []).append(
+                            anyio.run(load_round, bare, args.era, BARE[kind], clients, requests)
+                        )
+                    rounds.setdefault(f"toolcat {kind}", []).append(
+                        anyio.run(load_round, toolcat, args.era, ours[kind], clients, requests)
+                    )
+            throughput = {name: merged(rs) for name, rs in rounds.items()}
+            floor = throughput["bare call add"]["rps"]
+            for row in throughput.values():
+                row["rps_vs_bare_call"] = round(row["rps"] / floor, 3)
+            report["throughput"] = throughput
+            if args.slow:
+                report["beside_slow"] = anyio.run(
+                    beside_slow, toolcat, args.era, ours["mix"], clients, requests, args.slow
+                )
         finally:
-            process.terminate()
-            process.wait(10)
-    report = {
-        "era": args.era,
-        "clients": clients,
-        "requests_each": requests,
-        "alone": alone,
-        "beside_slow": beside,
-        "p50_ratio": round(beside["p50_ms"] / alone["p50_ms"], 2),
-    }
-    print(json.dumps(report, indent=2))
+            toolcat.stop()
+            bare.stop()
+        report["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    print(
+        f"{args.tools:,} tools + fixtures, {args.era}, HTTP loopback; load "
+        f"{report['load_before']} -> {report['load_after']}"
+    )
+    print(f"\nlatency, one client, {len(qs)} requests each  p50 ms   p99 ms  CPU p50 ms")
+    for name, row in report["latency"].items():
+        print(f"  {name:<34}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}{row['cpu_p50_ms']:>12.3f}")
+    for name, value in report["search_tools_vs_python"].items():
+        print(f"  search_tools: {name:<50}{value:>9.3f}")
+    print(f"\nthroughput, {clients} clients x {requests} requests, median of {args.rounds} rounds")
+    print(f"  {'':<28}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'srv CPU ms/req':>16}{'vs bare':>9}")
+    for name, row in report["throughput"].items():
+        print(
+            f"  {name:<28}{row['rps']:>8.1f}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}"
+            f"{row['server_cpu_ms_per_request']:>16.3f}{row['rps_vs_bare_call']:>9.3f}"
+        )
+    if "beside_slow" in report:
+        row = report["beside_slow"]
+        print(
+            f"\nmix beside {args.slow} clients calling a 2 s tool: {row['rps']} req/s, "
+            f"p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms"
+        )
 
 
 if __name__ == "__main__":

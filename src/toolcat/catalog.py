@@ -1057,11 +1057,7 @@ class Catalog:
                 shared = reader.shared_names(conn, names)
             else:
                 filters, admits = self._selection_filters(conn, within), self._admits(within)
-                shared = {  # shared under the SQL filters, then checked one by one
-                    name
-                    for name in reader.shared_names(conn, names, filters)
-                    if sum(admits(t) for _, t in reader.find_tools(conn, name, filters=filters)) > 1
-                }
+                shared = reader.shared_names(conn, names, filters, admits)
         return {t.id: t.id if t.name in shared else t.name for t in tools}
 
     def export(self, tools: Iterable[Any], format: str) -> ExportedTools:

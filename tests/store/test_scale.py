@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from toolcat import Catalog, Toolkit
+from toolcat.server.scope import Scope
 from toolcat.store import counts, writer
 
 STEP = 100
@@ -205,3 +206,30 @@ def test_kept_counts_equal_a_recount_after_every_kind_of_change(db_path: Path) -
             step()
             check(catalog)
         assert catalog.status()["active_tools"] == 2
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda c: c.get("solo_lookup"), id="get-unique-name"),
+        pytest.param(lambda c: c.short_names(c.list().tools), id="short_names-listed"),
+        pytest.param(
+            lambda c: c.short_names(c.list().tools, within=Scope(tags=("scale",))),
+            id="short_names-listed-within-a-scope",
+        ),
+    ],
+)
+def test_name_lookups_read_the_same_whatever_the_number_of_toolkits(
+    sizes: tuple[Path, Path], call: Callable[[Catalog], Any], tmp_path: Path
+) -> None:
+    """A lookup by name (a call's, the MCP server's short names for tools/list and every
+    search_tools answer) starts from the name index and stops at a name's second tool."""
+    solo = toolkit("solo", 1, deferred=True)
+    solo = solo.model_copy(
+        update={"tools": [solo.tools[0].model_copy(update={"name": "solo_lookup"})]}
+    )
+    small, large = (shutil.copy(path, tmp_path / path.name) for path in sizes)
+    for path in (small, large):
+        with Catalog(path) as catalog:
+            catalog.register(solo)
+    assert cost(large, call) <= cost(small, call) * 1.5 + 5

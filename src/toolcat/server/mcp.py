@@ -39,13 +39,14 @@ from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ToolcatError
-from ..export import mcp_tool
+from ..export import mcp_tool, object_schema
 from ..models import RegisteredTool, ToolResult
 from ..policy import Policy
 from ..runtime.call import error_result
 from ..tagfilter import TagFilter
 from .access import AccessLog
 from .events import ArtifactLinks, forward_events
+from .listcache import ListCache
 from .scope import Scope
 from .usage import RecentSearches
 from .watcher import RevisionWatcher
@@ -328,8 +329,9 @@ class CatalogServer:
         self.listen = ListenHandler(self.bus)
         self.recent = RecentSearches()  # learning from use: each caller's recent searches
         self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
+        self.found_tools = FoundTools()  # search_tools' entries, built once per tool
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
-        self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, for watcher.revision
+        self._lists: dict[Scope, list[types.Tool]] = {}  # per scope, at watcher.current()
         self._lists_revision = -1
         self._prepared: tuple[int, dict[Scope, list[types.Tool]]] = (-1, {})
         self.server = ToolcatServer(
@@ -351,6 +353,9 @@ class CatalogServer:
         self.access_log = AccessLog(self._who) if o.access_log else None
         if self.access_log is not None:
             self.server.middleware.append(self.access_log)
+        # Inside the access log, so answers from the cache are logged too.
+        self.list_cache = ListCache(self.watcher.current, self._list_key)
+        self.server.middleware.append(self.list_cache)
 
     def initialization_options(self) -> Any:
         return self.server.create_initialization_options()
@@ -368,6 +373,7 @@ class CatalogServer:
 
     def close(self) -> None:
         self.readers.close()
+        self.watcher.close()
 
     def health(self) -> dict[str, Any]:
         """What ``/healthz`` reports: the revision served and, on a replica, its primary,
@@ -476,8 +482,17 @@ class CatalogServer:
         except ToolcatError as e:
             logger.warning("revision %d: building tools/list: %s", revision, e)
 
+    def _list_key(self, ctx: Any) -> Scope | None:
+        """What a 2026 ``tools/list`` answer depends on besides revision, version and params:
+        the caller's scope. None for a legacy session (its found tools join its list)."""
+        if self._legacy_connection(ctx) is not None:
+            return None
+        return self._scope(ctx)
+
     async def _listed(self, scope: Scope) -> list[types.Tool]:
-        revision = self.watcher.revision
+        revision = self.watcher.current()
+        if revision is None:
+            revision = self.watcher.revision
         if revision != self._lists_revision:
             prepared_revision, prepared = self._prepared
             self._lists = dict(prepared) if prepared_revision == revision else {}
@@ -487,7 +502,7 @@ class CatalogServer:
             listed = await self.readers.run(lambda catalog: self._read_list(catalog, scope))
             if len(self._lists) > 256:
                 self._lists.clear()
-            if self._lists_revision == revision == self.watcher.revision:  # not moved since
+            if self._lists_revision == revision == self.watcher.current():  # not moved since
                 self._lists[scope] = listed
         return listed
 
@@ -684,11 +699,7 @@ class CatalogServer:
             "no_match": shown.no_match,
             "tools": [
                 {
-                    "name": self._exposed_name(hit.tool, names),
-                    "description": hit.tool.description,
-                    "inputSchema": mcp_tool(hit.tool, hit.tool.name)["inputSchema"],
-                    "toolkit": hit.tool.toolkit,
-                    "version": hit.tool.version,
+                    **self.found_tools.entry(hit.tool, self._exposed_name(hit.tool, names)),
                     "score": round(hit.score, 4),
                     "match": hit.match,
                 }
@@ -703,6 +714,42 @@ class CatalogServer:
             content=[types.TextContent(type="text", text=json.dumps(payload))],
             structured_content=payload,
         )
+
+
+class FoundTools:
+    """``search_tools``' entry of a tool (name, description, input schema, toolkit,
+    version), built once and reused while the catalog hands out the same tool object (it
+    keeps the tools it built per revision, so a new revision brings new objects and new
+    entries). Bounded: the least recently found are forgotten first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[int, str], tuple[RegisteredTool, dict[str, Any]]]
+        self._entries = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entry(self, tool: RegisteredTool, name: str) -> dict[str, Any]:
+        key = (id(tool), name)
+        with self._lock:
+            kept = self._entries.get(key)
+            if kept is not None and kept[0] is tool:  # the object itself: never a reused id
+                self._entries.move_to_end(key)
+                return kept[1]
+        entry = {
+            "name": name,
+            "description": tool.description,
+            "inputSchema": object_schema(tool.parameters),
+            "toolkit": tool.toolkit,
+            "version": tool.version,
+        }
+        with self._lock:
+            self._entries[key] = (tool, entry)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return entry
 
 
 def _key(tool: RegisteredTool) -> str:

@@ -4,8 +4,11 @@ Another process registering, deprecating or removing a toolkit bumps the revisio
 catalog file. The watcher reads it about once a second on its own connection (one indexed
 row, off the event loop) and, when it moved, tells every listener: the server publishes
 ``ToolsListChanged`` to 2026 ``subscriptions/listen`` streams and sends
-``notifications/tools/list_changed`` to legacy sessions. Requests never read the revision
-themselves: they use ``watcher.revision``, so watching costs nothing per request.
+``notifications/tools/list_changed`` to legacy sessions. What a request serves from a cache
+(a ``tools/list`` answer) is checked against ``current()``: on a primary one ``PRAGMA
+data_version`` on a connection of its own (a few microseconds; the revision row is read only
+when something committed since), so a change from any process is seen by the next request,
+not a tick later.
 
 On a replica (store/replica.py) each tick first runs ``follow`` (Litestream: restore the
 newest published revision and rename it over the file), and a file replaced that way is
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -53,6 +57,9 @@ class RevisionWatcher:
         self._inode: int | None = None
         self.revision = self._read()
         self._listeners: list[Listener] = []
+        self._probe: sqlite3.Connection | None = None  # current()'s own connection
+        self._probe_state = (-1, -1)  # (data_version, revision) it last read
+        self._probe_lock = threading.Lock()
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -66,6 +73,31 @@ class RevisionWatcher:
             self._conn = connect(self.path)
             self._inode = inode
         return reader.revision(self._conn)
+
+    def current(self) -> int | None:
+        """The catalog's revision now, for checking a cached answer per request: on a
+        primary read each time (``PRAGMA data_version`` first, which only moves when another
+        connection committed); on a replica the last revision ``prepare`` made ready. None
+        when the file cannot be read (serve without the cache then)."""
+        if self.follow is not None:
+            return self.revision
+        try:
+            with self._probe_lock:
+                if self._probe is None:
+                    self._probe = connect(self.path, create=False)
+                (version,) = self._probe.execute("PRAGMA data_version").fetchone()
+                if version != self._probe_state[0]:
+                    self._probe_state = (version, reader.revision(self._probe))
+                return self._probe_state[1]
+        except (sqlite3.Error, ToolcatError, OSError) as e:
+            logger.warning("catalog revision unreadable: %s", e)
+            return None
+
+    def close(self) -> None:
+        with self._probe_lock:
+            if self._probe is not None:
+                self._probe.close()
+                self._probe = None
 
     def _tick(self) -> int:
         if self.follow is not None:

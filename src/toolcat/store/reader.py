@@ -17,7 +17,7 @@ from ..errors import CatalogDamagedError
 from ..tagfilter import TagFilter
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from ..models import RegisteredTool, ToolkitVersion
     from ..policy import Policy
@@ -27,6 +27,10 @@ TOOL_COLUMNS = (
     "k.module"
 )
 TOOL_FROM = "tools t JOIN toolkits k ON k.id = t.toolkit_id"
+# A lookup by name starts from the name index (NOCASE: an exact match is checked on top)
+# and joins each found tool's toolkit. Left to itself SQLite's planner walks every active
+# toolkit and probes (toolkit, name) in each: 18 ms a lookup at 100k tools, not 0.05 ms.
+TOOL_BY_NAME_FROM = "tools t CROSS JOIN toolkits k ON k.id = t.toolkit_id"
 
 
 @dataclass(frozen=True)
@@ -315,21 +319,32 @@ def active_tool_ids(
 
 
 def shared_names(
-    conn: sqlite3.Connection, names: list[str], filters: Filters | None = None
+    conn: sqlite3.Connection,
+    names: list[str],
+    filters: Filters | None = None,
+    admits: Callable[[RegisteredTool], bool] | None = None,
 ) -> set[str]:
-    """Which of ``names`` more than one active toolkit (that ``filters`` let through) has a
-    tool called."""
+    """Which of ``names`` more than one active toolkit (that ``filters`` let through, and
+    ``admits`` accepts, when given) has a tool called. Each name is looked up through the
+    name index and only until a second tool is found: the cost follows how common the
+    name is, not how large the catalog is."""
     where, params = (filters or Filters()).sql()
+    columns = TOOL_COLUMNS if admits is not None else "1"
     found: set[str] = set()
-    for start in range(0, len(names), 500):
-        chunk = names[start : start + 500]
-        marks = ",".join("?" * len(chunk))
+    for name in names:
         rows = conn.execute(
-            f"SELECT t.name FROM {TOOL_FROM} WHERE {where} AND t.name IN ({marks}) "
-            "GROUP BY t.name HAVING COUNT(*) > 1",
-            (*params, *chunk),
-        ).fetchall()
-        found.update(r[0] for r in rows)
+            f"SELECT {columns} FROM {TOOL_BY_NAME_FROM} "
+            f"WHERE t.name = ? COLLATE NOCASE AND t.name = ? AND {where}"
+            + (" LIMIT 2" if admits is None else ""),
+            (name, name, *params),
+        )
+        seen = 0
+        for row in rows:
+            if admits is None or admits(row_to_tool(row)):
+                seen += 1
+                if seen > 1:
+                    found.add(name)
+                    break
     return found
 
 
@@ -367,8 +382,10 @@ def find_rows(
 ) -> list[tuple[Any, ...]]:
     """Rows (``TOOL_COLUMNS``) of the tools called ``name`` (optionally in ``toolkit``;
     ``filters``, else the active versions unless ``active_only`` is off)."""
-    clauses = ["t.name = ? COLLATE NOCASE" if nocase else "t.name = ?"]
-    params: list[Any] = [name]
+    clauses = (
+        ["t.name = ? COLLATE NOCASE"] if nocase else ["t.name = ? COLLATE NOCASE", "t.name = ?"]
+    )
+    params: list[Any] = [name] if nocase else [name, name]
     if toolkit is not None:
         clauses.append("t.toolkit = ?")
         params.append(toolkit)
@@ -379,7 +396,7 @@ def find_rows(
     elif active_only:
         clauses.append("k.active = 1")
     rows: list[tuple[Any, ...]] = conn.execute(
-        f"SELECT {TOOL_COLUMNS} FROM {TOOL_FROM} WHERE {' AND '.join(clauses)} "
+        f"SELECT {TOOL_COLUMNS} FROM {TOOL_BY_NAME_FROM} WHERE {' AND '.join(clauses)} "
         "ORDER BY t.toolkit, k.id",
         params,
     ).fetchall()

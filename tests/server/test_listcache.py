@@ -1,0 +1,190 @@
+"""What the server keeps between requests, over real HTTP with the SDK's client:
+``tools/list`` answers per revision and caller (server/listcache.py) and ``search_tools``'
+entries per tool (``FoundTools``). A change is seen by the very next request (not a
+watcher tick later), and no caller ever gets another's kept answer."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import httpx2
+
+from tests.helpers import SAMPLE_TOOLKITS, free_port
+from tests.server.clients import MODERN, http_session, run
+from toolcat import Catalog, Toolkit
+from toolcat.server.http import http_app
+from toolcat.server.mcp import CatalogServer, ServeOptions
+from toolcat.server.tokens import load_tokens
+
+TOKENS_YAML = """\
+principals:
+  - name: math-team
+    token: math-team-token
+    toolkits: [math]
+  - name: math-twin
+    token: math-twin-token
+    toolkits: [math]
+  - name: everyone
+    token: everyone-token
+"""
+
+
+@contextlib.contextmanager
+def served(db: Path, tokens: Path | None = None) -> Iterator[tuple[str, CatalogServer]]:
+    """``toolcat serve --http`` in this process (its cache can be inspected), with a
+    revision watcher that never ticks during a test: only the per-request check can see
+    a change."""
+    import uvicorn
+
+    server = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600))
+    port = free_port()
+    app = http_app(
+        server, host="127.0.0.1", port=port, tokens=load_tokens(tokens) if tokens else None
+    )
+    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=uv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}/mcp", server
+    finally:
+        uv.should_exit = True
+        thread.join(10)
+
+
+def extra_toolkit(version: str = "1.0.0", parameter: str = "when") -> Toolkit:
+    return Toolkit.model_validate(
+        {
+            "toolkit": "late",
+            "version": version,
+            "module": "tests.fixtures",
+            "tools": [
+                {
+                    "name": "late_arrival",
+                    "description": f"Registered while the server runs (version {version}).",
+                    "parameters": {"type": "object", "properties": {parameter: {"type": "string"}}},
+                    "implementation": "tests.fixtures.tools:add",
+                }
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "catalog.db"
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    return path
+
+
+def test_a_new_revision_is_seen_by_the_next_list(db: Path) -> None:
+    with served(db) as (url, server):
+
+        async def check() -> None:
+            async with http_session(url, None, mode=MODERN) as session:
+                first = await session.names()
+                assert await session.names() == first
+                assert server.list_cache.hits >= 1  # the second list was a kept answer
+                with Catalog(db) as writer:  # another connection, as another process would
+                    writer.register(extra_toolkit())
+                assert "late_arrival" in await session.names()  # no watcher tick between
+                with Catalog(db) as writer:
+                    writer.remove("late")
+                assert await session.names() == first
+
+        run(check)
+
+
+def test_kept_answers_never_skip_the_sdks_request_checks(db: Path) -> None:
+    """A malformed request after a well-formed one is kept is still refused."""
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {}}  # fmt: skip
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "tools/list",
+    }
+
+    def post(params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params}
+        return httpx2.post(url, json=body, headers=headers)
+
+    with served(db) as (url, server):
+        for _ in range(2):
+            assert post({"_meta": meta}).status_code == 200
+        assert server.list_cache.hits == 1
+        bad = post({"_meta": {**meta, "io.modelcontextprotocol/clientCapabilities": "nope"}})
+        assert bad.status_code == 400
+        bad_cursor = post({"_meta": meta, "cursor": "not-a-cursor"})
+        assert bad_cursor.json()["error"]["code"] == -32602
+
+
+def test_callers_never_share_a_kept_list(db: Path, tmp_path: Path) -> None:
+    """Hostile: the widest caller fills the cache first; a narrow one, and its twin with the
+    same selection under another name, each get their own answer, however often they
+    alternate."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    with Catalog(db) as catalog:
+        math_tools = {t.name for t in catalog.iter_tools(toolkit="math", include_deferred=False)}
+        every_tool = {t.name for t in catalog.iter_tools(include_deferred=False)}
+    own = {"search_tools", "call_tool"}
+    assert math_tools < every_tool
+
+    with served(db, tokens) as (url, server):
+
+        async def names(token: str) -> set[str]:
+            async with http_session(url, token, mode=MODERN) as session:
+                return set(await session.names()) - own
+
+        async def check() -> None:
+            for _ in range(3):
+                assert await names("everyone-token") == every_tool
+                assert await names("math-team-token") == math_tools
+                assert await names("math-twin-token") == math_tools
+            assert server.list_cache.hits >= 6
+            assert len(server.list_cache) == 3  # one answer per caller, none shared
+
+        run(check)
+
+
+def test_found_tools_follow_a_new_version_at_once(db: Path) -> None:
+    """search_tools' kept entries: a new version of a found tool is what the next search
+    returns, description and schema."""
+    with Catalog(db) as writer:
+        writer.register(extra_toolkit())
+    with served(db) as (url, server):
+
+        async def found(session: Any) -> dict[str, Any]:
+            result = await session.call("search_tools", {"query": "late arrival", "k": 1})
+            (tool,) = result.structured_content["tools"]
+            return tool  # type: ignore[no-any-return]
+
+        async def check() -> None:
+            async with http_session(url, None, mode=MODERN) as session:
+                first = await found(session)
+                assert first == await found(session)  # the kept entry, unchanged
+                assert len(server.found_tools) >= 1
+                assert first["version"] == "1.0.0"
+                assert list(first["inputSchema"]["properties"]) == ["when"]
+                with Catalog(db) as writer:
+                    writer.register(extra_toolkit("2.0.0", parameter="where"))
+                second = await found(session)
+                assert second["version"] == "2.0.0"
+                assert second["description"].endswith("(version 2.0.0).")
+                assert list(second["inputSchema"]["properties"]) == ["where"]
+
+        run(check)
