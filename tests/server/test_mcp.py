@@ -546,6 +546,34 @@ def test_readers_open_the_catalog_as_the_server_did(tmp_path: Path) -> None:
             readers.close()
 
 
+def test_readers_hold_one_bm25_index(tmp_path: Path) -> None:
+    """A server's pooled readers search BM25 with one in-memory index, built once per
+    revision (at 1M tools each index is ~700 MB), and never one of another revision."""
+    from toolcat.server.mcp import Readers
+
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        readers = Readers(catalog, 2)
+        try:
+            first, second = readers._take(), readers._take()
+            assert first is not second
+            for reader in (first, second, first, second):
+                reader.search("remove an old file", k=3, mode="bm25")
+            index = first._search.postings.index
+            assert index is not None and second._search.postings.index is index
+            catalog.remove("time")  # a new revision
+            for reader in (first, second, first):
+                after = reader.search("remove an old file", mode="bm25")
+            assert first._search.postings.index is not index  # rebuilt at the new revision
+            with Catalog(tmp_path / "catalog.db") as fresh:
+                expected = fresh.search("remove an old file", mode="bm25")
+            assert [(h.tool.name, h.score) for h in after.hits] == [
+                (h.tool.name, h.score) for h in expected.hits
+            ]
+        finally:
+            readers.close()
+
+
 @pytest.mark.parametrize("mode", ERAS)
 def test_search_tools_carries_match_and_no_match(
     served_db: Path, tmp_path: Path, mode: str
