@@ -82,8 +82,10 @@ def test_context_sums_up_the_whole_ranking(team: Catalog) -> None:
     seen: list[QueryContext | None] = []
     original = calibration.query_context
 
-    def recording(signals: dict[int, Candidate]) -> QueryContext | None:
-        seen.append(original(signals))
+    def recording(
+        signals: dict[int, Candidate], fitted: calibration.Calibration
+    ) -> QueryContext | None:
+        seen.append(original(signals, fitted))
         return seen[-1]
 
     calibration.query_context = recording  # type: ignore[assignment]
