@@ -41,10 +41,10 @@ from loso_eval import Every, Stored, lookup  # noqa: E402
 from toolcat import Catalog  # noqa: E402
 from toolcat.evaluate import load_source, source_folders, split_queries  # noqa: E402
 from toolcat.search import embeddings  # noqa: E402
-from toolcat.search.embeddings import MINILM  # noqa: E402
-from toolcat.search.fusion import HYBRID_PARAMS, HybridParams  # noqa: E402
+from toolcat.search.embeddings import MINILM, RETRIEVER  # noqa: E402
+from toolcat.search.fusion import HYBRID_PARAMS, MODEL_PARAMS, HybridParams  # noqa: E402
 from train_retriever import BENCH, EVAL_QUERIES, loso_texts  # noqa: E402
-from tune_fusion import load, new_rule, r5, small_misses  # noqa: E402
+from tune_fusion import load, new_rule, r5, recall5, small_misses  # noqa: E402
 
 # The grid: BM25's weight, the name bonus, and one scale on both raw-cosine terms (their
 # ratio kept): three constants, the ones a model's cosine scale moves.
@@ -75,7 +75,11 @@ def gather(args: argparse.Namespace) -> None:
         for folder in source_folders(args.bench, args.source):
             source = load_source(folder)
             texts = loso_texts(data["sources"][source.name])
-            rows = np.load(args.vectors / f"loso-{source.name}.npz")[args.variant]
+            if args.variant == "base":  # the base model's file: the plain texts after them
+                texts += list(data["sources"][source.name]["plain"].values())
+                rows = np.load(args.vectors / f"base-{source.name}.npz")["vectors"]
+            else:
+                rows = np.load(args.vectors / f"loso-{source.name}.npz")[args.variant]
             vectors = lookup(texts, rows)
             embeddings._embedders = Every(Stored(vectors))  # type: ignore[assignment]
             sample = split_queries(
@@ -136,6 +140,40 @@ def fit(args: argparse.Namespace) -> None:
         )
 
 
+def complement(args: argparse.Namespace) -> None:
+    """How far each ranking finds what the other misses: per source, R@5 of BM25, of the
+    embeddings, of hybrid (the shipped constants), and the share of queries whose gold tools
+    (strict: every one) are all in one ranking's top 5 and not all in the other's."""
+    for path in args.rankings:
+        own = load(path)["own"]
+        for name, rows in sorted(own.items()):
+            params = MODEL_PARAMS.get(args.model, HYBRID_PARAMS)
+            rules = {
+                "bm25": lambda q: [i for i, _ in q["lexical"][:10]],
+                "embedding": lambda q: [i for i, _ in q["semantic"][:10]],
+                "hybrid": new_rule(params),
+            }
+            hits = {k: [recall5(rule(q), q) == 1.0 for q in rows] for k, rule in rules.items()}
+            pairs = list(zip(hits["bm25"], hits["embedding"], strict=True))
+            only_bm25 = sum(b and not e for b, e in pairs)
+            only_emb = sum(e and not b for b, e in pairs)
+            either = sum(b or e for b, e in pairs)
+            lost = [
+                sum(one and not h for one, h in zip(hits[k], hits["hybrid"], strict=True))
+                for k in ("bm25", "embedding")
+            ]
+            cells = {k: r5(rule, rows) for k, rule in rules.items()}
+            print(
+                f"{path.name} {name}: "
+                + " ".join(f"{k} {v:.3f}" for k, v in cells.items())
+                + f" | all gold in top 5: BM25 only {only_bm25 / len(rows):.3f}, "
+                f"embedding only {only_emb / len(rows):.3f}, either {either / len(rows):.3f}"
+                f" | hybrid loses what BM25 had {lost[0] / len(rows):.3f}, what the embeddings"
+                f" had {lost[1] / len(rows):.3f}",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -143,7 +181,7 @@ def main() -> None:
     g.add_argument("out", type=Path)
     g.add_argument("--data", type=Path, required=True, help="train_retriever --write-data")
     g.add_argument("--vectors", type=Path, required=True, help="folder of loso-SOURCE.npz")
-    g.add_argument("--variant", default="int8", help="which vectors: int8 (shipped) or fp32")
+    g.add_argument("--variant", default="int8", help="int8 (shipped), fp32 or base")
     g.add_argument("--bench", type=Path, default=BENCH)
     g.add_argument("--source", action="append", default=[])
     f = commands.add_parser("fit", help="Fit the grid leaving each source out.")
@@ -151,8 +189,11 @@ def main() -> None:
     f.add_argument("--small", type=Path, help="gather_rankings.py --small, rules settings out")
     f.add_argument("--json", type=Path, help="write the fitted settings here")
     f.add_argument("--jobs", type=int, default=2, help="worker processes")
+    c = commands.add_parser("complement", help="What each ranking finds that the other misses.")
+    c.add_argument("rankings", type=Path, nargs="+")
+    c.add_argument("--model", default=RETRIEVER, help="whose fusion constants hybrid uses")
     args = parser.parse_args()
-    gather(args) if args.command == "gather" else fit(args)
+    {"gather": gather, "fit": fit, "complement": complement}[args.command](args)
 
 
 if __name__ == "__main__":

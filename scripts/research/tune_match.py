@@ -106,11 +106,16 @@ def held_out(catalog: Catalog, queries: list[Query]) -> float:
 
 
 def fit_calibration(
-    rows: Mapping[str, Mapping[str, list[list[float]]]], own_budget: float
+    rows: Mapping[str, Mapping[str, list[list[float]]]],
+    own_budget: float,
+    keep: calibration.Calibration | None = None,
 ) -> calibration.Calibration:
     """The logistic over ``rows`` ({source: {kind: features}}; each source and each kind
-    weighing alike) and the lowest threshold that keeps "nothing fits" to at most
-    ``own_budget`` of own-catalog queries (mean over sources)."""
+    weighing alike), or ``keep``'s weights and intercept, and the lowest threshold that
+    keeps "nothing fits" to at most ``own_budget`` of own-catalog queries (mean over
+    sources)."""
+    if keep is not None:
+        return _threshold(rows, own_budget, keep.intercept, np.array(keep.weights))
     xs, ys, ws = [], [], []
     for per_kind in rows.values():
         for kind, x in per_kind.items():
@@ -123,7 +128,15 @@ def fit_calibration(
             ws.append(np.full(len(x), 1.0 / len(x) / group))
     weight = np.concatenate(ws)
     intercept, weights = fit(np.vstack(xs), np.concatenate(ys), weight / weight.mean())
+    return _threshold(rows, own_budget, intercept, weights)
 
+
+def _threshold(
+    rows: Mapping[str, Mapping[str, list[list[float]]]],
+    own_budget: float,
+    intercept: float,
+    weights: np.ndarray,
+) -> calibration.Calibration:
     def rate(x: list[list[float]], threshold: float) -> float:
         return float(np.mean(intercept + np.array(x) @ weights > threshold)) if x else 0.0
 
@@ -157,7 +170,7 @@ def loso(args: argparse.Namespace, sources: list[Source]) -> None:
     names = [s.name for s in sources]
     queries: dict[str, list[Query]] = {}
     rows: dict[str, dict[str, list[list[float]]]] = {}
-    judged: dict[str, dict[str, tuple[float, float]]] = {}
+    judged: dict[str, dict[str, tuple[float, float, float]]] = {}
     started = time.perf_counter()
     shipped = calibration.CALIBRATIONS[model]
 
@@ -229,34 +242,47 @@ def loso(args: argparse.Namespace, sources: list[Source]) -> None:
             for catalog in made.values():
                 catalog.close()
             print(f"{name}: features in {time.perf_counter() - started:.0f}s", flush=True)
-        fitted = {
-            held: fit_calibration({n: r for n, r in rows.items() if n != held}, args.own_budget)
-            for held in names
-        }
-        fitted["all"] = fit_calibration(rows, args.own_budget)
-        for held, found in fitted.items():
-            print(f"fitted without {held}: {found}", flush=True)
+        # Two refits: the whole logistic, and the threshold alone over the base MiniLM's
+        # weights (one constant).
+        minilm = calibration.MINILM_CALIBRATION
+        fitted: dict[str, dict[str, calibration.Calibration]] = {"refit": {}, "threshold": {}}
+        for held in [*names, "all"]:
+            others = {n: r for n, r in rows.items() if n != held}
+            fitted["refit"][held] = fit_calibration(others, args.own_budget)
+            fitted["threshold"][held] = fit_calibration(others, args.own_budget, minilm)
+            for how in fitted:
+                print(f"{how}, fitted without {held}: {fitted[how][held]}", flush=True)
         for i, source in enumerate(sources):
             name = source.name
             model_of(i, source)
             made = {k: Catalog(paths[name][k]) for k in KINDS}
-            after = judge(made, name, fitted[name])
+            after = {how: judge(made, name, fitted[how][name]) for how in fitted}
             for catalog in made.values():
                 catalog.close()
-            judged[name] = {k: (before[name][k], after[k]) for k in KINDS}
-    print(f"held-out source, the base MiniLM's constants -> fitted without it: {', '.join(KINDS)}")
+            judged[name] = {
+                k: (before[name][k], after["threshold"][k], after["refit"][k]) for k in KINDS
+            }
+    print(
+        "held-out source, the base MiniLM's constants -> its weights with the threshold "
+        f"fitted without the source -> the whole logistic fitted without it: {', '.join(KINDS)}"
+    )
     for name, by_kind in judged.items():
-        cells = "  ".join(f"{o:.2f}->{n:.2f}" for o, n in by_kind.values())
+        cells = "  ".join("->".join(f"{v:.2f}" for v in values) for values in by_kind.values())
         print(f"  {name:<12} {len(queries[name]):>4}  {cells}")
     means = "  ".join(
-        f"{np.mean([r[k][0] for r in judged.values()]):.3f}->"
-        f"{np.mean([r[k][1] for r in judged.values()]):.3f}"
+        "->".join(f"{np.mean([r[k][j] for r in judged.values()]):.3f}" for j in range(3))
         for k in KINDS
     )
     print(f"  {'mean':<12} {'':>4}  {means}")
     if args.json is not None:
-        out = {"fitted": {k: dataclasses.asdict(v) for k, v in fitted.items()}, "judged": judged}
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        out = {
+            "fitted": {
+                how: {k: dataclasses.asdict(v) for k, v in by.items()} for how, by in fitted.items()
+            },
+            "judged": judged,
+            "features": rows,
+        }
+        Path(args.json).write_text(json.dumps(out))
 
 
 def main() -> None:

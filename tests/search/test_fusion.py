@@ -16,11 +16,13 @@ from toolcat.search.calibration import match
 from toolcat.search.embeddings import DEFAULT_MODEL, MINILM, RETRIEVER
 from toolcat.search.fusion import (
     HYBRID_PARAMS,
+    MODEL_PARAMS,
     Candidate,
     coverage,
     fts_document,
     hybrid_fusion,
     lift_part_tops,
+    params_for,
 )
 from toolcat.search.split import fits, merge, split_request
 
@@ -217,6 +219,13 @@ def test_learned_query_vectors_find_the_tool(tmp_path: Path) -> None:
         catalog.reindex()
         assert _top(catalog, query, "embedding") == "send_email"
         assert _top(catalog, query) == "send_email"
+
+
+def test_each_model_ranks_with_its_own_fusion_constants() -> None:
+    assert params_for(RETRIEVER) is MODEL_PARAMS[RETRIEVER]
+    assert params_for(RETRIEVER) != HYBRID_PARAMS  # refitted on its cosines
+    assert params_for(MINILM) is HYBRID_PARAMS
+    assert params_for("some/other-model") is HYBRID_PARAMS
 
 
 def test_coverage_is_idf_weighted_and_by_field() -> None:
