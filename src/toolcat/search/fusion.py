@@ -24,7 +24,9 @@ on half of each benchmark source's queries and checked on the other half (README
 fusion"); the last three were fitted on top of them by scripts/research/tune_rerank.py (pairwise
 logistic over the candidates of the same half, every source's own and pooled catalog, plus the
 small-catalog cases of tests/search/test_fusion.py), and checked on the other half and leaving
-each source out of the fit (README, "Hybrid fusion").
+each source out of the fit (README, "Hybrid fusion"). Those are the base MiniLM's; a model
+with cosines of its own scale has its own (``MODEL_PARAMS``: the packaged retriever's, refitted
+leaving each source out by scripts/research/tune_loso.py).
 """
 
 from __future__ import annotations
