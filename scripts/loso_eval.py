@@ -11,6 +11,14 @@ baseline (``toolcat eval --baseline``: rank-bm25 + base MiniLM by RRF, and base 
 today's default (hybrid with the base model).
 
     python scripts/loso_eval.py --data prepared.json.gz --vectors DIR [--json out.json]
+        [--fusion FITTED.json] [--no-base]
+
+The trained rows rank with the retriever's fusion constants (``fusion.MODEL_PARAMS``) and
+the base rows with the base MiniLM's (``fusion.HYBRID_PARAMS``), as toolcat does. The
+retriever's shipped constants were fitted on every source; ``--fusion`` (from
+``scripts/research/tune_loso.py fit --json``) adds the honest rows: source S's hybrid with
+the constants fitted on the other six (``held-out fit``), and with the base MiniLM's
+(``MiniLM constants``, the retriever's before they were refitted).
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import numpy as np  # noqa: E402
 
 from toolcat.evaluate import evaluate  # noqa: E402
-from toolcat.search import embeddings  # noqa: E402
+from toolcat.search import embeddings, fusion  # noqa: E402
+from toolcat.search.embeddings import MINILM, RETRIEVER  # noqa: E402
 from train_retriever import BENCH, EVAL_QUERIES, loso_texts  # noqa: E402
 
 
@@ -58,7 +67,7 @@ class Stored(embeddings.Embedder):
         return [self.vectors[t] for t in texts]
 
 
-class _Every(dict[str, Any]):
+class Every(dict[str, Any]):
     """Stands in for the embedders of every model id (``embeddings._embedders``)."""
 
     def __init__(self, embedder: Stored) -> None:
@@ -76,11 +85,22 @@ def lookup(texts: list[str], vectors: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def score(
-    bench: Path, source: str, vectors: dict[str, np.ndarray], modes: Sequence[str], **options: Any
+    bench: Path,
+    source: str,
+    vectors: dict[str, np.ndarray],
+    modes: Sequence[str],
+    params: fusion.HybridParams | None = None,
+    **options: Any,
 ) -> dict[str, dict[str, float]]:
-    """``evaluate`` on one source with the embedder answering from ``vectors``."""
-    embeddings._embedders = _Every(Stored(vectors))  # type: ignore[assignment]
-    rows = evaluate(bench, sources=[source], modes=modes, max_queries=EVAL_QUERIES, **options)
+    """``evaluate`` on one source with the embedder answering from ``vectors`` (and the
+    retriever's fusion constants ``params`` when given)."""
+    embeddings._embedders = Every(Stored(vectors))  # type: ignore[assignment]
+    shipped = fusion.MODEL_PARAMS[RETRIEVER]
+    fusion.MODEL_PARAMS[RETRIEVER] = params or shipped
+    try:
+        rows = evaluate(bench, sources=[source], modes=modes, max_queries=EVAL_QUERIES, **options)
+    finally:
+        fusion.MODEL_PARAMS[RETRIEVER] = shipped
     return {r["mode"]: {k: r[k] for k in ("queries", "R@1", "R@5", "nDCG@10")} for r in rows}
 
 
@@ -91,9 +111,13 @@ def main() -> None:
     parser.add_argument("--bench", type=Path, default=BENCH)
     parser.add_argument("--source", action="append", default=[], help="only this source")
     parser.add_argument("--json", type=Path, help="also write the table here")
+    parser.add_argument("--fusion", type=Path, help="tune_loso.py's constants per held-out source")
+    parser.add_argument("--no-base", action="store_true", help="skip the base model's modes")
+    parser.add_argument("--variant", action="append", default=[], help="only these (fp32, int8)")
     args = parser.parse_args()
     with gzip.open(args.data, "rt", encoding="utf-8") as f:
         data = json.load(f)
+    fitted = json.loads(args.fusion.read_text()) if args.fusion else {}
     table: dict[str, dict[str, Any]] = {}
     for name in args.source or sorted(data["sources"]):
         source = data["sources"][name]
@@ -106,22 +130,34 @@ def main() -> None:
             args.bench,
             name,
             base,
-            ("bm25", "embedding", "hybrid"),
+            ("bm25",) if args.no_base else ("bm25", "embedding", "hybrid"),
             baseline=True,
             baseline_encoder=lambda texts, base=base: np.stack([base[t] for t in texts]),
+            embedding_model=MINILM,  # the base model's vectors, ranked with its constants
         )
         row["bm25"] = today["bm25"]
-        row["base embedding"] = today["embedding"]
-        row["base hybrid (today's default)"] = today["hybrid"]
+        if not args.no_base:
+            row["base embedding"] = today["embedding"]
+            row["base hybrid (today's default)"] = today["hybrid"]
         row["minilm-baseline"] = today["minilm-baseline"]
         row["rrf-baseline"] = today["rrf-baseline"]
-        for variant in ("fp32", "int8"):
+        for variant in args.variant or ("fp32", "int8"):
             if variant in trained:
-                found = score(
-                    args.bench, name, lookup(texts, trained[variant]), ("embedding", "hybrid")
-                )
+                vectors = lookup(texts, trained[variant])
+                found = score(args.bench, name, vectors, ("embedding", "hybrid"))
                 row[f"trained embedding {variant}"] = found["embedding"]
                 row[f"trained hybrid {variant}"] = found["hybrid"]
+                if name in fitted:
+                    held_out = fusion.HybridParams(**fitted[name])
+                    for label, params in (
+                        ("MiniLM constants", fusion.HYBRID_PARAMS),
+                        ("held-out fit", held_out),
+                    ):
+                        if params != fusion.MODEL_PARAMS[RETRIEVER]:
+                            found = score(args.bench, name, vectors, ("hybrid",), params)
+                        else:  # the shipped constants, scored above
+                            found = {"hybrid": row[f"trained hybrid {variant}"]}
+                        row[f"trained hybrid {variant}, {label}"] = found["hybrid"]
         table[name] = row
         print(name, json.dumps({k: (v["R@5"], v["nDCG@10"]) for k, v in row.items()}), flush=True)
     modes = list(next(iter(table.values())))

@@ -54,6 +54,7 @@ from toolcat.store import reader  # noqa: E402
 from toolcat.store.reader import Filters  # noqa: E402
 
 LEXICAL_DEPTH = 50
+MODEL = MINILM  # the embedding model whose rankings are saved (--model)
 EMPTY = {"type": "object", "properties": {}}
 
 
@@ -88,7 +89,10 @@ def main() -> None:
         "fusion experiments that re-query the vectors (scripts/research/tune_fusion.py --vectors).",
     )
     parser.add_argument("--chunks", help="Also save every tool's chunk vectors (.npz).")
+    parser.add_argument("--model", default=MINILM, help=f"Embedding model (default {MINILM}).")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     if args.small:
         Path(args.out).write_text(json.dumps({"own": small_catalogs(args)}))
         return
@@ -109,7 +113,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.no_pooled:
             started = time.perf_counter()
-            with Catalog(Path(tmp) / "pooled.db") as catalog:
+            with Catalog(Path(tmp) / "pooled.db", embedding_model=MODEL) as catalog:
                 catalog.register(*(s.toolkit for s in sources))
                 reindex_with_vector_cache(catalog, cache)
                 print(f"pooled catalog: {time.perf_counter() - started:.0f}s", flush=True)
@@ -124,7 +128,7 @@ def main() -> None:
                 print(f"pooled: {time.perf_counter() - started:.0f}s", flush=True)
         for source in sources:
             started = time.perf_counter()
-            with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
+            with Catalog(Path(tmp) / f"{source.toolkit.name}.db", embedding_model=MODEL) as catalog:
                 catalog.register(source.toolkit)
                 reindex_with_vector_cache(catalog, cache)
                 entry = gather(catalog, source, samples[source.name], vectors, False, args)
@@ -154,7 +158,7 @@ def small_catalogs(args: argparse.Namespace) -> dict[str, Any]:
                 tools=[{"name": n, "description": d, "parameters": EMPTY} for n, d in tools],
             )
             source = Source(name=name, toolkit=toolkit, queries=queries)
-            with Catalog(Path(tmp) / f"{name}.db") as catalog:
+            with Catalog(Path(tmp) / f"{name}.db", embedding_model=MODEL) as catalog:
                 catalog.register(toolkit)
                 catalog.reindex()
                 vectors = encode({name: queries})
@@ -171,7 +175,7 @@ def save_vectors(catalog: Catalog, queries: dict[str, Any], path: Path) -> None:
 
     engine = catalog._search
     conn = catalog._conn
-    engine.vectors.refresh(conn, reader.revision(conn), MINILM)
+    engine.vectors.refresh(conn, reader.revision(conn), MODEL)
     assert engine.vectors.ids is not None and engine.vectors.matrix is not None
     keys = {r[0]: f"{r[1]}.{r[2]}" for r in conn.execute("SELECT id, toolkit, name FROM tools")}
     texts = list(queries)
@@ -204,7 +208,7 @@ def save_chunks(sources: list[Source], path: Path) -> None:
                 chunks.append(f"{name}: " + ", ".join(" ".join(split_words(p)) for p in properties))
             keys += [f"{source.toolkit.name}.{tool.name}"] * len(chunks)
             texts += chunks
-    vectors = embedder(MINILM).encode(texts)
+    vectors = embedder(MODEL).encode(texts)
     np.savez(path, tool_keys=np.array(keys), tool_vectors=vectors)
 
 
@@ -212,7 +216,7 @@ def encode(samples: dict[str, list[Query]]) -> dict[str, Any]:
     """Every query's and part's vector, in batches (the same model call search makes)."""
     every = [q for queries in samples.values() for q in queries]
     texts = list(dict.fromkeys(t for q in every for t in [q.text, *split_request(q.text)]))
-    model = embedder(MINILM)
+    model = embedder(MODEL)
     found: dict[str, Any] = {}
     for start in range(0, len(texts), 64):
         chunk = texts[start : start + 64]
@@ -245,7 +249,7 @@ def gather(
         r[0]: (f"{r[1]}.{r[2]}" if pooled else r[2])
         for r in conn.execute("SELECT id, toolkit, name FROM tools")
     }
-    engine.vectors.refresh(conn, revision, MINILM)
+    engine.vectors.refresh(conn, revision, MODEL)
     prefix = f"{source.toolkit.name}." if pooled else ""
 
     def ranked(text: str, depth: int) -> dict[str, Any]:

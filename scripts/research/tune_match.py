@@ -21,11 +21,21 @@ searched again with the fitted constants, and with the per-hit rule alone (no co
 shipped behaviour before) for comparison.
 
     python scripts/research/tune_match.py [BENCH] [--max-queries 200] [--cache vectors.db]
+    python scripts/research/tune_match.py [BENCH] --loso DATA VECTORS [--max-queries 200]
+
+``--loso`` refits it for the packaged retriever, leaving each source out: source S's queries
+(drawn from the sample ``toolcat eval --max-queries 1000`` scores) are searched in the five
+catalogs embedded by the model that never saw S (``scripts/train_retriever.py --loso
+--all-tools``: ``loso-S.npz`` holds its vectors of S's tools and eval queries,
+``alltools-S.npz`` of every other source's tools); S is then judged by the constants fitted
+on the other six sources' queries (against the base MiniLM's constants, which served the
+retriever before), and the shipped constants are fitted on all seven.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 import sys
 import tempfile
@@ -57,8 +67,11 @@ seen: list[calibration.QueryContext | None] = []
 _query_context = calibration.query_context
 
 
-def _recording(signals: Mapping[int, fusion.Candidate]) -> calibration.QueryContext | None:
-    context = _query_context(signals)
+def _recording(
+    signals: Mapping[int, fusion.Candidate],
+    fitted: calibration.Calibration = calibration.MINILM_CALIBRATION,
+) -> calibration.QueryContext | None:
+    context = _query_context(signals, fitted)
     seen.append(context)
     return context
 
@@ -92,6 +105,186 @@ def held_out(catalog: Catalog, queries: list[Query]) -> float:
     return said / len(queries) if queries else 0.0
 
 
+def fit_calibration(
+    rows: Mapping[str, Mapping[str, list[list[float]]]],
+    own_budget: float,
+    keep: calibration.Calibration | None = None,
+) -> calibration.Calibration:
+    """The logistic over ``rows`` ({source: {kind: features}}; each source and each kind
+    weighing alike), or ``keep``'s weights and intercept, and the lowest threshold that
+    keeps "nothing fits" to at most ``own_budget`` of own-catalog queries (mean over
+    sources)."""
+    if keep is not None:
+        return _threshold(rows, own_budget, keep.intercept, np.array(keep.weights))
+    xs, ys, ws = [], [], []
+    for per_kind in rows.values():
+        for kind, x in per_kind.items():
+            if not x:
+                continue
+            label = 0.0 if kind in ANSWERABLE else 1.0
+            group = len(ANSWERABLE) if kind in ANSWERABLE else len(FOREIGN)
+            xs.append(np.array(x))
+            ys.append(np.full(len(x), label))
+            ws.append(np.full(len(x), 1.0 / len(x) / group))
+    weight = np.concatenate(ws)
+    intercept, weights = fit(np.vstack(xs), np.concatenate(ys), weight / weight.mean())
+    return _threshold(rows, own_budget, intercept, weights)
+
+
+def _threshold(
+    rows: Mapping[str, Mapping[str, list[list[float]]]],
+    own_budget: float,
+    intercept: float,
+    weights: np.ndarray,
+) -> calibration.Calibration:
+    def rate(x: list[list[float]], threshold: float) -> float:
+        return float(np.mean(intercept + np.array(x) @ weights > threshold)) if x else 0.0
+
+    owns = [r["own"] for r in rows.values() if r["own"]]
+    scores = np.concatenate([intercept + np.array(x) @ weights for x in owns])
+    threshold = float(max(scores)) + 1e-6
+    for t in sorted(scores, reverse=True):
+        if np.mean([rate(x, t) for x in owns]) > own_budget:
+            break
+        threshold = float(t)
+    return calibration.Calibration(
+        tuple(round(float(w), 3) for w in weights), round(intercept, 3), round(threshold, 3)
+    )
+
+
+def loso(args: argparse.Namespace, sources: list[Source]) -> None:
+    """The retriever's calibration, leaving each source out (``--loso``)."""
+    import gzip
+    import json
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from loso_eval import Every, Stored, lookup
+    from toolcat.evaluate import split_queries
+    from toolcat.search import embeddings
+    from train_retriever import EVAL_QUERIES, loso_texts
+
+    data_path, folder = Path(args.loso[0]), Path(args.loso[1])
+    with gzip.open(data_path, "rt", encoding="utf-8") as f:
+        data = json.load(f)["sources"]
+    model = embeddings.RETRIEVER
+    names = [s.name for s in sources]
+    queries: dict[str, list[Query]] = {}
+    rows: dict[str, dict[str, list[list[float]]]] = {}
+    judged: dict[str, dict[str, tuple[float, float, float]]] = {}
+    started = time.perf_counter()
+    shipped = calibration.CALIBRATIONS[model]
+
+    def model_of(i: int, source: Source) -> None:
+        """The embedder answers with the vectors of the model that left ``source`` out."""
+        vectors = lookup(
+            loso_texts(data[source.name]), np.load(folder / f"loso-{source.name}.npz")["fp32"]
+        )
+        others = np.load(folder / f"alltools-{source.name}.npz")
+        for other in names:
+            if other != source.name:
+                texts = list(data[other]["tools"].values())
+                vectors.update(lookup(texts, others[f"tools-{other}"]))
+        embeddings._embedders = Every(Stored(vectors))  # type: ignore[assignment]
+
+    def judge(
+        made: Mapping[str, Catalog], name: str, fitted: calibration.Calibration
+    ) -> dict[str, float]:
+        calibration.CALIBRATIONS[model] = fitted
+        try:
+            return {k: held_out(made[k], queries[name]) for k in KINDS}
+        finally:
+            calibration.CALIBRATIONS[model] = shipped
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths: dict[str, dict[str, Path]] = {}
+        before: dict[str, dict[str, float]] = {}
+        for i, source in enumerate(sources):
+            name = source.name
+            sample = split_queries(
+                source, learn_split=None, learn_fraction=None, max_queries=EVAL_QUERIES, seed=0
+            ).score
+            rng = random.Random(f"{args.seed}:{name}")
+            queries[name] = rng.sample(sample, min(args.max_queries, len(sample)))
+            model_of(i, source)
+            pool = [(o, t) for o in sources if o is not source for t in o.toolkit.tools]
+            chosen = random.Random(f"matched:{name}").sample(
+                pool, min(len(pool), len(source.toolkit.tools))
+            )
+            kits = [
+                o.toolkit.model_copy(update={"tools": [t for p, t in chosen if p is o]})
+                for o in sources
+                if o is not source
+            ]
+            toolkits = {
+                "own": [source.toolkit],
+                "pooled": [s.toolkit for s in sources],
+                "foreign": [s.toolkit for s in sources if s is not source],
+                "paired": [sources[(i + 1) % len(sources)].toolkit],
+                "matched": [k for k in kits if k.tools],
+            }
+            paths[name] = {k: Path(tmp) / f"{i}-{k}.db" for k in KINDS}
+            made = {}
+            for kind in KINDS:
+                made[kind] = Catalog(paths[name][kind])
+                made[kind].register(*toolkits[kind])
+                made[kind].reindex()
+            calibration.query_context = _recording
+            try:
+                rows[name] = {
+                    kind: [
+                        f for q in queries[name] if (f := features(made[kind], q.text)) is not None
+                    ]
+                    for kind in KINDS
+                }
+            finally:
+                calibration.query_context = _query_context
+            before[name] = judge(made, name, calibration.MINILM_CALIBRATION)
+            for catalog in made.values():
+                catalog.close()
+            print(f"{name}: features in {time.perf_counter() - started:.0f}s", flush=True)
+        # Two refits: the whole logistic, and the threshold alone over the base MiniLM's
+        # weights (one constant).
+        minilm = calibration.MINILM_CALIBRATION
+        fitted: dict[str, dict[str, calibration.Calibration]] = {"refit": {}, "threshold": {}}
+        for held in [*names, "all"]:
+            others = {n: r for n, r in rows.items() if n != held}
+            fitted["refit"][held] = fit_calibration(others, args.own_budget)
+            fitted["threshold"][held] = fit_calibration(others, args.own_budget, minilm)
+            for how in fitted:
+                print(f"{how}, fitted without {held}: {fitted[how][held]}", flush=True)
+        for i, source in enumerate(sources):
+            name = source.name
+            model_of(i, source)
+            made = {k: Catalog(paths[name][k]) for k in KINDS}
+            after = {how: judge(made, name, fitted[how][name]) for how in fitted}
+            for catalog in made.values():
+                catalog.close()
+            judged[name] = {
+                k: (before[name][k], after["threshold"][k], after["refit"][k]) for k in KINDS
+            }
+    print(
+        "held-out source, the base MiniLM's constants -> its weights with the threshold "
+        f"fitted without the source -> the whole logistic fitted without it: {', '.join(KINDS)}"
+    )
+    for name, by_kind in judged.items():
+        cells = "  ".join("->".join(f"{v:.2f}" for v in values) for values in by_kind.values())
+        print(f"  {name:<12} {len(queries[name]):>4}  {cells}")
+    means = "  ".join(
+        "->".join(f"{np.mean([r[k][j] for r in judged.values()]):.3f}" for j in range(3))
+        for k in KINDS
+    )
+    print(f"  {'mean':<12} {'':>4}  {means}")
+    if args.json is not None:
+        out = {
+            "fitted": {
+                how: {k: dataclasses.asdict(v) for k, v in by.items()} for how, by in fitted.items()
+            },
+            "judged": judged,
+            "features": rows,
+        }
+        Path(args.json).write_text(json.dumps(out))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("bench", nargs="?", default=str(ROOT.parent / "shared" / "bench"))
@@ -100,10 +293,15 @@ def main() -> None:
     parser.add_argument("--cache", default="vectors.db", help="Vector cache file.")
     parser.add_argument("--source", action="append", default=[])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--loso", nargs=2, metavar=("DATA", "VECTORS"), help="the retriever's")
+    parser.add_argument("--json", help="--loso: also write the fitted constants here")
     args = parser.parse_args()
     sources: list[Source] = [load_source(f) for f in source_folders(Path(args.bench), args.source)]
     if len(sources) < 2:
         raise SystemExit("needs two sources or more (foreign catalogs are the others' tools)")
+    if args.loso:
+        loso(args, sources)
+        return
     fit_half: dict[str, list[Query]] = {}
     test_half: dict[str, list[Query]] = {}
     for source in sources:

@@ -279,6 +279,7 @@ def evaluate(
     vector_cache: str | Path | None = None,
     baseline: bool = False,
     baseline_encoder: Encoder | None = None,
+    embedding_model: str | None = None,
     progress: Progress | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
@@ -306,6 +307,7 @@ def evaluate(
             the base MiniLM alone (``minilm-baseline``).
         baseline_encoder: What encodes texts for the baseline (default: the base MiniLM
             with sentence-transformers); ``scripts/loso_eval.py`` passes stored vectors.
+        embedding_model: The catalogs' embedding model (default: a new catalog's).
         progress: Called with a line of progress now and then.
         on_row: Called with each row as soon as it is computed.
 
@@ -346,12 +348,12 @@ def evaluate(
         foreign: Catalog | None = None
         if abstention and len(loaded) > 1:
             say("abstention: building a catalog of every source's tools")
-            foreign = Catalog(Path(tmp) / "all.db")
+            foreign = Catalog(Path(tmp) / "all.db", embedding_model=embedding_model)
             foreign.register(*(s.toolkit for s in loaded))
             _reindex(foreign, "all sources", say, cache)
         try:
             if pooled:
-                with Catalog(Path(tmp) / "pooled.db") as catalog:
+                with Catalog(Path(tmp) / "pooled.db", embedding_model=embedding_model) as catalog:
                     catalog.register(*(s.toolkit for s in loaded))
                     if needs_vectors:
                         if foreign is not None:
@@ -384,7 +386,8 @@ def evaluate(
                             emit(plain.rows(source, plans[source.name].score, loaded, True))
             else:
                 for source in loaded:
-                    with Catalog(Path(tmp) / f"{source.toolkit.name}.db") as catalog:
+                    path = Path(tmp) / f"{source.toolkit.name}.db"
+                    with Catalog(path, embedding_model=embedding_model) as catalog:
                         catalog.register(source.toolkit)
                         if needs_vectors:
                             if foreign is not None:

@@ -10,6 +10,7 @@ import pytest
 from toolcat import Catalog, Toolkit
 from toolcat.search import calibration
 from toolcat.search.calibration import QueryContext, match, query_context
+from toolcat.search.embeddings import DEFAULT_MODEL, MINILM, RETRIEVER
 from toolcat.search.fusion import Candidate
 
 from .test_fusion import SMALL
@@ -82,8 +83,13 @@ def test_context_sums_up_the_whole_ranking(team: Catalog) -> None:
     seen: list[QueryContext | None] = []
     original = calibration.query_context
 
-    def recording(signals: dict[int, Candidate]) -> QueryContext | None:
-        seen.append(original(signals))
+    asked: list[calibration.Calibration] = []
+
+    def recording(
+        signals: dict[int, Candidate], fitted: calibration.Calibration
+    ) -> QueryContext | None:
+        asked.append(fitted)
+        seen.append(original(signals, fitted))
         return seen[-1]
 
     calibration.query_context = recording  # type: ignore[assignment]
@@ -93,7 +99,10 @@ def test_context_sums_up_the_whole_ranking(team: Catalog) -> None:
     finally:
         calibration.query_context = original
     assert len(seen) == 1 and seen[0] is not None
+    # The catalog's model (the default) is judged by its own calibration.
+    assert asked == [calibration.for_model(DEFAULT_MODEL)]
     context = seen[0]
+    assert context.calibration is asked[0]
     assert len(context.features()) == len(calibration.WEIGHTS)
     assert context.best_cosine >= context.tenth_cosine >= 0.0
     assert context.best_cosine >= context.mean_cosine and context.spread > 0.0
@@ -146,3 +155,18 @@ def test_match_follows_the_context_between_weak_and_none() -> None:
 def test_nothing_to_sum_up() -> None:
     assert query_context({}) is None
     assert query_context({1: Candidate(semantic=0.0, cover=0.4)}) is None
+
+
+def test_each_model_has_its_calibration() -> None:
+    assert calibration.for_model(RETRIEVER) is calibration.CALIBRATIONS[RETRIEVER]
+    assert calibration.for_model(MINILM) is calibration.MINILM_CALIBRATION
+    assert calibration.for_model("some/other-model") is calibration.MINILM_CALIBRATION
+    top = Candidate(semantic=0.3, cover=0.2, fused=1.0)
+    scores = {
+        name: QueryContext(0.3, 0.2, 0.25, 0.05, 0.2, 0.2, 0.0, 0.5, top, calibration=c)
+        for name, c in [
+            ("loose", calibration.Calibration(threshold=100.0)),
+            ("strict", calibration.Calibration(threshold=-100.0)),
+        ]
+    }
+    assert not scores["loose"].nothing_fits and scores["strict"].nothing_fits

@@ -31,9 +31,37 @@ DEPTH = 50  # cosines summed up: hybrid search's depth (engine.HYBRID_DEPTH)
 # Feature order: best cosine, top hit's coverage, best coverage, best cosine minus the 10th,
 # best cosine minus the mean of the top 50, their standard deviation, the top hit's name
 # hit, the query's BM25 weight (fusion.Candidate.trust). Positive weights: more foreign.
+# The base MiniLM's, fitted on its cosines (and any model's without its own entry below).
 WEIGHTS: tuple[float, ...] = (-9.091, -1.705, -1.193, -4.330, 9.361, -19.115, -0.699, 2.891)
 INTERCEPT = 4.037
 THRESHOLD = 1.003
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One model's logistic: ``WEIGHTS``, ``INTERCEPT`` and ``THRESHOLD`` as above."""
+
+    weights: tuple[float, ...] = WEIGHTS
+    intercept: float = INTERCEPT
+    threshold: float = THRESHOLD
+
+
+MINILM_CALIBRATION = Calibration()
+# Per model, as fusion.MODEL_PARAMS: every feature but the coverages and the trust is a
+# cosine, on the model's own scale. Keyed by model id (embeddings.RETRIEVER). The packaged
+# retriever keeps the base MiniLM's: refitted on its leave-one-source-out models' cosines
+# (scripts/research/tune_match.py --loso), the whole logistic and the threshold alone both
+# told more answerable requests "nothing fits" on the source left out (.096 -> .147 and .131
+# of own-catalog requests; metatool .33 -> .54) for little more on foreign ones
+# (docs/benchmarks.md, "Fusion and 'nothing fits' for the retriever").
+CALIBRATIONS: dict[str, Calibration] = {
+    "toolcat-tool-retriever-v1": MINILM_CALIBRATION,
+}
+
+
+def for_model(model_id: str) -> Calibration:
+    """The calibration fitted for ``model_id`` (the base MiniLM's when it has none)."""
+    return CALIBRATIONS.get(model_id, MINILM_CALIBRATION)
 
 
 @dataclass(frozen=True)
@@ -50,6 +78,7 @@ class QueryContext:
     trust: float
     top: Candidate  # the best-fused hit
     hits_fit: bool = True  # whether any candidate fits by the single modes' rules
+    calibration: Calibration = MINILM_CALIBRATION  # the model's (``for_model``)
 
     def features(self) -> tuple[float, ...]:
         return (
@@ -65,17 +94,23 @@ class QueryContext:
 
     def foreign_score(self) -> float:
         """The logistic's log-odds that no tool fits (higher: less fits)."""
-        return INTERCEPT + math.fsum(w * x for w, x in zip(WEIGHTS, self.features(), strict=True))
+        fitted = self.calibration
+        return fitted.intercept + math.fsum(
+            w * x for w, x in zip(fitted.weights, self.features(), strict=True)
+        )
 
     @functools.cached_property
     def nothing_fits(self) -> bool:
         """Asked once per hit by ``match``: decided once per request."""
-        return self.foreign_score() > THRESHOLD
+        return self.foreign_score() > self.calibration.threshold
 
 
-def query_context(signals: Mapping[int, Candidate]) -> QueryContext | None:
+def query_context(
+    signals: Mapping[int, Candidate], calibration: Calibration = MINILM_CALIBRATION
+) -> QueryContext | None:
     """The context of a hybrid search from its candidates (each ranking's top hits, with
-    their signals); None when there is nothing to sum up (no tool has a vector)."""
+    their signals), judged by the model's ``calibration``; None when there is nothing to sum
+    up (no tool has a vector)."""
     if not signals:
         return None
     cosines = sorted((c.semantic for c in signals.values()), reverse=True)[:DEPTH]
@@ -94,6 +129,7 @@ def query_context(signals: Mapping[int, Candidate]) -> QueryContext | None:
         trust=best.trust,
         top=best,
         hits_fit=any(_fits_alone(c) for c in signals.values()),
+        calibration=calibration,
     )
 
 

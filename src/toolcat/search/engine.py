@@ -331,8 +331,8 @@ class SearchEngine:
                         part_signals.setdefault(item, candidate)
             if mode == "hybrid" and HYBRID_FUSION == "hybrid":  # the whole request, not its parts
                 if tops:  # each part's best tool gains in the whole ranking (fusion.py)
-                    ranked = fusion.lift_part_tops(signals, tops, k)
-                context = calibration.query_context(signals)
+                    ranked = fusion.lift_part_tops(signals, tops, k, fusion.params_for(model_id))
+                context = calibration.query_context(signals, calibration.for_model(model_id))
             if parts:
                 for item, candidate in part_signals.items():
                     signals.setdefault(item, candidate)
@@ -423,6 +423,7 @@ class SearchEngine:
             documents,
             depth,
             k,
+            fusion.params_for(query[0]),
             names=names,
         )
 
