@@ -21,8 +21,8 @@ from ..errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from ..models import RegistrationResult, Tool, Toolkit, canonical_json, content_hash
-from ..search.documents import index_fields
+from ..models import RegistrationResult, Tool, Toolkit, canonical_json, text_hash
+from ..search.documents import index_fields, toolkit_terms
 from .connection import rollback_quietly
 from .reader import decode_definition, decode_tags, toolkit_rows
 from .reader import meta as read_meta
@@ -138,11 +138,12 @@ def _index(conn: sqlite3.Connection, toolkit: Toolkit, tools: Sequence[tuple[int
     """Add tools (with their row ids) to the FTS5 index, with the queries they were
     recorded for (learning from use) when that is on."""
     learned = learned_queries(conn, toolkit.name)
+    shared = toolkit_terms(toolkit)
     conn.executemany(
         "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
         "VALUES (?, ?, ?, ?, ?, ?)",
         [
-            (tool_id, *index_fields(tool, toolkit, learned.get(tool.name, ())))
+            (tool_id, *index_fields(tool, toolkit, learned.get(tool.name, ()), shared))
             for tool_id, tool in tools
         ],
     )
@@ -404,13 +405,10 @@ def register(
     kind than the one registered last is a ``VersionConflictError`` unless ``change_kind``
     (by default ``replace``) allows it.
     """
-    import sqlite_utils  # write path only: it is slow to import
-
     if change_kind is None:
         change_kind = replace
 
     _check_batch(batch)
-    db = sqlite_utils.Database(conn)
     results: list[RegistrationResult] = []
     with write_transaction(conn):
         changed = False
@@ -438,7 +436,7 @@ def register(
                     )
                 conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
                 status = "replaced"
-            toolkit_id, first_tool_id = _insert(db, conn, toolkit, digest, source)
+            toolkit_id, first_tool_id = _insert(conn, toolkit, digest, source)
             refresh_active(conn, toolkit.name, (toolkit_id, toolkit, first_tool_id))
             results.append(_result(toolkit, status, 0))
             changed = True
@@ -503,55 +501,54 @@ def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
 
 
 def _insert(
-    db: Any,
-    conn: sqlite3.Connection,
-    toolkit: Toolkit,
-    digest: str,
-    source: str | None,
+    conn: sqlite3.Connection, toolkit: Toolkit, digest: str, source: str | None
 ) -> tuple[int, int]:
-    """Insert a toolkit version's rows; returns (toolkit row id, first tool row id)."""
-    toolkit_id = (
-        db["toolkits"]
-        .insert(
-            {
-                "name": toolkit.name,
-                "version": toolkit.version,
-                "description": toolkit.description,
-                "tags": json.dumps(toolkit.tags),
-                "defer_loading": toolkit.defer_loading,
-                "module": toolkit.module,
-                "content_hash": digest,
-                "source": source,
-                "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            }
-        )
-        .last_pk
-    )
+    """Insert a toolkit version's rows; returns (toolkit row id, first tool row id).
+
+    Plain ``executemany``: sqlite-utils' row building (a dict per row, each value checked
+    for JSON) cost a fifth of a bulk registration, and importing it 0.16 s per CLI call."""
+    toolkit_id = conn.execute(
+        "INSERT INTO toolkits (name, version, description, tags, defer_loading, module, "
+        "content_hash, source, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            toolkit.name,
+            toolkit.version,
+            toolkit.description,
+            json.dumps(toolkit.tags),
+            toolkit.defer_loading,
+            toolkit.module,
+            digest,
+            source,
+            datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        ),
+    ).lastrowid
     first_id = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM tools").fetchone()[0]
-    tools: list[dict[str, Any]] = []
-    tags: list[dict[str, Any]] = []
-    for offset, tool in enumerate(toolkit.tools):
-        tool_id = first_id + offset
-        definition = tool_definition(tool)
+    tools: list[tuple[Any, ...]] = []
+    tags: list[tuple[str, int]] = []
+    for tool_id, tool in enumerate(toolkit.tools, first_id):
+        definition = canonical_json(tool_definition(tool))
         tool_tags = effective_tags(tool, toolkit)
         defer = toolkit.defer_loading if tool.defer_loading is None else tool.defer_loading
         tools.append(
-            {
-                "id": tool_id,
-                "toolkit_id": toolkit_id,
-                "toolkit": toolkit.name,
-                "name": tool.name,
-                "defer_loading": defer,
-                "tags": json.dumps(tool_tags),
-                "definition": canonical_json(definition),
-                "content_hash": content_hash(definition),
-            }
+            (
+                tool_id,
+                toolkit_id,
+                toolkit.name,
+                tool.name,
+                defer,
+                json.dumps(tool_tags),
+                definition,
+                text_hash(definition),
+            )
         )
-        tags.extend({"tag": tag, "tool_id": tool_id} for tag in tool_tags)
-    db["tools"].insert_all(tools, batch_size=500)
-    if tags:
-        db["tool_tags"].insert_all(tags, batch_size=500)
-    return toolkit_id, first_id
+        tags.extend((tag, tool_id) for tag in tool_tags)
+    conn.executemany(
+        "INSERT INTO tools (id, toolkit_id, toolkit, name, defer_loading, tags, definition, "
+        "content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        tools,
+    )
+    conn.executemany("INSERT INTO tool_tags (tag, tool_id) VALUES (?, ?)", tags)
+    return int(toolkit_id), first_id  # type: ignore[arg-type]
 
 
 def deprecate(conn: sqlite3.Connection, name: str, version: str) -> int:
