@@ -229,9 +229,9 @@ def split_words(text: str) -> list[str]:
     return words
 
 
-# Short texts (parameter names, tags, enum values) recur across thousands of tools: their
-# terms are kept too, so a bulk registration splits each once per process.
-SHORT_TEXT = 48
+# Short texts (parameter names and descriptions, tags, enum values) recur across thousands
+# of tools: their terms are kept too, so a bulk registration splits each once per process.
+SHORT_TEXT = 160
 TEXT_CACHE = 100_000
 _text_cache: dict[str, tuple[str, ...]] = {}
 
