@@ -48,6 +48,23 @@ def manifests(folder: Path, sizes: list[int]) -> list[Path]:
     ]
 
 
+@pytest.fixture
+def answers(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Registrations below use two workers whatever their size; the files whose worker
+    answers this process took (so a test knows the workers ran)."""
+    monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", "2")
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    taken: list[Path] = []
+    accept = parallel._accept
+
+    def counted(path: Path, answer: Any) -> Any:
+        taken.append(path)
+        return accept(path, answer)
+
+    monkeypatch.setattr(parallel, "_accept", counted)
+    return taken
+
+
 def loaded(paths: list[Path], workers: int) -> list[Any]:
     """What ``load_each`` hands over, comparable across processes."""
     found = []
@@ -143,7 +160,7 @@ def test_check_rows_names_what_is_wrong(rows: Any, problem: str) -> None:
 
 
 def test_a_bad_tool_deep_in_a_large_manifest_is_refused_and_nothing_written(
-    tmp_path: Path,
+    tmp_path: Path, answers: list[Path]
 ) -> None:
     folder = tmp_path / "m"
     paths = manifests(folder, [300, 2500, 400])
@@ -156,6 +173,7 @@ def test_a_bad_tool_deep_in_a_large_manifest_is_refused_and_nothing_written(
         before = table_snapshot(db)
         with pytest.raises(ManifestError) as refused:
             catalog.register(folder)
+    assert answers == paths  # the workers read them
     assert (refused.value.file, refused.value.toolkit, refused.value.tool) == (
         str(paths[1]),
         "kit-01",
@@ -172,9 +190,11 @@ def test_a_bad_tool_deep_in_a_large_manifest_is_refused_and_nothing_written(
     assert table_snapshot(db) == before
 
 
-def test_a_conflict_after_written_toolkits_rolls_them_back(tmp_path: Path) -> None:
+def test_a_conflict_after_written_toolkits_rolls_them_back(
+    tmp_path: Path, answers: list[Path]
+) -> None:
     folder = tmp_path / "m"
-    paths = manifests(folder, [700, 700, 700])  # past MIN_PARALLEL_BYTES
+    paths = manifests(folder, [300, 300, 300])
     db = tmp_path / "catalog.db"
     with Catalog(db, create=True) as catalog:
         catalog.register(paths[1])
@@ -193,3 +213,4 @@ def test_a_conflict_after_written_toolkits_rolls_them_back(tmp_path: Path) -> No
             catalog.register(folder)
         assert refused.value.tool == "bad name" and refused.value.file == str(paths[2])
         assert table_snapshot(db) == before
+    assert answers == paths + paths  # the two registrations of the folder used workers

@@ -8,7 +8,7 @@ it is trusted (its shape, and ``store.rows.check_rows``): a garbled or foreign o
 worker that died, is not taken for the manifest's: that file is read again in the calling
 process, so the outcome is always the one a single process would reach.
 
-Small registrations (a few files, less than ``MIN_PARALLEL_BYTES``) stay in the calling
+Small registrations (less than ``MIN_PARALLEL_BYTES`` of manifests) stay in the calling
 process: starting workers costs more than it saves there. So does a process running other
 threads, where forking is unsafe.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import os
 import threading
 from collections.abc import Generator, Sequence
@@ -28,7 +29,10 @@ from ..models import Toolkit
 from ..store.rows import ToolkitRows, check_rows, rows_of
 from .manifest import load_manifest
 
-MIN_PARALLEL_BYTES = 256 * 1024  # ~150 tools of JSON; a fork and its answers cost ~20 ms
+# Workers cost ~0.1 s of CPU to start and warm, and a tenth more CPU per tool (answers are
+# pickled and checked): on 2 cores at load 20, a call of 2,500 tools (~2 MB) took the same
+# wall time with them, 100,000 tools in one call 1.7x less.
+MIN_PARALLEL_BYTES = 1024 * 1024
 MAX_WORKERS = 8
 AHEAD = 4  # files a worker may have read that the caller has not taken yet
 
@@ -36,12 +40,7 @@ Loaded = tuple[Toolkit, str, ToolkitRows]
 
 
 def worker_count() -> int:
-    """The cores this process may run on, or 1 (no workers) when other work already keeps
-    them busy; ``TOOLCAT_REGISTER_WORKERS`` overrides.
-
-    Workers cost a quarter more CPU in all (each warms its own caches; answers are pickled
-    and checked): measured on 2 cores at load 15-20, they took 26% more CPU for the same
-    wall time, so they are used only where a core is idle for them."""
+    """The cores this process may run on; ``TOOLCAT_REGISTER_WORKERS`` overrides (1: none)."""
     override = os.environ.get("TOOLCAT_REGISTER_WORKERS", "").strip()
     if override.isdigit():
         return int(override)
@@ -49,24 +48,24 @@ def worker_count() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         cores = os.cpu_count() or 1
-    with contextlib.suppress(OSError, AttributeError):
-        if os.getloadavg()[0] >= cores:
-            return 1
     return min(cores, MAX_WORKERS)
 
 
 def load_each(
-    paths: Sequence[Path], workers: int | None = None, min_bytes: int = MIN_PARALLEL_BYTES
+    paths: Sequence[Path], workers: int | None = None, min_bytes: int | None = None
 ) -> Generator[Loaded | ManifestError, None, None]:
     """Each manifest loaded and its rows made, or its ``ManifestError``, in ``paths`` order,
     each as soon as it is ready (the caller writes one while workers read the next).
 
     ``workers`` processes share the files (default ``worker_count()``) when there are
-    several files of at least ``min_bytes`` in all; else this process reads them. At most
+    several files of at least ``min_bytes`` (default ``MIN_PARALLEL_BYTES``) in all; else
+    this process reads them. At most
     ``AHEAD`` files per worker are read ahead of the caller, so memory stays bounded
     however many files there are.
     """
     count = min(worker_count() if workers is None else workers, len(paths))
+    if min_bytes is None:
+        min_bytes = MIN_PARALLEL_BYTES
     if count < 2 or not _can_fork() or _size(paths) < min_bytes:
         for path in paths:
             yield _load_here(path)
@@ -74,10 +73,16 @@ def load_each(
     import multiprocessing
     from concurrent.futures import Future, ProcessPoolExecutor
 
+    _warm_up()
     done = 0
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
     try:
         pending: collections.deque[Future[tuple[Any, ...]]] = collections.deque()
+        gc.freeze()  # the workers' collections then leave the pages they share with us alone
+        try:
+            pending.append(pool.submit(_work, str(paths[0])))  # forks the workers
+        finally:
+            gc.unfreeze()
         while done < len(paths):
             while len(pending) < AHEAD * count and done + len(pending) < len(paths):
                 pending.append(pool.submit(_work, str(paths[done + len(pending)])))
@@ -91,6 +96,18 @@ def load_each(
         pool.shutdown(wait=True, cancel_futures=True)
     for path in paths[done:]:
         yield _load_here(path)
+
+
+def _warm_up() -> None:
+    """Build what every worker would otherwise build for itself before its first file (the
+    models' validators, the stemmer), so that the forked workers start with it."""
+    from ..search.tokenize import tokenize
+
+    rows_of(Toolkit.model_validate({"name": "warm", "version": "1", "tools": [WARM_TOOL]}))
+    tokenize("warming up")
+
+
+WARM_TOOL = {"name": "t", "description": "d", "output_schema": {}, "annotations": {}}
 
 
 def _work(path: str) -> tuple[Any, ...]:
