@@ -59,9 +59,8 @@ def load_each(
 
     ``workers`` processes share the files (default ``worker_count()``) when there are
     several files of at least ``min_bytes`` (default ``MIN_PARALLEL_BYTES``) in all; else
-    this process reads them. At most
-    ``AHEAD`` files per worker are read ahead of the caller, so memory stays bounded
-    however many files there are.
+    this process reads them. At most ``AHEAD`` files per worker are read ahead of the
+    caller, so memory stays bounded however many files there are.
     """
     count = min(worker_count() if workers is None else workers, len(paths))
     if min_bytes is None:
@@ -78,11 +77,16 @@ def load_each(
     pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
     try:
         pending: collections.deque[Future[tuple[Any, ...]]] = collections.deque()
-        gc.freeze()  # the workers' collections then leave the pages they share with us alone
+        # Frozen, the heap the workers share with us is left alone by their collections
+        # (not copied page by page); a heap someone else froze is left as it is.
+        freeze = gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
         try:
             pending.append(pool.submit(_work, str(paths[0])))  # forks the workers
         finally:
-            gc.unfreeze()
+            if freeze:
+                gc.unfreeze()
         while done < len(paths):
             while len(pending) < AHEAD * count and done + len(pending) < len(paths):
                 pending.append(pool.submit(_work, str(paths[done + len(pending)])))
@@ -98,6 +102,9 @@ def load_each(
         yield _load_here(path)
 
 
+WARM_TOOL = {"name": "t", "description": "d", "output_schema": {}, "annotations": {}}
+
+
 def _warm_up() -> None:
     """Build what every worker would otherwise build for itself before its first file (the
     models' validators, the stemmer), so that the forked workers start with it."""
@@ -105,9 +112,6 @@ def _warm_up() -> None:
 
     rows_of(Toolkit.model_validate({"name": "warm", "version": "1", "tools": [WARM_TOOL]}))
     tokenize("warming up")
-
-
-WARM_TOOL = {"name": "t", "description": "d", "output_schema": {}, "annotations": {}}
 
 
 def _work(path: str) -> tuple[Any, ...]:
