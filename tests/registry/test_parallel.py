@@ -54,6 +54,8 @@ def answers(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     answers this process took (so a test knows the workers ran)."""
     monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", "2")
     monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    # threads left by earlier tests (the CLI's, servers') would keep the workers from forking
+    monkeypatch.setattr(parallel, "_can_fork", lambda: True)
     taken: list[Path] = []
     accept = parallel._accept
 
@@ -77,13 +79,15 @@ def loaded(paths: list[Path], workers: int) -> list[Any]:
     return found
 
 
-def test_workers_hand_over_what_one_process_makes(tmp_path: Path) -> None:
+def test_workers_hand_over_what_one_process_makes(tmp_path: Path, answers: list[Path]) -> None:
     paths = manifests(tmp_path / "m", [30, 5, 60, 1, 12])
     bad = many_tools("broken", 3)
     bad["tools"][1]["parameters"]["properties"]["key"]["type"] = "strin"
     paths.insert(2, write_manifest(tmp_path / "m", bad, ".json"))
     alone = loaded(paths, workers=1)
+    assert not answers
     assert loaded(paths, workers=2) == alone
+    assert answers == paths
     assert "tool 'tool_1', field 'parameters'" in alone[2]
 
 
@@ -108,11 +112,14 @@ def garbled(path: str) -> tuple[Any, ...]:
     return ("ok", source, toolkit, rows)
 
 
-def test_a_garbled_answer_is_not_trusted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_garbled_answer_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
+) -> None:
     paths = manifests(tmp_path / "m", [4, 9, 2, 7, 3, 5, 8])
     alone = loaded(paths, workers=1)
     monkeypatch.setattr(parallel, "_work", garbled)  # the forked workers run this one
     assert loaded(paths, workers=2) == alone
+    assert answers == paths  # every answer came from a worker, and was checked
 
 
 def dies_on_the_third(path: str) -> tuple[Any, ...]:
@@ -122,7 +129,7 @@ def dies_on_the_third(path: str) -> tuple[Any, ...]:
 
 
 def test_a_worker_that_dies_leaves_the_files_to_this_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
 ) -> None:
     paths = manifests(tmp_path / "m", [4, 9, 2, 7, 3])
     alone = loaded(paths, workers=1)
