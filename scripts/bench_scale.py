@@ -19,7 +19,9 @@ What one run measures per size, each in a fresh child process so memory and firs
 are the process's own (``uptime`` load printed beside):
 
 - ``register_s``: ``toolcat register DIR`` (the CLI) for each directory of manifests of
-  2,500 tools, summed (the manifests are written beforehand and not timed);
+  2,500 tools, summed (the manifests are written beforehand and not timed), and
+  ``register_cpu_s`` its CPU time (workers included); ``--register-only one-call``: one
+  ``toolcat register DIR...`` for every directory instead;
 - ``first_list_ms``: ``toolcat list --json`` in a fresh process, beside ``python -c pass``;
   ``open_ms`` / ``status_ms`` / ``list_ms``: ``Catalog(path)``, ``status()`` and
   ``list(limit=50)`` timed inside a fresh process;
@@ -34,6 +36,7 @@ are the process's own (``uptime`` load printed beside):
 
     python scripts/bench_scale.py --sizes 100000
     python scripts/bench_scale.py --sizes 100000 1000000 --json
+    python scripts/bench_scale.py --sizes 1000000 --register-only [one-call]
 
 Warm BM25 alone, in minutes instead of an hour (``--make-catalog`` registers the same
 generated toolkits in process, not through the CLI, and skips an existing file; ``--bm25``
@@ -607,22 +610,31 @@ def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
     }
 
 
-def register(db: Path, batches: list[Path]) -> dict[str, Any]:
+def register(db: Path, batches: list[Path], one_call: bool = False) -> dict[str, Any]:
+    """``toolcat register DIR`` per directory of ~2,500 tools (or, ``one_call``, one
+    ``toolcat register DIR...`` for all of them); wall and CPU time (the CLI's and its
+    workers')."""
     env = {**os.environ, "PYTHONPATH": os.environ.get("BENCH_SCALE_SRC", str(SRC))}
+    calls = [batches] if one_call else [[batch] for batch in batches]
     each = []
-    for batch in batches:
+    cpu = 0.0
+    for dirs in calls:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "toolcat", "--db", str(db), "register", str(batch)],
+            [sys.executable, "-m", "toolcat", "--db", str(db), "register", *map(str, dirs)],
             check=True,
             stdout=subprocess.DEVNULL,
             env=env,
         )
         each.append(time.perf_counter() - t0)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if len(each) % 40 == 0:
-            print(f"registered {len(each)} of {len(batches)}: {sum(each):.0f} s", file=sys.stderr)
+            print(f"registered {len(each)} of {len(calls)}: {sum(each):.0f} s", file=sys.stderr)
     return {
         "register_s": round(sum(each), 1),
+        "register_cpu_s": round(cpu, 1),
         "register_calls": len(each),
         "first_call_s": round(each[0], 2),
         "last_call_s": round(each[-1], 2),
@@ -631,7 +643,9 @@ def register(db: Path, batches: list[Path]) -> dict[str, Any]:
     }
 
 
-def bench_size(size: int, workdir: Path, warm: int, skip: set[str]) -> dict[str, Any]:
+def bench_size(
+    size: int, workdir: Path, warm: int, skip: set[str], register_only: str | None = None
+) -> dict[str, Any]:
     rng = random.Random(SEED + size)
     qs = queries(rng, 600 + warm)
     first, then, warm_qs = qs[:300], qs[300:600], qs[600:]
@@ -641,8 +655,10 @@ def bench_size(size: int, workdir: Path, warm: int, skip: set[str]) -> dict[str,
     t0 = time.perf_counter()
     batches = write_batches(size, manifests)
     result["generate_s"] = round(time.perf_counter() - t0, 1)
-    phase(result, "register", register(db, batches))
+    phase(result, "register", register(db, batches, one_call=register_only == "one-call"))
     shutil.rmtree(manifests)
+    if register_only:
+        return result
     phase(result, "cold_cli", cold_list(db))
     serve_phases(result, db, first, warm_qs, then)
     if "peers" not in skip:
@@ -691,6 +707,13 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, help="Keep catalogs here (default: a temp dir).")
     parser.add_argument("--json", action="store_true", help="Print one JSON document at the end.")
     parser.add_argument("--src", type=Path, help="Measure the toolcat package under this folder.")
+    parser.add_argument(
+        "--register-only",
+        nargs="?",
+        const="each-call",
+        choices=["each-call", "one-call"],
+        help="Only generate and register (a CLI call per ~2,500 tools, or one call for all).",
+    )
     parser.add_argument(
         "--catalog",
         type=Path,
@@ -742,7 +765,7 @@ def main() -> None:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes:
-            result = bench_size(size, workdir, args.warm, set(args.skip))
+            result = bench_size(size, workdir, args.warm, set(args.skip), args.register_only)
             results.append(result)
             if not args.json:
                 print(json.dumps(result), flush=True)

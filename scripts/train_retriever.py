@@ -99,7 +99,7 @@ def prepare(bench: Path, max_pairs: int, seed: int) -> dict[str, Any]:
     from toolcat.models import Tool, canonical_json
     from toolcat.search.embeddings import embedding_text
     from toolcat.search.split import split_request
-    from toolcat.store.writer import tool_definition
+    from toolcat.store.rows import tool_definition
 
     def served(tool: Tool) -> str:
         """The tool's text as reindex embeds it: from its stored (canonical) definition."""

@@ -310,11 +310,15 @@ class Catalog:
         """
         self._writable()
         from .models import Toolkit
-        from .registry.manifest import check_toolkit, load_manifests
+        from .registry.manifest import check_toolkit, manifest_paths
+        from .registry.parallel import load_each
         from .store import writer
+        from .store.rows import rows_of
 
-        batch: list[tuple[Toolkit, str | None]] = []
-        problems: builtins.list[ManifestError] = []  # every source's, reported together
+        # Toolkits, manifest files (read while the first are written, on every core when
+        # there are many) and the problems of sources, in the order given: every source's
+        # problems are reported together, and nothing is written unless all are valid.
+        items: builtins.list[Toolkit | Path | ManifestError] = []
         for source in _flatten(sources):
             if not isinstance(source, (Toolkit, str, os.PathLike)):
                 raise TypeError(
@@ -324,19 +328,31 @@ class Catalog:
             try:
                 if isinstance(source, Toolkit):
                     check_toolkit(source)
-                    batch.append((source, None))
+                    items.append(source)
                 else:
-                    batch.extend(load_manifests([source]))
+                    items.extend(manifest_paths([source]))
             except ManifestError as e:
-                problems.append(e)
-        if problems:
-            raise ManifestError.of(problems)
-        if not batch:
+                items.append(e)
+        loaded = load_each([item for item in items if isinstance(item, Path)])
+
+        def entries() -> Iterator[writer.Entry | ManifestError]:
+            for item in items:
+                if isinstance(item, Path):
+                    yield next(loaded)
+                elif isinstance(item, ManifestError):
+                    yield item
+                else:
+                    yield item, None, rows_of(item)
+
+        def check(toolkit: Toolkit, source: str | None) -> None:
+            if not self.trust_any_module:
+                check_import_roots([(toolkit, source)])
+
+        with self._lock, contextlib.closing(loaded):
+            results = writer.register_stream(self._conn, entries(), replace=replace, check=check)
+        if not results:
             raise ManifestError("nothing to register")
-        if not self.trust_any_module:
-            check_import_roots(batch)
-        with self._lock:
-            return writer.register(self._conn, batch, replace=replace)
+        return results
 
     def register_mcp(
         self,

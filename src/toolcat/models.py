@@ -57,7 +57,12 @@ def canonical_json(value: Any) -> str:
 
 def content_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value``."""
-    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+    return text_hash(canonical_json(value))
+
+
+def text_hash(canonical: str) -> str:
+    """SHA-256 of canonical JSON text already made (``content_hash`` without the dump)."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _check_tags(tags: list[str]) -> list[str]:
@@ -82,9 +87,15 @@ def check_json_schema(schema: Any, what: str) -> None:
 
     Checked against the draft-07 meta-schema, compiled once by fastjsonschema (about 20 µs a
     schema; jsonschema's 2020-12 meta-validation costs 0.8 ms, too slow for bulk
-    registration). Keywords draft-07 does not know, like ``$defs``, pass unchecked.
+    registration), unless ``plainly_valid`` already knows it passes (a schema of common
+    keywords only, a few µs). Keywords draft-07 does not know, like ``$defs``, pass
+    unchecked.
     """
     global _meta_validator
+    from ._draft7_plain import plainly_valid
+
+    if plainly_valid(schema):  # the common keywords alone, checked directly
+        return
     import fastjsonschema  # registration only
 
     if _meta_validator is None:

@@ -110,11 +110,13 @@ def _parse_json(text: str, problems: list[ManifestError]) -> Any:
     duplicates: list[str] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for key, value in items:
-            if key in found and key not in duplicates:
-                duplicates.append(key)
-            found[key] = value
+        found = dict(items)  # the last value of a key wins, as in a plain json.loads
+        if len(found) != len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen and key not in duplicates:
+                    duplicates.append(key)
+                seen.add(key)
         return found
 
     try:

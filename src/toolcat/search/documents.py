@@ -40,22 +40,32 @@ def schema_texts(schema: Any, depth: int = 0) -> Iterator[str]:
         yield from schema_texts(items, depth + 1)
 
 
+def toolkit_terms(toolkit: Toolkit) -> list[str]:
+    """Index terms a toolkit adds to each of its tools' tags column (the same for every tool:
+    a bulk registration tokenizes them once per toolkit, not once per tool)."""
+    return tokenize_all([*toolkit.tags, toolkit.name, toolkit.description])
+
+
 def index_fields(
-    tool: Tool, toolkit: Toolkit, learned: Sequence[str] = ()
+    tool: Tool,
+    toolkit: Toolkit,
+    learned: Sequence[str] = (),
+    shared: Sequence[str] | None = None,
 ) -> tuple[str, str, str, str, str]:
     """The text of each FTS5 column for one tool, already tokenized; ``learned`` queries
-    (recorded uses) join the lightest column, tags.
+    (recorded uses) join the lightest column, tags. ``shared`` is ``toolkit_terms(toolkit)``
+    when the caller has it.
 
     In the hint column (weight 2) a request close to one a sibling tool answered lifted the
     sibling above the tool whose own text fits: R@1 fell on bfcl and toolalpaca. At the
     lightest weight they still find the tool (R@5 gains kept) and no longer outvote its
     own words (README, "Learning from use")."""
+    if shared is None:
+        shared = toolkit_terms(toolkit)
     return (
         " ".join(tokenize(tool.name)),
         " ".join(tokenize_all([tool.search_hint, *tool.examples])),
         " ".join(tokenize(tool.description)),
         " ".join(tokenize_all(schema_texts(tool.parameters))),
-        " ".join(
-            tokenize_all([*tool.tags, *toolkit.tags, toolkit.name, toolkit.description, *learned])
-        ),
+        " ".join([*tokenize_all(tool.tags), *shared, *tokenize_all(learned)]),
     )

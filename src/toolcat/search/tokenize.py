@@ -229,8 +229,26 @@ def split_words(text: str) -> list[str]:
     return words
 
 
+# Short texts (parameter names and descriptions, tags, enum values) recur across thousands
+# of tools: their terms are kept too, so a bulk registration splits each once per process.
+SHORT_TEXT = 160
+TEXT_CACHE = 100_000
+_text_cache: dict[str, tuple[str, ...]] = {}
+
+
 def tokenize(text: str) -> list[str]:
     """Index terms of ``text``: split, lowercased, stop words dropped, stemmed."""
+    if len(text) <= SHORT_TEXT:
+        kept = _text_cache.get(text)
+        if kept is None:
+            kept = tuple(_terms(text))
+            if len(_text_cache) < TEXT_CACHE:
+                _text_cache[text] = kept
+        return list(kept)
+    return _terms(text)
+
+
+def _terms(text: str) -> list[str]:
     known = _stem_cache.get
     terms: list[str] = []
     for word in split_words(text):

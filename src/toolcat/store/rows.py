@@ -1,0 +1,118 @@
+"""The rows a toolkit version becomes: each tool's stored definition, content hash, tags and
+FTS5 text, made without touching SQLite.
+
+They are made apart from writing so that a worker process can make them for its manifests
+while the writer stores another's (``registry/parallel.py``); ``check_rows`` is what the
+writer checks before it trusts rows it did not make.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..models import canonical_json, text_hash
+from ..search.documents import index_fields, toolkit_terms
+
+if TYPE_CHECKING:
+    from ..models import Tool, Toolkit
+
+
+class ToolRow(NamedTuple):
+    """One tool's row of ``tools``, its tags and its FTS5 columns (no learned queries: those
+    are the catalog's, added when it is indexed)."""
+
+    name: str
+    defer_loading: bool
+    tags: tuple[str, ...]
+    tags_json: str
+    definition: str
+    content_hash: str
+    fts: tuple[str, str, str, str, str]
+
+
+@dataclass(frozen=True)
+class ToolkitRows:
+    """A toolkit version's content hash and its tools' rows, in the toolkit's order."""
+
+    digest: str
+    tools: list[ToolRow]
+
+
+def tool_definition(tool: Tool) -> dict[str, Any]:
+    """What the catalog stores of a tool (its canonical JSON is the ``definition`` column)."""
+    return tool.model_dump(mode="json", exclude_none=True)
+
+
+def effective_tags(tool: Tool, toolkit: Toolkit) -> list[str]:
+    """A tool's own tags, then its toolkit's: what tag filters match."""
+    return list(dict.fromkeys([*tool.tags, *toolkit.tags]))
+
+
+def rows_of(toolkit: Toolkit) -> ToolkitRows:
+    """The rows of a validated toolkit."""
+    shared = toolkit_terms(toolkit)
+    tools = []
+    for tool in toolkit.tools:
+        definition = canonical_json(tool_definition(tool))
+        tags = effective_tags(tool, toolkit)
+        tools.append(
+            ToolRow(
+                tool.name,
+                toolkit.defer_loading if tool.defer_loading is None else tool.defer_loading,
+                tuple(tags),
+                json.dumps(tags),
+                definition,
+                text_hash(definition),
+                index_fields(tool, toolkit, (), shared),
+            )
+        )
+    return ToolkitRows(toolkit.content_hash(), tools)
+
+
+def check_rows(toolkit: Toolkit, rows: Any) -> str | None:
+    """What is wrong with ``rows`` made elsewhere for ``toolkit`` (``None``: nothing found).
+
+    Checks their shape and types, that they name the toolkit's tools in order, and that each
+    definition matches its hash and parses to an object named for its tool: a torn, garbled
+    or foreign answer is told apart from the rows of this toolkit."""
+    if type(rows) is not ToolkitRows or type(rows.tools) is not list:
+        return f"not rows but {type(rows).__name__}"
+    if not _is_hash(rows.digest):
+        return "the toolkit's content hash is not a SHA-256"
+    if len(rows.tools) != len(toolkit.tools):
+        return f"{len(rows.tools)} tool rows for {len(toolkit.tools)} tools"
+    for row, tool in zip(rows.tools, toolkit.tools, strict=True):
+        problem = _row_problem(row, tool)
+        if problem:
+            return f"tool {tool.name!r}: {problem}"
+    return None
+
+
+def _row_problem(row: Any, tool: Tool) -> str | None:
+    if type(row) is not ToolRow:
+        return f"a {type(row).__name__}, not a row"
+    if row.name != tool.name:
+        return f"the row names {row.name!r}"
+    if type(row.defer_loading) is not bool:
+        return "defer_loading is not a boolean"
+    if not all(type(v) is str for v in (row.tags_json, row.definition, *row.tags)):
+        return "a text column is not text"
+    if type(row.fts) is not tuple or len(row.fts) != 5:
+        return "the FTS5 columns are not five"
+    if not all(type(v) is str for v in row.fts):
+        return "an FTS5 column is not text"
+    if text_hash(row.definition) != row.content_hash:
+        return "the definition does not match its hash"
+    # Canonical JSON holds the name exactly so (parsing every definition again would cost
+    # a tenth of what the worker saved)
+    if f'"name":{json.dumps(tool.name)},' not in row.definition:
+        return "the definition is not this tool's"
+    if json.dumps(list(row.tags)) != row.tags_json:
+        return "the tags do not match their JSON"
+    return None
+
+
+def _is_hash(value: Any) -> bool:
+    return type(value) is str and len(value) == 64 and all(c in "0123456789abcdef" for c in value)

@@ -1,0 +1,223 @@
+"""Registering many manifests with worker processes: the same rows and the same refusals as
+one process, whatever a worker sends back."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from toolcat import Catalog
+from toolcat.cli import cli
+from toolcat.errors import ManifestError, VersionConflictError
+from toolcat.registry import parallel
+from toolcat.store.rows import ToolkitRows, check_rows, rows_of
+
+from ..helpers import table_snapshot, toolkit_data, write_manifest
+
+
+def many_tools(name: str, count: int) -> dict[str, Any]:
+    tools = [
+        {
+            "name": f"tool_{i}",
+            "description": f"Look up record number {i} of the {name} registry by its key.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string", "description": f"The key of record {i}"},
+                    "limit": {"type": "integer", "minimum": 1},
+                },
+                "required": ["key"],
+            },
+            "tags": ["lookup", f"group-{i % 7}"],
+        }
+        for i in range(count)
+    ]
+    return toolkit_data(name, tools=tools, module=None)
+
+
+def manifests(folder: Path, sizes: list[int]) -> list[Path]:
+    folder.mkdir(exist_ok=True)
+    return [
+        write_manifest(folder, many_tools(f"kit-{i:02d}", size), ".json")
+        for i, size in enumerate(sizes)
+    ]
+
+
+@pytest.fixture
+def answers(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Registrations below use two workers whatever their size; the files whose worker
+    answers this process took (so a test knows the workers ran)."""
+    monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", "2")
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    # threads left by earlier tests (the CLI's, servers') would keep the workers from forking
+    monkeypatch.setattr(parallel, "_can_fork", lambda: True)
+    taken: list[Path] = []
+    accept = parallel._accept
+
+    def counted(path: Path, answer: Any) -> Any:
+        taken.append(path)
+        return accept(path, answer)
+
+    monkeypatch.setattr(parallel, "_accept", counted)
+    return taken
+
+
+def loaded(paths: list[Path], workers: int) -> list[Any]:
+    """What ``load_each`` hands over, comparable across processes."""
+    found = []
+    for item in parallel.load_each(paths, workers=workers, min_bytes=0):
+        if isinstance(item, ManifestError):
+            found.append(str(item))
+        else:
+            toolkit, source, rows = item
+            found.append((toolkit.model_dump(), source, rows))
+    return found
+
+
+def test_workers_hand_over_what_one_process_makes(tmp_path: Path, answers: list[Path]) -> None:
+    paths = manifests(tmp_path / "m", [30, 5, 60, 1, 12])
+    bad = many_tools("broken", 3)
+    bad["tools"][1]["parameters"]["properties"]["key"]["type"] = "strin"
+    paths.insert(2, write_manifest(tmp_path / "m", bad, ".json"))
+    alone = loaded(paths, workers=1)
+    assert not answers
+    assert loaded(paths, workers=2) == alone
+    assert answers == paths
+    assert "tool 'tool_1', field 'parameters'" in alone[2]
+
+
+def garbled(path: str) -> tuple[Any, ...]:
+    """A worker whose answers are wrong in every way but one in six."""
+    answer = parallel._load_here(Path(path))
+    assert not isinstance(answer, ManifestError)
+    toolkit, source, rows = answer
+    first = rows.tools[0]
+    kind = int(Path(path).stem.rsplit("-", 1)[1]) % 6
+    if kind == 0:
+        return ("ok", source, toolkit, "not rows")
+    if kind == 1:  # a definition that does not match its hash
+        tampered = first._replace(definition=first.definition.replace("Look", "Cook"))
+        return ("ok", source, toolkit, ToolkitRows(rows.digest, [tampered, *rows.tools[1:]]))
+    if kind == 2:  # another file's answer
+        return ("ok", source + ".other", toolkit, rows)
+    if kind == 3:  # rows of another toolkit (one tool short)
+        return ("ok", source, toolkit, ToolkitRows(rows.digest, rows.tools[1:]))
+    if kind == 4:  # an FTS5 column that is not text
+        return ("ok", source, toolkit, ToolkitRows(rows.digest, [first._replace(fts=(1,) * 5)]))
+    return ("ok", source, toolkit, rows)
+
+
+def test_a_garbled_answer_is_not_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
+) -> None:
+    paths = manifests(tmp_path / "m", [4, 9, 2, 7, 3, 5, 8])
+    alone = loaded(paths, workers=1)
+    monkeypatch.setattr(parallel, "_work", garbled)  # the forked workers run this one
+    assert loaded(paths, workers=2) == alone
+    assert answers == paths  # every answer came from a worker, and was checked
+
+
+def dies_on_the_third(path: str) -> tuple[Any, ...]:
+    if path.endswith("kit-02.json"):
+        os._exit(9)
+    return parallel._load_here(Path(path))  # type: ignore[return-value]
+
+
+def test_a_worker_that_dies_leaves_the_files_to_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
+) -> None:
+    paths = manifests(tmp_path / "m", [4, 9, 2, 7, 3])
+    alone = loaded(paths, workers=1)
+    monkeypatch.setattr(parallel, "_work", dies_on_the_third)
+    assert loaded(paths, workers=2) == alone
+
+
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        (lambda r: "rows", "not rows"),
+        (lambda r: ToolkitRows("x" * 64, r.tools), "SHA-256"),
+        (lambda r: ToolkitRows(r.digest, r.tools[:-1]), "1 tool rows for 2 tools"),
+        (lambda r: ToolkitRows(r.digest, r.tools[::-1]), "the row names"),
+        (
+            lambda r: ToolkitRows(r.digest, [r.tools[0]._replace(tags_json="[]"), r.tools[1]]),
+            "tags do not match",
+        ),
+        (
+            lambda r: ToolkitRows(r.digest, [r.tools[0]._replace(defer_loading=1), r.tools[1]]),
+            "not a boolean",
+        ),
+        (lambda r: ToolkitRows(r.digest, [tuple(r.tools[0]), r.tools[1]]), "not a row"),
+    ],
+    ids=["type", "digest", "count", "order", "tags", "defer", "tuple"],
+)
+def test_check_rows_names_what_is_wrong(rows: Any, problem: str) -> None:
+    from toolcat.models import Toolkit
+
+    toolkit = Toolkit.model_validate(toolkit_data())
+    made = rows_of(toolkit)
+    assert check_rows(toolkit, made) is None
+    found = check_rows(toolkit, rows(made))
+    assert found is not None and problem in found
+
+
+def test_a_bad_tool_deep_in_a_large_manifest_is_refused_and_nothing_written(
+    tmp_path: Path, answers: list[Path]
+) -> None:
+    folder = tmp_path / "m"
+    paths = manifests(folder, [300, 2500, 400])
+    data = json.loads(paths[1].read_text())
+    data["tools"][1999]["parameters"]["properties"]["limit"]["minimum"] = "one"
+    paths[1].write_text(json.dumps(data))
+    db = tmp_path / "catalog.db"
+    with Catalog(db, create=True) as catalog:
+        catalog.register(write_manifest(tmp_path, many_tools("before", 2), ".json"))
+        before = table_snapshot(db)
+        with pytest.raises(ManifestError) as refused:
+            catalog.register(folder)
+    assert answers == paths  # the workers read them
+    assert (refused.value.file, refused.value.toolkit, refused.value.tool) == (
+        str(paths[1]),
+        "kit-01",
+        "tool_1999",
+    )
+    assert refused.value.field == "parameters"
+    assert table_snapshot(db) == before
+    result = CliRunner().invoke(cli, ["--db", str(db), "register", str(folder)])
+    assert result.exit_code == 3
+    assert result.output.strip().splitlines() == [
+        f"error: {paths[1]}: toolkit 'kit-01', tool 'tool_1999', field 'parameters': "
+        "parameters is not valid JSON Schema at properties/limit/minimum: must be number"
+    ]
+    assert table_snapshot(db) == before
+
+
+def test_a_conflict_after_written_toolkits_rolls_them_back(
+    tmp_path: Path, answers: list[Path]
+) -> None:
+    folder = tmp_path / "m"
+    paths = manifests(folder, [300, 300, 300])
+    db = tmp_path / "catalog.db"
+    with Catalog(db, create=True) as catalog:
+        catalog.register(paths[1])
+        changed = json.loads(paths[1].read_text())
+        changed["description"] = "Other content, same version."
+        paths[1].write_text(json.dumps(changed))
+        before = table_snapshot(db)
+        with pytest.raises(VersionConflictError):
+            catalog.register(folder)
+        assert table_snapshot(db) == before
+        # a manifest problem in a later file outranks the conflict, as when all is read first
+        broken = json.loads(paths[2].read_text())
+        broken["tools"][5]["name"] = "bad name"
+        paths[2].write_text(json.dumps(broken))
+        with pytest.raises(ManifestError) as refused:
+            catalog.register(folder)
+        assert refused.value.tool == "bad name" and refused.value.file == str(paths[2])
+        assert table_snapshot(db) == before
+    assert answers == paths + paths  # the two registrations of the folder used workers
