@@ -139,6 +139,8 @@ def test_reindex_and_hybrid_search_without_torch(tmp_path: Path) -> None:
     assert result["hits"][0]["tool"]["id"] == "files.delete_file"
     again = toolcat("reindex")
     assert "embedded 0, skipped 38" in again.stdout
+    # The toolcat process turns onnxruntime's telemetry store off (fsyncs at start and exit).
+    assert not (tmp_path / "cache" / "Microsoft").exists()
 
 
 def test_damaged_packaged_retriever_falls_back_to_bm25(
