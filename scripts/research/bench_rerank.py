@@ -248,6 +248,8 @@ def main() -> None:
         scores: dict[str, list[Any]] = {k: [] for k in runners}
         keys = list(runners)
         for i, (query, texts) in enumerate(work):
+            if i and i % 25 == 0:
+                print(f"{i} queries, load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
             for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
                 runner = runners[key]
                 c0, t0 = time.process_time(), time.perf_counter()
