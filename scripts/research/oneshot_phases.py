@@ -38,12 +38,18 @@ WRAPPER = """
 import sys, time
 ready, ready_cpu = time.time(), time.process_time()
 report, sys.argv = sys.argv[1], ["toolcat", *sys.argv[2:]]
-import runpy
+import os, runpy
+def done():
+    with open(report, "w") as f:
+        f.write(f"{ready} {time.time()} {ready_cpu} {time.process_time()}")
+def leave(code, _exit=os._exit):  # toolcat may leave at once, without finally blocks
+    done()
+    _exit(code)
+os._exit = leave
 try:
     runpy.run_module("toolcat", run_name="__main__", alter_sys=True)
 finally:
-    with open(report, "w") as f:
-        f.write(f"{ready} {time.time()} {ready_cpu} {time.process_time()}")
+    done()
 """
 
 

@@ -137,6 +137,9 @@ def test_reindex_and_hybrid_search_without_torch(tmp_path: Path) -> None:
     result = json.loads(found.stdout)
     assert (result["mode"], result.get("warnings", [])) == ("hybrid", [])
     assert result["hits"][0]["tool"]["id"] == "files.delete_file"
+    # The search process leaves at once (os._exit), after closing its catalog: SQLite
+    # removed its WAL files, and the output is whole.
+    assert not Path(db + "-wal").exists() and not Path(db + "-shm").exists()
     again = toolcat("reindex")
     assert "embedded 0, skipped 38" in again.stdout
     # The toolcat process turns onnxruntime's telemetry store off (fsyncs at start and exit).
