@@ -311,6 +311,11 @@ import gc, json, os, sys
 from toolcat import cli
 before = "numpy" in sys.modules
 sys.argv = ["toolcat", "--db", sys.argv[1], "search", "remove an old file", "--json"]
+left = []
+def leave(code):  # the process leaves at once after a search: seen here, not done
+    left.append(code)
+    raise SystemExit(code)
+os._exit = leave
 try:
     cli.main()
 except SystemExit:
@@ -318,7 +323,8 @@ except SystemExit:
 from toolcat.search import embeddings
 print(json.dumps({"numpy_before": before, "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
                   "frozen": gc.get_freeze_count(), "collecting": gc.isenabled(),
-                  "one_shot": embeddings._one_shot, "models": "toolcat.models" in sys.modules}))
+                  "one_shot": embeddings._one_shot, "models": "toolcat.models" in sys.modules,
+                  "left": left, "telemetry": os.environ.get("ORT_DISABLE_TELEMETRY")}))
 """
 
 
@@ -328,7 +334,7 @@ def test_a_one_shot_search_process_limits_blas_threads_and_freezes_its_objects(
 ) -> None:
     """The ``toolcat`` process of one search: OpenBLAS limited to one thread before numpy
     is imported (unless the user chose), no cycle collection during the search, what it
-    built frozen after it, collection on again."""
+    built frozen after it, collection on again; it leaves at once when done."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if preset is not None:
         env["OPENBLAS_NUM_THREADS"] = preset
@@ -341,6 +347,10 @@ def test_a_one_shot_search_process_limits_blas_threads_and_freezes_its_objects(
     assert state["collecting"] is True
     assert state["one_shot"] is True  # query encoding tuned for one search
     assert state["models"] is False  # plain data, no pydantic
+    # It leaves without finalising the interpreter and onnxruntime, which do nothing a
+    # search needs, and without onnxruntime's telemetry store.
+    assert state["left"] == [0]
+    assert state["telemetry"] == "1"
 
 
 def test_searching_through_cli_main_leaves_the_process_as_it_was(db: Path) -> None:

@@ -544,6 +544,12 @@ def search(
         if collecting:
             gc.freeze()
             gc.enable()
+    if _OWN_PROCESS:
+        # Nothing a search leaves needs finalising (its catalog is closed with the command's
+        # context): the process leaves at once instead of tearing down the interpreter and
+        # onnxruntime, ~10% of a one-shot search's CPU (docs/benchmarks.md "Cold one-shot
+        # search").
+        _LEAVE_AT_ONCE.append(True)
     hits, warnings = result["hits"], result["warnings"]
     for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -1408,6 +1414,13 @@ def main() -> None:
     out, unstoppable), the process leaves at once instead of waiting for it at exit."""
     global _OWN_PROCESS
     _OWN_PROCESS = True
+    # onnxruntime (1.32 here) records telemetry events in a SQLite store in the user's cache
+    # ($XDG_CACHE_HOME/Microsoft/DeveloperTools/.onnxruntime), with four fsyncs and a thread
+    # flushing it at exit: in a one-shot search, ~5 ms of CPU and tens of ms of wall time,
+    # more on a busy disk (docs/benchmarks.md "Cold one-shot search"). The toolcat process
+    # turns it off unless its user set the variable; a program that imports toolcat decides
+    # for itself.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
     from .importpath import prefer_current_directory
 
     prefer_current_directory()  # modules beside you are found, as `python -m` finds them

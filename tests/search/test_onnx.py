@@ -109,9 +109,12 @@ def test_queries_use_int8_when_switched_on(exported: Path, monkeypatch: pytest.M
     model = Embedder(DEFAULT_MODEL)
     assert model.query_encoder().graph == "int8"
     assert model.document_encoder().graph == "optimised"  # reindex stays fp32
-    # A one-shot search skips prepacking, which the int8 graph needs to be fast.
+    assert model.query_encoder().prepacked  # the int8 graph is always prepacked
+    # A one-shot search skips prepacking, which the int8 graph needs to be fast: it runs the
+    # fp32 graph unpacked.
     monkeypatch.setattr(embeddings, "_one_shot", True)
-    assert Embedder(DEFAULT_MODEL).query_encoder().graph == "optimised"
+    one_shot = Embedder(DEFAULT_MODEL).query_encoder()
+    assert (one_shot.graph, one_shot.prepacked) == ("optimised", False)
     monkeypatch.setattr(embeddings, "_one_shot", False)
     monkeypatch.setenv("TOOLCAT_ONNX_INT8", "0")
     assert Embedder(DEFAULT_MODEL).query_encoder().graph == "optimised"

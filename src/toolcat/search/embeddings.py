@@ -124,9 +124,10 @@ def int8_queries() -> bool:
 
 # Set by a process that answers one search and exits (``toolcat search``): its query encoder
 # skips weight prepacking, which costs more at start than it saves on one query, and so runs
-# the fp32 graph: unpacked, the int8 graph's blocks are expanded at every run (one query
-# 130-190 ms against 50-90 ms for fp32 unpacked, at load 6; session and first query
-# prepacked int8 272 ms against 258 ms for fp32 unpacked).
+# an export's fp32 graph: unpacked, the int8 graph's blocks are expanded at every run (one
+# query 130-190 ms against 50-90 ms for fp32 unpacked, at load 6; session and first query
+# prepacked int8 272 ms against 258 ms for fp32 unpacked). The packaged retriever has no
+# fp32 graph: its int8 graph is prepacked in a one-shot process too (``OnnxEncoder``).
 _one_shot = False
 
 

@@ -175,6 +175,7 @@ class Export:
     max_tokens: int
     saved: Path
     inputs: tuple[str, ...] = ()
+    int8: bool = False  # the graph itself is int8 (a packaged model quantised when trained)
 
     @property
     def digest(self) -> str:
@@ -196,7 +197,14 @@ def read_export(folder: Path) -> Export:
         sha = {str(k): str(v) for k, v in dict(meta["sha256"]).items()}
         model_id = str(meta["model_id"])
         key = hashlib.sha256(json.dumps(sha, sort_keys=True).encode()).hexdigest()[:16]
-        return Export(model_id, folder, sha, int(meta["max_seq_length"]), _slot(model_id, key))
+        return Export(
+            model_id,
+            folder,
+            sha,
+            int(meta["max_seq_length"]),
+            _slot(model_id, key),
+            int8=meta.get("quantization") == "int8",
+        )
     meta = json.loads((folder / "meta.json").read_text())
     return Export(
         str(meta["model"]),
@@ -515,12 +523,16 @@ class OnnxEncoder:
             thread-safe): a server's concurrent queries then use every core instead of
             queueing (2 callers: 86-89 against 52-58 queries/s on 2 cores). Batches, on a
             pool of every core, run one at a time.
-        prepack: Let onnxruntime repack the weights for its matrix kernels when the session
-            starts. Packing costs ~55 ms at start and halves each run (3.5 against 7.7 ms
-            per query): a one-shot process that encodes one query is faster without it.
+        prepack: Let onnxruntime repack the weights of an fp32 graph for its matrix kernels
+            when the session starts. Packing costs ~55 ms at start and halves each run (3.5
+            against 7.7 ms per query): a one-shot process that encodes one query is faster
+            without it. An int8 graph (the int8 query graph, or a packaged model that is
+            int8 itself) is always prepacked (``prepacked`` says whether this session is):
+            unpacked, its weight blocks are expanded at every run (the packaged retriever's
+            session and first query took 58 ms of CPU unpacked against 50 prepacked, the
+            query alone 25 against 3; docs/benchmarks.md "Cold one-shot search").
         int8: Run the int8 query graph when it is there and loads (``graph`` says which
-            graph runs: "int8", "optimised" or "exported"). Worth it with ``prepack`` only:
-            unpacked, its weight blocks are expanded at every run (slower than fp32).
+            graph runs: "int8", "optimised" or "exported").
     """
 
     def __init__(
@@ -533,7 +545,6 @@ class OnnxEncoder:
         concurrent: bool = False,
         cuda: bool = False,
     ) -> None:
-        import onnxruntime
         from tokenizers import Tokenizer
 
         self.export = export = as_export(source)
@@ -541,15 +552,7 @@ class OnnxEncoder:
         self.tokenizer = Tokenizer.from_file(str(export.folder / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=export.max_tokens)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.log_severity_level = 3
-        if not spinning:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        if not prepack:
-            options.add_session_config_entry("session.disable_prepacking", "1")
+        self._threads, self._spinning = threads, spinning
         self.graph = "exported"
         # On a GPU (onnxruntime's CUDA provider): the graph as shipped or exported (the saved
         # ones are optimised for the CPU), passes of many more tokens, and reindex hands it
@@ -557,9 +560,10 @@ class OnnxEncoder:
         self.device = "cuda" if cuda else "cpu"
         self.engine = "onnxruntime"
         self.batch_tokens = GPU_BATCH_TOKENS if cuda else BATCH_TOKENS
-        self.session: Any = self._cuda_session(export, options) if cuda else None
+        self.prepacked = prepack
+        self.session: Any = self._cuda_session(export) if cuda else None
         if self.session is None:
-            self.session = self._session(export, options, int8)
+            self.session = self._session(export, prepack or export.int8, int8)
         self.inputs: list[str] = list(export.inputs) or [i.name for i in self.session.get_inputs()]
         width = self.session.get_outputs()[0].shape[-1]
         self._dimension = width if isinstance(width, int) else None
@@ -567,14 +571,14 @@ class OnnxEncoder:
             contextlib.nullcontext() if concurrent else threading.Lock()
         )
 
-    def _cuda_session(self, export: Export, options: Any) -> Any:
+    def _cuda_session(self, export: Export) -> Any:
         """A session on onnxruntime's CUDA provider; raises when the graph's products do
         not run there (onnxruntime would otherwise place them on the CPU quietly)."""
         import onnxruntime
 
         session = onnxruntime.InferenceSession(
             str(export.folder / "model.onnx"),
-            options,
+            self._options(True, optimised=False),
             providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
         )
         if session.get_providers()[0] != "CUDAExecutionProvider":
@@ -582,7 +586,23 @@ class OnnxEncoder:
         self.graph = "cuda"
         return session
 
-    def _session(self, export: Export, options: Any, int8: bool) -> Any:
+    def _options(self, prepack: bool, optimised: bool) -> Any:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self._threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        if not self._spinning:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if not prepack:
+            options.add_session_config_entry("session.disable_prepacking", "1")
+        if optimised:
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        return options
+
+    def _session(self, export: Export, prepack: bool, int8: bool) -> Any:
         """A session on the int8 graph (when asked) or the optimised graph for this
         onnxruntime, the first that matches its digests and loads, else on the exported
         graph (a damaged saved graph only costs time, or int8's speed)."""
@@ -591,7 +611,6 @@ class OnnxEncoder:
         version = onnxruntime.__version__
         saved = [("int8", int8_dir(export.saved, version))] if int8 else []
         saved.append(("optimised", fast_dir(export.saved, version)))
-        level = options.graph_optimization_level
         for name, where in saved:
             if not (where / FAST_GRAPH).exists():
                 continue
@@ -599,19 +618,22 @@ class OnnxEncoder:
                 check_digests(where, json.loads((where / SAVED_DIGESTS).read_text()))
             except (OSError, ValueError, TypeError, AttributeError, ExportMismatch):
                 continue
-            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+            packed = prepack or name == "int8"
             try:
                 session = onnxruntime.InferenceSession(
-                    str(where / FAST_GRAPH), options, providers=["CPUExecutionProvider"]
+                    str(where / FAST_GRAPH),
+                    self._options(packed, optimised=True),
+                    providers=["CPUExecutionProvider"],
                 )
             except Exception:
                 continue
-            finally:
-                options.graph_optimization_level = level
-            self.graph = name
+            self.graph, self.prepacked = name, packed
             return session
+        self.prepacked = prepack
         return onnxruntime.InferenceSession(
-            str(export.folder / "model.onnx"), options, providers=["CPUExecutionProvider"]
+            str(export.folder / "model.onnx"),
+            self._options(prepack, optimised=False),
+            providers=["CPUExecutionProvider"],
         )
 
     @property
