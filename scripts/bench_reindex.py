@@ -121,7 +121,111 @@ def child_peer(texts_file: str, batch_size: int, vectors_file: str) -> dict[str,
     }
 
 
-CHILDREN = {"build": child_build, "reindex": child_reindex, "peer": child_peer}
+def child_build_large(db: str, size: int, changed: int, seed: int) -> dict[str, Any]:
+    """A catalog of ``size`` tools made with plain SQL inserts (not ``register``: minutes
+    instead of an hour at 1M), every tool with a vector except ``changed`` spread evenly
+    through it, as after their text changed. The definitions are the generator's real
+    tools, each made distinct by its name; the vectors of the unchanged ones are random
+    bytes (only their presence matters here). Schema and counts as ``register`` leaves
+    them (the toolkits are activated by an UPDATE, so the kept counts' triggers run)."""
+    import hashlib
+
+    from toolcat import Catalog, Tool
+    from toolcat.models import canonical_json
+    from toolcat.search.embeddings import RETRIEVER, embedder
+
+    manifests, _ = workload(min(size, 8000), seed)
+    pool = [
+        Tool.model_validate(t).model_dump(mode="json", exclude_none=True)
+        for m in manifests
+        for t in m["tools"]
+    ]
+    per_kit = 400
+    step = max(1, size // max(changed, 1))
+    started = time.perf_counter()
+    with Catalog(db) as catalog:
+        conn = catalog._conn
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO toolkits (id, name, version, content_hash, active, registered_at, "
+            "defer_loading) VALUES (?, ?, '1.0.0', ?, 0, '2026-11-26T00:00:00+00:00', 1)",
+            [(k + 1, f"kit{k}", f"{k:064x}") for k in range(-(-size // per_kit))],
+        )
+
+        def rows() -> Any:
+            for i in range(size):
+                definition = {**pool[i % len(pool)]}
+                definition["name"] = f"{definition['name'][:40]}_{i}"
+                text = canonical_json(definition)
+                yield (
+                    i + 1,
+                    i // per_kit + 1,
+                    f"kit{i // per_kit}",
+                    definition["name"],
+                    1,
+                    "[]",
+                    text,
+                    hashlib.sha256(text.encode()).hexdigest(),
+                )
+
+        conn.executemany(
+            "INSERT INTO tools (id, toolkit_id, toolkit, name, defer_loading, tags, definition, "
+            "content_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows(),
+        )
+        conn.execute("UPDATE toolkits SET active = 1")
+        producer = embedder(RETRIEVER).producer()
+        conn.execute(
+            "INSERT INTO embeddings (content_hash, model, vector) SELECT content_hash, ?, "
+            "randomblob(1536) FROM tools WHERE id % ? != 0",
+            (RETRIEVER, step),
+        )
+        conn.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            [
+                ("embedding_model", RETRIEVER),
+                ("embedding_dim", 384),
+                ("embedding_producer", f"{RETRIEVER} {producer}"),
+            ],
+        )
+        conn.execute("COMMIT")
+    missing = size - sum(1 for i in range(1, size + 1) if i % step != 0)
+    return {"tools": size, "changed": missing, "build_s": round(time.perf_counter() - started, 1)}
+
+
+def child_incremental(db: str) -> dict[str, Any]:
+    """Finding what needs vectors (the reader's query alone), then a whole reindex."""
+    import sqlite3 as sqlite
+
+    from toolcat import Catalog
+    from toolcat.search.embeddings import RETRIEVER
+    from toolcat.store import reader
+
+    with sqlite.connect(db) as conn:
+        started, cpu = time.perf_counter(), time.process_time()
+        stale = reader.stale_vectors(conn, RETRIEVER)
+        find = (time.perf_counter() - started, time.process_time() - cpu)
+    with Catalog(db) as catalog:
+        started, cpu = time.perf_counter(), _cpu()
+        report = catalog.reindex()
+        whole = (time.perf_counter() - started, _cpu() - cpu)
+    return {
+        "stale": len(stale),
+        "find_s": round(find[0], 3),
+        "find_cpu_s": round(find[1], 3),
+        "embedded": report.embedded,
+        "reindex_s": round(whole[0], 2),
+        "reindex_cpu_s": round(whole[1], 2),
+    }
+
+
+CHILDREN = {
+    "build": child_build,
+    "reindex": child_reindex,
+    "peer": child_peer,
+    "build_large": child_build_large,
+    "incremental": child_incremental,
+}
 
 
 def in_child(kind: str, src: Path, *args: Any, workers: str = "") -> dict[str, Any]:
@@ -177,14 +281,18 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
         manifests, texts = workload(args.tools, args.seed)
         (work / "manifests.json").write_text(json.dumps(manifests))
         (work / "texts.json").write_text(json.dumps(texts))
-        sources = [Path(s).resolve() for s in args.src] or [ROOT / "src"]
+        # --src PATH or PATH:WORKERS (TOOLCAT_REINDEX_WORKERS for that variant)
+        variants = [
+            (Path(s.split(":")[0]).resolve(), s.split(":")[1] if ":" in s else "")
+            for s in args.src or [str(ROOT / "src")]
+        ]
+        sources = list(dict.fromkeys(src for src, _ in variants))
         templates = {}
         for i, src in enumerate(sources):
             templates[src] = work / f"template-{i}.db"
             in_child("build", src, templates[src], work / "manifests.json")
         runs: dict[str, list[dict[str, Any]]] = {"peer": []}
         agreement: dict[str, float] = {}
-        variants = [(src, w) for src in sources for w in (args.workers or [""])]
         for round_ in range(args.rounds):
             for src, workers in variants:
                 name = f"{src}" + (f" workers={workers}" if workers else "")
@@ -208,12 +316,6 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
                         )
                     mine = stored_vectors(db, tool_keys(manifests))
                     agreement[name] = round(float((mine * np.load(peer_file)).sum(axis=1).min()), 6)
-            if round_:
-                runs["peer"].append(
-                    in_child(
-                        "peer", ROOT / "src", work / "texts.json", args.batch_size, work / "p.npy"
-                    )
-                )
         summary: dict[str, Any] = {}
         peer_rate = statistics.median(r["tools_per_s"] for r in runs["peer"])
         peer_cpu = statistics.median(r["cpu_s"] for r in runs["peer"])
@@ -234,19 +336,46 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def bench_incremental(args: argparse.Namespace) -> dict[str, Any]:
+    """A catalog of ``--stale-at`` tools, ``--changed`` of them without a vector: the
+    reader's query and a whole reindex, once per ``--src`` (a copy each)."""
+    work = Path(tempfile.mkdtemp(prefix="bench-incremental-", dir=args.workdir))
+    try:
+        sources = [Path(s.split(":")[0]).resolve() for s in args.src] or [ROOT / "src"]
+        template = work / "large.db"
+        built = in_child(
+            "build_large", sources[0], template, args.stale_at, args.changed, args.seed
+        )
+        result: dict[str, Any] = {"build": built}
+        for src in sources:
+            db = work / "run.db"
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{db}{suffix}").unlink(missing_ok=True)
+            shutil.copy(template, db)
+            result[str(src)] = in_child("incremental", src, db)
+        return result
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=20261125)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--src", action="append", default=[], help="toolcat sources to measure")
     parser.add_argument(
-        "--workers",
+        "--src",
         action="append",
         default=[],
-        help="TOOLCAT_REINDEX_WORKERS for a variant (0: one session on onnxruntime's threads)",
+        help="toolcat sources to measure, PATH or PATH:WORKERS (TOOLCAT_REINDEX_WORKERS; "
+        "0: one session on onnxruntime's threads); repeat to alternate them",
     )
+    parser.add_argument(
+        "--stale-at", type=int, help="measure an incremental reindex in a catalog this big"
+    )
+    parser.add_argument("--changed", type=int, default=1000, help="tools without a vector")
+    parser.add_argument("--workdir", help="where the large catalog is built (needs ~4 GB at 1M)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -254,6 +383,9 @@ def main() -> None:
         kind, *rest = args.child
         converted = [int(x) if x.isdigit() else x for x in rest]
         print(json.dumps(CHILDREN[kind](*converted)))
+        return
+    if args.stale_at:
+        print(json.dumps(bench_incremental(args), indent=2))
         return
     result = bench_reindex(args)
     if args.json:

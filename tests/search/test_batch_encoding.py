@@ -44,7 +44,7 @@ def test_workers_store_what_one_process_makes_in_order(
     with Catalog(pooled) as catalog:
         report = catalog.reindex(batch_size=8, progress=lambda d, t: seen.append((d, t)))
     assert report.embedded == 38
-    assert seen == [(8, 38), (16, 38), (24, 38), (32, 38), (38, 38)]
+    assert seen == [(8, 38), (14, 38), (22, 38), (30, 38), (38, 38)]  # last batch: 6
     one, many = vectors(alone), vectors(pooled)
     assert one.keys() == many.keys() and len(one) == 38
     for key, blob in one.items():
@@ -179,3 +179,11 @@ def test_ctrl_c_stops_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert len(pids) == 2
     for pid in pids:  # stopped and reaped: gone from the process table
         assert not Path(f"/proc/{pid}").exists()
+
+
+def test_batches_run_shortest_and_longest_in_turn() -> None:
+    from toolcat.search.reindex import _spread
+
+    batches = [[str(i)] for i in range(5)]
+    assert _spread(batches) == [["0"], ["4"], ["1"], ["3"], ["2"]]
+    assert _spread([]) == [] and _spread([["a"]]) == [["a"]]

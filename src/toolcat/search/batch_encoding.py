@@ -42,7 +42,7 @@ Batch = tuple[Sequence[str], Sequence[str]]  # (keys, texts)
 
 # Fewer texts than this are encoded in process: starting workers (a second or two each:
 # onnxruntime's import and session) costs more than they save.
-POOL_MIN_TEXTS = 1024
+POOL_MIN_TEXTS = 256
 # Batches handed to the pool ahead of the one being stored, per worker.
 AHEAD_PER_WORKER = 2
 # How far a stored vector's length may be from 1.
