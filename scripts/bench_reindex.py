@@ -63,7 +63,6 @@ def child_build(db: str, manifests: str) -> dict[str, Any]:
 def child_reindex(db: str, batch_size: int) -> dict[str, Any]:
     from toolcat import Catalog
 
-    lines: list[str] = []
     with Catalog(db) as catalog:
         started, cpu = time.perf_counter(), _cpu()
         report = catalog.reindex(batch_size=batch_size)
@@ -75,7 +74,6 @@ def child_reindex(db: str, batch_size: int) -> dict[str, Any]:
         "tools_per_s": round(report.embedded / wall, 1),
         "reported_tools_per_s": report.tools_per_second,
         "export_s": report.export_seconds,
-        "lines": lines,
     }
 
 
@@ -256,8 +254,16 @@ def workload(size: int, seed: int) -> tuple[list[dict[str, Any]], list[str]]:
     return manifests, texts
 
 
-def tool_keys(manifests: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    return [(data["toolkit"], tool["name"]) for data in manifests for tool in data["tools"]]
+def stored_texts(db: Path) -> tuple[list[tuple[str, str]], list[str]]:
+    """(toolkit, name) and embedding text of each tool of a catalog, in id order."""
+    from toolcat import Tool
+    from toolcat.search.embeddings import embedding_text
+
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT toolkit, name, definition FROM tools ORDER BY id").fetchall()
+    keys = [(kit, name) for kit, name, _ in rows]
+    texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, _, d in rows]
+    return keys, texts
 
 
 def stored_vectors(db: Path, keys: list[tuple[str, str]]) -> Any:
@@ -278,9 +284,8 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
 
     work = Path(tempfile.mkdtemp(prefix="bench-reindex-"))
     try:
-        manifests, texts = workload(args.tools, args.seed)
+        manifests, _ = workload(args.tools, args.seed)
         (work / "manifests.json").write_text(json.dumps(manifests))
-        (work / "texts.json").write_text(json.dumps(texts))
         # --src PATH or PATH:WORKERS (TOOLCAT_REINDEX_WORKERS for that variant)
         variants = [
             (Path(s.split(":")[0]).resolve(), s.split(":")[1] if ":" in s else "")
@@ -291,6 +296,10 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
         for i, src in enumerate(sources):
             templates[src] = work / f"template-{i}.db"
             in_child("build", src, templates[src], work / "manifests.json")
+        # The texts reindex reads: made from the stored definitions (canonical JSON, so a
+        # schema's properties in sorted order), not from the manifests.
+        keys, texts = stored_texts(templates[sources[0]])
+        (work / "texts.json").write_text(json.dumps(texts))
         runs: dict[str, list[dict[str, Any]]] = {"peer": []}
         agreement: dict[str, float] = {}
         for round_ in range(args.rounds):
@@ -314,7 +323,7 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
                                 peer_file,
                             )
                         )
-                    mine = stored_vectors(db, tool_keys(manifests))
+                    mine = stored_vectors(db, keys)
                     agreement[name] = round(float((mine * np.load(peer_file)).sum(axis=1).min()), 6)
         summary: dict[str, Any] = {}
         peer_rate = statistics.median(r["tools_per_s"] for r in runs["peer"])
