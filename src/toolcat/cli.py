@@ -832,6 +832,48 @@ def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
         ctx.exit(ImportFailedError.exit_code)
 
 
+def progress_line(done: int, total: int, rate: float | None) -> str:
+    """``embedded DONE/TOTAL (N tools/s, ETA H:MM:SS)``; the rate and ETA once known."""
+    line = f"embedded {done}/{total}"
+    if not rate or rate <= 0:
+        return line
+    left = round((total - done) / rate)
+    return f"{line} ({rate:.0f} tools/s, ETA {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d})"
+
+
+class ReindexProgress:
+    """Reindex's progress on stderr: on a terminal one line rewritten in place (at most
+    every half second), else a line every 2 seconds; always the last one."""
+
+    def __init__(self, terminal: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.terminal = terminal
+        self.clock = clock
+        self.first: tuple[int, float] | None = None
+        self.shown = -1.0
+        self.pending = False
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if self.first is None:  # rates count from the first stored batch on
+            self.first = (done, now)
+        if done < total and now - self.shown < (0.5 if self.terminal else 2.0):
+            return
+        self.shown = now
+        first_done, first_at = self.first
+        rate = (done - first_done) / (now - first_at) if now > first_at else None
+        line = progress_line(done, total, rate)
+        if self.terminal:
+            click.echo(f"\r{line}\x1b[K", nl=False, err=True, color=True)
+            self.pending = True
+        else:
+            click.echo(line, err=True)
+
+    def finish(self) -> None:
+        if self.pending:
+            click.echo("", err=True)
+            self.pending = False
+
+
 @cli.command()
 @click.option(
     "--model",
@@ -850,31 +892,7 @@ def reindex(
     Safe to interrupt: every batch is committed, and the next run resumes.
     """
     catalog = open_catalog(ctx)
-    show_bar = sys.stderr.isatty() and not as_json
-    bar: Any = None
-    last_line = [0.0]
-    first: dict[str, tuple[int, float]] = {}
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if show_bar:
-            if bar is None:
-                bar = click.progressbar(
-                    length=total, label="embedding", show_eta=True, show_pos=True, file=sys.stderr
-                )
-                bar.__enter__()
-            bar.update(done - bar.pos)
-        elif time.monotonic() - last_line[0] >= 2 or done == total:
-            last_line[0] = time.monotonic()
-            # from the first batch on: the ONNX export before it is not embedding
-            first_done, first_at = first.setdefault("batch", (done, time.monotonic()))
-            rate = (done - first_done) / max(time.monotonic() - first_at, 1e-9)
-            eta = (total - done) / rate if rate else 0
-            click.echo(
-                f"embedded {done}/{total}"
-                + (f" ({rate:.0f} tools/s, eta {eta:.0f} s)" if rate else ""),
-                err=True,
-            )
+    progress = ReindexProgress(sys.stderr.isatty() and not as_json)
 
     def stage(line: str) -> None:
         click.echo(f"{line}...", err=True)
@@ -884,8 +902,7 @@ def reindex(
             model=model, batch_size=batch_size, full=full, progress=progress, stage=stage
         )
     finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
+        progress.finish()
     if as_json:
         emit_json(report.model_dump())
         return

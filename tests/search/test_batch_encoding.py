@@ -1,0 +1,189 @@
+"""Reindex on every core: worker processes encode, the parent checks and stores in order."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from toolcat import Catalog
+from toolcat.errors import EmbeddingError
+from toolcat.search import batch_encoding
+from toolcat.search.embeddings import RETRIEVER, embedder
+
+pytest.importorskip("onnxruntime")
+
+
+def vectors(path: Path) -> dict[str, bytes]:
+    with sqlite3.connect(path) as conn:
+        return dict(conn.execute("SELECT content_hash, vector FROM embeddings").fetchall())
+
+
+def registered(path: Path) -> Path:
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    return path
+
+
+def test_workers_store_what_one_process_makes_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    np = pytest.importorskip("numpy")
+    alone, pooled = registered(tmp_path / "alone.db"), registered(tmp_path / "pooled.db")
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "0")
+    with Catalog(alone) as catalog:
+        catalog.reindex(batch_size=8)
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    seen: list[tuple[int, int]] = []
+    with Catalog(pooled) as catalog:
+        report = catalog.reindex(batch_size=8, progress=lambda d, t: seen.append((d, t)))
+    assert report.embedded == 38
+    assert seen == [(8, 38), (14, 38), (22, 38), (30, 38), (38, 38)]  # last batch: 6
+    one, many = vectors(alone), vectors(pooled)
+    assert one.keys() == many.keys() and len(one) == 38
+    for key, blob in one.items():
+        assert np.abs(np.frombuffer(blob, "<f4") - np.frombuffer(many[key], "<f4")).max() < 1e-5
+
+
+def test_small_jobs_stay_in_process_and_the_setting_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TOOLCAT_REINDEX_WORKERS", raising=False)
+    assert batch_encoding.workers_wanted(batch_encoding.POOL_MIN_TEXTS - 1) == 0
+    assert batch_encoding.workers_wanted(10**6) == (
+        batch_encoding.cores() if batch_encoding.cores() > 1 else 0
+    )
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "lots")
+    with pytest.raises(EmbeddingError, match="TOOLCAT_REINDEX_WORKERS must be a whole number"):
+        batch_encoding.workers_wanted(10)
+
+
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    fast = embedder(RETRIEVER).document_encoder()
+    assert fast is not None
+    started = batch_encoding.WorkerPool(fast.export, 1, fast.dimension)
+    yield started
+    started.close()
+
+
+def answer(pool: Any, header: dict[str, Any], payload: bytes) -> Any:
+    """Feed ``pool`` a worker answer through a real pipe, as a worker would write it."""
+    read, write = os.pipe()
+    os.write(write, json.dumps(header).encode() + b"\n" + payload)
+    os.close(write)
+    real = pool._workers[0]
+    fake = type(
+        "Worker",
+        (),
+        {"stdout": os.fdopen(read, "rb"), "returncode": None, "wait": lambda self, timeout: 0},
+    )()
+    pool._workers[0] = fake
+    try:
+        return pool._answer(0, ["a", "b"])
+    finally:
+        fake.stdout.close()
+        pool._workers[0] = real
+
+
+def children() -> set[int]:
+    """This process's child processes."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            found.add(int(stat.parent.name))
+    return found
+
+
+def unit(rows: int, width: int = 384) -> bytes:
+    np = pytest.importorskip("numpy")
+    matrix = np.ones((rows, width), dtype="<f4") / np.sqrt(width)
+    return bytes(matrix.astype("<f4").tobytes())
+
+
+@pytest.mark.parametrize(
+    ("header", "payload", "said"),
+    [
+        ({"keys": ["a", "c"]}, unit(2), "for other tools"),
+        ({"digest": "0" * 16}, unit(2), "another graph"),
+        ({"rows": 3}, unit(3), "3x384 vectors for 2 texts"),
+        ({"width": 128}, unit(2, 128), "2x128 vectors"),
+        ({}, b"\x00\x00\xc0\x7f" * 768, "not finite"),
+        ({}, b"\x00\x00\x80\x3f" * 768, "not of unit length"),
+        ({"rows": "two"}, unit(2), "unreadable header"),
+    ],
+    ids=["keys", "graph", "count", "width", "nan", "length", "header"],
+)
+def test_a_worker_answer_is_checked_before_it_is_stored(
+    pool: Any, header: dict[str, Any], payload: bytes, said: str
+) -> None:
+    good = {"keys": ["a", "b"], "digest": pool.export.digest, "rows": 2, "width": 384}
+    assert answer(pool, good, unit(2)).shape == (2, 384)
+    with pytest.raises(EmbeddingError, match=said) as caught:
+        answer(pool, {**good, **header}, payload)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_torn_answer_is_a_one_line_failure(pool: Any) -> None:
+    good = {"keys": ["a", "b"], "digest": pool.export.digest, "rows": 2, "width": 384}
+    with pytest.raises(EmbeddingError, match="stopped mid-answer"):
+        answer(pool, good, unit(2)[:1000])
+
+
+def test_a_killed_worker_keeps_what_was_stored_and_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = registered(tmp_path / "catalog.db")
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    stored: list[int] = []
+    before = children()
+
+    def kill_workers(done: int, total: int) -> None:
+        if not stored:
+            for pid in children() - before:  # the workers
+                os.kill(pid, signal.SIGKILL)
+        stored.append(done)
+
+    with Catalog(path) as catalog:
+        with pytest.raises(EmbeddingError, match="a reindex worker failed") as caught:
+            catalog.reindex(batch_size=4, progress=kill_workers)
+        assert "\n" not in str(caught.value) and "run `toolcat reindex` again" in str(caught.value)
+        assert catalog.status()["coverage"]["embedding"]["indexed"] == stored[-1] < 38
+        assert catalog.reindex().embedded == 38 - stored[-1]
+
+
+def test_ctrl_c_stops_the_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = registered(tmp_path / "catalog.db")
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    pids: set[int] = set()
+    before = children()
+
+    def interrupt(done: int, total: int) -> None:
+        pids.update(children() - before)
+        raise KeyboardInterrupt
+
+    with Catalog(path) as catalog:
+        with pytest.raises(KeyboardInterrupt):
+            catalog.reindex(batch_size=4, progress=interrupt)
+        assert catalog.status()["coverage"]["embedding"]["indexed"] == 4
+    assert len(pids) == 2
+    for pid in pids:  # stopped and reaped: gone from the process table
+        assert not Path(f"/proc/{pid}").exists()
+
+
+def test_batches_run_shortest_and_longest_in_turn() -> None:
+    from toolcat.search.reindex import _spread
+
+    batches = [[str(i)] for i in range(5)]
+    assert _spread(batches) == [["0"], ["4"], ["1"], ["3"], ["2"]]
+    assert _spread([]) == [] and _spread([["a"]]) == [["a"]]
