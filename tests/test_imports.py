@@ -24,6 +24,7 @@ HEAVY = [
     "httpx",
     "onnxruntime",
     "tokenizers",
+    "voyager",
     "toolcat.search.reindex",
     "asyncio",
     "toolcat.runtime.call",
