@@ -59,7 +59,7 @@ def vectors(folder: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
     big = sorted(folder.glob("vectors-*.npy"), key=lambda p: int(p.stem.split("-")[1]))
     path = next(p for p in big if int(p.stem.split("-")[1]) >= size)
     data = np.load(path, mmap_mode="r")[:size]
-    return np.ascontiguousarray(data, dtype=np.float32), np.load(folder / "queries.npy")
+    return np.array(data, dtype=np.float32), np.load(folder / "queries.npy")  # not a memmap
 
 
 def exact(folder: Path, size: int) -> np.ndarray:
