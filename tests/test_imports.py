@@ -24,7 +24,7 @@ HEAVY = [
     "httpx",
     "onnxruntime",
     "tokenizers",
-    "voyager",
+    "faiss",
     "toolcat.search.reindex",
     "asyncio",
     "toolcat.runtime.call",

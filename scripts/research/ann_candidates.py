@@ -34,7 +34,7 @@ import numpy as np
 
 M = 16  # graph degree, the same for every HNSW candidate
 EF_CONSTRUCTION = 128
-EFS = (32, 64, 128, 256)
+EFS = (64, 128, 256)
 K = 10
 
 CANDIDATES = (
@@ -42,6 +42,7 @@ CANDIDATES = (
     "voyager-float32",
     "hnswlib",
     "faiss-hnsw",
+    "faiss-hnswsq8",
     "usearch-i8",
     "usearch-f16",
 )
@@ -103,11 +104,17 @@ def build(name: str, data: np.ndarray, threads: int) -> Any:
         )
         index.add(ids, data, threads=threads)
         return index
-    if name == "faiss-hnsw":
+    if name.startswith("faiss"):
         import faiss
 
         faiss.omp_set_num_threads(threads)
-        index = faiss.IndexHNSWFlat(dim, M, faiss.METRIC_INNER_PRODUCT)
+        if name == "faiss-hnswsq8":  # 8-bit scalar quantiser, ranges trained per dimension
+            index = faiss.IndexHNSWSQ(
+                dim, faiss.ScalarQuantizer.QT_8bit, M, faiss.METRIC_INNER_PRODUCT
+            )
+            index.train(data)
+        else:
+            index = faiss.IndexHNSWFlat(dim, M, faiss.METRIC_INNER_PRODUCT)
         index.hnsw.efConstruction = EF_CONSTRUCTION
         index.add(data)
         return index
@@ -131,7 +138,7 @@ def build(name: str, data: np.ndarray, threads: int) -> Any:
 
 
 def save(name: str, index: Any, path: str) -> None:
-    if name == "faiss-hnsw":
+    if name.startswith("faiss"):
         import faiss
 
         faiss.write_index(index, path)
@@ -153,7 +160,7 @@ def load(name: str, path: str, n: int, dim: int) -> Any:
         from usearch.index import Index
 
         return Index.restore(path)
-    if name == "faiss-hnsw":
+    if name.startswith("faiss"):
         import faiss
 
         faiss.omp_set_num_threads(1)
@@ -180,7 +187,7 @@ def searcher(name: str, index: Any) -> Any:
             return index.search(q, K, threads=1).keys
 
         return ask
-    if name == "faiss-hnsw":
+    if name.startswith("faiss"):
 
         def ask(q: np.ndarray, ef: int) -> np.ndarray:
             index.hnsw.efSearch = ef
@@ -215,9 +222,9 @@ def child_build(name: str, folder: Path, size: int, threads: int, path: str) -> 
     }
 
 
-def child_query(name: str, folder: Path, size: int, path: str) -> dict[str, Any]:
-    queries = np.load(folder / "queries.npy")
-    truth = exact(folder, size)
+def child_query(name: str, folder: Path, size: int, path: str, count: int) -> dict[str, Any]:
+    queries = np.load(folder / "queries.npy")[:count]
+    truth = exact(folder, size)[:count]
     before = rss_mb()
     t0 = time.perf_counter()
     index = load(name, path, size, queries.shape[1])
@@ -264,6 +271,7 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--size", type=int, default=100_000)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--queries", type=int, default=1000, help="queries asked (of 1,000)")
     parser.add_argument("--only", nargs="*", default=list(CANDIDATES))
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--path", help=argparse.SUPPRESS)
@@ -273,7 +281,7 @@ def main() -> None:
         if kind == "build":
             result = child_build(name, args.folder, args.size, args.threads, args.path)
         elif kind == "query":
-            result = child_query(name, args.folder, args.size, args.path)
+            result = child_query(name, args.folder, args.size, args.path, args.queries)
         else:
             result = exact_scan_figures(args.folder, args.size)
         print(json.dumps(result))
@@ -282,7 +290,8 @@ def main() -> None:
 
     def child(kind: str, name: str, path: str) -> dict[str, Any]:
         command = [sys.executable, __file__, str(args.folder), "--size", str(args.size)]
-        command += ["--threads", str(args.threads), "--child", kind, name, "--path", path]
+        command += ["--threads", str(args.threads), "--queries", str(args.queries)]
+        command += ["--child", kind, name, "--path", path]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode:
             return {"error": done.stderr.strip().splitlines()[-1:]}
