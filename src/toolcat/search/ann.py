@@ -36,11 +36,12 @@ STAMP = "index.json"
 # From this many tool vectors on, a long-lived process serves the embedding side from the
 # graph once it is ready (the exact scan's CPU per query at 100k: docs/benchmarks.md).
 ANN_FROM = 100_000
-# The graph's degree and its search widths at build and at query time; with these the recall
-# of the top 10 against the exact scan is >= 0.98 on 1M realistic vectors (benchmarks.md).
+# The graph's degree and its search widths at build and at query time (efSearch): with the
+# candidates rescored exactly, recall@10 against the exact scan at 100k realistic vectors was
+# 0.974 at 256, 0.987 at 512 and 0.992 at 1024 (docs/benchmarks.md, "Hybrid at 1M").
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = 256
+EXPANSION_SEARCH = 1024
 # Candidates asked of the graph per result wanted (rescored exactly), and at least this many.
 OVERSAMPLE = 2
 MIN_CANDIDATES = 100
