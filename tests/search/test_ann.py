@@ -295,3 +295,18 @@ def test_without_the_library_the_exact_scan_serves(
     assert not ann.folder(str(db)).exists()
     monkeypatch.setattr(ann, "ANN_FROM", 10**9)
     assert found == exact(db, queries[:5])
+
+
+def test_above_the_measured_size_the_exact_scan_serves(
+    db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ann.ANN_UP_TO: past the largest size where recall@10 >= 0.98 was measured, no graph."""
+    queries = indexed[1]
+    monkeypatch.setattr(ann, "ANN_UP_TO", TOOLS - 1)
+    with Catalog(db) as catalog:
+        found = answers(catalog, queries[:5])
+        catalog._search.vectors.wait_graph()
+        assert catalog._search.vectors.graph is None
+    assert not ann.folder(str(db)).exists()
+    monkeypatch.setattr(ann, "ANN_FROM", 10**9)
+    assert found == exact(db, queries[:5])

@@ -36,6 +36,12 @@ STAMP = "index.json"
 # From this many tool vectors on, a long-lived process serves the embedding side from the
 # graph once it is ready (the exact scan's CPU per query at 100k: docs/benchmarks.md).
 ANN_FROM = 100_000
+# ... and up to this many: the largest size at which the graph below was measured to keep
+# recall@10 >= 0.98 against the exact scan (the issue's condition for serving from it at all:
+# 0.992 at 100k). At 1M rows it found 0.900 at efSearch 1024 (docs/benchmarks.md, "Hybrid at
+# 1M"), so larger catalogs keep the exact scan until a denser graph is measured there; raise
+# this with that measurement.
+ANN_UP_TO = 100_000
 # The graph's degree and its search widths at build and at query time (efSearch): with the
 # candidates rescored exactly, recall@10 against the exact scan at 100k realistic vectors was
 # 0.974 at 256, 0.987 at 512 and 0.992 at 1024 (docs/benchmarks.md, "Hybrid at 1M").

@@ -623,7 +623,9 @@ class VectorIndex:
         """Load or build the ANN graph of the current vectors on a background thread, when
         the catalog is large enough and the library installed; a build already running takes
         up the new vectors when it ends."""
-        if _one_shot or self.tool_rows < ann.ANN_FROM or not ann.installed():
+        if _one_shot or not ann.ANN_FROM <= self.tool_rows <= ann.ANN_UP_TO:
+            return
+        if not ann.installed():
             return
         with self._graph_lock:
             if self._graph_builder is not None:
