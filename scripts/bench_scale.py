@@ -151,8 +151,13 @@ def _context_param(tool: dict[str, Any], taken: dict[str, Any]) -> tuple[str, An
     return None
 
 
-def generate(size: int, seed: int = SEED) -> Iterator[dict[str, Any]]:
-    """Toolkit manifests (dicts) holding ``size`` tools in all; deterministic for a seed."""
+def generate(
+    size: int, seed: int = SEED, origins: list[tuple[int, int, int, int]] | None = None
+) -> Iterator[dict[str, Any]]:
+    """Toolkit manifests (dicts) holding ``size`` tools in all; deterministic for a seed.
+    ``origins``, when given, gets each generated tool's (base toolkit, tool in it, context
+    toolkit, tool in it), indexes into ``real_toolkits()``, in the order the tools are made
+    (scripts/research/ann_candidates.py builds their vectors from the real tools')."""
     kits = real_toolkits()
     by_source: dict[str, list[int]] = {}
     for i, kit in enumerate(kits):
@@ -164,7 +169,8 @@ def generate(size: int, seed: int = SEED) -> Iterator[dict[str, Any]]:
     while made < size:
         count = min(size - made, max(10, min(400, round(rng.lognormvariate(math.log(60), 0.8)))))
         base_i = rng.randrange(len(kits))
-        context = kits[rng.randrange(len(kits))]
+        context_i = rng.randrange(len(kits))
+        context = kits[context_i]
         base = kits[base_i]
         name = f"{slug(base['name'])}-{slug(context['name'], 16)}"
         names[name] = names.get(name, 0) + 1
@@ -177,10 +183,12 @@ def generate(size: int, seed: int = SEED) -> Iterator[dict[str, Any]]:
         used: set[str] = set()
         lap = 0
         while len(tools) < count:
-            for tool in kits[siblings[at % len(siblings)]]["tools"]:
+            kit_i = siblings[at % len(siblings)]
+            for tool_i, tool in enumerate(kits[kit_i]["tools"]):
                 if len(tools) == count:
                     break
-                other = context["tools"][rng.randrange(len(context["tools"]))]
+                other_i = rng.randrange(len(context["tools"]))
+                other = context["tools"][other_i]
                 tool_name = tool["name"] if tool["name"] not in used else f"{tool['name']}_{lap}"
                 if tool_name in used:
                     continue
@@ -199,6 +207,8 @@ def generate(size: int, seed: int = SEED) -> Iterator[dict[str, Any]]:
                         "tags": [*tool["tags"], rng.choice(TIERS)],
                     }
                 )
+                if origins is not None:
+                    origins.append((kit_i, tool_i, context_i, other_i))
             at += 1
             lap += 1
         yield {

@@ -24,6 +24,7 @@ HEAVY = [
     "httpx",
     "onnxruntime",
     "tokenizers",
+    "faiss",
     "toolcat.search.reindex",
     "asyncio",
     "toolcat.runtime.call",

@@ -16,6 +16,7 @@ reindex after the export changed re-embeds everything.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
-from . import device, onnx_encoder
+from . import ann, device, onnx_encoder
 from .documents import schema_texts
 from .tokenize import split_words
 
@@ -539,18 +540,34 @@ class VectorIndex:
         # allowed row ids -> which of ``ids_in_order`` (else ``ids``) they are, per matrix:
         # a scoped caller asks with the same filters again and again.
         self._masks: dict[frozenset[int], np.ndarray] = {}
+        # Large catalogs (search/ann.py): the ANN graph of this key's tool rows once a
+        # background thread has loaded or built it (None until then: the exact scan answers),
+        # and the matrix rows of narrow filters' tools.
+        self.graph: ann.Graph | None = None
+        self.graph_error = ""
+        self._graph_lock = threading.Lock()
+        self._graph_builder: threading.Thread | None = None
+        self._rows: dict[frozenset[int], np.ndarray] = {}
 
-    def refresh(self, conn: sqlite3.Connection, revision: int, model_id: str) -> None:
+    def refresh(
+        self, conn: sqlite3.Connection, revision: int, model_id: str, path: str = ""
+    ) -> None:
         """Load the matrix when the revision or model moved. Rows are read in chunks
         straight into one preallocated matrix: holding every BLOB, their join and its copy
         at once peaked at 2.5x the matrix (a serving process at 100k tools: 1,029 MB
         against 796 MB after). They are read in the order SQLite finds them, not sorted by
         id: sorting made SQLite copy every vector into a temporary B-tree, half the load
-        (10k tools: 58 against 30 ms); ``order`` puts the scores in id order instead."""
+        (10k tools: 58 against 30 ms); ``order`` puts the scores in id order instead.
+
+        From ``ann.ANN_FROM`` tool vectors on, a long-lived process then loads the ANN graph
+        saved beside the catalog file at ``path`` for these vectors, or builds and saves one,
+        on a background thread (``graph``)."""
         import numpy as np
 
         if self.key == (revision, model_id):
             return
+        with self._graph_lock:
+            self.graph = None  # never served past its revision
         self.active_tools = conn.execute(
             "SELECT count(*) FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1"
         ).fetchone()[0]
@@ -617,8 +634,62 @@ class VectorIndex:
         used = count + len(owners)
         # Tools without a vector leave rows unused: keep a view unless that wastes much.
         self.matrix = matrix[:used] if used * 10 >= len(matrix) * 9 else matrix[:used].copy()
-        self._masks = {}
-        self.key = (revision, model_id)
+        self._masks, self._rows = {}, {}
+        with self._graph_lock:
+            self.key = (revision, model_id)
+        self._graph_soon(path)
+
+    def _graph_soon(self, path: str) -> None:
+        """Load or build the ANN graph of the current vectors on a background thread, when
+        the catalog is large enough and the library installed; a build already running takes
+        up the new vectors when it ends."""
+        if _one_shot or not ann.ANN_FROM <= self.tool_rows <= ann.ANN_UP_TO:
+            return
+        if not ann.installed():
+            return
+        with self._graph_lock:
+            if self._graph_builder is not None:
+                return
+            self._graph_builder = threading.Thread(
+                target=self._prepare_graph,
+                args=(path,),
+                name="toolcat-ann",
+                daemon=True,  # a process that exits does not wait for a graph it will not use
+            )
+            self._graph_builder.start()
+
+    def _prepare_graph(self, path: str) -> None:
+        while True:
+            with self._graph_lock:
+                key, ids, matrix, rows = self.key, self.ids, self.matrix, self.tool_rows
+                if key is None or ids is None or matrix is None or rows < ann.ANN_FROM:
+                    self._graph_builder = None
+                    return
+            try:
+                tools = matrix[:rows]
+                valid = ann.valid_for(key[0], key[1], ids[:rows], tools)
+                graph = ann.load(path, valid) if path else None
+                if graph is None:
+                    graph = ann.build(tools)
+                    if path:  # else, or when it cannot be written: served from memory
+                        with contextlib.suppress(OSError):
+                            ann.save(path, valid, graph)
+            except Exception as e:  # the exact scan answers on
+                with self._graph_lock:
+                    self.graph_error = f"ANN index: {type(e).__name__}: {str(e)[:200]}"
+                    self._graph_builder = None
+                return
+            with self._graph_lock:
+                if self.key == key:
+                    self.graph, self._graph_builder = graph, None
+                    return
+            # the catalog moved on meanwhile: again, for its new vectors
+
+    def wait_graph(self, timeout: float | None = None) -> None:
+        """Wait for a background ANN load or build to finish (tests, benchmarks)."""
+        builder = self._graph_builder
+        if builder is not None:
+            builder.join(timeout)
 
     def _mask(self, ids: np.ndarray, allowed: frozenset[int]) -> np.ndarray:
         mask = self._masks.get(allowed)
@@ -650,6 +721,14 @@ class VectorIndex:
                 f"the catalog's vectors have {self.matrix.shape[1]} dimensions but the model "
                 f"gives {query_vector.shape[0]}: run `toolcat reindex --full`"
             )
+        graph = self.graph
+        if graph is not None:
+            if allowed is None or len(allowed) > ann.NARROW_SHARE * self.tool_rows:
+                found = self._search_graph(graph, query_vector, k, allowed)
+                if found is not None:
+                    return found
+            else:  # a narrow filter: an exact scan of its tools' rows only
+                return self._ranked(self._allowed_rows(allowed), query_vector, k, None)
         scores = _similarities(self.matrix, query_vector)
         if len(scores) > self.tool_rows and self.owner is not None:
             # A tool is as close as its description or any query it was used for.
@@ -671,3 +750,65 @@ class VectorIndex:
             top, best = top[kept], best[kept]
         # whole arrays to Python at once: indexing numpy scalars one by one cost 0.1 ms
         return list(zip(ids[top].tolist(), best.tolist(), strict=True))
+
+    def _search_graph(
+        self, graph: ann.Graph, query_vector: np.ndarray, k: int, allowed: frozenset[int] | None
+    ) -> list[tuple[int, float]] | None:
+        """``search`` through the ANN graph: candidates rescored exactly (with the vectors of
+        queries recorded for them), the filters' others dropped. None when a filter left
+        fewer than ``k`` (the exact scan answers)."""
+        import numpy as np
+
+        want = max(k * ann.OVERSAMPLE, ann.MIN_CANDIDATES)
+        if allowed is not None:  # deeper, so that enough of them pass the filter
+            want = int(want * self.tool_rows / max(1, len(allowed)))
+        rows = graph.candidates(query_vector, want)
+        if self.owner is not None and len(self.owner):
+            assert self.matrix is not None
+            learned = _similarities(self.matrix[self.tool_rows :], query_vector)
+            rows = np.concatenate([rows, self.owner[np.argsort(-learned)[:want]]])
+        found = self._ranked(rows, query_vector, k, allowed)
+        if allowed is not None and len(found) < min(k, len(allowed)):
+            return None
+        return found
+
+    def _allowed_rows(self, allowed: frozenset[int]) -> np.ndarray:
+        """The tool rows of the ids in ``allowed`` (kept per filter, like ``_mask``)."""
+        rows = self._rows.get(allowed)
+        if rows is None:
+            import numpy as np
+
+            assert self.ids is not None
+            if len(self._rows) >= MASK_CACHE_SIZE:
+                del self._rows[next(iter(self._rows))]  # the oldest first
+            wanted = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
+            rows = self._rows[allowed] = np.flatnonzero(np.isin(self.ids[: self.tool_rows], wanted))
+        return rows
+
+    def _ranked(
+        self,
+        rows: np.ndarray,
+        query_vector: np.ndarray,
+        k: int,
+        allowed: frozenset[int] | None,
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best of these tool rows, scored exactly as the full scan scores them
+        (a tool is as close as its text or any query recorded for it, less the margin), best
+        first, ties by lower id; with ``allowed``, its tools only."""
+        import numpy as np
+
+        assert self.ids is not None and self.matrix is not None
+        rows = np.unique(rows)
+        ids = self.ids[rows]
+        if allowed is not None:
+            kept = np.fromiter((i in allowed for i in ids.tolist()), dtype=bool, count=len(ids))
+            rows, ids = rows[kept], ids[kept]
+        scores = _similarities(self.matrix[rows], query_vector)
+        if self.owner is not None and len(self.owner):
+            learned = _similarities(self.matrix[self.tool_rows :], query_vector) - LEARNED_MARGIN
+            at = np.searchsorted(rows, self.owner)
+            hit = at < len(rows)
+            hit[hit] = rows[at[hit]] == self.owner[hit]
+            np.maximum.at(scores, at[hit], learned[hit])
+        top = np.lexsort((ids, -scores))[:k]
+        return list(zip(ids[top].tolist(), scores[top].tolist(), strict=True))

@@ -468,7 +468,7 @@ class SearchEngine:
         model_id, query_vector = query  # (model id, query vector) for the vector modes
         if embedder(model_id).note:
             warnings.append(embedder(model_id).note)
-        self.vectors.refresh(conn, revision, model_id)
+        self.vectors.refresh(conn, revision, model_id, getattr(conn, "path", "") or "")
         if self.vectors.missing:
             warnings.append(
                 f"{self.vectors.missing} of {self.vectors.active_tools} active tools have no "
