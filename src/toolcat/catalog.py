@@ -251,12 +251,13 @@ class Catalog:
                     self._engine = SearchEngine(self.embedding_model)
         return self._engine
 
-    def share_lexical_index(self, other: Catalog) -> None:
-        """Search BM25 with the in-memory index ``other`` keeps (both open the same file):
-        a server's pooled readers hold one index, built once per revision, not one each
-        (at 1M tools, ~700 MB apiece). The index is stamped with its revision, so neither
-        is ever answered from another revision's."""
+    def share_indexes(self, other: Catalog) -> None:
+        """Search with the in-memory BM25 index and vector matrix ``other`` keeps (both open
+        the same file): a server's pooled readers hold one of each, built once per revision,
+        not one each (at 1M tools ~700 MB of BM25 index and 1.5 GB of vectors apiece). Both
+        are stamped with their revision, so no search is answered from another revision's."""
         self._search.postings = other._search.postings
+        self._search.vectors = other._search.vectors
 
     @property
     def replica_of(self) -> str | None:

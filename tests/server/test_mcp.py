@@ -546,30 +546,39 @@ def test_readers_open_the_catalog_as_the_server_did(tmp_path: Path) -> None:
             readers.close()
 
 
-def test_readers_hold_one_bm25_index(tmp_path: Path) -> None:
-    """A server's pooled readers search BM25 with one in-memory index, built once per
-    revision (at 1M tools each index is ~700 MB), and never one of another revision."""
+def test_readers_hold_one_bm25_index_and_one_vector_matrix(tmp_path: Path) -> None:
+    """A server's pooled readers search with one in-memory BM25 index and one vector matrix,
+    built once per revision (at 1M tools ~700 MB and 1.5 GB apiece), and never one of another
+    revision."""
     from toolcat.server.mcp import Readers
 
     with Catalog(tmp_path / "catalog.db") as catalog:
         catalog.register(SAMPLE_TOOLKITS)
+        catalog.reindex()
         readers = Readers(catalog, 2)
         try:
             first, second = readers._take(), readers._take()
             assert first is not second
             for reader in (first, second, first, second):
                 reader.search("remove an old file", k=3, mode="bm25")
+                reader.search("erase an old document", k=3, mode="hybrid")
             index = first._search.postings.index
             assert index is not None and second._search.postings.index is index
+            matrix = first._search.vectors.matrix
+            assert matrix is not None and second._search.vectors.matrix is matrix
             catalog.remove("time")  # a new revision
             for reader in (first, second, first):
                 after = reader.search("remove an old file", mode="bm25")
+                hybrid = reader.search("erase an old document", mode="hybrid")
             assert first._search.postings.index is not index  # rebuilt at the new revision
+            assert first._search.vectors.matrix is not matrix
             with Catalog(tmp_path / "catalog.db") as fresh:
                 expected = fresh.search("remove an old file", mode="bm25")
-            assert [(h.tool.name, h.score) for h in after.hits] == [
-                (h.tool.name, h.score) for h in expected.hits
-            ]
+                expected_hybrid = fresh.search("erase an old document", mode="hybrid")
+            for got, want in ((after, expected), (hybrid, expected_hybrid)):
+                assert [(h.tool.name, h.score) for h in got.hits] == [
+                    (h.tool.name, h.score) for h in want.hits
+                ]
         finally:
             readers.close()
 

@@ -524,9 +524,12 @@ LEARNED_MARGIN = 0.2
 
 
 class VectorIndex:
-    """The active tools' vectors as one matrix, loaded once per catalog revision."""
+    """The active tools' vectors as one matrix, loaded once per catalog revision. Engines
+    that share one (a server's pooled readers) hold ``lock`` from ``refresh`` through
+    ``search``: one matrix (1.5 GB at 1M tools) and one graph per process, not one each."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()
         self.key: tuple[int, str] | None = None
         self.ids: np.ndarray | None = None  # the tool of each matrix row
         self.matrix: np.ndarray | None = None

@@ -468,15 +468,18 @@ class SearchEngine:
         model_id, query_vector = query  # (model id, query vector) for the vector modes
         if embedder(model_id).note:
             warnings.append(embedder(model_id).note)
-        self.vectors.refresh(conn, revision, model_id, getattr(conn, "path", "") or "")
-        if self.vectors.missing:
+        allowed = self._allowed(conn, revision, filters)
+        with self.vectors.lock:  # shared by a server's readers (Catalog.share_indexes)
+            self.vectors.refresh(conn, revision, model_id, getattr(conn, "path", "") or "")
+            missing, active = self.vectors.missing, self.vectors.active_tools
+            found = self.vectors.search(query_vector, depth, allowed)
+        if missing:
             warnings.append(
-                f"{self.vectors.missing} of {self.vectors.active_tools} active tools have no "
-                f"vector for {model_id}"
+                f"{missing} of {active} active tools have no vector for {model_id}"
                 + (" and are found by BM25 only" if mode == "hybrid" else " and cannot be found")
                 + "; run `toolcat reindex` (Catalog.reindex()) to embed them"
             )
-        return self.vectors.search(query_vector, depth, self._allowed(conn, revision, filters))
+        return found
 
     def bm25(
         self,

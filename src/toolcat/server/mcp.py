@@ -199,7 +199,7 @@ class Readers:
             embedding_model=c.embedding_model,
             trust_any_module=c.trust_any_module,
         )
-        opened.share_lexical_index(c)
+        opened.share_indexes(c)
         return opened
 
     def _take(self) -> Catalog:
