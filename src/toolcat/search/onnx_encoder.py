@@ -220,6 +220,19 @@ def as_export(source: Export | Path) -> Export:
     return source if isinstance(source, Export) else read_export(source)
 
 
+def checked_export(source: Export | Path) -> tuple[Export, Any]:
+    """The export (its files checked against their digests) and its tokenizer, set up as
+    every encoder of it runs it: no padding, truncated at the export's length."""
+    from tokenizers import Tokenizer
+
+    export = as_export(source)
+    export.check()
+    tokenizer = Tokenizer.from_file(str(export.folder / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(max_length=export.max_tokens)
+    return export, tokenizer
+
+
 def _slot(model_id: str, key: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", model_id)[-60:].strip("._") or "model"
     return cache_root() / f"{slug}-{key}"
@@ -545,13 +558,8 @@ class OnnxEncoder:
         concurrent: bool = False,
         cuda: bool = False,
     ) -> None:
-        from tokenizers import Tokenizer
-
-        self.export = export = as_export(source)
-        export.check()
-        self.tokenizer = Tokenizer.from_file(str(export.folder / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=export.max_tokens)
+        self.export, self.tokenizer = checked_export(source)
+        export = self.export
         self._threads, self._spinning = threads, spinning
         self.graph = "exported"
         # On a GPU (onnxruntime's CUDA provider): the graph as shipped or exported (the saved

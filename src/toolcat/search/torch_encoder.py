@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .onnx_encoder import GPU_BATCH_TOKENS, PAD_RATIO, Export, as_export
+from .onnx_encoder import GPU_BATCH_TOKENS, PAD_RATIO, Export, checked_export
 
 if TYPE_CHECKING:
     import numpy as np
@@ -262,13 +262,9 @@ class TorchEncoder:
         batch_tokens: int = GPU_BATCH_TOKENS,
     ) -> None:
         import torch
-        from tokenizers import Tokenizer
 
-        self.export = export = as_export(source)
-        export.check()
-        self.tokenizer = Tokenizer.from_file(str(export.folder / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=export.max_tokens)
+        self.export, self.tokenizer = checked_export(source)
+        export = self.export
         self.device = torch.device(device).type  # "cuda" or "cpu", as OnnxEncoder's
         self._on = torch.device(device)
         self.dtype = torch.float32
