@@ -41,14 +41,12 @@ Loaded = tuple[Toolkit, str, ToolkitRows]
 
 def worker_count() -> int:
     """The cores this process may run on; ``TOOLCAT_REGISTER_WORKERS`` overrides (1: none)."""
+    from ..search.batch_encoding import cores  # reindex's workers count them the same way
+
     override = os.environ.get("TOOLCAT_REGISTER_WORKERS", "").strip()
     if override.isdigit():
         return int(override)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    return min(cores, MAX_WORKERS)
+    return min(cores(), MAX_WORKERS)
 
 
 def load_each(
