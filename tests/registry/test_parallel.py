@@ -221,3 +221,24 @@ def test_a_conflict_after_written_toolkits_rolls_them_back(
         assert refused.value.tool == "bad name" and refused.value.file == str(paths[2])
         assert table_snapshot(db) == before
     assert answers == paths + paths  # the two registrations of the folder used workers
+
+
+@pytest.mark.parametrize("value", ["lots", "2.5", "-"])
+def test_a_worker_count_that_is_not_a_number_is_refused_and_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    folder = tmp_path / "m"
+    manifests(folder, [3, 4])
+    db = tmp_path / "catalog.db"
+    with Catalog(db, create=True) as catalog:
+        catalog.register(write_manifest(tmp_path, many_tools("before", 2), ".json"))
+    before = table_snapshot(db)
+    monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", value)
+    result = CliRunner().invoke(cli, ["--db", str(db), "register", str(folder)])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"error: TOOLCAT_REGISTER_WORKERS must be a whole number, not {value!r}"
+    ]
+    assert table_snapshot(db) == before
+    monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", " 0 ")  # blank around a number is fine
+    assert parallel.worker_count() == 0

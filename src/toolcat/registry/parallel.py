@@ -24,7 +24,7 @@ from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ManifestError
+from ..errors import ManifestError, ToolcatError
 from ..models import Toolkit
 from ..store.rows import ToolkitRows, check_rows, rows_of
 from .manifest import load_manifest
@@ -40,13 +40,13 @@ Loaded = tuple[Toolkit, str, ToolkitRows]
 
 
 def worker_count() -> int:
-    """The cores this process may run on; ``TOOLCAT_REGISTER_WORKERS`` overrides (1: none)."""
-    from ..search.batch_encoding import cores  # reindex's workers count them the same way
+    """The cores this process may run on; ``TOOLCAT_REGISTER_WORKERS`` overrides (0 or 1:
+    none), and a value that is not a whole number is refused like reindex's."""
+    # reindex's workers count cores and read their variable the same way
+    from ..search.batch_encoding import cores, count_from_env
 
-    override = os.environ.get("TOOLCAT_REGISTER_WORKERS", "").strip()
-    if override.isdigit():
-        return int(override)
-    return min(cores(), MAX_WORKERS)
+    override = count_from_env("TOOLCAT_REGISTER_WORKERS", ToolcatError)
+    return min(cores(), MAX_WORKERS) if override is None else override
 
 
 def load_each(

@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import EmbeddingError
+from ..errors import EmbeddingError, ToolcatError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,19 +67,25 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def count_from_env(name: str, error: type[ToolcatError]) -> int | None:
+    """The whole number an environment variable sets (negative counts as 0), or None when
+    it is unset or blank; any other value is refused with ``error``, never ignored."""
+    flag = os.environ.get(name, "").strip()
+    if not flag:
+        return None
+    try:
+        return max(0, int(flag))
+    except ValueError:
+        raise error(f"{name} must be a whole number, not {flag!r}") from None
+
+
 def workers_wanted(texts: int) -> int:
     """Worker processes for a reindex of ``texts`` texts: ``TOOLCAT_REINDEX_WORKERS`` when
     set (0: encode in this process, on onnxruntime's threads), else one per core for a job
     worth starting them for, else 0."""
-    flag = os.environ.get("TOOLCAT_REINDEX_WORKERS", "").strip()
-    if flag:
-        try:
-            wanted = int(flag)
-        except ValueError:
-            raise EmbeddingError(
-                f"TOOLCAT_REINDEX_WORKERS must be a whole number, not {flag!r}"
-            ) from None
-        return max(0, wanted)
+    wanted = count_from_env("TOOLCAT_REINDEX_WORKERS", EmbeddingError)
+    if wanted is not None:
+        return wanted
     return cores() if texts >= POOL_MIN_TEXTS and cores() > 1 else 0
 
 
