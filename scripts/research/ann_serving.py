@@ -73,8 +73,8 @@ def child_build(folder: Path, size: int, path: str) -> dict[str, Any]:
     index = filled(folder, size)
     t0, c0 = time.perf_counter(), time.process_time()
     index._graph_soon(path)
-    index.wait_graph()
-    assert index.graph is not None, index.graph_error
+    index.wait_shortlist()
+    assert index.graph is not None, index.shortlist_error
     return {
         "build_s": round(time.perf_counter() - t0, 1),
         "build_cpu_s": round(time.process_time() - c0, 1),
@@ -90,10 +90,10 @@ def child_serve(folder: Path, size: int, path: str) -> dict[str, Any]:
     before = memory()
     t0 = time.perf_counter()
     index._graph_soon(path)
-    index.wait_graph()
+    index.wait_shortlist()
     loaded = time.perf_counter() - t0
     graph = index.graph
-    assert graph is not None, index.graph_error
+    assert graph is not None, index.shortlist_error
     exact_t: list[float] = []
     graph_t: list[float] = []
     hits = same = compared = 0

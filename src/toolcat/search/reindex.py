@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import InvalidQueryError
 from ..models import ReindexReport, Tool
 from ..store import counts, reader, writer
-from . import batch_encoding
+from . import ann, batch_encoding
 from .bm25 import index_totals
 from .embeddings import embedder, embedding_text, to_blob
 from .engine import SearchEngine, embeddings_installed
@@ -109,6 +109,7 @@ def reindex(
             writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
         # Only now that the new vectors are in: drop other models' and orphans.
         removed = writer.prune_vectors(conn, model_id)
+    _save_shortlist(conn, lock, engine, model_id)
     seconds = time.perf_counter() - started
     embedding = seconds - export_seconds  # tools/s is about embedding, not the export
     return ReindexReport(
@@ -123,6 +124,28 @@ def reindex(
         export_seconds=round(export_seconds, 3),
         device=encoder.document_device() if encoder is not None else "",
     )
+
+
+def _save_shortlist(
+    conn: sqlite3.Connection,
+    lock: AbstractContextManager[Any],
+    engine: SearchEngine,
+    model_id: str,
+) -> None:
+    """From ``ann.ANN_FROM`` tool vectors on (with the ``ann`` extra), load the reindexed
+    vectors and save their shortlist beside the catalog (or find it saved already), so that
+    a serving process loads it instead of answering from the exact scan while it builds one
+    (at 1M tools: docs/benchmarks.md, "Compact vectors and the ANN at 1M")."""
+    path = getattr(conn, "path", "") or ""
+    if not path or not ann.installed():
+        return
+    vectors = engine.vectors
+    with lock:
+        if counts.vectors(conn, model_id) < ann.ANN_FROM:
+            return
+        with vectors.lock:
+            vectors.refresh(conn, reader.revision(conn), model_id, path)
+    vectors.wait_shortlist()
 
 
 def _spread(batches: list[list[str]]) -> list[list[str]]:
