@@ -72,7 +72,7 @@ def percentiles(times: list[float]) -> dict[str, float]:
 def child_build(folder: Path, size: int, path: str) -> dict[str, Any]:
     index = filled(folder, size)
     t0, c0 = time.perf_counter(), time.process_time()
-    index._graph_soon(path)
+    index._shortlist_soon(path)
     index.wait_shortlist()
     assert index.graph is not None, index.shortlist_error
     return {
@@ -89,7 +89,7 @@ def child_serve(folder: Path, size: int, path: str) -> dict[str, Any]:
     index = filled(folder, size)
     before = memory()
     t0 = time.perf_counter()
-    index._graph_soon(path)
+    index._shortlist_soon(path)
     index.wait_shortlist()
     loaded = time.perf_counter() - t0
     graph = index.graph

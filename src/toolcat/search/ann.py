@@ -112,6 +112,7 @@ class Store:
         count = min(count, up_to)
         if count <= 0:
             return np.zeros(0, dtype=np.int64)
+        faiss.omp_set_num_threads(1)  # this thread's: a query is one thread's work
         params = faiss.SearchParameters()
         params.sel = faiss.IDSelectorRange(0, up_to)
         _, rows = self.index.search(
@@ -155,9 +156,11 @@ class Shortlist:
 
     def candidates(self, vector: np.ndarray, count: int) -> np.ndarray:
         """Up to ``count`` row numbers near ``vector`` (rescored by the caller)."""
+        import faiss
         import numpy as np
 
         count = min(count, len(self))
+        faiss.omp_set_num_threads(1)  # this thread's: a query is one thread's work
         _, rows = self._index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), count)
         found: np.ndarray = rows[0]
         return found[found >= 0].astype(np.int64)
