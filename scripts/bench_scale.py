@@ -657,11 +657,13 @@ def child_hybrid(
     vectors = catalog._search.vectors
     first = time.perf_counter()
     catalog._search.postings.wait()
-    vectors.wait_shortlist()
+    # --src may name an older toolcat: its float32 matrix and HNSW graph (up to 100k rows)
+    index = "shortlist" if hasattr(vectors, "shortlist") else "graph"
+    getattr(vectors, f"wait_{index}")()
     out["first_hybrid_s"] = round(first - t0, 2)
     out["ready_s"] = round(time.perf_counter() - t0, 2)
-    out["store"] = "float16 (ann.Store)" if vectors.store is not None else "float32 numpy"
-    out["shortlist"] = ann.SHORTLIST if vectors.shortlist is not None else vectors.shortlist_error
+    out["store"] = str(vectors.matrix.dtype) if vectors.matrix is not None else None
+    out[index] = getattr(vectors, index) is not None or getattr(vectors, f"{index}_error")
     out["vector_rows"] = vectors.tool_rows
     for q in warm:
         catalog.search(q, k=10, mode="bm25")
@@ -677,20 +679,20 @@ def child_hybrid(
     out.update(rss_mb())
     model = catalog._search.model_id(catalog._conn)
     query_vectors = embedder(model).encode_queries(hybrid)
-    shortlist = vectors.shortlist
+    approximate = getattr(vectors, index)
     fast, exact = Clock(), Clock()
     hits = wanted = 0
     for v in query_vectors:
         with fast:
             found = vectors.search(v, HYBRID_DEPTH)
-        vectors.shortlist = None
+        setattr(vectors, index, None)
         with exact:
             truth = vectors.search(v, HYBRID_DEPTH)
-        vectors.shortlist = shortlist
+        setattr(vectors, index, approximate)
         hits += len({i for i, _ in found[:10]} & {i for i, _ in truth[:10]})
         wanted += min(10, len(truth))
     out["embedding_side"] = {
-        "shortlist": fast.figures(),
+        index: fast.figures(),
         "exact_scan": exact.figures(),
         "recall_at_10": round(hits / max(1, wanted), 4),
     }
