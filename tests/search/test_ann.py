@@ -381,3 +381,33 @@ def test_reindex_builds_the_shortlist_the_next_process_loads(
         hits = catalog.search("zygomorphic flowers", mode="embedding").hits
     assert builds == []
     assert hits[0].tool.id == "flora.zygomorphic_lookup"
+
+
+def test_queries_learned_from_use_count_in_the_compact_store(
+    db: Path, indexed: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded query's vector (a row after the tools') lifts its tool through the store's
+    exact scan and through the shortlist as through the float32 scan."""
+    from toolcat.search import embeddings
+
+    request = "zorbify the quux before the flumph"
+    with Catalog(db) as catalog:
+        catalog.learning = True
+        target = answers(catalog, [request])[0][-1][0]  # the 10th: not first without learning
+        assert catalog.record_use(request, target)
+        catalog.reindex()
+    truth = exact(db, [request])
+    assert truth[0][0][0] == target
+    monkeypatch.setattr(ann, "ANN_FROM", THRESHOLD)
+    with monkeypatch.context() as held:
+        held.setattr(embeddings.VectorIndex, "_shortlist_soon", lambda self, path: None)
+        with Catalog(db) as catalog:
+            scanned = answers(catalog, [request])
+            assert catalog._search.vectors.store is not None
+            assert catalog._search.vectors.shortlist is None
+    for catalog in served(db, [request]):
+        shortlisted = answers(catalog, [request])
+    for found in (scanned, shortlisted):
+        assert found[0][0][0] == target
+        assert recall(found, truth) >= 0.9
+        same_scores(found, truth, FLOAT16_TOLERANCE)
