@@ -45,6 +45,16 @@ query, interleaved):
 
     python scripts/bench_scale.py --sizes 100000 --make-catalog /tmp/scale-100k.db
     python scripts/bench_scale.py --sizes 100000 --catalog /tmp/scale-100k.db --bm25
+
+One serving process with vectors (``--hybrid``): BM25 and hybrid p50/p99, RSS, the
+embedding side through the shortlist beside the exact scan, tantivy beside BM25.
+``--vectors`` first stores the synthesised vectors of scripts/research/ann_vectors.py into a
+catalog that has none (embedding 1M tools here takes hours) and saves their shortlist through
+``Catalog.reindex()``; ``--src`` measures another toolcat (the code before) the same way:
+
+    python scripts/bench_scale.py --sizes 1000000 --make-catalog /tmp/vec/c1m.db
+    python scripts/bench_scale.py --sizes 1000000 --catalog /tmp/vec/c1m.db --hybrid \
+        --vectors /tmp/ann/vectors-1000000.npy
 """
 
 from __future__ import annotations
