@@ -381,6 +381,14 @@ def test_reindex_builds_the_shortlist_the_next_process_loads(
         hits = catalog.search("zygomorphic flowers", mode="embedding").hits
     assert builds == []
     assert hits[0].tool.id == "flora.zygomorphic_lookup"
+    # a reindex with nothing to do finds the stamp current and loads no vectors
+    from toolcat.search import embeddings
+
+    refreshed: list[int] = []
+    monkeypatch.setattr(embeddings.VectorIndex, "refresh", lambda *a, **k: refreshed.append(1))
+    with Catalog(db) as catalog:
+        assert catalog.reindex().embedded == 0
+    assert refreshed == [] and builds == []
 
 
 def test_queries_learned_from_use_count_in_the_compact_store(

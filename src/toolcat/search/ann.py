@@ -219,6 +219,24 @@ def save(catalog_path: str, valid: dict[str, Any], shortlist: Shortlist) -> None
             entry.unlink(missing_ok=True)
 
 
+def saved_for(catalog_path: str, revision: int, model_id: str, rows: int) -> bool:
+    """Whether the stamp beside the catalog names this index kind and format, revision,
+    model and number of rows: a look at one small file, for reindex to skip saving again
+    (the process that loads the index checks everything else first)."""
+    try:
+        header = json.loads((folder(catalog_path) / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    wanted = {
+        "format": FORMAT,
+        "index": SHORTLIST,
+        "revision": revision,
+        "model": model_id,
+        "rows": rows,
+    }
+    return isinstance(header, dict) and all(header.get(k) == v for k, v in wanted.items())
+
+
 def load(catalog_path: str, valid: dict[str, Any]) -> Shortlist | None:
     """The saved shortlist when its stamp matches ``valid`` and its file its size and digest,
     else None (missing, stale, torn or foreign: rebuilt, never served)."""

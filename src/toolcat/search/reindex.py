@@ -133,18 +133,20 @@ def _save_shortlist(
     model_id: str,
 ) -> None:
     """From ``ann.ANN_FROM`` tool vectors on (with the ``ann`` extra), load the reindexed
-    vectors and save their shortlist beside the catalog (or find it saved already), so that
-    a serving process loads it instead of answering from the exact scan while it builds one
-    (at 1M tools: docs/benchmarks.md, "Compact vectors and the ANN at 1M")."""
+    vectors and save their shortlist beside the catalog, unless one is stamped for this
+    revision already, so that a serving process loads it instead of answering from the
+    exact scan while it builds one (at 1M tools 19 s, against 1 s for a reindex with
+    nothing to do: docs/benchmarks.md, "Compact vectors and the ANN at 1M")."""
     path = getattr(conn, "path", "") or ""
     if not path or not ann.installed():
         return
     vectors = engine.vectors
     with lock:
-        if counts.vectors(conn, model_id) < ann.ANN_FROM:
+        rows, revision = counts.vectors(conn, model_id), reader.revision(conn)
+        if rows < ann.ANN_FROM or ann.saved_for(path, revision, model_id, rows):
             return
         with vectors.lock:
-            vectors.refresh(conn, reader.revision(conn), model_id, path)
+            vectors.refresh(conn, revision, model_id, path)
     vectors.wait_shortlist()
 
 
