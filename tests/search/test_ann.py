@@ -372,10 +372,11 @@ def test_reindex_builds_the_shortlist_the_next_process_loads(
     with Catalog(db) as catalog:
         new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers by petal")
         catalog.register(Toolkit(name="flora", version="1", tools=[new]))
-        catalog.reindex()
+        report = catalog.reindex()
         revision = catalog.revision
     stamp = json.loads((ann.folder(str(db)) / ann.STAMP).read_text())
     assert stamp["revision"] == revision and stamp["rows"] == TOOLS + 1
+    assert report.shortlist_seconds > 0  # reported apart from the embedding's tools/s
     builds = counted_builds(monkeypatch)
     for catalog in served(db, queries):
         hits = catalog.search("zygomorphic flowers", mode="embedding").hits

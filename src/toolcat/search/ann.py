@@ -131,10 +131,11 @@ def valid_for(revision: int, model_id: str, ids: np.ndarray, matrix: np.ndarray)
 
     digest = hashlib.sha256()
     digest.update(np.ascontiguousarray(ids, dtype="<i8").data)
-    for at in range(0, len(matrix), 65536):
-        digest.update(np.ascontiguousarray(matrix[at : at + 65536], dtype="<f4").data)
+    for at in range(0, len(matrix), 65536):  # the rows as stored (float16 in ``Store``)
+        digest.update(np.ascontiguousarray(matrix[at : at + 65536]).data)
     return {
         "format": FORMAT,
+        "vectors": str(matrix.dtype),
         "revision": revision,
         "model": model_id,
         "rows": len(ids),

@@ -109,9 +109,12 @@ def reindex(
             writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
         # Only now that the new vectors are in: drop other models' and orphans.
         removed = writer.prune_vectors(conn, model_id)
+    saving = time.perf_counter()
     _save_shortlist(conn, lock, engine, model_id)
+    shortlist_seconds = time.perf_counter() - saving
     seconds = time.perf_counter() - started
-    embedding = seconds - export_seconds  # tools/s is about embedding, not the export
+    # tools/s is about embedding, not the export or the shortlist
+    embedding = seconds - export_seconds - shortlist_seconds
     return ReindexReport(
         model=model_id,
         dimension=int(dimension) if dimension is not None else None,
@@ -122,6 +125,7 @@ def reindex(
         seconds=round(seconds, 3),
         tools_per_second=round(len(stale) / embedding, 1) if stale and embedding > 0 else 0.0,
         export_seconds=round(export_seconds, 3),
+        shortlist_seconds=round(shortlist_seconds, 3),
         device=encoder.document_device() if encoder is not None else "",
     )
 
