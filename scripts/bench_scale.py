@@ -45,6 +45,16 @@ query, interleaved):
 
     python scripts/bench_scale.py --sizes 100000 --make-catalog /tmp/scale-100k.db
     python scripts/bench_scale.py --sizes 100000 --catalog /tmp/scale-100k.db --bm25
+
+One serving process with vectors (``--hybrid``): BM25 and hybrid p50/p99, RSS, the
+embedding side through the shortlist beside the exact scan, tantivy beside BM25.
+``--vectors`` first stores the synthesised vectors of scripts/research/ann_vectors.py into a
+catalog that has none (embedding 1M tools here takes hours) and saves their shortlist through
+``Catalog.reindex()``; ``--src`` measures another toolcat (the code before) the same way:
+
+    python scripts/bench_scale.py --sizes 1000000 --make-catalog /tmp/vec/c1m.db
+    python scripts/bench_scale.py --sizes 1000000 --catalog /tmp/vec/c1m.db --hybrid \
+        --vectors /tmp/ann/vectors-1000000.npy
 """
 
 from __future__ import annotations
@@ -571,11 +581,157 @@ def _scores(stored: Any, query: Any, chunk: int = 65_536) -> Any:
     return scores
 
 
+def child_store_vectors(db: str, vectors: str) -> dict[str, Any]:
+    """Write the synthesised vectors (scripts/research/ann_vectors.py: one row per generated
+    tool, in ``generate``'s order, which is the catalog's tool id order) into the catalog's
+    ``embeddings`` table under the shipped retriever's model id, as reindex would store them
+    (``writer.store_vectors``, batch by batch, with the model, width and producer recorded),
+    then run ``Catalog.reindex()``: nothing is stale, so it only loads the vectors and saves
+    their shortlist beside the catalog (timed: what reindex costs at this size on top of
+    embedding). Skipped when every active tool has a vector."""
+    import numpy as np
+
+    sys.path.insert(0, str(SRC))
+    from toolcat import Catalog
+    from toolcat.search import ann
+    from toolcat.search.embeddings import RETRIEVER, embedder, to_blob
+    from toolcat.store import counts, writer
+
+    matrix = np.load(vectors, mmap_mode="r")
+    out: dict[str, Any] = {}
+    build = ann.build
+
+    def timed_build(*args: Any, **kwargs: Any) -> ann.Shortlist:
+        t0, c0 = time.perf_counter(), time.process_time()
+        made = build(*args, **kwargs)
+        out["shortlist_build_s"] = round(time.perf_counter() - t0, 1)
+        out["shortlist_build_cpu_s"] = round(time.process_time() - c0, 1)
+        return made
+
+    ann.build = timed_build
+    with Catalog(db) as catalog:
+        conn = catalog._conn
+        active = counts.active_tools(conn)
+        if counts.vectors(conn, RETRIEVER) < active:
+            t0 = time.perf_counter()
+            hashes = [h for (h,) in conn.execute("SELECT content_hash FROM tools ORDER BY id")]
+            if len(hashes) > len(matrix):
+                raise SystemExit(f"{vectors} has {len(matrix)} rows for {len(hashes)} tools")
+            for at in range(0, len(hashes), 10_000):
+                rows = matrix[at : at + 10_000]
+                writer.store_vectors(
+                    conn,
+                    RETRIEVER,
+                    [(h, to_blob(v)) for h, v in zip(hashes[at : at + 10_000], rows, strict=True)],
+                )
+            writer.set_meta(
+                conn,
+                {
+                    "embedding_model": RETRIEVER,
+                    "embedding_dim": int(matrix.shape[1]),
+                    "embedding_producer": f"{RETRIEVER} {embedder(RETRIEVER).producer()}",
+                },
+            )
+            out["stored_s"] = round(time.perf_counter() - t0, 1)
+        t0, c0 = time.perf_counter(), time.process_time()
+        report = catalog.reindex()
+        out["reindex_s"] = round(time.perf_counter() - t0, 1)
+        out["reindex_cpu_s"] = round(time.process_time() - c0, 1)
+        out["reindex_embedded"] = report.embedded
+    out.update(rss_mb())
+    return out
+
+
+def child_hybrid(
+    db: str, warm: list[str], bm25: list[str], hybrid: list[str], tantivy: bool
+) -> dict[str, Any]:
+    """One serving process with vectors: open, then a first hybrid query (it loads the
+    BM25 index, the vectors and the shortlist saved beside the catalog: timed until all are
+    ready), a warm-up with ``warm`` in both modes, then ``bm25`` (300 new queries) and
+    ``hybrid`` (300 others, the shipped retriever encoding each: process CPU, as the
+    encoder runs on threads of its own) with no kept answers; the process's RSS (current and
+    peak); then the embedding side alone on the hybrid queries' vectors at hybrid's depth,
+    the shortlist against the store's exact scan, alternated (thread CPU, recall@10 of the
+    first against the second); then tantivy alone over the same text, built in this process
+    after the RSS was taken, on the BM25 queries."""
+    sys.path.insert(0, str(SRC))
+    from toolcat import Catalog
+    from toolcat.search import ann
+    from toolcat.search.embeddings import embedder
+    from toolcat.search.engine import HYBRID_DEPTH
+
+    out: dict[str, Any] = {"ann_installed": ann.installed()}
+    t0 = time.perf_counter()
+    catalog = Catalog(db)
+    catalog.search(warm[0], k=10, mode="hybrid")
+    vectors = catalog._search.vectors
+    first = time.perf_counter()
+    catalog._search.postings.wait()
+    # --src may name an older toolcat: its float32 matrix and HNSW graph (up to 100k rows)
+    index = "shortlist" if hasattr(vectors, "shortlist") else "graph"
+    getattr(vectors, f"wait_{index}")()
+    out["first_hybrid_s"] = round(first - t0, 2)
+    out["ready_s"] = round(time.perf_counter() - t0, 2)
+    out["store"] = str(vectors.matrix.dtype) if vectors.matrix is not None else None
+    out[index] = getattr(vectors, index) is not None or getattr(vectors, f"{index}_error")
+    out["vector_rows"] = vectors.tool_rows
+    for q in warm:
+        catalog.search(q, k=10, mode="bm25")
+        catalog.search(q, k=10, mode="hybrid")
+    answers = getattr(catalog._search, "_answers", {})
+    for mode, asked in (("bm25", bm25), ("hybrid", hybrid)):
+        clock = Clock(time.thread_time if mode == "bm25" else time.process_time)
+        for q in asked:
+            answers.clear()  # ranked, not a kept answer
+            with clock:
+                catalog.search(q, k=10, mode=mode)
+        out[mode] = clock.figures()
+    out.update(rss_mb())
+    model = catalog._search.model_id(catalog._conn)
+    query_vectors = embedder(model).encode_queries(hybrid)
+    approximate = getattr(vectors, index)
+    fast, exact = Clock(), Clock()
+    hits = wanted = 0
+    for v in query_vectors:
+        with fast:
+            found = vectors.search(v, HYBRID_DEPTH)
+        setattr(vectors, index, None)
+        with exact:
+            truth = vectors.search(v, HYBRID_DEPTH)
+        setattr(vectors, index, approximate)
+        hits += len({i for i, _ in found[:10]} & {i for i, _ in truth[:10]})
+        wanted += min(10, len(truth))
+    out["embedding_side"] = {
+        index: fast.figures(),
+        "exact_scan": exact.figures(),
+        "recall_at_10": round(hits / max(1, wanted), 4),
+    }
+    if tantivy:
+        import tantivy as tv
+
+        from toolcat.search.tokenize import tokenize
+
+        searcher, schema = _tantivy_alone(db)
+        peer = Clock()
+        for q in bm25:
+            terms = list(dict.fromkeys(tokenize(q)))
+            query = tv.Query.boolean_query(
+                [(tv.Occur.Should, tv.Query.term_query(schema, "body", t)) for t in terms]
+            )
+            with peer:
+                searcher.search(query, 10, count=False).hits  # noqa: B018
+        out["tantivy"] = peer.figures()
+    catalog.close()
+    return out
+
+
 CHILDREN = {
     "serve": child_serve,
     "peers": child_peers,
     "vectors": child_vectors,
     "bm25": child_bm25,
+    "store_vectors": child_store_vectors,
+    "hybrid": child_hybrid,
 }
 
 
@@ -742,9 +898,22 @@ def main() -> None:
         action="store_true",
         help="With --catalog: only warm BM25 beside tantivy alone, in one process.",
     )
+    parser.add_argument(
+        "--hybrid",
+        action="store_true",
+        help="With --catalog: one serving process with vectors (BM25 and hybrid p50/p99, "
+        "RSS, the shortlist beside the exact scan, tantivy).",
+    )
+    parser.add_argument(
+        "--vectors",
+        type=Path,
+        metavar="NPY",
+        help="With --hybrid: first store these vectors (scripts/research/ann_vectors.py) "
+        "when the catalog has none, and save their shortlist through reindex.",
+    )
     args = parser.parse_args()
-    if args.bm25 and not args.catalog:
-        parser.error("--bm25 needs --catalog DB (make one with --make-catalog DB)")
+    if (args.bm25 or args.hybrid) and not args.catalog:
+        parser.error("--bm25 and --hybrid need --catalog DB (make one with --make-catalog DB)")
     if args.src:  # the children read it
         os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
     if not BENCH.is_dir():
@@ -761,6 +930,21 @@ def main() -> None:
         if args.bm25:
             figures = in_child("bm25", db=str(args.catalog), warm=qs[600:], then=qs[300:600])
             print(json.dumps({**result, "bm25": figures}), flush=True)
+            return
+        if args.hybrid:
+            if args.vectors:
+                figures = in_child("store_vectors", db=str(args.catalog), vectors=str(args.vectors))
+                phase(result, "store_vectors", figures)
+            figures = in_child(
+                "hybrid",
+                db=str(args.catalog),
+                warm=qs[600:],
+                bm25=qs[300:600],
+                hybrid=qs[:300],
+                tantivy="peers" not in args.skip,
+            )
+            phase(result, "hybrid", figures)
+            print(json.dumps(result), flush=True)
             return
         serve_phases(result, args.catalog, qs[:300], qs[600:], qs[300:600])
         if "peers" not in args.skip:

@@ -72,9 +72,9 @@ def percentiles(times: list[float]) -> dict[str, float]:
 def child_build(folder: Path, size: int, path: str) -> dict[str, Any]:
     index = filled(folder, size)
     t0, c0 = time.perf_counter(), time.process_time()
-    index._graph_soon(path)
-    index.wait_graph()
-    assert index.graph is not None, index.graph_error
+    index._shortlist_soon(path)
+    index.wait_shortlist()
+    assert index.shortlist is not None, index.shortlist_error
     return {
         "build_s": round(time.perf_counter() - t0, 1),
         "build_cpu_s": round(time.process_time() - c0, 1),
@@ -89,20 +89,20 @@ def child_serve(folder: Path, size: int, path: str) -> dict[str, Any]:
     index = filled(folder, size)
     before = memory()
     t0 = time.perf_counter()
-    index._graph_soon(path)
-    index.wait_graph()
+    index._shortlist_soon(path)
+    index.wait_shortlist()
     loaded = time.perf_counter() - t0
-    graph = index.graph
-    assert graph is not None, index.graph_error
+    graph = index.shortlist
+    assert graph is not None, index.shortlist_error
     exact_t: list[float] = []
     graph_t: list[float] = []
     hits = same = compared = 0
     for q in queries:
-        index.graph = None
+        index.shortlist = None
         c0 = time.thread_time()
         truth = index.search(q, DEPTH)
         exact_t.append(time.thread_time() - c0)
-        index.graph = graph
+        index.shortlist = graph
         c0 = time.thread_time()
         found = index.search(q, DEPTH)
         graph_t.append(time.thread_time() - c0)

@@ -913,6 +913,11 @@ def reindex(
         + f" in {report.seconds:.1f} s ({report.tools_per_second:.0f} tools/s"
         + (f" on {report.device}" if report.device else "")
         + (f"; ONNX export {report.export_seconds:.1f} s" if report.export_seconds >= 0.1 else "")
+        + (
+            f"; ANN shortlist saved {report.shortlist_seconds:.1f} s"
+            if report.shortlist_seconds >= 0.1
+            else ""
+        )
         + ")"
     )
 

@@ -437,6 +437,9 @@ class ReindexReport(BaseModel):
     device: str = ""
     """What encoded the documents, e.g. ``cpu (onnxruntime)`` or ``cuda (torch float16,
     NVIDIA H100 80GB HBM3)``; empty when nothing was embedded."""
+    shortlist_seconds: float = 0.0
+    """Time spent saving the large catalog's shortlist index beside it (search/ann.py; not
+    in ``tools_per_second``)."""
 
 
 class ToolkitVersion(BaseModel):

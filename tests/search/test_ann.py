@@ -1,9 +1,9 @@
-"""The ANN graph of a large catalog's vectors (search/ann.py), at small sizes with the
-threshold lowered: it answers like the exact scan (recall of the top 10, the same scores for
-what it finds), filters hold, it is stamped with the catalog revision and model and loaded by
-the next process at that revision, and a stale, torn, truncated or foreign saved graph is
-rebuilt, never served; until a graph of the current revision is ready, the exact scan
-answers."""
+"""Large catalogs' vectors (search/ann.py), at small sizes with the threshold lowered: the
+compact float16 store answers like the float32 scan, the shortlist answers like the store's
+exact scan (recall of the top 10, the same scores for what it finds), filters hold, it is
+stamped with the catalog revision and model, built by reindex and loaded by the next process
+at that revision, and a stale, torn, truncated or foreign saved index is rebuilt, never
+served; until a shortlist of the current revision is ready, the exact scan answers."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def counted_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     builds: list[int] = []
     original = ann.build
 
-    def build(*args: Any, **kwargs: Any) -> ann.Graph:
+    def build(*args: Any, **kwargs: Any) -> ann.Shortlist:
         builds.append(1)
         return original(*args, **kwargs)
 
@@ -70,11 +70,12 @@ def answers(catalog: Catalog, queries: list[str], **filters: Any) -> list[list[t
 
 
 def served(path: Path, queries: list[str]) -> Iterator[Catalog]:
-    """A fresh process's catalog whose graph is ready (the first query loads or builds it)."""
+    """A fresh process's catalog whose shortlist is ready (the first query loads or builds
+    it)."""
     catalog = Catalog(path)
     catalog.search(queries[0], mode="embedding")
-    catalog._search.vectors.wait_graph()
-    assert catalog._search.vectors.graph is not None, catalog._search.vectors.graph_error
+    catalog._search.vectors.wait_shortlist()
+    assert catalog._search.vectors.shortlist is not None, catalog._search.vectors.shortlist_error
     yield catalog
     catalog.close()
 
@@ -82,7 +83,9 @@ def served(path: Path, queries: list[str]) -> Iterator[Catalog]:
 def exact(path: Path, queries: list[str], **filters: Any) -> list[list[tuple[str, float]]]:
     with Catalog(path) as catalog:
         found = answers(catalog, queries, **filters)
-        assert catalog._search.vectors.graph is None  # under the threshold: no graph
+        vectors = catalog._search.vectors
+        assert vectors.shortlist is None and vectors.store is None  # under the threshold
+        assert vectors.matrix is not None and vectors.matrix.dtype == "float32"
         return found
 
 
@@ -93,16 +96,28 @@ def recall(found: list[list[tuple[str, float]]], truth: list[list[tuple[str, flo
     return hits / sum(len(e) for e in truth)
 
 
-def same_scores(found: list[list[tuple[str, float]]], truth: list[list[tuple[str, float]]]) -> None:
-    """What the graph finds is scored exactly as the exact scan scores it."""
+# How far a cosine from float16 rows may be from the float32 one (unit vectors of 384 dims).
+FLOAT16_TOLERANCE = 1e-3
+
+
+def same_scores(
+    found: list[list[tuple[str, float]]],
+    truth: list[list[tuple[str, float]]],
+    tolerance: float = 0.0,
+) -> None:
+    """What the shortlist finds is scored as the exact scan scores it (exactly, or within
+    ``tolerance`` of the float32 scan's cosine)."""
+    compared = 0
     for f, e in zip(found, truth, strict=True):
         known = dict(e)
         for tool, score in f:
             if tool in known:
-                assert score == known[tool]
+                assert score == pytest.approx(known[tool], abs=tolerance, rel=0)
+                compared += 1
+    assert compared >= 0.9 * sum(len(e) for e in truth)
 
 
-def test_the_graph_answers_like_the_exact_scan(
+def test_the_shortlist_answers_like_the_float32_scan(
     db: Path, indexed: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queries = indexed[1]
@@ -112,34 +127,42 @@ def test_the_graph_answers_like_the_exact_scan(
         found = answers(catalog, queries)
         hybrid = catalog.search(queries[1], mode="hybrid").hits
     assert recall(found, truth) >= 0.98
-    same_scores(found, truth)
+    same_scores(found, truth, FLOAT16_TOLERANCE)
     assert hybrid and hybrid[0].tool.id in {t for t, _ in truth[1][:3]} | {hybrid[0].tool.id}
     assert (ann.folder(str(db)) / ann.STAMP).exists()
 
 
-def test_until_the_graph_is_ready_the_exact_scan_answers(
+def test_until_the_shortlist_is_ready_the_exact_scan_answers(
     db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The store's exact scan (float16 rows through faiss, rescored) answers meanwhile; the
+    shortlist then gives what it found the very same scores."""
     queries = indexed[1]
     release = __import__("threading").Event()
     original = ann.build
 
-    def slow_build(*args: Any, **kwargs: Any) -> ann.Graph:
+    def slow_build(*args: Any, **kwargs: Any) -> ann.Shortlist:
         release.wait(30)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(ann, "build", slow_build)
     with Catalog(db) as catalog:
-        before = answers(catalog, queries[:5])
-        assert catalog._search.vectors.graph is None  # still building: the exact scan answered
+        before = answers(catalog, queries)
+        vectors = catalog._search.vectors
+        assert vectors.shortlist is None  # still building: the exact scan answered
         release.set()
-        catalog._search.vectors.wait_graph()
-        assert catalog._search.vectors.graph is not None
+        vectors.wait_shortlist()
+        assert vectors.shortlist is not None
+        after = answers(catalog, queries)
+    assert recall(after, before) >= 0.98
+    same_scores(after, before)
     monkeypatch.setattr(ann, "ANN_FROM", 10**9)
-    assert before == exact(db, queries[:5])
+    truth = exact(db, queries)
+    assert recall(before, truth) >= 0.98
+    same_scores(before, truth, FLOAT16_TOLERANCE)
 
 
-def test_the_next_process_loads_the_saved_graph(
+def test_the_next_process_loads_the_saved_shortlist(
     db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     queries = indexed[1]
@@ -157,23 +180,26 @@ def test_the_next_process_loads_the_saved_graph(
         assert stamp["rows"] == TOOLS
 
 
-def test_a_change_makes_the_graph_stale(
+def test_a_change_makes_the_shortlist_stale(
     db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Another process registers and reindexes (which saves the new revision's shortlist):
+    the serving one drops its shortlist at its next query and loads the new one."""
     queries = indexed[1]
     for catalog in served(db, queries):
         old = catalog.revision
         vectors = catalog._search.vectors
-        new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers by petal")
-        catalog.register(Toolkit(name="flora", version="1", tools=[new]))
-        catalog.reindex()
+        with Catalog(db) as admin:
+            new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers by petal")
+            admin.register(Toolkit(name="flora", version="1", tools=[new]))
+            admin.reindex()
         builds = counted_builds(monkeypatch)
         hits = catalog.search("zygomorphic flowers", mode="embedding").hits
-        # the new revision's first query: the old graph is gone, the exact scan found the tool
         assert vectors.key is not None and vectors.key[0] == catalog.revision != old
         assert hits[0].tool.id == "flora.zygomorphic_lookup"
-        vectors.wait_graph()
-        assert builds == [1] and vectors.graph is not None and len(vectors.graph) == TOOLS + 1
+        vectors.wait_shortlist()
+        assert builds == [] and vectors.shortlist is not None
+        assert len(vectors.shortlist) == TOOLS + 1
         stamp = json.loads((ann.folder(str(db)) / ann.STAMP).read_text())
         assert stamp["revision"] == catalog.revision
         assert catalog.search("zygomorphic flowers", mode="embedding").hits[0].tool.id == (
@@ -185,22 +211,24 @@ def damage_file(db: Path, how: str, other: Path) -> None:
     folder = ann.folder(str(db))
     stamp_path = folder / ann.STAMP
     stamp = json.loads(stamp_path.read_text())
-    graph = folder / stamp["file"]
+    saved = folder / stamp["file"]
     if how == "truncated":
-        graph.write_bytes(graph.read_bytes()[: graph.stat().st_size // 2])
+        saved.write_bytes(saved.read_bytes()[: saved.stat().st_size // 2])
     elif how == "torn (same size, bytes changed)":
-        data = bytearray(graph.read_bytes())
+        data = bytearray(saved.read_bytes())
         data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64
-        graph.write_bytes(bytes(data))
+        saved.write_bytes(bytes(data))
     elif how == "garbage stamp":
         stamp_path.write_text("{not json")
     elif how == "stamp of another revision":
         stamp_path.write_text(json.dumps({**stamp, "revision": stamp["revision"] - 1}))
+    elif how == "stamp of the older HNSW format":
+        stamp_path.write_text(json.dumps({**stamp, "format": 1, "index": None, "graph": [16, 128]}))
     elif how == "file outside the folder":
         stamp_path.write_text(json.dumps({**stamp, "file": "../catalog.db"}))
-    elif how == "missing graph":
-        graph.unlink()
-    elif how == "another catalog's graph at the same revision":
+    elif how == "missing index file":
+        saved.unlink()
+    elif how == "another catalog's index at the same revision":
         shutil.rmtree(folder)
         shutil.copytree(ann.folder(str(other)), folder)
         theirs = json.loads(stamp_path.read_text())
@@ -213,14 +241,15 @@ DAMAGE = [
     "torn (same size, bytes changed)",
     "garbage stamp",
     "stamp of another revision",
+    "stamp of the older HNSW format",
     "file outside the folder",
-    "missing graph",
-    "another catalog's graph at the same revision",
+    "missing index file",
+    "another catalog's index at the same revision",
 ]
 
 
 @pytest.mark.parametrize("how", DAMAGE)
-def test_a_stale_torn_or_foreign_graph_is_rebuilt_never_served(
+def test_a_stale_torn_or_foreign_index_is_rebuilt_never_served(
     db: Path,
     indexed: tuple[Path, list[str]],
     large: None,
@@ -249,7 +278,7 @@ def test_a_stale_torn_or_foreign_graph_is_rebuilt_never_served(
     loaded: list[Any] = []
     original = ann.load
 
-    def load(*args: Any, **kwargs: Any) -> ann.Graph | None:
+    def load(*args: Any, **kwargs: Any) -> ann.Shortlist | None:
         loaded.append(original(*args, **kwargs))
         return loaded[-1]
 
@@ -262,8 +291,8 @@ def test_a_stale_torn_or_foreign_graph_is_rebuilt_never_served(
     assert json.loads((ann.folder(str(db)) / ann.STAMP).read_text())["file"] != "../catalog.db"
 
 
-@pytest.mark.parametrize("narrow_share", [0.0, 0.5], ids=["graph, deeper", "exact, narrow"])
-def test_filters_hold_through_the_graph(
+@pytest.mark.parametrize("narrow_share", [0.0, 0.5], ids=["shortlist, deeper", "exact, narrow"])
+def test_filters_hold_through_the_shortlist(
     db: Path,
     indexed: tuple[Path, list[str]],
     monkeypatch: pytest.MonkeyPatch,
@@ -279,7 +308,7 @@ def test_filters_hold_through_the_graph(
     assert all(tool.startswith("kit100.") for hits in found for tool, _ in hits)
     assert all(len(hits) == 10 for hits in found)
     assert recall(found, truth) >= 0.98
-    same_scores(found, truth)
+    same_scores(found, truth, FLOAT16_TOLERANCE)
     assert tagged == [[]] * 5
 
 
@@ -290,23 +319,104 @@ def test_without_the_library_the_exact_scan_serves(
     monkeypatch.setattr(ann, "installed", lambda: False)
     with Catalog(db) as catalog:
         found = answers(catalog, queries[:5])
-        catalog._search.vectors.wait_graph()
-        assert catalog._search.vectors.graph is None
+        catalog._search.vectors.wait_shortlist()
+        assert catalog._search.vectors.shortlist is None
     assert not ann.folder(str(db)).exists()
     monkeypatch.setattr(ann, "ANN_FROM", 10**9)
     assert found == exact(db, queries[:5])
 
 
-def test_above_the_measured_size_the_exact_scan_serves(
+def test_a_large_catalog_keeps_float16_rows_loaded_a_chunk_at_a_time(
     db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """ann.ANN_UP_TO: past the largest size where recall@10 >= 0.98 was measured, no graph."""
-    queries = indexed[1]
-    monkeypatch.setattr(ann, "ANN_UP_TO", TOOLS - 1)
+    """From the threshold on the vectors live in the compact store: half float32's bytes,
+    the float32 rows never held whole while loading (numpy's and SQLite's allocations are
+    traced; the store's are faiss's)."""
+    import tracemalloc
+
+    from toolcat.search import embeddings
+
+    monkeypatch.setattr(embeddings, "VECTOR_CHUNK", 16)
+    monkeypatch.setattr(embeddings.VectorIndex, "_shortlist_soon", lambda self, path: None)
     with Catalog(db) as catalog:
-        found = answers(catalog, queries[:5])
-        catalog._search.vectors.wait_graph()
-        assert catalog._search.vectors.graph is None
-    assert not ann.folder(str(db)).exists()
+        model = catalog._search.model_id(catalog._conn)
+        peaks = {}
+        for kind, threshold in (("float16", THRESHOLD), ("float32", 10**9)):
+            monkeypatch.setattr(ann, "ANN_FROM", threshold)
+            vectors = embeddings.VectorIndex()
+            tracemalloc.start()
+            vectors.refresh(catalog._conn, catalog.revision, model, str(db))
+            peaks[kind] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+            assert vectors.matrix is not None and vectors.matrix.dtype == kind
+            assert (vectors.store is not None) == (kind == "float16")
+        monkeypatch.setattr(ann, "ANN_FROM", THRESHOLD)
+        found = answers(catalog, indexed[1][:5])
+        vectors = catalog._search.vectors
+        assert vectors.store is not None and vectors.matrix is not None
+        assert vectors.shortlist is None  # the store's exact scan answered
+        assert vectors.matrix.shape[0] == TOOLS
+        assert vectors.matrix.nbytes == TOOLS * vectors.matrix.shape[1] * 2
+    float32_bytes = TOOLS * vectors.matrix.shape[1] * 4
+    assert peaks["float16"] < float32_bytes / 2 < float32_bytes < peaks["float32"], peaks
     monkeypatch.setattr(ann, "ANN_FROM", 10**9)
-    assert found == exact(db, queries[:5])
+    truth = exact(db, indexed[1][:5])
+    assert [[t for t, _ in f] for f in found] == [[t for t, _ in e] for e in truth]
+    same_scores(found, truth, FLOAT16_TOLERANCE)
+
+
+def test_reindex_builds_the_shortlist_the_next_process_loads(
+    db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries = indexed[1]
+    with Catalog(db) as catalog:
+        new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers by petal")
+        catalog.register(Toolkit(name="flora", version="1", tools=[new]))
+        report = catalog.reindex()
+        revision = catalog.revision
+    stamp = json.loads((ann.folder(str(db)) / ann.STAMP).read_text())
+    assert stamp["revision"] == revision and stamp["rows"] == TOOLS + 1
+    assert report.shortlist_seconds > 0  # reported apart from the embedding's tools/s
+    builds = counted_builds(monkeypatch)
+    for catalog in served(db, queries):
+        hits = catalog.search("zygomorphic flowers", mode="embedding").hits
+    assert builds == []
+    assert hits[0].tool.id == "flora.zygomorphic_lookup"
+    # a reindex with nothing to do finds the stamp current and loads no vectors
+    from toolcat.search import embeddings
+
+    refreshed: list[int] = []
+    monkeypatch.setattr(embeddings.VectorIndex, "refresh", lambda *a, **k: refreshed.append(1))
+    with Catalog(db) as catalog:
+        assert catalog.reindex().embedded == 0
+    assert refreshed == [] and builds == []
+
+
+def test_queries_learned_from_use_count_in_the_compact_store(
+    db: Path, indexed: tuple[Path, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recorded query's vector (a row after the tools') lifts its tool through the store's
+    exact scan and through the shortlist as through the float32 scan."""
+    from toolcat.search import embeddings
+
+    request = "zorbify the quux before the flumph"
+    with Catalog(db) as catalog:
+        catalog.learning = True
+        target = answers(catalog, [request])[0][-1][0]  # the 10th: not first without learning
+        assert catalog.record_use(request, target)
+        catalog.reindex()
+    truth = exact(db, [request])
+    assert truth[0][0][0] == target
+    monkeypatch.setattr(ann, "ANN_FROM", THRESHOLD)
+    with monkeypatch.context() as held:
+        held.setattr(embeddings.VectorIndex, "_shortlist_soon", lambda self, path: None)
+        with Catalog(db) as catalog:
+            scanned = answers(catalog, [request])
+            assert catalog._search.vectors.store is not None
+            assert catalog._search.vectors.shortlist is None
+    for catalog in served(db, [request]):
+        shortlisted = answers(catalog, [request])
+    for found in (scanned, shortlisted):
+        assert found[0][0][0] == target
+        assert recall(found, truth) >= 0.9
+        same_scores(found, truth, FLOAT16_TOLERANCE)

@@ -1,23 +1,28 @@
-"""An approximate nearest-neighbour index of a large catalog's vectors, saved beside it.
+"""Large catalogs' vectors: a compact store and an approximate index, saved beside the catalog.
 
-Above ``ANN_FROM`` tool vectors the exact scan of ``VectorIndex`` stops being cheap (one
-float32 product over every row per query: docs/benchmarks.md, "Hybrid at 1M"). There a
-long-lived process builds an HNSW graph of the tool vectors (``LIBRARY``, the ``ann`` extra)
-on a background thread, or loads the one saved beside the catalog, while the exact scan
-answers; once ready, a query asks the graph for candidates and rescores them exactly with the
-matrix, so a tool it finds has the same score as in the exact scan.
+From ``ANN_FROM`` tool vectors on, and when the library is installed (``LIBRARY``, the ``ann``
+extra), a long-lived process keeps the vectors as float16 rows (``Store``: half float32's
+memory, a faiss flat index whose codes numpy reads in place, so there is one copy) and serves
+the embedding side from a *shortlist* index: product-quantised codes of 4 bits per pair of
+dimensions (faiss's ``PQ192x4fs``, 96 bytes a tool) scanned in full with SIMD lookups, whose
+best ``MIN_CANDIDATES`` rows are rescored exactly from the store, so a tool it finds has the
+exact scan's score. Chosen by measurement at 1M tools over HNSW and IVF, which lose the top 10
+of queries that sit far from every tool (docs/benchmarks.md, "Compact vectors and the ANN at
+1M"). Until the shortlist is ready (built in seconds on a background thread, or loaded), the
+store's exact scan answers.
 
 Like the saved BM25 index (``lexical_file``), the folder ``<catalog>.ann`` is a derived cache:
-``index.json`` (the stamp) names the graph file and what it is valid for: the catalog
+``index.json`` (the stamp) names the index file and what it is valid for: the catalog
 revision, the model, the number of rows and a fingerprint of their ids and vectors, the
-library and its version, and the graph file's size and SHA-256, checked before the library
-reads a byte of it. Files are written under new names and the stamp replaced last, so a
+library and its version, the index kind, and the file's size and SHA-256, checked before the
+library reads a byte of it. Files are written under new names and the stamp replaced last, so a
 ``kill -9`` mid-save leaves the previous stamp pointing at complete files, or none; a stale,
 torn, truncated or foreign file is rebuilt, never served.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import importlib.util
 import json
@@ -31,30 +36,24 @@ if TYPE_CHECKING:
 
 LIBRARY = "faiss"  # the module; its package on PyPI:
 PACKAGE = "faiss-cpu"
-FORMAT = 1
+FORMAT = 2  # 1 was an HNSW graph over 8-bit codes
 STAMP = "index.json"
-# From this many tool vectors on, a long-lived process serves the embedding side from the
-# graph once it is ready: the exact scan costs 4.4 ms of CPU per query at 50k and 7.4 ms at
-# 100k, the graph ~1 ms; at 50k the graph kept recall@10 0.984 already at efSearch 256
-# (scripts/research/ann_candidates.py; docs/benchmarks.md, "Hybrid at 1M").
+# From this many tool vectors on, a long-lived process keeps them in the compact store and
+# serves from the shortlist once it is ready: the exact float32 scan costs 4.4 ms of CPU per
+# query at 50k and 7.4 ms at 100k (84 ms at 1M), the shortlist 0.5 ms at 100k and 4.5 ms at
+# 1M with recall@10 >= 0.997 against the exact float32 scan (docs/benchmarks.md).
 ANN_FROM = 50_000
-# ... and up to this many: the largest size at which the graph below was measured to keep
-# recall@10 >= 0.98 against the exact scan (the issue's condition for serving from it at all:
-# 0.992 at 100k). At 1M rows it found 0.900 at efSearch 1024 (docs/benchmarks.md, "Hybrid at
-# 1M"), so larger catalogs keep the exact scan until a denser graph is measured there; raise
-# this with that measurement.
-ANN_UP_TO = 100_000
-# The graph's degree and its search widths at build and at query time (efSearch): with the
-# candidates rescored exactly, recall@10 against the exact scan at 100k realistic vectors was
-# 0.974 at 256, 0.987 at 512 and 0.992 at 1024 (docs/benchmarks.md, "Hybrid at 1M").
-CONNECTIVITY = 16
-EXPANSION_ADD = 128
-EXPANSION_SEARCH = 1024
-# Candidates asked of the graph per result wanted (rescored exactly), and at least this many.
+# The shortlist index (a faiss factory string): 192 sub-quantisers of 4 bits over 384
+# dimensions, scanned in full. Recall@10 at 1M realistic vectors with 100 / 300 candidates
+# rescored: 0.997 / 0.999 (half as many sub-quantisers: 0.924 / 0.980).
+SHORTLIST = "PQ192x4fs"
+# Rows the shortlist's codebooks are trained on (a seeded sample of the catalog's).
+TRAIN_ROWS = 65_536
+# Candidates asked of the shortlist per result wanted (rescored exactly), and at least this many.
 OVERSAMPLE = 2
-MIN_CANDIDATES = 100
+MIN_CANDIDATES = 300
 # A filter letting through at most this share of the rows is answered by an exact scan of
-# those rows; a wider one asks the graph deeper (wanted / share) and drops the others.
+# those rows; a wider one asks the shortlist deeper (wanted / share) and drops the others.
 NARROW_SHARE = 0.02
 # Threads a background build uses (a serving process's queries share the machine).
 BUILD_THREADS = 2
@@ -79,31 +78,76 @@ def _library_version() -> str:
         return "unknown"
 
 
+class Store:
+    """``rows`` x ``width`` float16 vectors in a faiss flat index (``index``), read and
+    written in place through ``matrix``, a numpy view of the index's codes that keeps the
+    index alive. Filled a chunk at a time (``matrix[a:b] = chunk``), so a load never holds
+    the float32 matrix whole."""
+
+    def __init__(self, rows: int, width: int) -> None:
+        import faiss
+        import numpy as np
+
+        index = faiss.IndexScalarQuantizer(
+            width,
+            faiss.ScalarQuantizer.QT_fp16,
+            faiss.METRIC_INNER_PRODUCT,
+        )
+        size = rows * int(index.code_size)
+        index.codes.resize(size)
+        index.ntotal = rows
+        # faiss's fp16 codes are IEEE half floats, row after row: numpy's float16.
+        memory = (ctypes.c_uint8 * size).from_address(int(index.codes.data()))
+        memory.index = index  # type: ignore[attr-defined]  # the view's base keeps it alive
+        self.index = index
+        matrix = np.frombuffer(memoryview(memory), dtype=np.float16)
+        self.matrix: np.ndarray = matrix.reshape(rows, width)
+
+    def nearest(self, vector: np.ndarray, count: int, up_to: int) -> np.ndarray:
+        """The ``count`` rows under ``up_to`` with the largest dot product with ``vector``
+        (an exact scan on the calling thread; the caller rescores them)."""
+        import faiss
+        import numpy as np
+
+        count = min(count, up_to)
+        if count <= 0:
+            return np.zeros(0, dtype=np.int64)
+        faiss.omp_set_num_threads(1)  # this thread's: a query is one thread's work
+        params = faiss.SearchParameters()
+        params.sel = faiss.IDSelectorRange(0, up_to)
+        _, rows = self.index.search(
+            np.asarray(vector, dtype=np.float32).reshape(1, -1), count, params=params
+        )
+        found: np.ndarray = rows[0]
+        return found[found >= 0].astype(np.int64)
+
+
 def valid_for(revision: int, model_id: str, ids: np.ndarray, matrix: np.ndarray) -> dict[str, Any]:
-    """What a graph of ``matrix`` (one row per tool id in ``ids``) is valid for: a saved
-    graph is taken up only when all of it matches. The fingerprint covers every id and every
+    """What a shortlist of ``matrix`` (one row per tool id in ``ids``) is valid for: a saved
+    one is taken up only when all of it matches. The fingerprint covers every id and every
     vector (a few seconds at 1M rows, on the background thread), so another catalog at the
     same revision, or the same rows in another order, does not match."""
     import numpy as np
 
     digest = hashlib.sha256()
     digest.update(np.ascontiguousarray(ids, dtype="<i8").data)
-    for at in range(0, len(matrix), 65536):
-        digest.update(np.ascontiguousarray(matrix[at : at + 65536], dtype="<f4").data)
+    for at in range(0, len(matrix), 65536):  # the rows as stored (float16 in ``Store``)
+        digest.update(np.ascontiguousarray(matrix[at : at + 65536]).data)
     return {
         "format": FORMAT,
+        "vectors": str(matrix.dtype),
         "revision": revision,
         "model": model_id,
         "rows": len(ids),
         "dimensions": int(matrix.shape[1]) if matrix.ndim == 2 else 0,
         "fingerprint": digest.hexdigest(),
         "library": f"{LIBRARY} {_library_version()}",
-        "graph": [CONNECTIVITY, EXPANSION_ADD],
+        "index": SHORTLIST,
     }
 
 
-class Graph:
-    """An HNSW graph over matrix rows 0..n-1 (faiss numbers the rows it is given)."""
+class Shortlist:
+    """An approximate index over matrix rows 0..n-1 (faiss numbers the rows it is given)."""
 
     def __init__(self, index: Any) -> None:
         self._index = index
@@ -117,37 +161,31 @@ class Graph:
         import numpy as np
 
         count = min(count, len(self))
-        params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]
-        params.efSearch = max(EXPANSION_SEARCH, count)  # per query: callers may overlap
-        _, rows = self._index.search(
-            np.asarray(vector, dtype=np.float32).reshape(1, -1), count, params=params
-        )
+        faiss.omp_set_num_threads(1)  # this thread's: a query is one thread's work
+        _, rows = self._index.search(np.asarray(vector, dtype=np.float32).reshape(1, -1), count)
         found: np.ndarray = rows[0]
         return found[found >= 0].astype(np.int64)
 
 
-def build(matrix: np.ndarray, threads: int = BUILD_THREADS) -> Graph:
-    """A graph of ``matrix``'s rows, its vectors stored as 8-bit codes (a quarter of float32's
-    memory; ranges trained per dimension; the candidates are rescored with the float32
-    matrix). Minutes at 1M rows on 2 cores."""
+def build(matrix: np.ndarray, threads: int = BUILD_THREADS) -> Shortlist:
+    """A shortlist of ``matrix``'s rows (float32 or float16), its codebooks trained on a
+    seeded sample of ``TRAIN_ROWS`` rows, the rows encoded a chunk at a time (seconds at 1M
+    rows on 2 cores)."""
     import faiss
     import numpy as np
 
-    vectors = np.ascontiguousarray(matrix, dtype=np.float32)
     faiss.omp_set_num_threads(threads)
     try:
-        index = faiss.IndexHNSWSQ(
-            int(vectors.shape[1]),
-            faiss.ScalarQuantizer.QT_8bit,  # type: ignore[arg-type]
-            CONNECTIVITY,
-            faiss.METRIC_INNER_PRODUCT,
+        index = faiss.index_factory(int(matrix.shape[1]), SHORTLIST, faiss.METRIC_INNER_PRODUCT)
+        picked = np.random.default_rng(0).choice(
+            len(matrix), size=min(len(matrix), TRAIN_ROWS), replace=False
         )
-        index.hnsw.efConstruction = EXPANSION_ADD
-        index.train(vectors)
-        index.add(vectors)
+        index.train(np.ascontiguousarray(matrix[np.sort(picked)], dtype=np.float32))
+        for at in range(0, len(matrix), 65536):
+            index.add(np.ascontiguousarray(matrix[at : at + 65536], dtype=np.float32))
     finally:
         faiss.omp_set_num_threads(1)  # a query is one thread's work
-    return Graph(index)
+    return Shortlist(index)
 
 
 def _file_digest(path: Path) -> str:
@@ -158,14 +196,14 @@ def _file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def save(catalog_path: str, valid: dict[str, Any], graph: Graph) -> None:
-    """Write the graph under a new name, then the stamp; drop what older stamps named."""
+def save(catalog_path: str, valid: dict[str, Any], shortlist: Shortlist) -> None:
+    """Write the index under a new name, then the stamp; drop what older stamps named."""
     root = folder(catalog_path)
     root.mkdir(exist_ok=True)
-    name = f"graph-{uuid.uuid4().hex}.faiss"
+    name = f"shortlist-{uuid.uuid4().hex}.faiss"
     import faiss
 
-    faiss.write_index(graph._index, str(root / name))
+    faiss.write_index(shortlist._index, str(root / name))
     with open(root / name, "rb+") as f:
         os.fsync(f.fileno())
     header = {
@@ -182,8 +220,26 @@ def save(catalog_path: str, valid: dict[str, Any], graph: Graph) -> None:
             entry.unlink(missing_ok=True)
 
 
-def load(catalog_path: str, valid: dict[str, Any]) -> Graph | None:
-    """The saved graph when its stamp matches ``valid`` and its file its size and digest,
+def saved_for(catalog_path: str, revision: int, model_id: str, rows: int) -> bool:
+    """Whether the stamp beside the catalog names this index kind and format, revision,
+    model and number of rows: a look at one small file, for reindex to skip saving again
+    (the process that loads the index checks everything else first)."""
+    try:
+        header = json.loads((folder(catalog_path) / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    wanted = {
+        "format": FORMAT,
+        "index": SHORTLIST,
+        "revision": revision,
+        "model": model_id,
+        "rows": rows,
+    }
+    return isinstance(header, dict) and all(header.get(k) == v for k, v in wanted.items())
+
+
+def load(catalog_path: str, valid: dict[str, Any]) -> Shortlist | None:
+    """The saved shortlist when its stamp matches ``valid`` and its file its size and digest,
     else None (missing, stale, torn or foreign: rebuilt, never served)."""
     root = folder(catalog_path)
     try:
@@ -200,6 +256,6 @@ def load(catalog_path: str, valid: dict[str, Any]) -> Graph | None:
         index = faiss.read_index(str(path))
         if index.ntotal != valid["rows"] or index.d != valid["dimensions"]:
             return None
-        return Graph(index)
+        return Shortlist(index)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError):
         return None

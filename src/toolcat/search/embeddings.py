@@ -506,8 +506,16 @@ def _similarities(matrix: np.ndarray, vector: np.ndarray) -> np.ndarray:
     10 ms); its spinning threads also starved torch's when torch encoded the queries."""
     import numpy as np
 
+    if matrix.dtype != np.float32:  # rows of the compact store, a few hundred at a time
+        matrix = matrix.astype(np.float32)
     product: np.ndarray = np.einsum("ij,j->i", matrix, vector)
     return product
+
+
+def compact_from(rows: int) -> bool:
+    """Whether ``rows`` vectors are kept in the compact store (``ann.Store``): from
+    ``ann.ANN_FROM`` on, with the ``ann`` extra installed."""
+    return rows >= ann.ANN_FROM and ann.installed()
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -526,13 +534,18 @@ LEARNED_MARGIN = 0.2
 class VectorIndex:
     """The active tools' vectors as one matrix, loaded once per catalog revision. Engines
     that share one (a server's pooled readers) hold ``lock`` from ``refresh`` through
-    ``search``: one matrix (1.5 GB at 1M tools) and one graph per process, not one each."""
+    ``search``: one matrix and one shortlist per process, not one each. Below
+    ``ann.ANN_FROM`` rows, or without the ``ann`` extra, the matrix is float32 numpy (1.5 GB
+    at 1M tools); from there on with it, float16 rows in ``store`` (``ann.Store``: 768 MB at
+    1M), scanned by faiss, and a shortlist index serves once it is ready."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.key: tuple[int, str] | None = None
         self.ids: np.ndarray | None = None  # the tool of each matrix row
         self.matrix: np.ndarray | None = None
+        # Large catalogs (search/ann.py): the float16 rows ``matrix`` views, else None.
+        self.store: ann.Store | None = None
         self.active_tools = 0
         self.tool_rows = 0
         self.owner: np.ndarray | None = None
@@ -543,13 +556,13 @@ class VectorIndex:
         # allowed row ids -> which of ``ids_in_order`` (else ``ids``) they are, per matrix:
         # a scoped caller asks with the same filters again and again.
         self._masks: dict[frozenset[int], np.ndarray] = {}
-        # Large catalogs (search/ann.py): the ANN graph of this key's tool rows once a
-        # background thread has loaded or built it (None until then: the exact scan answers),
-        # and the matrix rows of narrow filters' tools.
-        self.graph: ann.Graph | None = None
-        self.graph_error = ""
-        self._graph_lock = threading.Lock()
-        self._graph_builder: threading.Thread | None = None
+        # Large catalogs: the shortlist of this key's tool rows once a background thread has
+        # loaded or built it (None until then: the exact scan answers), and the matrix rows
+        # of narrow filters' tools.
+        self.shortlist: ann.Shortlist | None = None
+        self.shortlist_error = ""
+        self._shortlist_lock = threading.Lock()
+        self._shortlist_builder: threading.Thread | None = None
         self._rows: dict[frozenset[int], np.ndarray] = {}
 
     def refresh(
@@ -562,15 +575,17 @@ class VectorIndex:
         id: sorting made SQLite copy every vector into a temporary B-tree, half the load
         (10k tools: 58 against 30 ms); ``order`` puts the scores in id order instead.
 
-        From ``ann.ANN_FROM`` tool vectors on, a long-lived process then loads the ANN graph
-        saved beside the catalog file at ``path`` for these vectors, or builds and saves one,
-        on a background thread (``graph``)."""
+        From ``ann.ANN_FROM`` active tools on, with the ``ann`` extra, each chunk is
+        converted to float16 into the compact store (the float32 matrix is never held
+        whole), and a long-lived process then loads the shortlist saved beside the catalog
+        file at ``path`` for these vectors, or builds and saves one, on a background thread
+        (``shortlist``)."""
         import numpy as np
 
         if self.key == (revision, model_id):
             return
-        with self._graph_lock:
-            self.graph = None  # never served past its revision
+        with self._shortlist_lock:
+            self.shortlist = None  # never served past its revision
         self.active_tools = conn.execute(
             "SELECT count(*) FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1"
         ).fetchone()[0]
@@ -594,19 +609,28 @@ class VectorIndex:
             "WHERE k.active = 1",
             (model_id,),
         )
+        compact = compact_from(self.active_tools)
         ids = np.zeros(self.active_tools, dtype=np.int64)
         matrix = np.zeros((0, 0), dtype="<f4")
+        store: ann.Store | None = None
         count = 0
         while chunk := cursor.fetchmany(VECTOR_CHUNK):
             if not count:
                 width = len(chunk[0][1]) // 4
-                # Learned rows go after the tools'. Each BLOB is copied straight into its
-                # row: joining a chunk's BLOBs first cost a fresh 6 MB buffer per chunk
-                # (30% more page faults loading 10k tools in a fresh process).
-                matrix = np.empty((self.active_tools + len(learned), width), dtype="<f4")
-                rows = matrix.data.cast("B")
                 size = 4 * width
-            at = count * size
+                allocated = self.active_tools + len(learned)
+                if compact:
+                    store = ann.Store(allocated, width)
+                    matrix = store.matrix
+                    staging = np.empty((min(VECTOR_CHUNK, allocated), width), dtype="<f4")
+                else:
+                    matrix = np.empty((allocated, width), dtype="<f4")
+            # Learned rows go after the tools'. Each BLOB is copied straight into its row
+            # (of the matrix, or of a float32 chunk converted into the store): joining a
+            # chunk's BLOBs first cost a fresh 6 MB buffer per chunk (30% more page faults
+            # loading 10k tools in a fresh process).
+            into, at = (staging, 0) if store is not None else (matrix, count * size)
+            rows = into.data.cast("B")
             for _, blob in chunk:
                 if len(blob) != size:
                     raise EmbeddingError(
@@ -615,6 +639,8 @@ class VectorIndex:
                     )
                 rows[at : at + size] = blob
                 at += size
+            if store is not None:
+                matrix[count : count + len(chunk)] = staging[: len(chunk)]
             ids[count : count + len(chunk)] = [tool_id for tool_id, _ in chunk]
             count += len(chunk)
         self.ids = ids[:count]
@@ -636,61 +662,70 @@ class VectorIndex:
         self.owner = np.array(owners, dtype=np.int64)
         used = count + len(owners)
         # Tools without a vector leave rows unused: keep a view unless that wastes much.
-        self.matrix = matrix[:used] if used * 10 >= len(matrix) * 9 else matrix[:used].copy()
+        if used * 10 < len(matrix) * 9:
+            if store is not None:
+                kept = ann.Store(used, matrix.shape[1])
+                kept.matrix[:] = matrix[:used]
+                store, matrix = kept, kept.matrix
+            else:
+                matrix = matrix[:used].copy()
+        self.store = store
+        self.matrix = matrix[:used]
         self._masks, self._rows = {}, {}
-        with self._graph_lock:
+        with self._shortlist_lock:
             self.key = (revision, model_id)
-        self._graph_soon(path)
+        self._shortlist_soon(path)
 
-    def _graph_soon(self, path: str) -> None:
-        """Load or build the ANN graph of the current vectors on a background thread, when
-        the catalog is large enough and the library installed; a build already running takes
-        up the new vectors when it ends."""
-        if _one_shot or not ann.ANN_FROM <= self.tool_rows <= ann.ANN_UP_TO:
+    def _shortlist_soon(self, path: str) -> None:
+        """Load or build the shortlist of the current vectors on a background thread, when
+        the catalog is large enough and the library installed; a build already running
+        takes up the new vectors when it ends."""
+        if _one_shot or self.tool_rows < ann.ANN_FROM or not ann.installed():
             return
-        if not ann.installed():
-            return
-        with self._graph_lock:
-            if self._graph_builder is not None:
+        with self._shortlist_lock:
+            if self._shortlist_builder is not None:
                 return
-            self._graph_builder = threading.Thread(
-                target=self._prepare_graph,
+            self._shortlist_builder = threading.Thread(
+                target=self.prepare_shortlist,
                 args=(path,),
                 name="toolcat-ann",
-                daemon=True,  # a process that exits does not wait for a graph it will not use
+                daemon=True,  # a process that exits does not wait for an index it will not use
             )
-            self._graph_builder.start()
+            self._shortlist_builder.start()
 
-    def _prepare_graph(self, path: str) -> None:
+    def prepare_shortlist(self, path: str) -> None:
+        """Load the shortlist saved beside the catalog at ``path`` for the current vectors,
+        or build it (and save it there): the background thread's work, and reindex's when
+        the catalog reaches ``ann.ANN_FROM`` tool vectors."""
         while True:
-            with self._graph_lock:
+            with self._shortlist_lock:
                 key, ids, matrix, rows = self.key, self.ids, self.matrix, self.tool_rows
                 if key is None or ids is None or matrix is None or rows < ann.ANN_FROM:
-                    self._graph_builder = None
+                    self._shortlist_builder = None
                     return
             try:
                 tools = matrix[:rows]
                 valid = ann.valid_for(key[0], key[1], ids[:rows], tools)
-                graph = ann.load(path, valid) if path else None
-                if graph is None:
-                    graph = ann.build(tools)
+                shortlist = ann.load(path, valid) if path else None
+                if shortlist is None:
+                    shortlist = ann.build(tools)
                     if path:  # else, or when it cannot be written: served from memory
                         with contextlib.suppress(OSError):
-                            ann.save(path, valid, graph)
+                            ann.save(path, valid, shortlist)
             except Exception as e:  # the exact scan answers on
-                with self._graph_lock:
-                    self.graph_error = f"ANN index: {type(e).__name__}: {str(e)[:200]}"
-                    self._graph_builder = None
+                with self._shortlist_lock:
+                    self.shortlist_error = f"ANN index: {type(e).__name__}: {str(e)[:200]}"
+                    self._shortlist_builder = None
                 return
-            with self._graph_lock:
+            with self._shortlist_lock:
                 if self.key == key:
-                    self.graph, self._graph_builder = graph, None
+                    self.shortlist, self._shortlist_builder = shortlist, None
                     return
             # the catalog moved on meanwhile: again, for its new vectors
 
-    def wait_graph(self, timeout: float | None = None) -> None:
-        """Wait for a background ANN load or build to finish (tests, benchmarks)."""
-        builder = self._graph_builder
+    def wait_shortlist(self, timeout: float | None = None) -> None:
+        """Wait for a background shortlist load or build to finish (tests, benchmarks)."""
+        builder = self._shortlist_builder
         if builder is not None:
             builder.join(timeout)
 
@@ -724,13 +759,15 @@ class VectorIndex:
                 f"the catalog's vectors have {self.matrix.shape[1]} dimensions but the model "
                 f"gives {query_vector.shape[0]}: run `toolcat reindex --full`"
             )
-        graph = self.graph
-        if graph is not None:
-            if allowed is None or len(allowed) > ann.NARROW_SHARE * self.tool_rows:
-                found = self._search_graph(graph, query_vector, k, allowed)
-                if found is not None:
-                    return found
-            else:  # a narrow filter: an exact scan of its tools' rows only
+        shortlist = self.shortlist
+        if shortlist is not None or self.store is not None:
+            if allowed is not None and len(allowed) <= ann.NARROW_SHARE * self.tool_rows:
+                # a narrow filter: an exact scan of its tools' rows only
+                return self._ranked(self._allowed_rows(allowed), query_vector, k, None)
+            found = self._search_candidates(shortlist, query_vector, k, allowed)
+            if found is not None:
+                return found
+            if self.store is not None and allowed is not None:  # too few passed: exactly
                 return self._ranked(self._allowed_rows(allowed), query_vector, k, None)
         scores = _similarities(self.matrix, query_vector)
         if len(scores) > self.tool_rows and self.owner is not None:
@@ -754,18 +791,26 @@ class VectorIndex:
         # whole arrays to Python at once: indexing numpy scalars one by one cost 0.1 ms
         return list(zip(ids[top].tolist(), best.tolist(), strict=True))
 
-    def _search_graph(
-        self, graph: ann.Graph, query_vector: np.ndarray, k: int, allowed: frozenset[int] | None
+    def _search_candidates(
+        self,
+        shortlist: ann.Shortlist | None,
+        query_vector: np.ndarray,
+        k: int,
+        allowed: frozenset[int] | None,
     ) -> list[tuple[int, float]] | None:
-        """``search`` through the ANN graph: candidates rescored exactly (with the vectors of
-        queries recorded for them), the filters' others dropped. None when a filter left
-        fewer than ``k`` (the exact scan answers)."""
+        """``search`` through candidates, from the shortlist, else from the store's exact
+        scan: rescored exactly (with the vectors of queries recorded for them), the
+        filters' others dropped. None when a filter left fewer than ``k``."""
         import numpy as np
 
         want = max(k * ann.OVERSAMPLE, ann.MIN_CANDIDATES)
         if allowed is not None:  # deeper, so that enough of them pass the filter
             want = int(want * self.tool_rows / max(1, len(allowed)))
-        rows = graph.candidates(query_vector, want)
+        if shortlist is not None:
+            rows = shortlist.candidates(query_vector, want)
+        else:
+            assert self.store is not None
+            rows = self.store.nearest(query_vector, want, self.tool_rows)
         if self.owner is not None and len(self.owner):
             assert self.matrix is not None
             learned = _similarities(self.matrix[self.tool_rows :], query_vector)

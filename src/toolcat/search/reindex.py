@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import InvalidQueryError
 from ..models import ReindexReport, Tool
 from ..store import counts, reader, writer
-from . import batch_encoding
+from . import ann, batch_encoding
 from .bm25 import index_totals
 from .embeddings import embedder, embedding_text, to_blob
 from .engine import SearchEngine, embeddings_installed
@@ -109,8 +109,12 @@ def reindex(
             writer.set_meta(conn, {"embedding_model": model_id, "embedding_dim": dimension})
         # Only now that the new vectors are in: drop other models' and orphans.
         removed = writer.prune_vectors(conn, model_id)
+    saving = time.perf_counter()
+    _save_shortlist(conn, lock, engine, model_id)
+    shortlist_seconds = time.perf_counter() - saving
     seconds = time.perf_counter() - started
-    embedding = seconds - export_seconds  # tools/s is about embedding, not the export
+    # tools/s is about embedding, not the export or the shortlist
+    embedding = seconds - export_seconds - shortlist_seconds
     return ReindexReport(
         model=model_id,
         dimension=int(dimension) if dimension is not None else None,
@@ -121,8 +125,33 @@ def reindex(
         seconds=round(seconds, 3),
         tools_per_second=round(len(stale) / embedding, 1) if stale and embedding > 0 else 0.0,
         export_seconds=round(export_seconds, 3),
+        shortlist_seconds=round(shortlist_seconds, 3),
         device=encoder.document_device() if encoder is not None else "",
     )
+
+
+def _save_shortlist(
+    conn: sqlite3.Connection,
+    lock: AbstractContextManager[Any],
+    engine: SearchEngine,
+    model_id: str,
+) -> None:
+    """From ``ann.ANN_FROM`` tool vectors on (with the ``ann`` extra), load the reindexed
+    vectors and save their shortlist beside the catalog, unless one is stamped for this
+    revision already, so that a serving process loads it instead of answering from the
+    exact scan while it builds one (at 1M tools 19 s, against 1 s for a reindex with
+    nothing to do: docs/benchmarks.md, "Compact vectors and the ANN at 1M")."""
+    path = getattr(conn, "path", "") or ""
+    if not path or not ann.installed():
+        return
+    vectors = engine.vectors
+    with lock:
+        rows, revision = counts.vectors(conn, model_id), reader.revision(conn)
+        if rows < ann.ANN_FROM or ann.saved_for(path, revision, model_id, rows):
+            return
+        with vectors.lock:
+            vectors.refresh(conn, revision, model_id, path)
+    vectors.wait_shortlist()
 
 
 def _spread(batches: list[list[str]]) -> list[list[str]]:
