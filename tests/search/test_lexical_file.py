@@ -400,3 +400,22 @@ def test_a_save_that_fails_leaves_nothing_and_builds_once(
     assert builds == [1]
     after = sorted(p.name for p in folder.iterdir() if p.name != lexical_file.LOCK)
     assert [n for n in after if n not in before] == []
+
+
+@pytest.mark.parametrize(
+    "name", ["a b?c#d%20e.db", "new\nline.db", "ünï ☃.db", "-dash.db"], ids=repr
+)
+def test_a_catalog_path_with_odd_characters_saves_and_loads_beside_it(
+    saved: Saved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The background build opens the catalog by URI: ``?``, ``#`` and ``%`` in its name
+    are the file's, not a query string's."""
+    path, queries, answers = saved
+    odd = tmp_path / "odd dir?#" / name
+    odd.parent.mkdir()
+    shutil.copy(path, odd)
+    first = served_soon(odd, queries)
+    assert (lexical_file.folder(str(odd)) / lexical_file.STAMP).exists()
+    builds = no_builds(monkeypatch)
+    assert served_soon(odd, queries) == first == answers
+    assert builds == []
