@@ -188,3 +188,31 @@ def test_found_tools_follow_a_new_version_at_once(db: Path) -> None:
                 assert list(second["inputSchema"]["properties"]) == ["where"]
 
         run(check)
+
+
+def test_a_legacy_sessions_found_tools_never_reach_a_kept_list(db: Path) -> None:
+    """Hostile: a 2025 session reveals a deferred tool by searching, and a 2026 caller's
+    kept answer is listed between its lists: neither answer leaks into the other, whatever
+    the order (the protocol version is part of the key; a legacy session is never kept)."""
+    from tests.server.clients import LEGACY
+
+    with served(db) as (url, server):
+
+        async def check() -> None:
+            async with (
+                http_session(url, None, mode=MODERN) as modern,
+                http_session(url, None, mode=LEGACY) as legacy,
+            ):
+                plain = await modern.names()
+                assert "delete_file" not in plain  # deferred
+                assert await legacy.names() == plain
+                await legacy.call("search_tools", {"query": "delete a file", "k": 3})
+                revealed = await legacy.names()
+                assert "delete_file" in revealed
+                for _ in range(2):
+                    assert await modern.names() == plain
+                    assert await legacy.names() == revealed
+                assert server.list_cache.hits >= 2
+                assert len(server.list_cache) == 1  # the modern caller's answer alone
+
+        run(check)
