@@ -216,3 +216,25 @@ def test_a_legacy_sessions_found_tools_never_reach_a_kept_list(db: Path) -> None
                 assert len(server.list_cache) == 1  # the modern caller's answer alone
 
         run(check)
+
+
+def test_a_principals_own_list_is_never_marked_shareable(db: Path, tmp_path: Path) -> None:
+    """A server made in Python with a tokens file but without ``per_caller`` (the CLI sets
+    it): a principal with a selection of its own still gets ``cacheScope: private``, so no
+    shared cache downstream hands its list to another caller; one that selects nothing sees
+    the server's list, which stays ``public``."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    with served(db, tokens) as (url, _server):
+
+        async def scope_of(token: str) -> str | None:
+            async with http_session(url, token, mode=MODERN) as session:
+                listed = await session.client.list_tools(cache_mode="refresh")
+                return listed.cache_scope
+
+        async def check() -> None:
+            for _ in range(2):  # the kept answer too
+                assert await scope_of("math-team-token") == "private"
+                assert await scope_of("everyone-token") == "public"
+
+        run(check)
