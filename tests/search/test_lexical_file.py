@@ -419,3 +419,49 @@ def test_a_catalog_path_with_odd_characters_saves_and_loads_beside_it(
     builds = no_builds(monkeypatch)
     assert served_soon(odd, queries) == first == answers
     assert builds == []
+
+
+def test_a_load_racing_saves_gets_a_whole_save_or_none(saved: Saved, tmp_path: Path) -> None:
+    """Loading takes no lock: while another process saves again and again (each save
+    replaces the stamp, then deletes the files the previous one named), a load returns one
+    complete save or None, never a mix of two."""
+    path, _, _ = saved
+    root = lexical_file.folder(str(path))
+    header = stamp_of(path)
+    valid_for = {key: header[key] for key in ("format", "revision", "weights", "rows", "tokens")}
+    valid_for["byteorder"] = header["byteorder"]
+    first = lexical_file.load(str(path), valid_for)
+    assert first is not None
+    pristine = tmp_path / "pristine"
+    shutil.copytree(first[0], pristine)
+    state = first[1]
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def save_again_and_again() -> None:
+        try:
+            for _ in range(25):
+                with lexical_file.build_lock(root) as held:
+                    assert held
+                    directory = lexical_file.new_tantivy_folder(root)
+                    for entry in pristine.iterdir():
+                        shutil.copy(entry, directory / entry.name)
+                    lexical_file.save(root, valid_for, directory, state)
+        except BaseException as e:  # reported by the test below
+            failures.append(e)
+        finally:
+            done.set()
+
+    saver = threading.Thread(target=save_again_and_again)
+    saver.start()
+    loads = whole = 0
+    while not done.is_set() or loads == 0:
+        got = lexical_file.load(str(path), valid_for)
+        loads += 1
+        if got is not None:
+            whole += 1
+            assert got[1]["terms"] == state["terms"] and got[1]["tools"] == state["tools"]
+            assert got[1]["rows"] == state["rows"] and got[1]["names"] == state["names"]
+    saver.join(30)
+    assert failures == []
+    assert whole > 0
