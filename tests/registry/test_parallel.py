@@ -242,3 +242,95 @@ def test_a_worker_count_that_is_not_a_number_is_refused_and_nothing_written(
     assert table_snapshot(db) == before
     monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", " 0 ")  # blank around a number is fine
     assert parallel.worker_count() == 0
+
+
+def test_a_worker_count_past_the_cores_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TOOLCAT_REGISTER_WORKERS=100000`` with 100,000 files does not fork 100,000 times."""
+    from toolcat.search import batch_encoding
+
+    monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", "100000")
+    assert parallel.worker_count() == batch_encoding.MAX_WORKERS_PER_CORE * batch_encoding.cores()
+
+
+def process_state(pid: int) -> str | None:
+    """A process's state letter, None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def children_of(parent: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.add(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def waiting_on_a_pipe(pid: int) -> bool:
+    try:
+        return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+# The CLI as a user runs it, with Ctrl-C's usual handling (a test runner started in the
+# background may have SIGINT ignored, and children inherit that).
+CLI = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); " + (
+    "from toolcat.cli import main; sys.argv[0] = 'toolcat'; main()"
+)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.parametrize("how", ["ctrl-c", "kill"])
+def test_stopping_a_parallel_registration_leaves_no_worker_and_no_traceback(
+    tmp_path: Path, how: str
+) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) and ``kill`` (SIGTERM to the caller
+    alone) stop the workers too; none prints a traceback, none is left blocked on a pipe."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    paths = manifests(tmp_path / "m", [1500] * 16)
+    errors = tmp_path / "stderr"
+    env = {**os.environ, "TOOLCAT_REGISTER_WORKERS": "2"}
+    command = [sys.executable, "-c", CLI, "--db", str(tmp_path / "c.db"), "register"]
+    with open(errors, "wb") as err:
+        caller = subprocess.Popen(
+            [*command, *map(str, paths)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    workers: set[int] = set()
+    for _ in range(200):
+        workers = children_of(caller.pid)
+        if len(workers) == 2 or caller.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert len(workers) == 2, "the workers never started"
+    for _ in range(100):  # a worker idle, waiting for its next file (read ahead: soon)
+        if any(waiting_on_a_pipe(p) for p in workers):
+            break
+        time.sleep(0.05)
+    if how == "ctrl-c":
+        os.killpg(caller.pid, signal.SIGINT)
+    else:
+        caller.terminate()
+    caller.wait(30)
+    for _ in range(50):
+        if all(process_state(p) in (None, "Z") for p in workers):
+            break
+        time.sleep(0.1)
+    left = {p: process_state(p) for p in workers if process_state(p) not in (None, "Z")}
+    for pid in left:  # leave nothing behind, whatever happens
+        os.kill(pid, signal.SIGKILL)
+    assert left == {}
+    assert "Traceback" not in errors.read_text()

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,132 @@ def test_batches_run_shortest_and_longest_in_turn() -> None:
     batches = [[str(i)] for i in range(5)]
     assert _spread(batches) == [["0"], ["4"], ["1"], ["3"], ["2"]]
     assert _spread([]) == [] and _spread([["a"]]) == [["a"]]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b'{"keys": ["a", "b"], "digest": "d", "rows": Infinity, "width": 384}\n',
+        b'{"keys": ["a", "b"], "digest": "d", "rows": 1e999, "width": 384}\n',
+        b"[" * 5_000 + b"\n",  # within a pipe buffer: written before it is read
+    ],
+    ids=["infinite count", "huge float", "deeply nested"],
+)
+def test_a_header_that_breaks_the_parser_is_a_one_line_failure(pool: Any, line: bytes) -> None:
+    """Not a traceback: ``int(inf)`` raises OverflowError, deep nesting RecursionError."""
+    read, write = os.pipe()
+    os.write(write, line)
+    os.close(write)
+    real = pool._workers[0]
+    fake = type(
+        "Worker",
+        (),
+        {"stdout": os.fdopen(read, "rb"), "returncode": None, "wait": lambda self, timeout: 0},
+    )()
+    pool._workers[0] = fake
+    try:
+        with pytest.raises(EmbeddingError, match="unreadable header"):
+            pool._answer(0, ["a", "b"])
+    finally:
+        fake.stdout.close()
+        pool._workers[0] = real
+
+
+def test_a_library_that_prints_to_stdout_in_a_worker_garbles_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a worker's libraries write to stdout (here: at onnxruntime's import, at the
+    file descriptor, as C code would) goes to stderr; the answers stay intact."""
+    path = registered(tmp_path / "catalog.db")
+    chatty = tmp_path / "chatty"
+    chatty.mkdir()
+    (chatty / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'onnxruntime':\n"
+        "        os.write(1, b'onnxruntime says hello\\n')\n"
+        "sys.addaudithook(hook)\n"
+    )
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(chatty), os.environ.get("PYTHONPATH", "")])
+    )
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    with Catalog(path) as catalog:
+        assert catalog.reindex(batch_size=8).embedded == 38
+
+
+def test_a_worker_count_past_the_cores_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TOOLCAT_REINDEX_WORKERS=100000`` does not start 100,000 model processes."""
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "100000")
+    cap = batch_encoding.MAX_WORKERS_PER_CORE * batch_encoding.cores()
+    assert batch_encoding.workers_wanted(10**6) == cap
+
+
+def state(pid: int) -> str | None:
+    """A process's state letter, None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+STOPPED_WORKERS = """
+import os, signal, sys
+from pathlib import Path
+from toolcat import Catalog
+
+def children():
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():
+            found.add(int(stat.parent.name))
+    return found
+
+def stop_workers(done, total):
+    if done == 4:  # the workers hang: the next answer never comes
+        for pid in children():
+            os.kill(pid, signal.SIGSTOP)
+        print(*children(), flush=True)
+
+with Catalog(sys.argv[1]) as catalog:
+    catalog.reindex(batch_size=4, progress=stop_workers)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_killing_a_reindex_whose_workers_hang_kills_the_workers(tmp_path: Path) -> None:
+    """The parent waits for a hung worker (a batch may take long on a loaded machine), but
+    a ``kill`` of the parent takes its workers along: none is left blocked for ever."""
+    import subprocess
+    import sys
+
+    path = registered(tmp_path / "catalog.db")
+    env = {**os.environ, "TOOLCAT_REINDEX_WORKERS": "2"}
+    parent = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WORKERS, str(path)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert parent.stdout is not None
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    for _ in range(50):  # SIGSTOP lands when the kernel next schedules them
+        if all(state(p) == "T" for p in pids):
+            break
+        time.sleep(0.1)
+    assert len(pids) == 2 and all(state(p) == "T" for p in pids)
+    parent.terminate()
+    parent.wait(10)
+    parent.stdout.close()
+    for _ in range(50):
+        if all(state(p) in (None, "Z") for p in pids):
+            break
+        time.sleep(0.1)
+    left = {p: state(p) for p in pids if state(p) not in (None, "Z")}
+    for pid in left:  # do not leave them behind whatever happens
+        os.kill(pid, signal.SIGKILL)
+    assert left == {}

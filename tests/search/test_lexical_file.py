@@ -1,10 +1,16 @@
 """The BM25 index saved beside the catalog is taken up by the next process that opens it at
 the same revision (no rebuild, the same answers), and never at another revision, nor when
-its files are torn or belong to another catalog."""
+its files are torn or belong to another catalog. Read from disk, where anyone who could
+write there might have left anything: a hostile file is rebuilt, never served, never
+followed outside its folder, and never costs more than a rebuild."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +18,8 @@ import pytest
 
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Tool, Toolkit
-from toolcat.search import lexical_file
-from toolcat.search.lexical_index import TantivyIndex
+from toolcat.search import bm25, lexical_file
+from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
 
 pytest.importorskip("tantivy")
 
@@ -121,3 +127,341 @@ def test_another_catalogs_index_at_the_same_revision_is_not_taken(
     _, catalog = served(other, queries)
     catalog.close()
     assert builds == [1]
+
+
+Saved = tuple[Path, list[str], list[Any]]
+
+
+def stamp_of(path: Path) -> dict[str, Any]:
+    return json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
+
+
+def write_stamp(path: Path, header: Any) -> None:
+    (lexical_file.folder(str(path)) / lexical_file.STAMP).write_text(json.dumps(header))
+
+
+def served_soon(path: Path, queries: list[str], seconds: float = 60) -> list[Any]:
+    """``served``, but a load that hangs fails the test instead of hanging it."""
+    catalog = Catalog(path)
+    try:
+        catalog.search(queries[0], mode="bm25")
+        catalog.search(queries[1], mode="bm25")
+        catalog._search.postings.wait(seconds)
+        assert not catalog._search.postings.building, "the index load hangs"
+        assert isinstance(catalog._search.postings.index, TantivyIndex)
+        return [
+            [(h.tool.id, h.score) for h in catalog.search(q, mode="bm25").hits]
+            for q in queries[:20]
+        ]
+    finally:
+        catalog.close()
+
+
+def test_a_folder_that_is_a_symlink_is_not_followed(
+    saved: Saved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone who can create names beside the catalog (a shared, sticky folder) points
+    ``<catalog>.bm25`` at a folder of yours: nothing there is read, written or deleted."""
+    path, queries, answers = saved
+    folder = lexical_file.folder(str(path))
+    shutil.rmtree(folder)
+    elsewhere = tmp_path / "home"
+    (elsewhere / "projects").mkdir(parents=True)
+    (elsewhere / "notes.txt").write_text("precious")
+    folder.symlink_to(elsewhere)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["notes.txt", "projects"]
+    assert folder.is_symlink()
+
+
+def test_a_copied_save_pointed_at_by_a_symlink_is_not_served(
+    saved: Saved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saved index's own folder is the only place its files are read from."""
+    path, queries, answers = saved
+    folder = lexical_file.folder(str(path))
+    shutil.move(folder, tmp_path / "moved")
+    folder.symlink_to(tmp_path / "moved")
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlinked files"])
+def test_a_stamp_never_names_files_outside_its_folder(
+    saved: Saved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A stamp naming ``../x`` or ``/x`` (or files that are symlinks) is refused, even when
+    what it names is a complete copy of the right index."""
+    path, queries, answers = saved
+    folder = lexical_file.folder(str(path))
+    header = stamp_of(path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    data, tantivy = folder / header["data"], folder / header["tantivy"]
+    shutil.move(data, outside / data.name)
+    shutil.move(tantivy, outside / tantivy.name)
+    if how == "dotdot":
+        header["data"] = f"../outside/{data.name}"
+        header["tantivy"] = f"../outside/{tantivy.name}"
+        write_stamp(path, header)
+    elif how == "absolute":
+        header["data"] = str(outside / data.name)
+        header["tantivy"] = str(outside / tantivy.name)
+        write_stamp(path, header)
+    else:
+        data.symlink_to(outside / data.name)
+        tantivy.symlink_to(outside / tantivy.name)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+    assert list(outside.iterdir())  # what lies outside was left alone
+
+
+@pytest.mark.parametrize("what", ["fifo", "dev zero", "huge sparse"])
+def test_a_stamp_that_is_not_a_small_regular_file_is_refused_at_once(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    path, queries, answers = saved
+    stamp = lexical_file.folder(str(path)) / lexical_file.STAMP
+    stamp.unlink()
+    if what == "fifo":
+        os.mkfifo(stamp)
+    elif what == "dev zero":
+        stamp.symlink_to("/dev/zero")
+    else:
+        with open(stamp, "wb") as f:
+            f.truncate(64 << 30)  # 64 GiB of nothing: read whole, it would exhaust memory
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries, seconds=60) == answers
+    assert builds == [1]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        [],
+        "a string",
+        None,
+        "deep",
+        {"format": 1},
+    ],
+    ids=["list", "string", "null", "deeply nested", "fields missing"],
+)
+def test_a_stamp_of_any_shape_is_rebuilt(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch, header: Any
+) -> None:
+    path, queries, answers = saved
+    stamp = lexical_file.folder(str(path)) / lexical_file.STAMP
+    if header == "deep":
+        stamp.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        stamp.write_text(json.dumps(header))
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("counts", "Z"),
+        ("counts", "q"),
+        ("scale", "2"),
+        ("avgdl", float("nan")),
+        ("n_docs", 5),
+        ("bounded", "yes"),
+    ],
+)
+def test_a_stamp_with_forged_figures_is_rebuilt(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch, field: str, value: Any
+) -> None:
+    """Figures the queries compute with are checked on load: served, they would fail every
+    query or score wrong."""
+    path, queries, answers = saved
+    header = stamp_of(path)
+    header["meta"][field] = value
+    write_stamp(path, header)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+@pytest.mark.parametrize("where", ["data", "tantivy"])
+def test_a_flipped_bit_is_rebuilt_never_served(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Same size, one bit changed: caught by the digests the stamp records."""
+    path, queries, answers = saved
+    folder = lexical_file.folder(str(path))
+    header = stamp_of(path)
+    if where == "data":
+        target = folder / header["data"]
+        at = sum(n for name, n in header["sections"][:5]) + 4  # inside the packed tools
+    else:
+        target = next((folder / header["tantivy"]).glob("*.term"))
+        at = target.stat().st_size // 2
+    blob = bytearray(target.read_bytes())
+    blob[at] ^= 0x01
+    target.write_bytes(bytes(blob))
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+def test_a_folder_of_another_owner_is_not_trusted(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder someone else made beside your catalog (in a shared folder) is neither read
+    nor written: its stamp could say anything."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the folder away")
+    path, queries, answers = saved
+    folder = lexical_file.folder(str(path))
+    for entry in [folder, *folder.rglob("*")]:
+        os.lchown(entry, 4242, 4242)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+    assert folder.stat().st_uid == 4242
+
+
+def test_a_world_writable_folder_is_not_trusted(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, queries, answers = saved
+    lexical_file.folder(str(path)).chmod(0o777)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+def test_two_processes_saving_at_once_build_once(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second process waits for the first one's save and loads it, instead of building
+    too (twice the CPU at 1M tools) and deleting the folder the first is writing."""
+    path, _, _ = saved
+    shutil.rmtree(lexical_file.folder(str(path)))
+    inside, release = threading.Event(), threading.Event()
+    builds: list[int] = []
+    original = TantivyIndex.build
+
+    def slow(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
+        builds.append(1)
+        if len(builds) == 1:
+            inside.set()
+            release.wait(30)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TantivyIndex, "build", slow)
+    first, second = LexicalIndex(), LexicalIndex()
+    with Catalog(path) as catalog:
+        weights, revision = bm25.DEFAULT_WEIGHTS, catalog.revision
+        first.build_soon(catalog._conn, revision, weights, str(path))
+        assert inside.wait(30)
+        second.build_soon(catalog._conn, revision, weights, str(path))
+        time.sleep(1.0)  # long enough for the second to build and save, unlocked
+        release.set()
+        first.wait(60)
+        second.wait(60)
+    assert isinstance(first.index, TantivyIndex)
+    assert isinstance(second.index, TantivyIndex)
+    assert builds == [1]
+    folder = lexical_file.folder(str(path))
+    header = stamp_of(path)
+    assert sorted(p.name for p in folder.iterdir() if p.name != lexical_file.LOCK) == sorted(
+        [lexical_file.STAMP, header["data"], header["tantivy"]]
+    )
+
+
+def test_a_save_that_fails_leaves_nothing_and_builds_once(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk (simulated: writing the stamp fails with ENOSPC) keeps the index just
+    built in memory, leaves no half-written file, and the previous stamp stands."""
+    path, queries, answers = saved
+    folder = lexical_file.folder(str(path))
+    before = sorted(p.name for p in folder.iterdir())
+    old = stamp_of(path)
+    write_stamp(path, {**old, "revision": old["revision"] - 1})  # stale: a build is due
+    original_write = Path.write_text
+
+    def full(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.name.startswith(lexical_file.STAMP + "."):
+            raise OSError(28, "No space left on device")
+        return original_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+    after = sorted(p.name for p in folder.iterdir() if p.name != lexical_file.LOCK)
+    assert [n for n in after if n not in before] == []
+
+
+@pytest.mark.parametrize(
+    "name", ["a b?c#d%20e.db", "new\nline.db", "ünï ☃.db", "-dash.db"], ids=repr
+)
+def test_a_catalog_path_with_odd_characters_saves_and_loads_beside_it(
+    saved: Saved, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The background build opens the catalog by URI: ``?``, ``#`` and ``%`` in its name
+    are the file's, not a query string's."""
+    path, queries, answers = saved
+    odd = tmp_path / "odd dir?#" / name
+    odd.parent.mkdir()
+    shutil.copy(path, odd)
+    first = served_soon(odd, queries)
+    assert (lexical_file.folder(str(odd)) / lexical_file.STAMP).exists()
+    builds = no_builds(monkeypatch)
+    assert served_soon(odd, queries) == first == answers
+    assert builds == []
+
+
+def test_a_load_racing_saves_gets_a_whole_save_or_none(saved: Saved, tmp_path: Path) -> None:
+    """Loading takes no lock: while another process saves again and again (each save
+    replaces the stamp, then deletes the files the previous one named), a load returns one
+    complete save or None, never a mix of two."""
+    path, _, _ = saved
+    root = lexical_file.folder(str(path))
+    header = stamp_of(path)
+    valid_for = {key: header[key] for key in ("format", "revision", "weights", "rows", "tokens")}
+    valid_for["byteorder"] = header["byteorder"]
+    first = lexical_file.load(str(path), valid_for)
+    assert first is not None
+    pristine = tmp_path / "pristine"
+    shutil.copytree(first[0], pristine)
+    state = first[1]
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def save_again_and_again() -> None:
+        try:
+            for _ in range(25):
+                with lexical_file.build_lock(root) as held:
+                    assert held
+                    directory = lexical_file.new_tantivy_folder(root)
+                    for entry in pristine.iterdir():
+                        shutil.copy(entry, directory / entry.name)
+                    lexical_file.save(root, valid_for, directory, state)
+        except BaseException as e:  # reported by the test below
+            failures.append(e)
+        finally:
+            done.set()
+
+    saver = threading.Thread(target=save_again_and_again)
+    saver.start()
+    loads = whole = 0
+    while not done.is_set() or loads == 0:
+        got = lexical_file.load(str(path), valid_for)
+        loads += 1
+        if got is not None:
+            whole += 1
+            assert got[1]["terms"] == state["terms"] and got[1]["tools"] == state["tools"]
+            assert got[1]["rows"] == state["rows"] and got[1]["names"] == state["names"]
+    saver.join(30)
+    assert failures == []
+    assert whole > 0

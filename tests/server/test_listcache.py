@@ -188,3 +188,53 @@ def test_found_tools_follow_a_new_version_at_once(db: Path) -> None:
                 assert list(second["inputSchema"]["properties"]) == ["where"]
 
         run(check)
+
+
+def test_a_legacy_sessions_found_tools_never_reach_a_kept_list(db: Path) -> None:
+    """Hostile: a 2025 session reveals a deferred tool by searching, and a 2026 caller's
+    kept answer is listed between its lists: neither answer leaks into the other, whatever
+    the order (the protocol version is part of the key; a legacy session is never kept)."""
+    from tests.server.clients import LEGACY
+
+    with served(db) as (url, server):
+
+        async def check() -> None:
+            async with (
+                http_session(url, None, mode=MODERN) as modern,
+                http_session(url, None, mode=LEGACY) as legacy,
+            ):
+                plain = await modern.names()
+                assert "delete_file" not in plain  # deferred
+                assert await legacy.names() == plain
+                await legacy.call("search_tools", {"query": "delete a file", "k": 3})
+                revealed = await legacy.names()
+                assert "delete_file" in revealed
+                for _ in range(2):
+                    assert await modern.names() == plain
+                    assert await legacy.names() == revealed
+                assert server.list_cache.hits >= 2
+                assert len(server.list_cache) == 1  # the modern caller's answer alone
+
+        run(check)
+
+
+def test_a_principals_own_list_is_never_marked_shareable(db: Path, tmp_path: Path) -> None:
+    """A server made in Python with a tokens file but without ``per_caller`` (the CLI sets
+    it): a principal with a selection of its own still gets ``cacheScope: private``, so no
+    shared cache downstream hands its list to another caller; one that selects nothing sees
+    the server's list, which stays ``public``."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    with served(db, tokens) as (url, _server):
+
+        async def scope_of(token: str) -> str | None:
+            async with http_session(url, token, mode=MODERN) as session:
+                listed = await session.client.list_tools(cache_mode="refresh")
+                return listed.cache_scope
+
+        async def check() -> None:
+            for _ in range(2):  # the kept answer too
+                assert await scope_of("math-team-token") == "private"
+                assert await scope_of("everyone-token") == "public"
+
+        run(check)

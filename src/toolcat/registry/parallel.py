@@ -72,7 +72,9 @@ def load_each(
 
     _warm_up()
     done = 0
-    pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("fork"))
+    pool = ProcessPoolExecutor(
+        count, mp_context=multiprocessing.get_context("fork"), initializer=_in_worker
+    )
     try:
         pending: collections.deque[Future[tuple[Any, ...]]] = collections.deque()
         # Frozen, the heap the workers share with us is left alone by their collections
@@ -110,6 +112,18 @@ def _warm_up() -> None:
 
     rows_of(Toolkit.model_validate({"name": "warm", "version": "1", "tools": [WARM_TOOL]}))
     tokenize("warming up")
+
+
+def _in_worker() -> None:
+    """A worker leaves Ctrl-C to the caller (which stops the pool: no traceback from each
+    worker) and dies with it (else a ``kill`` of the caller leaves the workers blocked on
+    their pipes for ever)."""
+    import signal
+
+    from ..search.batch_encoding import die_with_parent
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
 
 
 def _work(path: str) -> tuple[Any, ...]:

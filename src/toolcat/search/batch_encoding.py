@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from functools import partial
@@ -67,16 +68,40 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+# More worker processes than this per core only share the cores and multiply the memory
+# (each holds its own model or manifests): a larger setting is taken as this.
+MAX_WORKERS_PER_CORE = 4
+
+
 def count_from_env(name: str, error: type[ToolcatError]) -> int | None:
-    """The whole number an environment variable sets (negative counts as 0), or None when
-    it is unset or blank; any other value is refused with ``error``, never ignored."""
+    """The whole number an environment variable sets (negative counts as 0, more than
+    ``MAX_WORKERS_PER_CORE`` per core as that), or None when it is unset or blank; any
+    other value is refused with ``error``, never ignored."""
     flag = os.environ.get(name, "").strip()
     if not flag:
         return None
     try:
-        return max(0, int(flag))
+        wanted = int(flag)
     except ValueError:
         raise error(f"{name} must be a whole number, not {flag!r}") from None
+    return min(max(0, wanted), MAX_WORKERS_PER_CORE * cores())
+
+
+def die_with_parent() -> None:
+    """In a worker process: be killed when the process that started it dies, however it
+    dies (``kill -9``, SIGTERM's default), instead of waiting on its pipes for ever.
+    Linux only (``prctl``); elsewhere a worker ends when it next reads or writes a pipe
+    the parent held."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def workers_wanted(texts: int) -> int:
@@ -132,7 +157,6 @@ class WorkerPool:
 
     def __init__(self, export: Export, workers: int, dimension: int) -> None:
         import subprocess
-        import sys
         import tempfile
 
         import toolcat
@@ -228,7 +252,7 @@ class WorkerPool:
             header = json.loads(line)
             rows, width = int(header["rows"]), int(header["width"])
             answered, digest = header["keys"], header["digest"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
             raise self.wrong("an unreadable header") from None
         if answered != keys:
             raise self.wrong("for other tools than it was asked")

@@ -4,12 +4,14 @@ Run as ``python -m toolcat.search.encode_worker FOLDER DIGEST``: loads the expor
 on one onnxruntime thread, refuses to start unless its digest is DIGEST, then reads one JSON
 line per batch (``{"keys": [...], "texts": [...]}``) from stdin and answers each with one
 JSON line (``keys``, ``digest``, ``rows``, ``width``) followed by the vectors as
-little-endian float32 bytes. Ctrl-C is the parent's to handle: the parent stops it.
+little-endian float32 bytes. Ctrl-C is the parent's to handle: the parent stops it; a
+parent that dies takes it along (``die_with_parent``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -17,6 +19,14 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from .batch_encoding import die_with_parent
+
+    die_with_parent()
+    # The answers go to the parent on what was stdout; anything else that writes there (a
+    # library's message, from Python or C) goes to stderr, where the parent reads errors.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
     folder, digest = Path(argv[0]), argv[1]
     from .onnx_encoder import OnnxEncoder, read_export
 
@@ -25,7 +35,6 @@ def main(argv: list[str]) -> int:
         print(f"the export in {folder} is not the one asked for", file=sys.stderr)
         return 2
     encoder = OnnxEncoder(export, threads=1, spinning=False)
-    out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         request = json.loads(line)
         keys, texts = request["keys"], request["texts"]

@@ -4,35 +4,83 @@ that at 1M, while FTS5 answers at 10-30 ms a query).
 
 A derived cache like the index itself: the folder ``<catalog>.bm25`` holds ``index.json``
 (the stamp: format, catalog revision, column weights, FTS5's row and token totals at that
-revision, the names of the two files below), a tantivy index folder and a binary file of the
-packed tools, terms and names. It is used only when its stamp matches what the loading read
-transaction sees: a change from any process moves the revision, and a file restored from
-elsewhere would have to match FTS5's totals too. Files are written under new names and the
-stamp is replaced last (``os.replace``), so a ``kill -9`` mid-save leaves the previous stamp
-pointing at complete files, or none; anything unreadable or inconsistent is ignored (the
-index is rebuilt) and never served. Parsing is JSON and ``array`` only: no pickle, nothing a
-file could make run; whoever can write beside the catalog can write the catalog anyway.
+revision, the names, sizes and sha256 digests of the files below), a tantivy index folder
+and a binary file of the packed tools, terms and names. It is used only when its stamp
+matches what the loading read transaction sees: a change from any process moves the
+revision, and a file restored from elsewhere would have to match FTS5's totals too.
+
+Read from disk, so checked before it is trusted:
+
+- the folder is trusted like the catalog: a real folder (not a symlink), owned by this
+  user or the catalog's owner, that not everyone may write; else it is neither read nor
+  written (the index is built in memory);
+- a stamp names files inside that folder only (``tantivy-<hex>``, ``data-<hex>.bin``), each
+  opened without following symlinks, a regular file of the size and digest recorded;
+  anything unreadable, of another shape or inconsistent is ignored (the index is rebuilt)
+  and never served; parsing is JSON and ``array`` only: no pickle, nothing a file could
+  make run;
+- one process builds and saves at a time (an ``flock`` on ``lock``): another waits and
+  loads what it saved. Files are written under new names and the stamp is replaced last
+  (``os.replace``), so a ``kill -9`` mid-save leaves the previous stamp pointing at
+  complete files; a save that fails removes what it wrote.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import math
 import os
+import re
 import sqlite3
+import stat
 import sys
+import time
 import uuid
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .bm25 import index_totals
 
-FORMAT = 1
+FORMAT = 2
 STAMP = "index.json"
+LOCK = "lock"
+SECTIONS = ("terms", "doc_freq", "names", "rows", "sizes", "tools", "positions")
+MAX_STAMP = 1 << 20  # a stamp is a few hundred bytes: a bigger one is not ours
+# How long a process waits for another one's build (a build of 1M tools takes a minute or
+# two of CPU) before it builds in memory, unsaved.
+LOCK_WAIT_S = 900.0
+_TANTIVY = re.compile(r"tantivy-[0-9a-f]{32}")
+_DATA = re.compile(r"data-[0-9a-f]{32}\.bin")
+_STAGING = re.compile(re.escape(STAMP) + r"\.[0-9a-f]{32}")
+_TANTIVY_FILE = re.compile(r"[0-9A-Za-z_-][0-9A-Za-z._-]*")  # no path, no dot first
+# tantivy's bookkeeping, not read to search: locks, and the files its writer manages.
+_UNTRACKED = frozenset({".tantivy-meta.lock", ".tantivy-writer.lock", ".managed.json"})
 
 
 def folder(catalog_path: str) -> Path:
     return Path(catalog_path + ".bm25")
+
+
+def trusted_folder(catalog_path: str, create: bool = False) -> Path | None:
+    """The saved index's folder when it may be trusted like the catalog (made if asked):
+    a real folder, not a symlink, owned by this user or the catalog's owner and not
+    writable by everyone. None otherwise: then nothing in it is read or written."""
+    root = folder(catalog_path)
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                root.mkdir(mode=0o755)
+        info = os.lstat(root)
+        owners = {os.geteuid(), os.stat(catalog_path).st_uid}
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners or info.st_mode & 0o002:
+        return None
+    return root
 
 
 def stamp(conn: sqlite3.Connection, revision: int, weights: tuple[float, ...]) -> dict[str, Any]:
@@ -48,19 +96,50 @@ def stamp(conn: sqlite3.Connection, revision: int, weights: tuple[float, ...]) -
     }
 
 
-def new_tantivy_folder(catalog_path: str) -> Path:
-    """A fresh folder for a tantivy index about to be built and saved."""
-    path = folder(catalog_path) / f"tantivy-{uuid.uuid4().hex}"
-    path.mkdir(parents=True)
+@contextlib.contextmanager
+def build_lock(root: Path) -> Iterator[bool]:
+    """Held (True) while this process builds and saves an index in ``root``: another
+    process that wants one waits here, then loads the saved one instead of building it
+    too. False when it cannot be taken (an odd ``lock`` file, or ``LOCK_WAIT_S`` passed):
+    build in memory, save nothing."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): saves may race, a torn one is never served
+        yield True
+        return
+    try:
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        held = stat.S_ISREG(os.fstat(fd).st_mode)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                held = time.monotonic() < deadline
+                time.sleep(0.1)
+        yield held
+    finally:
+        os.close(fd)  # releases the lock (the kernel does too if this process dies)
+
+
+def new_tantivy_folder(root: Path) -> Path:
+    """A fresh folder in ``root`` for a tantivy index about to be built and saved."""
+    path = root / f"tantivy-{uuid.uuid4().hex}"
+    path.mkdir()
     return path
 
 
-def save(
-    catalog_path: str, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[str, Any]
-) -> None:
-    """Write the index's Python side, then the stamp; drop what older stamps named."""
-    root = folder(catalog_path)
+def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[str, Any]) -> None:
+    """Write the index's Python side, then the stamp; drop what older stamps named. Call
+    holding ``build_lock``. A failure (a full disk) removes what this call wrote and
+    raises ``OSError``; the previous stamp stands."""
     data_name = f"data-{uuid.uuid4().hex}.bin"
+    staging = root / f"{STAMP}.{uuid.uuid4().hex}"
     sections: list[tuple[str, bytes]] = [
         ("terms", json.dumps(state["terms"]).encode()),
         ("doc_freq", array("I", state["doc_freq"]).tobytes()),
@@ -70,63 +149,166 @@ def save(
         ("tools", state["tools"]),
         ("positions", array("q", state["positions"]).tobytes()),
     ]
-    with open(root / data_name, "wb") as f:
-        for _, blob in sections:
-            f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    header = {
-        **valid_for,
-        "tantivy": tantivy_dir.name,
-        "data": data_name,
-        "sections": [[name, len(blob)] for name, blob in sections],
-        "meta": state["meta"],
-    }
-    staging = root / f"{STAMP}.{uuid.uuid4().hex}"
-    staging.write_text(json.dumps(header))
-    os.replace(staging, root / STAMP)
-    for entry in root.iterdir():  # what no stamp names any more
-        if entry.name not in (STAMP, data_name, tantivy_dir.name) and not entry.name.startswith(
-            f"{STAMP}."
-        ):
-            if entry.is_dir():
-                import shutil  # not on the one-shot search path
+    data_digest = hashlib.sha256()
+    try:
+        with open(root / data_name, "xb") as f:
+            for _, blob in sections:
+                f.write(blob)
+                data_digest.update(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        header = {
+            **valid_for,
+            "tantivy": tantivy_dir.name,
+            "tantivy_files": {
+                entry.name: [entry.stat().st_size, _digest(entry)]
+                for entry in tantivy_dir.iterdir()
+                if entry.name not in _UNTRACKED
+            },
+            "data": data_name,
+            "data_sha256": data_digest.hexdigest(),
+            "sections": [[name, len(blob)] for name, blob in sections],
+            "meta": state["meta"],
+        }
+        staging.write_text(json.dumps(header))
+        os.replace(staging, root / STAMP)
+    except BaseException:
+        for written in (staging, root / data_name):
+            with contextlib.suppress(OSError):
+                written.unlink()
+        raise
+    for entry in root.iterdir():  # what no stamp names any more; only names of ours
+        name = entry.name
+        if name in (data_name, tantivy_dir.name):
+            continue
+        if _TANTIVY.fullmatch(name) and stat.S_ISDIR(entry.lstat().st_mode):
+            import shutil  # not on the one-shot search path
 
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+            shutil.rmtree(entry, ignore_errors=True)
+        elif _TANTIVY.fullmatch(name) or _DATA.fullmatch(name) or _STAGING.fullmatch(name):
+            entry.unlink(missing_ok=True)
 
 
 def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
     """(tantivy folder, saved state) when a saved index matches ``valid_for``, else None."""
-    root = folder(catalog_path)
+    root = trusted_folder(catalog_path)
+    if root is None:
+        return None
     try:
-        header = json.loads((root / STAMP).read_text())
+        header = json.loads(_read(root / STAMP, limit=MAX_STAMP))
+        if type(header) is not dict:
+            return None
         if any(header.get(key) != value for key, value in valid_for.items()):
             return None
-        tantivy_dir = root / str(header["tantivy"])
-        data = (root / str(header["data"])).read_bytes()
-        if not tantivy_dir.is_dir() or len(data) != sum(n for _, n in header["sections"]):
+        tantivy_name, data_name = header["tantivy"], header["data"]
+        if not (
+            type(tantivy_name) is str
+            and type(data_name) is str
+            and _TANTIVY.fullmatch(tantivy_name)
+            and _DATA.fullmatch(data_name)
+        ):
+            return None
+        tantivy_dir = root / tantivy_name
+        if not _tantivy_files_match(tantivy_dir, header["tantivy_files"]):
+            return None
+        sections = header["sections"]
+        if [name for name, _ in sections] != list(SECTIONS):
+            return None
+        sizes = [int(size) for _, size in sections]
+        data = _read(root / data_name, size=sum(sizes))
+        if hashlib.sha256(data).hexdigest() != header["data_sha256"]:
             return None
         blobs: dict[str, bytes] = {}
         at = 0
-        for name, size in header["sections"]:
-            blobs[str(name)] = data[at : at + int(size)]
-            at += int(size)
-        doc_freq, rows, sizes, positions = array("I"), array("q"), array("I"), array("q")
-        doc_freq.frombytes(blobs["doc_freq"])
-        rows.frombytes(blobs["rows"])
-        sizes.frombytes(blobs["sizes"])
-        positions.frombytes(blobs["positions"])
-        return tantivy_dir, {
-            "terms": json.loads(blobs["terms"]),
-            "doc_freq": doc_freq,
-            "names": json.loads(blobs["names"]),
-            "rows": rows,
-            "sizes": sizes,
-            "tools": blobs["tools"],
-            "positions": positions,
-            "meta": header["meta"],
-        }
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # missing, torn or foreign: rebuilt, never served
+        for name, size in zip(SECTIONS, sizes, strict=True):
+            blobs[name] = data[at : at + size]
+            at += size
+        return tantivy_dir, _state(blobs, header["meta"], valid_for["rows"])
+    except Exception:  # missing, torn, foreign or hostile: rebuilt, never served
+        return None
+
+
+def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
+    """The saved state, once every figure a query computes with is of the right kind;
+    ``ValueError`` otherwise."""
+    doc_freq, rows, sizes, positions = array("I"), array("q"), array("I"), array("q")
+    doc_freq.frombytes(blobs["doc_freq"])
+    rows.frombytes(blobs["rows"])
+    sizes.frombytes(blobs["sizes"])
+    positions.frombytes(blobs["positions"])
+    terms, names = json.loads(blobs["terms"]), json.loads(blobs["names"])
+    if not (
+        type(meta) is dict
+        and type(terms) is list
+        and type(names) is list
+        and all(type(t) is str for t in terms)
+        and all(type(n) is str for n in names)
+        and len(doc_freq) == len(terms)
+        and len(rows) == len(sizes) == len(names) == meta.get("n_docs") == rows_now
+        and len(positions) in (0, len(rows))
+        and sum(sizes) == len(blobs["tools"])
+        and meta.get("counts") in ("I", "d")
+        and all(_positive(meta.get(key)) for key in ("scale", "avgdl"))
+        and all(type(meta.get(key)) is bool for key in ("bounded", "holds_every_term"))
+    ):
+        raise ValueError("a saved index of another shape")
+    return {
+        "terms": terms,
+        "doc_freq": doc_freq,
+        "names": names,
+        "rows": rows,
+        "sizes": sizes,
+        "tools": blobs["tools"],
+        "positions": positions,
+        "meta": meta,
+    }
+
+
+def _positive(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value) and value > 0
+
+
+def _tantivy_files_match(tantivy_dir: Path, files: Any) -> bool:
+    """Whether ``tantivy_dir`` is a real folder holding each recorded file, as recorded."""
+    if type(files) is not dict or not files:
+        return False
+    if not stat.S_ISDIR(os.lstat(tantivy_dir).st_mode):
+        return False
+    for name, (size, digest) in files.items():
+        if not _TANTIVY_FILE.fullmatch(name) or name in _UNTRACKED:
+            return False
+        if _digest(tantivy_dir / name, size=int(size)) != digest:
+            return False
+    return True
+
+
+def _open(path: Path, size: int | None, limit: int | None) -> int:
+    """A file descriptor on ``path`` when it is a regular file (not a symlink, FIFO or
+    device) of ``size`` bytes or at most ``limit``; ``ValueError`` otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    info = os.fstat(fd)
+    if (
+        not stat.S_ISREG(info.st_mode)
+        or (size is not None and info.st_size != size)
+        or (limit is not None and info.st_size > limit)
+    ):
+        os.close(fd)
+        raise ValueError(f"{path.name} is not the file saved")
+    return fd
+
+
+def _read(path: Path, size: int | None = None, limit: int | None = None) -> bytes:
+    with open(_open(path, size, limit), "rb") as f:
+        data = f.read()
+    if size is not None and len(data) != size:
+        raise ValueError(f"{path.name} changed while it was read")
+    return data
+
+
+def _digest(path: Path, size: int | None = None) -> str:
+    """sha256 of the regular file ``path``, read in chunks (a segment may be large)."""
+    digest = hashlib.sha256()
+    with open(_open(path, size, None), "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -602,28 +602,52 @@ class LexicalIndex:
         if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
             return False
         valid_for = lexical_file.stamp(conn, revision, weights)
-        saved = lexical_file.load(path, valid_for)
-        index = TantivyIndex()
-        if saved is not None:
-            try:
-                index.restore(revision, weights, *saved)
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # a saved index that does not open: built again below
-            else:
-                self.backend, self.index = "tantivy", index
-                return True
-        try:
-            directory = lexical_file.new_tantivy_folder(path)
-        except OSError:
+        if self._restore(lexical_file.load(path, valid_for), revision, weights):
+            return True
+        root = lexical_file.trusted_folder(path, create=True)
+        if root is None:
             return False
-        try:
-            index.build(conn, revision, weights, directory)
-            lexical_file.save(path, valid_for, directory, index.state())
-        except (AttributeError, TypeError, ValueError, OSError):
+        with lexical_file.build_lock(root) as held:
+            if not held:
+                return False
+            # Another process may have saved it while this one waited for the lock.
+            if self._restore(lexical_file.load(path, valid_for), revision, weights):
+                return True
+            try:
+                directory = lexical_file.new_tantivy_folder(root)
+            except OSError:
+                return False
             import shutil  # not on the one-shot search path
 
-            shutil.rmtree(directory, ignore_errors=True)
-            return False  # ``build`` tries again in memory (or falls back to postings)
+            index = TantivyIndex()
+            try:
+                index.build(conn, revision, weights, directory)
+            except (AttributeError, TypeError, ValueError, OSError):
+                shutil.rmtree(directory, ignore_errors=True)
+                return False  # ``build`` tries again in memory (or falls back to postings)
+            try:
+                lexical_file.save(root, valid_for, directory, index.state())
+            except OSError:
+                # A full disk: served from memory all the same (the open index keeps its
+                # files mapped), nothing half-written left behind.
+                shutil.rmtree(directory, ignore_errors=True)
+        self.backend, self.index = "tantivy", index
+        return True
+
+    def _restore(
+        self,
+        saved: tuple[Path, dict[str, Any]] | None,
+        revision: int,
+        weights: tuple[float, ...],
+    ) -> bool:
+        """Take up a loaded save; False when there is none or it does not open."""
+        if saved is None:
+            return False
+        index = TantivyIndex()
+        try:
+            index.restore(revision, weights, *saved)
+        except Exception:  # a saved index that does not open: built again
+            return False
         self.backend, self.index = "tantivy", index
         return True
 

@@ -533,7 +533,9 @@ class CatalogServer:
             tools=tools,
             next_cursor=next_cursor,
             ttl_ms=LIST_TTL_MS,
-            cache_scope="private" if self.options.per_caller else "public",
+            # A principal's own selection makes the list its own, whether or not the
+            # server was told so (``per_caller``): no shared cache may hand it on.
+            cache_scope="private" if self.options.per_caller or scope.selects else "public",
         )
 
     def _specs(

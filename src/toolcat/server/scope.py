@@ -54,6 +54,13 @@ class Scope:
         )
 
     @property
+    def selects(self) -> bool:
+        """Whether this level's own rules leave out anything (a principal's scope that
+        selects nothing sees what the server's sees)."""
+        own = (self.toolkits, self.tags, self.any_tags, self.exclude_tags)
+        return any(own) or bool(self.policy.allow or self.policy.deny)
+
+    @property
     def own_tag_filter(self) -> TagFilter:
         return TagFilter.of(self.tags, self.any_tags, self.exclude_tags)
 
