@@ -18,7 +18,7 @@ import pytest
 
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Tool, Toolkit
-from toolcat.search import bm25, lexical_file
+from toolcat.search import bm25, lexical_file, saved_files
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
 
 pytest.importorskip("tantivy")
@@ -372,7 +372,7 @@ def test_two_processes_saving_at_once_build_once(
     assert builds == [1]
     folder = lexical_file.folder(str(path))
     header = stamp_of(path)
-    assert sorted(p.name for p in folder.iterdir() if p.name != lexical_file.LOCK) == sorted(
+    assert sorted(p.name for p in folder.iterdir() if p.name != saved_files.LOCK) == sorted(
         [lexical_file.STAMP, header["data"], header["tantivy"]]
     )
 
@@ -398,7 +398,7 @@ def test_a_save_that_fails_leaves_nothing_and_builds_once(
     builds = no_builds(monkeypatch)
     assert served_soon(path, queries) == answers
     assert builds == [1]
-    after = sorted(p.name for p in folder.iterdir() if p.name != lexical_file.LOCK)
+    after = sorted(p.name for p in folder.iterdir() if p.name != saved_files.LOCK)
     assert [n for n in after if n not in before] == []
 
 
@@ -441,7 +441,7 @@ def test_a_load_racing_saves_gets_a_whole_save_or_none(saved: Saved, tmp_path: P
     def save_again_and_again() -> None:
         try:
             for _ in range(25):
-                with lexical_file.build_lock(root) as held:
+                with saved_files.build_lock(root) as held:
                     assert held
                     directory = lexical_file.new_tantivy_folder(root)
                     for entry in pristine.iterdir():

@@ -36,23 +36,18 @@ import re
 import sqlite3
 import stat
 import sys
-import time
 import uuid
 from array import array
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from . import saved_files
 from .bm25 import index_totals
+from .saved_files import MAX_STAMP, digest_regular, read_regular
 
 FORMAT = 2
 STAMP = "index.json"
-LOCK = "lock"
 SECTIONS = ("terms", "doc_freq", "names", "rows", "sizes", "tools", "positions")
-MAX_STAMP = 1 << 20  # a stamp is a few hundred bytes: a bigger one is not ours
-# How long a process waits for another one's build (a build of 1M tools takes a minute or
-# two of CPU) before it builds in memory, unsaved.
-LOCK_WAIT_S = 900.0
 _TANTIVY = re.compile(r"tantivy-[0-9a-f]{32}")
 _DATA = re.compile(r"data-[0-9a-f]{32}\.bin")
 _STAGING = re.compile(re.escape(STAMP) + r"\.[0-9a-f]{32}")
@@ -66,21 +61,9 @@ def folder(catalog_path: str) -> Path:
 
 
 def trusted_folder(catalog_path: str, create: bool = False) -> Path | None:
-    """The saved index's folder when it may be trusted like the catalog (made if asked):
-    a real folder, not a symlink, owned by this user or the catalog's owner and not
-    writable by everyone. None otherwise: then nothing in it is read or written."""
-    root = folder(catalog_path)
-    try:
-        if create:
-            with contextlib.suppress(FileExistsError):
-                root.mkdir(mode=0o755)
-        info = os.lstat(root)
-        owners = {os.geteuid(), os.stat(catalog_path).st_uid}
-    except OSError:
-        return None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners or info.st_mode & 0o002:
-        return None
-    return root
+    """The saved index's folder when it may be trusted like the catalog (made if asked);
+    None otherwise (``saved_files.trusted_folder``)."""
+    return saved_files.trusted_folder(folder(catalog_path), catalog_path, create)
 
 
 def stamp(conn: sqlite3.Connection, revision: int, weights: tuple[float, ...]) -> dict[str, Any]:
@@ -94,37 +77,6 @@ def stamp(conn: sqlite3.Connection, revision: int, weights: tuple[float, ...]) -
         "tokens": tokens,
         "byteorder": sys.byteorder,
     }
-
-
-@contextlib.contextmanager
-def build_lock(root: Path) -> Iterator[bool]:
-    """Held (True) while this process builds and saves an index in ``root``: another
-    process that wants one waits here, then loads the saved one instead of building it
-    too. False when it cannot be taken (an odd ``lock`` file, or ``LOCK_WAIT_S`` passed):
-    build in memory, save nothing."""
-    try:
-        import fcntl
-    except ImportError:  # no flock (Windows): saves may race, a torn one is never served
-        yield True
-        return
-    try:
-        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
-    except OSError:
-        yield False
-        return
-    try:
-        held = stat.S_ISREG(os.fstat(fd).st_mode)
-        deadline = time.monotonic() + LOCK_WAIT_S
-        while held:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                held = time.monotonic() < deadline
-                time.sleep(0.1)
-        yield held
-    finally:
-        os.close(fd)  # releases the lock (the kernel does too if this process dies)
 
 
 def new_tantivy_folder(root: Path) -> Path:
@@ -161,7 +113,7 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
             **valid_for,
             "tantivy": tantivy_dir.name,
             "tantivy_files": {
-                entry.name: [entry.stat().st_size, _digest(entry)]
+                entry.name: [entry.stat().st_size, digest_regular(entry)]
                 for entry in tantivy_dir.iterdir()
                 if entry.name not in _UNTRACKED
             },
@@ -195,7 +147,7 @@ def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, 
     if root is None:
         return None
     try:
-        header = json.loads(_read(root / STAMP, limit=MAX_STAMP))
+        header = json.loads(read_regular(root / STAMP, limit=MAX_STAMP))
         if type(header) is not dict:
             return None
         if any(header.get(key) != value for key, value in valid_for.items()):
@@ -215,7 +167,7 @@ def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, 
         if [name for name, _ in sections] != list(SECTIONS):
             return None
         sizes = [int(size) for _, size in sections]
-        data = _read(root / data_name, size=sum(sizes))
+        data = read_regular(root / data_name, size=sum(sizes))
         if hashlib.sha256(data).hexdigest() != header["data_sha256"]:
             return None
         blobs: dict[str, bytes] = {}
@@ -277,38 +229,6 @@ def _tantivy_files_match(tantivy_dir: Path, files: Any) -> bool:
     for name, (size, digest) in files.items():
         if not _TANTIVY_FILE.fullmatch(name) or name in _UNTRACKED:
             return False
-        if _digest(tantivy_dir / name, size=int(size)) != digest:
+        if digest_regular(tantivy_dir / name, size=int(size)) != digest:
             return False
     return True
-
-
-def _open(path: Path, size: int | None, limit: int | None) -> int:
-    """A file descriptor on ``path`` when it is a regular file (not a symlink, FIFO or
-    device) of ``size`` bytes or at most ``limit``; ``ValueError`` otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    info = os.fstat(fd)
-    if (
-        not stat.S_ISREG(info.st_mode)
-        or (size is not None and info.st_size != size)
-        or (limit is not None and info.st_size > limit)
-    ):
-        os.close(fd)
-        raise ValueError(f"{path.name} is not the file saved")
-    return fd
-
-
-def _read(path: Path, size: int | None = None, limit: int | None = None) -> bytes:
-    with open(_open(path, size, limit), "rb") as f:
-        data = f.read()
-    if size is not None and len(data) != size:
-        raise ValueError(f"{path.name} changed while it was read")
-    return data
-
-
-def _digest(path: Path, size: int | None = None) -> str:
-    """sha256 of the regular file ``path``, read in chunks (a segment may be large)."""
-    digest = hashlib.sha256()
-    with open(_open(path, size, None), "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()

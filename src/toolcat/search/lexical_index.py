@@ -597,7 +597,7 @@ class LexicalIndex:
         """Take up the index saved beside the catalog if it was saved at this revision,
         else build one and save it there (search/lexical_file.py). False when neither can
         be done here (no tantivy, weights tantivy cannot take, a folder not writable)."""
-        from . import lexical_file
+        from . import lexical_file, saved_files
 
         if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
             return False
@@ -607,7 +607,7 @@ class LexicalIndex:
         root = lexical_file.trusted_folder(path, create=True)
         if root is None:
             return False
-        with lexical_file.build_lock(root) as held:
+        with saved_files.build_lock(root) as held:
             if not held:
                 return False
             # Another process may have saved it while this one waited for the lock.

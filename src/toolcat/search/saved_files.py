@@ -1,0 +1,111 @@
+"""What an index saved beside the catalog may trust of its folder and files.
+
+The saved BM25 index (``lexical_file``, ``<catalog>.bm25``) and the vectors' shortlist
+(``ann``, ``<catalog>.ann``) are derived caches read back from disk, so each is checked before
+it is trusted, the same way:
+
+- the folder is trusted like the catalog: a real folder (not a symlink), owned by this user or
+  the catalog's owner, that not everyone may write; else nothing in it is read, written or
+  deleted (a symlinked folder planted in a shared directory would otherwise have a save write
+  there and its clean-up delete someone's files);
+- files are opened without following symlinks and must be regular files (not a FIFO or a
+  device) of the size recorded, or at most a limit for a stamp;
+- one process builds and saves at a time (an ``flock`` on ``lock``); another waits and loads
+  what it saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+LOCK = "lock"
+MAX_STAMP = 1 << 20  # a stamp is a few hundred bytes: a bigger one is not ours
+# How long a process waits for another's build before building in memory itself.
+LOCK_WAIT_S = 900.0
+
+
+def trusted_folder(root: Path, catalog_path: str, create: bool = False) -> Path | None:
+    """``root`` when it may be trusted like the catalog at ``catalog_path`` (made if
+    asked): a real folder, not a symlink, owned by this user or the catalog's owner and
+    not writable by everyone. None otherwise: then nothing in it is read or written."""
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                root.mkdir(mode=0o755)
+        info = os.lstat(root)
+        owners = {os.geteuid(), os.stat(catalog_path).st_uid}
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners or info.st_mode & 0o002:
+        return None
+    return root
+
+
+@contextlib.contextmanager
+def build_lock(root: Path) -> Iterator[bool]:
+    """Held (True) while this process builds and saves an index in ``root``: another
+    process that wants one waits here, then loads the saved one instead of building it
+    too. False when it cannot be taken (an odd ``lock`` file, or ``LOCK_WAIT_S`` passed):
+    build in memory, save nothing."""
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): saves may race, a torn one is never served
+        yield True
+        return
+    try:
+        fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError:
+        yield False
+        return
+    try:
+        held = stat.S_ISREG(os.fstat(fd).st_mode)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                held = time.monotonic() < deadline
+                time.sleep(0.1)
+        yield held
+    finally:
+        os.close(fd)  # releases the lock (the kernel does too if this process dies)
+
+
+def open_regular(path: Path, size: int | None = None, limit: int | None = None) -> int:
+    """A file descriptor on ``path`` when it is a regular file (not a symlink, FIFO or
+    device) of ``size`` bytes or at most ``limit``; ``ValueError`` otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    info = os.fstat(fd)
+    if (
+        not stat.S_ISREG(info.st_mode)
+        or (size is not None and info.st_size != size)
+        or (limit is not None and info.st_size > limit)
+    ):
+        os.close(fd)
+        raise ValueError(f"{path.name} is not the file saved")
+    return fd
+
+
+def read_regular(path: Path, size: int | None = None, limit: int | None = None) -> bytes:
+    """The bytes of ``path`` as ``open_regular`` allows it."""
+    with open(open_regular(path, size, limit), "rb") as f:
+        data = f.read()
+    if size is not None and len(data) != size:
+        raise ValueError(f"{path.name} changed while it was read")
+    return data
+
+
+def digest_regular(path: Path, size: int | None = None) -> str:
+    """sha256 of the regular file ``path``, read in chunks (a segment may be large)."""
+    digest = hashlib.sha256()
+    with open(open_regular(path, size, None), "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
