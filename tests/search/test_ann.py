@@ -285,7 +285,8 @@ def test_a_stale_torn_or_foreign_index_is_rebuilt_never_served(
     monkeypatch.setattr(ann, "load", load)
     for catalog in served(db, queries):
         again = answers(catalog, queries)
-    assert loaded == [None]  # refused before the library read it
+    # refused before the library read it (asked again under the folder's lock: still no)
+    assert loaded and all(found is None for found in loaded)
     assert builds == [1]
     assert again == first
     assert json.loads((ann.folder(str(db)) / ann.STAMP).read_text())["file"] != "../catalog.db"
@@ -420,3 +421,127 @@ def test_queries_learned_from_use_count_in_the_compact_store(
         assert found[0][0][0] == target
         assert recall(found, truth) >= 0.9
         same_scores(found, truth, FLOAT16_TOLERANCE)
+
+
+def float32_truth(db: Path, queries: list[str]) -> list[list[tuple[str, float]]]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ann, "ANN_FROM", 10**9)
+        return exact(db, queries)
+
+
+# The folder beside the catalog, as hostile as a shared directory lets it be (the same
+# rules as the saved BM25 index's: search/saved_files.py).
+
+
+def test_a_folder_that_is_a_symlink_is_neither_written_nor_emptied(
+    db: Path, indexed: tuple[Path, list[str]], large: None, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "home"
+    (elsewhere / "projects").mkdir(parents=True)
+    (elsewhere / "notes.txt").write_text("mine")
+    (elsewhere / ("shortlist-" + "0" * 32 + ".faiss")).write_text("mine too")
+    ann.folder(str(db)).symlink_to(elsewhere)
+    queries = indexed[1]
+    for catalog in served(db, queries):  # served from memory
+        found = answers(catalog, queries)
+    assert sorted(p.name for p in elsewhere.iterdir()) == [
+        "notes.txt",
+        "projects",
+        "shortlist-" + "0" * 32 + ".faiss",
+    ]
+    assert (elsewhere / "notes.txt").read_text() == "mine"
+    assert recall(found, float32_truth(db, queries)) >= 0.98
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev zero", "deeply nested"])
+def test_a_stamp_that_is_no_small_regular_json_file_is_refused_at_once(
+    db: Path, indexed: tuple[Path, list[str]], large: None, kind: str
+) -> None:
+    import os
+    import threading
+
+    folder = ann.folder(str(db))
+    folder.mkdir()
+    stamp = folder / ann.STAMP
+    if kind == "fifo":
+        os.mkfifo(stamp)  # reading it would block for ever
+    elif kind == "dev zero":
+        stamp.symlink_to("/dev/zero")  # reading it would fill the memory
+    else:
+        stamp.write_text("[" * 100_000)  # parsing it raises RecursionError
+    results: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: results.extend(
+            [ann.saved_for(str(db), 1, "m", TOOLS), ann.load(str(db), {"format": ann.FORMAT})]
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(10)
+    assert results == [False, None]
+    queries = indexed[1]
+    for catalog in served(db, queries):  # rebuilt and saved in its place
+        assert catalog._search.vectors.shortlist is not None
+
+
+def test_a_stamp_naming_a_symlink_in_the_folder_is_not_followed(
+    db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries = indexed[1]
+    for catalog in served(db, queries):
+        first = answers(catalog, queries)
+    folder = ann.folder(str(db))
+    stamp = json.loads((folder / ann.STAMP).read_text())
+    moved = folder.parent / "elsewhere.faiss"
+    (folder / stamp["file"]).rename(moved)
+    (folder / stamp["file"]).symlink_to(moved)  # same bytes, behind a link
+    builds = counted_builds(monkeypatch)
+    for catalog in served(db, queries):
+        assert answers(catalog, queries) == first
+    assert builds == [1]
+
+
+def test_two_processes_wanting_the_shortlist_at_once_build_it_once(
+    db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    builds = counted_builds(monkeypatch)
+    catalogs = [Catalog(db), Catalog(db)]
+    try:
+        for catalog in catalogs:  # loads the vectors; the shortlist waits for the gate
+            catalog._search.vectors  # noqa: B018
+        gate = threading.Barrier(2)
+        original = ann.saving
+
+        def saving(path: str) -> Any:
+            gate.wait(10)  # both have found no saved shortlist
+            return original(path)
+
+        monkeypatch.setattr(ann, "saving", saving)
+        for catalog in catalogs:
+            catalog.search(indexed[1][0], mode="embedding")
+        for catalog in catalogs:
+            catalog._search.vectors.wait_shortlist(30)
+            assert catalog._search.vectors.shortlist is not None
+    finally:
+        for catalog in catalogs:
+            catalog.close()
+    assert builds == [1]  # the second waited on the lock, then loaded the first one's
+
+
+def test_a_save_that_fails_leaves_nothing_and_serves_from_memory(
+    db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    def full_disk(*args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    queries = indexed[1]
+    for catalog in served(db, queries):
+        found = answers(catalog, queries)
+    assert [p.name for p in ann.folder(str(db)).iterdir()] == ["lock"]
+    monkeypatch.undo()
+    assert recall(found, exact(db, queries)) >= 0.98

@@ -11,25 +11,33 @@ of queries that sit far from every tool (docs/benchmarks.md, "Compact vectors an
 1M"). Until the shortlist is ready (built in seconds on a background thread, or loaded), the
 store's exact scan answers.
 
-Like the saved BM25 index (``lexical_file``), the folder ``<catalog>.ann`` is a derived cache:
-``index.json`` (the stamp) names the index file and what it is valid for: the catalog
-revision, the model, the number of rows and a fingerprint of their ids and vectors, the
-library and its version, the index kind, and the file's size and SHA-256, checked before the
-library reads a byte of it. Files are written under new names and the stamp replaced last, so a
-``kill -9`` mid-save leaves the previous stamp pointing at complete files, or none; a stale,
-torn, truncated or foreign file is rebuilt, never served.
+Like the saved BM25 index (``lexical_file``), the folder ``<catalog>.ann`` is a derived cache,
+trusted as ``saved_files`` says (a real folder of the catalog's owner; regular files, never
+followed through a symlink; one build and save at a time, under its ``lock``): ``index.json``
+(the stamp) names the index file (``shortlist-<hex>.faiss``, nothing else) and what it is
+valid for: the catalog revision, the model, the number of rows and a fingerprint of their ids
+and vectors, the library and its version, the index kind, and the file's size and SHA-256,
+checked on the bytes read before the library parses them. Files are written under new names
+and the stamp replaced last, so a ``kill -9`` mid-save leaves the previous stamp pointing at
+complete files, or none; a save that fails removes what it wrote; a stale, torn, truncated or
+foreign file is rebuilt, never served.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.util
 import json
 import os
+import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from . import saved_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -57,7 +65,8 @@ MIN_CANDIDATES = 300
 NARROW_SHARE = 0.02
 # Threads a background build uses (a serving process's queries share the machine).
 BUILD_THREADS = 2
-HASH_CHUNK = 1 << 22
+_FILE = re.compile(r"shortlist-[0-9a-f]{32}\.faiss")
+_STAGING = re.compile(re.escape(STAMP) + r"\.[0-9a-f]{32}")
 
 
 def installed() -> bool:
@@ -188,46 +197,68 @@ def build(matrix: np.ndarray, threads: int = BUILD_THREADS) -> Shortlist:
     return Shortlist(index)
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(HASH_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+@contextlib.contextmanager
+def saving(catalog_path: str) -> Iterator[Path | None]:
+    """The folder to save a shortlist in, held under its build lock (another process that
+    wants one waits, then loads it); None when the folder is not to be trusted or the lock
+    cannot be had: build in memory, save nothing."""
+    root = saved_files.trusted_folder(folder(catalog_path), catalog_path, create=True)
+    if root is None:
+        yield None
+        return
+    with saved_files.build_lock(root) as held:
+        yield root if held else None
 
 
-def save(catalog_path: str, valid: dict[str, Any], shortlist: Shortlist) -> None:
-    """Write the index under a new name, then the stamp; drop what older stamps named."""
-    root = folder(catalog_path)
-    root.mkdir(exist_ok=True)
-    name = f"shortlist-{uuid.uuid4().hex}.faiss"
+def save(root: Path, valid: dict[str, Any], shortlist: Shortlist) -> None:
+    """Write the index under a new name, then the stamp; drop what older stamps named (only
+    names of ours). Call inside ``saving``. A failure (a full disk) removes what this call
+    wrote and raises ``OSError``; the previous stamp stands."""
     import faiss
 
-    faiss.write_index(shortlist._index, str(root / name))
-    with open(root / name, "rb+") as f:
-        os.fsync(f.fileno())
-    header = {
-        **valid,
-        "file": name,
-        "size": (root / name).stat().st_size,
-        "sha256": _file_digest(root / name),
-    }
+    name = f"shortlist-{uuid.uuid4().hex}.faiss"
     staging = root / f"{STAMP}.{uuid.uuid4().hex}"
-    staging.write_text(json.dumps(header))
-    os.replace(staging, root / STAMP)
+    data: np.ndarray = faiss.serialize_index(shortlist._index)
+    try:
+        with open(root / name, "xb") as f:
+            f.write(data.data)
+            f.flush()
+            os.fsync(f.fileno())
+        header = {
+            **valid,
+            "file": name,
+            "size": int(data.nbytes),
+            "sha256": hashlib.sha256(data.data).hexdigest(),
+        }
+        staging.write_text(json.dumps(header))
+        os.replace(staging, root / STAMP)
+    except BaseException:
+        for written in (staging, root / name):
+            with contextlib.suppress(OSError):
+                written.unlink()
+        raise
     for entry in root.iterdir():  # what no stamp names any more
-        if entry.name not in (STAMP, name) and not entry.name.startswith(f"{STAMP}."):
+        if entry.name != name and (_FILE.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)):
             entry.unlink(missing_ok=True)
+
+
+def _stamp(catalog_path: str) -> dict[str, Any] | None:
+    """The stamp in a trusted folder, as a dict; None when there is none to trust."""
+    root = saved_files.trusted_folder(folder(catalog_path), catalog_path)
+    if root is None:
+        return None
+    try:
+        header = json.loads(saved_files.read_regular(root / STAMP, limit=saved_files.MAX_STAMP))
+    except Exception:  # missing, unreadable, not JSON, nested past the parser: none
+        return None
+    return header if type(header) is dict else None
 
 
 def saved_for(catalog_path: str, revision: int, model_id: str, rows: int) -> bool:
     """Whether the stamp beside the catalog names this index kind and format, revision,
     model and number of rows: a look at one small file, for reindex to skip saving again
     (the process that loads the index checks everything else first)."""
-    try:
-        header = json.loads((folder(catalog_path) / STAMP).read_text())
-    except (OSError, ValueError):
-        return False
+    header = _stamp(catalog_path)
     wanted = {
         "format": FORMAT,
         "index": SHORTLIST,
@@ -235,27 +266,28 @@ def saved_for(catalog_path: str, revision: int, model_id: str, rows: int) -> boo
         "model": model_id,
         "rows": rows,
     }
-    return isinstance(header, dict) and all(header.get(k) == v for k, v in wanted.items())
+    return header is not None and all(header.get(k) == v for k, v in wanted.items())
 
 
 def load(catalog_path: str, valid: dict[str, Any]) -> Shortlist | None:
     """The saved shortlist when its stamp matches ``valid`` and its file its size and digest,
-    else None (missing, stale, torn or foreign: rebuilt, never served)."""
-    root = folder(catalog_path)
+    else None (missing, stale, torn, foreign or hostile: rebuilt, never served)."""
+    header = _stamp(catalog_path)
+    if header is None or any(header.get(k) != v for k, v in valid.items()):
+        return None
     try:
-        header = json.loads((root / STAMP).read_text())
-        if not isinstance(header, dict) or any(header.get(k) != v for k, v in valid.items()):
+        name, size = header["file"], header["size"]
+        if type(name) is not str or not _FILE.fullmatch(name) or type(size) is not int:
             return None
-        path = root / str(header["file"])
-        if path.parent != root or path.stat().st_size != header["size"]:
-            return None
-        if _file_digest(path) != header["sha256"]:
+        data = saved_files.read_regular(folder(catalog_path) / name, size=size)
+        if hashlib.sha256(data).hexdigest() != header["sha256"]:
             return None
         import faiss
+        import numpy as np
 
-        index = faiss.read_index(str(path))
+        index = faiss.deserialize_index(np.frombuffer(data, dtype=np.uint8))
         if index.ntotal != valid["rows"] or index.d != valid["dimensions"]:
             return None
         return Shortlist(index)
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError):
+    except Exception:  # missing, torn, foreign or hostile: rebuilt, never served
         return None

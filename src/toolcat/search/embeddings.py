@@ -708,10 +708,7 @@ class VectorIndex:
                 valid = ann.valid_for(key[0], key[1], ids[:rows], tools)
                 shortlist = ann.load(path, valid) if path else None
                 if shortlist is None:
-                    shortlist = ann.build(tools)
-                    if path:  # else, or when it cannot be written: served from memory
-                        with contextlib.suppress(OSError):
-                            ann.save(path, valid, shortlist)
+                    shortlist = self._build_shortlist(path, valid, tools)
             except Exception as e:  # the exact scan answers on
                 with self._shortlist_lock:
                     self.shortlist_error = f"ANN index: {type(e).__name__}: {str(e)[:200]}"
@@ -722,6 +719,22 @@ class VectorIndex:
                     self.shortlist, self._shortlist_builder = shortlist, None
                     return
             # the catalog moved on meanwhile: again, for its new vectors
+
+    @staticmethod
+    def _build_shortlist(path: str, valid: dict[str, Any], tools: np.ndarray) -> ann.Shortlist:
+        """Build the shortlist of ``tools`` and save it beside the catalog at ``path`` (under
+        the folder's lock: a process that waited there loads what another one saved instead
+        of building it too); where it cannot be saved, it is served from memory."""
+        if not path:
+            return ann.build(tools)
+        with ann.saving(path) as root:
+            shortlist = ann.load(path, valid) if root is not None else None
+            if shortlist is None:
+                shortlist = ann.build(tools)
+                if root is not None:
+                    with contextlib.suppress(OSError):
+                        ann.save(root, valid, shortlist)
+            return shortlist
 
     def wait_shortlist(self, timeout: float | None = None) -> None:
         """Wait for a background shortlist load or build to finish (tests, benchmarks)."""
