@@ -76,8 +76,13 @@ def pool() -> Any:
 
 def answer(pool: Any, header: dict[str, Any], payload: bytes) -> Any:
     """Feed ``pool`` a worker answer through a real pipe, as a worker would write it."""
+    return answer_raw(pool, json.dumps(header).encode() + b"\n" + payload)
+
+
+def answer_raw(pool: Any, written: bytes) -> Any:
+    """Feed ``pool`` whatever bytes a worker wrote, through a real pipe."""
     read, write = os.pipe()
-    os.write(write, json.dumps(header).encode() + b"\n" + payload)
+    os.write(write, written)
     os.close(write)
     real = pool._workers[0]
     fake = type(
@@ -201,22 +206,8 @@ def test_batches_run_shortest_and_longest_in_turn() -> None:
 )
 def test_a_header_that_breaks_the_parser_is_a_one_line_failure(pool: Any, line: bytes) -> None:
     """Not a traceback: ``int(inf)`` raises OverflowError, deep nesting RecursionError."""
-    read, write = os.pipe()
-    os.write(write, line)
-    os.close(write)
-    real = pool._workers[0]
-    fake = type(
-        "Worker",
-        (),
-        {"stdout": os.fdopen(read, "rb"), "returncode": None, "wait": lambda self, timeout: 0},
-    )()
-    pool._workers[0] = fake
-    try:
-        with pytest.raises(EmbeddingError, match="unreadable header"):
-            pool._answer(0, ["a", "b"])
-    finally:
-        fake.stdout.close()
-        pool._workers[0] = real
+    with pytest.raises(EmbeddingError, match="unreadable header"):
+        answer_raw(pool, line)
 
 
 def test_a_library_that_prints_to_stdout_in_a_worker_garbles_nothing(

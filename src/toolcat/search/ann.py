@@ -219,7 +219,7 @@ def save(root: Path, valid: dict[str, Any], shortlist: Shortlist) -> None:
     name = f"shortlist-{uuid.uuid4().hex}.faiss"
     staging = root / f"{STAMP}.{uuid.uuid4().hex}"
     data: np.ndarray = faiss.serialize_index(shortlist._index)
-    try:
+    with saved_files.removed_on_failure(staging, root / name):
         with open(root / name, "xb") as f:
             f.write(data.data)
             f.flush()
@@ -230,13 +230,7 @@ def save(root: Path, valid: dict[str, Any], shortlist: Shortlist) -> None:
             "size": int(data.nbytes),
             "sha256": hashlib.sha256(data.data).hexdigest(),
         }
-        staging.write_text(json.dumps(header))
-        os.replace(staging, root / STAMP)
-    except BaseException:
-        for written in (staging, root / name):
-            with contextlib.suppress(OSError):
-                written.unlink()
-        raise
+        saved_files.replace_stamp(staging, root / STAMP, header)
     for entry in root.iterdir():  # what no stamp names any more
         if entry.name != name and (_FILE.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)):
             entry.unlink(missing_ok=True)

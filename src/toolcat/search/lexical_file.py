@@ -27,7 +27,6 @@ Read from disk, so checked before it is trusted:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -102,7 +101,7 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
         ("positions", array("q", state["positions"]).tobytes()),
     ]
     data_digest = hashlib.sha256()
-    try:
+    with saved_files.removed_on_failure(staging, root / data_name):
         with open(root / data_name, "xb") as f:
             for _, blob in sections:
                 f.write(blob)
@@ -122,13 +121,7 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
             "sections": [[name, len(blob)] for name, blob in sections],
             "meta": state["meta"],
         }
-        staging.write_text(json.dumps(header))
-        os.replace(staging, root / STAMP)
-    except BaseException:
-        for written in (staging, root / data_name):
-            with contextlib.suppress(OSError):
-                written.unlink()
-        raise
+        saved_files.replace_stamp(staging, root / STAMP, header)
     for entry in root.iterdir():  # what no stamp names any more; only names of ours
         name = entry.name
         if name in (data_name, tantivy_dir.name):

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 LOCK = "lock"
 MAX_STAMP = 1 << 20  # a stamp is a few hundred bytes: a bigger one is not ours
@@ -109,3 +111,23 @@ def digest_regular(path: Path, size: int | None = None) -> str:
         while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def removed_on_failure(*written: Path) -> Iterator[None]:
+    """A save's files, removed if it fails (a full disk) before its stamp is in place: the
+    previous stamp stands and nothing half-written is left."""
+    try:
+        yield
+    except BaseException:
+        for path in written:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
+
+
+def replace_stamp(staging: Path, stamp: Path, header: dict[str, Any]) -> None:
+    """Write ``header`` under ``staging`` and move it over ``stamp`` in one step, last, so
+    a reader sees the previous stamp or this one, each naming complete files."""
+    staging.write_text(json.dumps(header))
+    os.replace(staging, stamp)
