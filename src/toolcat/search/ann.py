@@ -29,7 +29,6 @@ import contextlib
 import ctypes
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import uuid
@@ -45,7 +44,7 @@ if TYPE_CHECKING:
 LIBRARY = "faiss"  # the module; its package on PyPI:
 PACKAGE = "faiss-cpu"
 FORMAT = 2  # 1 was an HNSW graph over 8-bit codes
-STAMP = "index.json"
+STAMP = saved_files.STAMP
 # From this many tool vectors on, a long-lived process keeps them in the compact store and
 # serves from the shortlist once it is ready: the exact float32 scan costs 4.4 ms of CPU per
 # query at 50k and 7.4 ms at 100k (84 ms at 1M), the shortlist 0.5 ms at 100k and 4.5 ms at
@@ -66,7 +65,6 @@ NARROW_SHARE = 0.02
 # Threads a background build uses (a serving process's queries share the machine).
 BUILD_THREADS = 2
 _FILE = re.compile(r"shortlist-[0-9a-f]{32}\.faiss")
-_STAGING = re.compile(re.escape(STAMP) + r"\.[0-9a-f]{32}")
 
 
 def installed() -> bool:
@@ -217,9 +215,8 @@ def save(root: Path, valid: dict[str, Any], shortlist: Shortlist) -> None:
     import faiss
 
     name = f"shortlist-{uuid.uuid4().hex}.faiss"
-    staging = root / f"{STAMP}.{uuid.uuid4().hex}"
     data: np.ndarray = faiss.serialize_index(shortlist._index)
-    with saved_files.removed_on_failure(staging, root / name):
+    with saved_files.removed_on_failure(root / name):
         with open(root / name, "xb") as f:
             f.write(data.data)
             f.flush()
@@ -230,29 +227,26 @@ def save(root: Path, valid: dict[str, Any], shortlist: Shortlist) -> None:
             "size": int(data.nbytes),
             "sha256": hashlib.sha256(data.data).hexdigest(),
         }
-        saved_files.replace_stamp(staging, root / STAMP, header)
+        saved_files.replace_stamp(root, header)
     for entry in root.iterdir():  # what no stamp names any more
-        if entry.name != name and (_FILE.fullmatch(entry.name) or _STAGING.fullmatch(entry.name)):
+        ours = _FILE.fullmatch(entry.name) or saved_files.STAGING.fullmatch(entry.name)
+        if ours and entry.name != name:
             entry.unlink(missing_ok=True)
 
 
-def _stamp(catalog_path: str) -> dict[str, Any] | None:
-    """The stamp in a trusted folder, as a dict; None when there is none to trust."""
+def _stamp(catalog_path: str) -> tuple[Path, dict[str, Any]] | None:
+    """The trusted folder beside the catalog and its stamp; None when there is none to
+    trust."""
     root = saved_files.trusted_folder(folder(catalog_path), catalog_path)
-    if root is None:
-        return None
-    try:
-        header = json.loads(saved_files.read_regular(root / STAMP, limit=saved_files.MAX_STAMP))
-    except Exception:  # missing, unreadable, not JSON, nested past the parser: none
-        return None
-    return header if type(header) is dict else None
+    header = saved_files.read_stamp(root) if root is not None else None
+    return (root, header) if root is not None and header is not None else None
 
 
 def saved_for(catalog_path: str, revision: int, model_id: str, rows: int) -> bool:
     """Whether the stamp beside the catalog names this index kind and format, revision,
     model and number of rows: a look at one small file, for reindex to skip saving again
     (the process that loads the index checks everything else first)."""
-    header = _stamp(catalog_path)
+    found = _stamp(catalog_path)
     wanted = {
         "format": FORMAT,
         "index": SHORTLIST,
@@ -260,20 +254,21 @@ def saved_for(catalog_path: str, revision: int, model_id: str, rows: int) -> boo
         "model": model_id,
         "rows": rows,
     }
-    return header is not None and all(header.get(k) == v for k, v in wanted.items())
+    return found is not None and all(found[1].get(k) == v for k, v in wanted.items())
 
 
 def load(catalog_path: str, valid: dict[str, Any]) -> Shortlist | None:
     """The saved shortlist when its stamp matches ``valid`` and its file its size and digest,
     else None (missing, stale, torn, foreign or hostile: rebuilt, never served)."""
-    header = _stamp(catalog_path)
-    if header is None or any(header.get(k) != v for k, v in valid.items()):
+    found = _stamp(catalog_path)
+    if found is None or any(found[1].get(k) != v for k, v in valid.items()):
         return None
+    root, header = found
     try:
         name, size = header["file"], header["size"]
         if type(name) is not str or not _FILE.fullmatch(name) or type(size) is not int:
             return None
-        data = saved_files.read_regular(folder(catalog_path) / name, size=size)
+        data = saved_files.read_regular(root / name, size=size)
         if hashlib.sha256(data).hexdigest() != header["sha256"]:
             return None
         import faiss

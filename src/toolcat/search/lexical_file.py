@@ -42,14 +42,13 @@ from typing import Any
 
 from . import saved_files
 from .bm25 import index_totals
-from .saved_files import MAX_STAMP, digest_regular, read_regular
+from .saved_files import STAGING, digest_regular, read_regular
 
 FORMAT = 2
-STAMP = "index.json"
+STAMP = saved_files.STAMP
 SECTIONS = ("terms", "doc_freq", "names", "rows", "sizes", "tools", "positions")
 _TANTIVY = re.compile(r"tantivy-[0-9a-f]{32}")
 _DATA = re.compile(r"data-[0-9a-f]{32}\.bin")
-_STAGING = re.compile(re.escape(STAMP) + r"\.[0-9a-f]{32}")
 _TANTIVY_FILE = re.compile(r"[0-9A-Za-z_-][0-9A-Za-z._-]*")  # no path, no dot first
 # tantivy's bookkeeping, not read to search: locks, and the files its writer manages.
 _UNTRACKED = frozenset({".tantivy-meta.lock", ".tantivy-writer.lock", ".managed.json"})
@@ -90,7 +89,6 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
     holding ``build_lock``. A failure (a full disk) removes what this call wrote and
     raises ``OSError``; the previous stamp stands."""
     data_name = f"data-{uuid.uuid4().hex}.bin"
-    staging = root / f"{STAMP}.{uuid.uuid4().hex}"
     sections: list[tuple[str, bytes]] = [
         ("terms", json.dumps(state["terms"]).encode()),
         ("doc_freq", array("I", state["doc_freq"]).tobytes()),
@@ -101,7 +99,7 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
         ("positions", array("q", state["positions"]).tobytes()),
     ]
     data_digest = hashlib.sha256()
-    with saved_files.removed_on_failure(staging, root / data_name):
+    with saved_files.removed_on_failure(root / data_name):
         with open(root / data_name, "xb") as f:
             for _, blob in sections:
                 f.write(blob)
@@ -121,7 +119,7 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
             "sections": [[name, len(blob)] for name, blob in sections],
             "meta": state["meta"],
         }
-        saved_files.replace_stamp(staging, root / STAMP, header)
+        saved_files.replace_stamp(root, header)
     for entry in root.iterdir():  # what no stamp names any more; only names of ours
         name = entry.name
         if name in (data_name, tantivy_dir.name):
@@ -130,7 +128,7 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
             import shutil  # not on the one-shot search path
 
             shutil.rmtree(entry, ignore_errors=True)
-        elif _TANTIVY.fullmatch(name) or _DATA.fullmatch(name) or _STAGING.fullmatch(name):
+        elif _TANTIVY.fullmatch(name) or _DATA.fullmatch(name) or STAGING.fullmatch(name):
             entry.unlink(missing_ok=True)
 
 
@@ -140,8 +138,8 @@ def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, 
     if root is None:
         return None
     try:
-        header = json.loads(read_regular(root / STAMP, limit=MAX_STAMP))
-        if type(header) is not dict:
+        header = saved_files.read_stamp(root)
+        if header is None:
             return None
         if any(header.get(key) != value for key, value in valid_for.items()):
             return None

@@ -20,13 +20,17 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import stat
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 LOCK = "lock"
+STAMP = "index.json"  # what a saved index is valid for, and the files it names
+STAGING = re.compile(re.escape(STAMP) + r"\.[0-9a-f]{32}")  # a stamp being written
 MAX_STAMP = 1 << 20  # a stamp is a few hundred bytes: a bigger one is not ours
 # How long a process waits for another's build before building in memory itself.
 LOCK_WAIT_S = 900.0
@@ -126,8 +130,21 @@ def removed_on_failure(*written: Path) -> Iterator[None]:
         raise
 
 
-def replace_stamp(staging: Path, stamp: Path, header: dict[str, Any]) -> None:
-    """Write ``header`` under ``staging`` and move it over ``stamp`` in one step, last, so
-    a reader sees the previous stamp or this one, each naming complete files."""
-    staging.write_text(json.dumps(header))
-    os.replace(staging, stamp)
+def read_stamp(root: Path) -> dict[str, Any] | None:
+    """The stamp in the trusted folder ``root``, as a dict; None when there is none to
+    trust (missing, not a small regular file, not JSON, nested past the parser, not an
+    object)."""
+    try:
+        header = json.loads(read_regular(root / STAMP, limit=MAX_STAMP))
+    except Exception:
+        return None
+    return header if type(header) is dict else None
+
+
+def replace_stamp(root: Path, header: dict[str, Any]) -> None:
+    """Write ``header`` under a new name and move it over ``root``'s stamp in one step,
+    last, so a reader sees the previous stamp or this one, each naming complete files."""
+    staging = root / f"{STAMP}.{uuid.uuid4().hex}"
+    with removed_on_failure(staging):
+        staging.write_text(json.dumps(header))
+        os.replace(staging, root / STAMP)
