@@ -44,8 +44,6 @@ Batch = tuple[Sequence[str], Sequence[str]]  # (keys, texts)
 # Fewer texts than this are encoded in process: starting workers (a second or two each:
 # onnxruntime's import and session) costs more than they save.
 POOL_MIN_TEXTS = 256
-# Batches handed to the pool ahead of the one being stored, per worker.
-AHEAD_PER_WORKER = 2
 # How far a stored vector's length may be from 1.
 UNIT_TOLERANCE = 1e-3
 
@@ -199,20 +197,22 @@ class WorkerPool:
         busy: deque[tuple[int, list[str]]] = deque()  # (worker, keys), in the order sent
         queued = iter(batches)
         idle = deque(range(len(self._workers)))
-        while True:
-            while idle:
-                batch = next(queued, None)
-                if batch is None:
-                    break
+
+        def hand_out() -> None:
+            """The next batches to the idle workers: one request each at most, so a
+            worker's pipes never hold more than one request and one answer."""
+            while idle and (batch := next(queued, None)) is not None:
                 worker, keys = idle.popleft(), list(batch[0])
                 request = (json.dumps({"keys": keys, "texts": list(batch[1])}) + "\n").encode()
                 self._talk(worker, partial(_send, request))
                 busy.append((worker, keys))
-            if not busy:
-                return
+
+        hand_out()
+        while busy:
             worker, keys = busy.popleft()
             vectors = self._answer(worker, keys)
             idle.append(worker)
+            hand_out()  # before the caller stores this batch: the worker encodes meanwhile
             yield keys, vectors
 
     def _talk(self, worker: int, act: Any) -> Any:
