@@ -135,6 +135,7 @@ def test_a_worker_that_dies_leaves_the_files_to_this_process(
     alone = loaded(paths, workers=1)
     monkeypatch.setattr(parallel, "_work", dies_on_the_third)
     assert loaded(paths, workers=2) == alone
+    assert answers and set(answers) < set(paths)  # workers answered some, this process the rest
 
 
 @pytest.mark.parametrize(
@@ -221,6 +222,39 @@ def test_a_conflict_after_written_toolkits_rolls_them_back(
         assert refused.value.tool == "bad name" and refused.value.file == str(paths[2])
         assert table_snapshot(db) == before
     assert answers == paths + paths  # the two registrations of the folder used workers
+
+
+def test_a_database_failure_is_raised_at_once_not_outranked_by_later_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    from toolcat.store import writer
+
+    folder = tmp_path / "m"
+    paths = manifests(folder, [3, 4, 5])
+    broken = json.loads(paths[2].read_text())
+    broken["tools"][1]["name"] = "bad name"
+    paths[2].write_text(json.dumps(broken))
+    db = tmp_path / "catalog.db"
+    with Catalog(db, create=True) as catalog:
+        before = table_snapshot(db)
+        read: list[str] = []
+        original = parallel._load_here
+
+        def counted(path: Path) -> Any:
+            read.append(path.name)
+            return original(path)
+
+        def full_disk(*args: Any, **kwargs: Any) -> Any:
+            raise sqlite3.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(parallel, "_load_here", counted)
+        monkeypatch.setattr(writer, "_register_one", full_disk)
+        with pytest.raises(sqlite3.OperationalError, match="disk is full"):
+            catalog.register(folder)
+        assert read == [paths[0].name]  # no file read past the failure
+    assert table_snapshot(db) == before
 
 
 @pytest.mark.parametrize("value", ["lots", "2.5", "-"])

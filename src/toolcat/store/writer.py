@@ -18,6 +18,7 @@ from ..errors import (
     ManifestError,
     ReadOnlyReplicaError,
     SourceKindError,
+    ToolcatError,
     UnknownToolkitError,
     VersionConflictError,
 )
@@ -457,7 +458,7 @@ def register_stream(
     problems: list[ManifestError] = []
     refused: list[ManifestError] = []
     twice: ManifestError | None = None
-    conflict: Exception | None = None
+    conflict: ToolcatError | None = None
     seen: dict[tuple[str, Any], tuple[str | None, str]] = {}
     results: list[RegistrationResult] = []
     tools = 0
@@ -479,7 +480,7 @@ def register_stream(
                 continue  # nothing more is written; the rest is still checked
             try:
                 result = _register_one(conn, toolkit, source, made, replace, change_kind)
-            except Exception as e:  # raised below unless a problem above outranks it
+            except ToolcatError as e:  # raised below unless a problem above outranks it
                 conflict = e
                 continue
             changed = changed or result.status != "unchanged"
