@@ -500,3 +500,42 @@ def test_the_index_adds_no_catalog_sized_work_to_garbage_collection(catalog: Cat
             if gc.is_tracked(value)
         }
         assert max(visits.values()) < 50, visits
+
+
+def test_engines_sharing_one_index_start_one_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's pooled readers share one index (``Catalog.share_indexes``) and may all ask
+    for its build at once: one background build starts, not one per reader."""
+    import threading
+    import time
+
+    builds: list[str] = []
+
+    def slow_build(self: LexicalIndex, path: str, weights: tuple[float, ...]) -> None:
+        builds.append(path)
+        time.sleep(0.5)
+
+    monkeypatch.setattr(LexicalIndex, "_build_from_file", slow_build)
+    # the check and the start a little apart, as a busy machine may have them
+    original = threading.Thread.start
+
+    def late_start(thread: threading.Thread) -> None:
+        time.sleep(0.02)
+        original(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", late_start)
+    shared = LexicalIndex()
+    gate = threading.Barrier(8)
+
+    def ask() -> None:
+        gate.wait(5)
+        shared.build_soon(None, 1, bm25.DEFAULT_WEIGHTS, str(tmp_path / "c.db"))  # type: ignore[arg-type]
+
+    askers = [threading.Thread(target=ask) for _ in range(8)]
+    for asker in askers:
+        original(asker)
+    for asker in askers:
+        asker.join(5)
+    shared.wait(5)
+    assert len(builds) == 1

@@ -518,6 +518,9 @@ class LexicalIndex:
         self.index: TantivyIndex | PostingsIndex | None = None
         self.error = ""  # why tantivy was given up, if it was
         self._builder: threading.Thread | None = None
+        # Engines that share one index (a server's pooled readers: ``Catalog.share_indexes``)
+        # may ask for a build at once: one of them starts it.
+        self._starting = threading.Lock()
 
     @property
     def revision(self) -> int:
@@ -558,16 +561,18 @@ class LexicalIndex:
         if not path:
             self.build(conn, revision, weights)
             return
-        if self.building:
-            return
-        self.index = None  # the stale index is never served, nor kept while its successor builds
-        self._builder = threading.Thread(
-            target=self._build_from_file,
-            args=(path, tuple(weights)),
-            name="toolcat-lexical-index",
-            daemon=True,  # a process that exits does not wait for an index it will not use
-        )
-        self._builder.start()
+        with self._starting:
+            if self.building:
+                return
+            # the stale index is never served, nor kept while its successor builds
+            self.index = None
+            self._builder = threading.Thread(
+                target=self._build_from_file,
+                args=(path, tuple(weights)),
+                name="toolcat-lexical-index",
+                daemon=True,  # a process that exits does not wait for an index it will not use
+            )
+            self._builder.start()
 
     def _build_from_file(self, path: str, weights: tuple[float, ...]) -> None:
         try:
