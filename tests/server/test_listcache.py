@@ -39,13 +39,15 @@ principals:
 
 
 @contextlib.contextmanager
-def served(db: Path, tokens: Path | None = None) -> Iterator[tuple[str, CatalogServer]]:
+def served(
+    db: Path, tokens: Path | None = None, **options: Any
+) -> Iterator[tuple[str, CatalogServer]]:
     """``toolcat serve --http`` in this process (its cache can be inspected), with a
     revision watcher that never ticks during a test: only the per-request check can see
-    a change."""
+    a change; ``options``: more ``ServeOptions``."""
     import uvicorn
 
-    server = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600))
+    server = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600, **options))
     port = free_port()
     app = http_app(
         server, host="127.0.0.1", port=port, tokens=load_tokens(tokens) if tokens else None
@@ -238,3 +240,28 @@ def test_a_principals_own_list_is_never_marked_shareable(db: Path, tmp_path: Pat
                 assert await scope_of("everyone-token") == "public"
 
         run(check)
+
+
+def test_a_servers_own_selection_keeps_its_list_shareable(db: Path, tmp_path: Path) -> None:
+    """``toolcat serve --toolkit math`` without tokens: every caller gets the same list, so
+    it stays ``public``; a principal's own selection inside it makes that list private."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+
+    async def scope_of(url: str, token: str | None) -> str | None:
+        async with http_session(url, token, mode=MODERN) as session:
+            return (await session.client.list_tools(cache_mode="refresh")).cache_scope
+
+    with served(db, toolkit="math") as (url, _server):
+
+        async def server_alone() -> None:
+            assert await scope_of(url, None) == "public"
+
+        run(server_alone)
+    with served(db, tokens, tags=("read-only",)) as (url, _server):
+
+        async def principals() -> None:
+            assert await scope_of(url, "everyone-token") == "public"
+            assert await scope_of(url, "math-team-token") == "private"
+
+        run(principals)

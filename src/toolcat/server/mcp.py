@@ -529,13 +529,15 @@ class CatalogServer:
             found = [t for t in revealed.values() if scope.allows(t)]
             extra = await self.readers.run(lambda c: self._specs(c, found, scope))
             tools += [t for t in extra if t.name not in names]
+        own_selection = scope.parent is not None and scope.selects
         return types.ListToolsResult(
             tools=tools,
             next_cursor=next_cursor,
             ttl_ms=LIST_TTL_MS,
             # A principal's own selection makes the list its own, whether or not the
-            # server was told so (``per_caller``): no shared cache may hand it on.
-            cache_scope="private" if self.options.per_caller or scope.selects else "public",
+            # server was told so (``per_caller``): no shared cache may hand it on. The
+            # server's own selection (no parent) is everyone's list.
+            cache_scope="private" if self.options.per_caller or own_selection else "public",
         )
 
     def _specs(
