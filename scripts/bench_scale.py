@@ -445,21 +445,29 @@ def make_catalog(size: int, path: Path) -> dict[str, Any]:
     """The generated toolkits registered in this process (the CLI's ``register`` parses
     and validates the same manifests: several times slower; ``register`` times that)."""
     sys.path.insert(0, str(SRC))
-    from toolcat import Catalog, Toolkit
+    from toolcat import Catalog
 
     t0 = time.perf_counter()
     with Catalog(path) as catalog:
-        batch: list[Any] = []
-        in_batch = 0
-        for manifest in generate(size):
-            batch.append(Toolkit.model_validate(manifest))
-            in_batch += len(manifest["tools"])
-            if in_batch >= TOOLS_PER_REGISTER:
-                catalog.register(batch)
-                batch, in_batch = [], 0
-        if batch:
-            catalog.register(batch)
+        register_generated(catalog, size)
     return {"tools": size, "catalog": str(path), "made_s": round(time.perf_counter() - t0, 1)}
+
+
+def register_generated(catalog: Any, size: int) -> None:
+    """Register the ``size`` generated tools into ``catalog``, ~``TOOLS_PER_REGISTER`` a
+    call (the toolcat package must be importable)."""
+    from toolcat import Toolkit
+
+    batch: list[Any] = []
+    in_batch = 0
+    for manifest in generate(size):
+        batch.append(Toolkit.model_validate(manifest))
+        in_batch += len(manifest["tools"])
+        if in_batch >= TOOLS_PER_REGISTER:
+            catalog.register(batch)
+            batch, in_batch = [], 0
+    if batch:
+        catalog.register(batch)
 
 
 def child_peers(db: str, qs: list[str], skip: list[str]) -> dict[str, Any]:

@@ -45,14 +45,13 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from tests.helpers import SAMPLE_TOOLKITS, free_port, wait_for_port  # noqa: E402
 
-from bench_scale import SEED, generate, queries  # noqa: E402
-from toolcat import Catalog, Toolkit  # noqa: E402
+from bench_scale import SEED, queries, register_generated  # noqa: E402
+from toolcat import Catalog  # noqa: E402
 from toolcat.registry.python import toolkit_from_module  # noqa: E402
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000
 K = 5
-BATCH_TOOLS = 2500
 Request = Callable[[Any, int], Awaitable[Any]]
 
 
@@ -62,16 +61,7 @@ def build(db: Path, size: int) -> None:
         return
     with Catalog(db) as catalog:
         catalog.register(SAMPLE_TOOLKITS, toolkit_from_module("tests.fixtures.tools"))
-        batch: list[Toolkit] = []
-        in_batch = 0
-        for manifest in generate(size):
-            batch.append(Toolkit.model_validate(manifest))
-            in_batch += len(manifest["tools"])
-            if in_batch >= BATCH_TOOLS:
-                catalog.register(*batch)
-                batch, in_batch = [], 0
-        if batch:
-            catalog.register(*batch)
+        register_generated(catalog, size)
 
 
 def pct(values: list[float], q: float) -> float:
