@@ -205,7 +205,7 @@ def lexical_costs(db: Path, queries: list[str], conn: sqlite3.Connection) -> dic
 
 def raw_fts(conn: sqlite3.Connection, query: str) -> None:
     """The plain FTS5 query our search starts from: every query term ORed, top 10."""
-    from toolcat.search.tokenize import tokenize
+    from toolcat.text.tokenize import tokenize
 
     terms = list(dict.fromkeys(tokenize(query)))
     if terms:
@@ -220,7 +220,7 @@ def peer_bm25(conn: sqlite3.Connection) -> tuple[dict[str, Any], dict[str, Any]]
     """tantivy and bm25s over the catalog's own tokenized text (one field, all columns):
     ({name: (prepare, ask)}, {name: why it is missing}). ``prepare(q)`` tokenizes ``q`` with
     our tokenizer and builds the peer's query (not timed); ``ask(prepared)`` is timed."""
-    from toolcat.search.tokenize import tokenize
+    from toolcat.text.tokenize import tokenize
 
     rows = conn.execute(
         "SELECT rowid, name, hint, description, params, tags FROM tools_fts"

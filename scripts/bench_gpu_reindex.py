@@ -51,7 +51,7 @@ def environment() -> dict[str, Any]:
     import onnxruntime
 
     import toolcat
-    from toolcat.search import device
+    from toolcat.search.encoders import device
 
     out: dict[str, Any] = {
         "python": platform.python_version(),
@@ -149,7 +149,7 @@ def stored_texts(db: Path, count: int, seed: int = 7) -> tuple[list[str], Any]:
 def cosines(a: Any, b: Any) -> dict[str, float]:
     import numpy as np
 
-    from toolcat.search.torch_encoder import unit_cosines
+    from toolcat.search.encoders.torch import unit_cosines
 
     c = unit_cosines(a, b)
     return {
@@ -165,7 +165,7 @@ def sweep(texts: list[str], check: list[str], reference: Any, device: str) -> li
     import torch
 
     from toolcat.search.embeddings import RETRIEVER_FOLDER
-    from toolcat.search.torch_encoder import TorchEncoder
+    from toolcat.search.encoders.torch import TorchEncoder
 
     rows = []
     for dtype, tokens in (
@@ -235,8 +235,8 @@ def main() -> None:
         save("reindex_gpu", reindex(big, args.gpu_choice, timeout=left()))
         save("reindex_cpu_small", reindex(small, "cpu", timeout=left()))
         save("reindex_gpu_small", reindex(small_gpu, args.gpu_choice, timeout=left()))
-        from toolcat.search import onnx_encoder
         from toolcat.search.embeddings import RETRIEVER_FOLDER
+        from toolcat.search.encoders import onnx as onnx_encoder
 
         onnx = onnx_encoder.OnnxEncoder(RETRIEVER_FOLDER, threads=0)
         check, stored = stored_texts(big, args.check)
@@ -246,7 +246,7 @@ def main() -> None:
         if left < 40:
             save("sweep", {"skipped": f"{left:.0f} s of the budget left"})
             return
-        from toolcat.search import device as devices
+        from toolcat.search.encoders import device as devices
 
         where = "cuda" if devices.torch_gpu() else "cpu"
         if where == "cuda":

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from tests.helpers import free_port, wait_for_port  # noqa: E402
 
 from toolcat import Catalog  # noqa: E402
-from toolcat.mcpclient import close_all  # noqa: E402
+from toolcat.remote.mcp import close_all  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "mcp_server.py"
 SERVER = f"{sys.executable} {FIXTURE}"

@@ -30,8 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from toolcat.search import embeddings, onnx_encoder  # noqa: E402
+from toolcat.search import embeddings  # noqa: E402
 from toolcat.search.embeddings import MINILM, model_location  # noqa: E402
+from toolcat.search.encoders import onnx as onnx_encoder  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "bench"
 # Which weight MatMuls a variant quantises (node names of the export).
@@ -331,7 +332,7 @@ def run_eval(
 ) -> dict[str, dict[str, float]]:
     """``toolcat eval`` rows (hybrid and embedding, every source) with the queries encoded
     by ``encode`` (None: as toolcat does)."""
-    from toolcat.evaluate import evaluate
+    from toolcat.quality.evaluate import evaluate
 
     embedder = embeddings.embedder(MINILM)
     fast = embedder.query_encoder()

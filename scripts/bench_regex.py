@@ -1,4 +1,5 @@
-"""Benchmark the regex search mode before and after the repetition bounds (toolcat.patterns).
+"""Benchmark the regex search mode before and after the repetition bounds
+(toolcat.definitions.patterns).
 
 On the sample catalog (data/toolkits, 37 tools), a seeded set of patterns built from the
 tools' own words is searched with
@@ -6,7 +7,7 @@ tools' own words is searched with
 - ``before``: the previous implementation (``regex.compile`` then ``search`` with a budget),
   copied here as the peer;
 - ``after``: ``toolcat.search.regex.regex_search`` (length and repetition checked, then the
-  same matching through ``toolcat.patterns``).
+  same matching through ``toolcat.definitions.patterns``).
 
 Both run warm (compiled patterns cached, as in a long-lived process) and cold (caches cleared
 before every query: what a new pattern costs). Reported: p50/p99 per query and after/before.
@@ -34,10 +35,11 @@ sys.path.insert(0, str(ROOT / "src"))
 
 import regex  # noqa: E402
 
-from toolcat import Catalog, patterns  # noqa: E402
-from toolcat.search.documents import schema_texts  # noqa: E402
+from toolcat import Catalog  # noqa: E402
+from toolcat.definitions import patterns  # noqa: E402
 from toolcat.search.regex import FIELD_WEIGHTS, regex_search  # noqa: E402
 from toolcat.store.reader import Filters  # noqa: E402
+from toolcat.text.documents import schema_texts  # noqa: E402
 
 
 def before(conn: sqlite3.Connection, pattern: str, filters: Filters, k: int) -> list[Any]:

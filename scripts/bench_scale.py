@@ -376,7 +376,7 @@ def child_bm25(db: str, warm: list[str], then: list[str]) -> dict[str, Any]:
     import tantivy
 
     from toolcat import Catalog
-    from toolcat.search.tokenize import tokenize
+    from toolcat.text.tokenize import tokenize
 
     catalog = Catalog(db)
     t0 = time.perf_counter()
@@ -475,7 +475,7 @@ def child_peers(db: str, qs: list[str], skip: list[str]) -> dict[str, Any]:
     import sqlite3
 
     sys.path.insert(0, str(SRC))
-    from toolcat.search.tokenize import tokenize
+    from toolcat.text.tokenize import tokenize
 
     conn = sqlite3.connect(db)
     out: dict[str, Any] = {}
@@ -717,7 +717,7 @@ def child_hybrid(
     if tantivy:
         import tantivy as tv
 
-        from toolcat.search.tokenize import tokenize
+        from toolcat.text.tokenize import tokenize
 
         searcher, schema = _tantivy_alone(db)
         peer = Clock()

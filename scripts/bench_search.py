@@ -132,7 +132,8 @@ def encoder_threads(catalog: Catalog, queries: list[str]) -> dict[str, Any]:
     (spinning, one run at a time), alternated query by query; fp32 and int8."""
     import os
 
-    from toolcat.search import embeddings, onnx_encoder
+    from toolcat.search import embeddings
+    from toolcat.search.encoders import onnx as onnx_encoder
 
     encoder = embedder(MODEL)
     folder = onnx_encoder.export_dir(MODEL, embeddings.model_location(MODEL))

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from toolcat import Catalog
-from toolcat.evaluate import _average, load_source, score_query
-from toolcat.openapi_client import parse_implementation
+from toolcat.quality.evaluate import _average, load_source, score_query
+from toolcat.remote.openapi import parse_implementation
 
 # ../shared beside the checkout (or a worktree's parent): the first ancestor holding it
 SHARED = next(

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import numpy as np  # noqa: E402
 
-from toolcat.evaluate import evaluate  # noqa: E402
+from toolcat.quality.evaluate import evaluate  # noqa: E402
 from toolcat.search import embeddings, fusion  # noqa: E402
 from toolcat.search.embeddings import MINILM, RETRIEVER  # noqa: E402
 from train_retriever import BENCH, EVAL_QUERIES, loso_texts  # noqa: E402

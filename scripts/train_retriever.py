@@ -8,8 +8,8 @@ sample of its queries), so metatool's 21k queries do not drown the small sources
 
 Loss: MultipleNegativesRankingLoss (in-batch negatives, scale 20) with one hard negative per
 pair, drawn (seeded, per epoch) from the query's own source catalog: the top tools by BM25
-(``toolcat.baseline``'s plain rank-bm25) and by the base model, gold tools skipped. Each batch
-holds pairs of one source (harder in-batch negatives), and a candidate that is gold for a
+(``toolcat.quality.baseline``'s plain rank-bm25) and by the base model, gold tools skipped.
+Each batch holds pairs of one source (harder in-batch negatives), and a candidate that is gold for a
 query is masked out of that query's negatives (metatool has 199 tools for 21k queries: two
 queries of a batch often share a gold tool). A plain torch loop (AdamW, linear warm-up and
 decay, bf16 autocast on a GPU): sentence-transformers' trainer needs the ``datasets``
@@ -94,9 +94,9 @@ def prepare(bench: Path, max_pairs: int, seed: int) -> dict[str, Any]:
     negatives, and what ``--loso`` embeds for scoring (tool texts, plain texts, eval queries
     and the parts hybrid search splits them into)."""
     sys.path.insert(0, str(ROOT / "src"))
-    from toolcat.baseline import PlainBM25, plain_text
-    from toolcat.evaluate import load_source, source_folders, split_queries
     from toolcat.models import Tool, canonical_json
+    from toolcat.quality.baseline import PlainBM25, plain_text
+    from toolcat.quality.evaluate import load_source, source_folders, split_queries
     from toolcat.search.embeddings import embedding_text
     from toolcat.search.split import split_request
     from toolcat.store.rows import tool_definition

@@ -1,4 +1,4 @@
-"""The plain baseline (toolcat.baseline) and `toolcat eval --baseline`."""
+"""The plain baseline (toolcat.quality.baseline) and `toolcat eval --baseline`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from rank_bm25 import BM25Okapi
 
 from tests.helpers import ROOT
-from toolcat.baseline import PlainBM25, plain_text, plain_tokens, rrf
 from toolcat.cli import cli
-from toolcat.evaluate import BASELINE_MODES, evaluate, summary
 from toolcat.models import Tool
+from toolcat.quality.baseline import PlainBM25, plain_text, plain_tokens, rrf
+from toolcat.quality.evaluate import BASELINE_MODES, evaluate, summary
 
 BENCH = ROOT.parent / "shared" / "bench"
 

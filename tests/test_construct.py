@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from toolcat.construct import construct
+from toolcat.definitions.construct import construct
 from toolcat.models import RegisteredTool, SearchHit, SearchResult, ToolAnnotations
 
 

@@ -1,13 +1,13 @@
 import pytest
 
-from toolcat.credentials import (
+from toolcat.errors import ToolcatError
+from toolcat.remote.credentials import (
     MissingSecretError,
     parse_assignments,
     references,
     resolve,
     resolve_all,
 )
-from toolcat.errors import ToolcatError
 
 
 def test_references_are_resolved_from_the_environment_given():

@@ -10,8 +10,8 @@ from typing import Any
 import fastjsonschema
 import pytest
 
-from toolcat._draft7 import DRAFT7_META_SCHEMA
-from toolcat._draft7_plain import plainly_valid
+from toolcat.definitions.schema_draft7 import DRAFT7_META_SCHEMA
+from toolcat.definitions.schema_draft7_plain import plainly_valid
 from toolcat.models import Tool
 
 from .helpers import BENCH

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tests.helpers import BENCH
 from toolcat.cli import cli
 from toolcat.errors import ToolcatError
-from toolcat.evaluate import catalog_name, evaluate, score_query
+from toolcat.quality.evaluate import catalog_name, evaluate, score_query
 
 
 def test_score_query_strict() -> None:

@@ -58,7 +58,7 @@ NOT_FOR_LIST = [
     "toolcat.search.engine",
     "toolcat.search.bm25",
     "toolcat.store.writer",
-    "toolcat.export",
+    "toolcat.export.providers",  # the exporting code (export.formats is light)
     "toolcat.registry.manifest",
     "packaging",
     "regex",

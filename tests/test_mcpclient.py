@@ -10,7 +10,7 @@ pytest.importorskip("mcp")
 import mcp.types as types
 
 from toolcat import ImportFailedError, Tool, ToolcatError
-from toolcat.mcpclient import (
+from toolcat.remote.mcp import (
     Endpoint,
     RemoteTool,
     RemoteToolError,

@@ -21,7 +21,7 @@ from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ImportFailedError
 from toolcat.models import Toolkit
-from toolcat.openapi_client import Operation, close_all
+from toolcat.remote.openapi import Operation, close_all
 
 KEY = "k3y-7d2e41-secret"
 

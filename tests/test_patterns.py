@@ -1,4 +1,5 @@
-"""toolcat.patterns: bounds on compiled size and matching time, checked on the real engine."""
+"""toolcat.definitions.patterns: bounds on compiled size and matching time, checked on the real
+engine."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 
 import pytest
 
-from toolcat import patterns
+from toolcat.definitions import patterns
 
 
 @pytest.mark.parametrize(

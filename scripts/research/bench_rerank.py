@@ -49,7 +49,7 @@ BUDGET_MS = 30.0  # issue 22: p50 for 20 candidates on 2 cores
 
 def workload(bench: Path, queries: int, candidates: int, seed: int) -> list[tuple[str, list[str]]]:
     """(query, its candidates' tool texts) for ``queries`` seeded queries of every source."""
-    from toolcat.evaluate import load_source, source_folders
+    from toolcat.quality.evaluate import load_source, source_folders
     from toolcat.search.embeddings import embedding_text
 
     pool: list[tuple[str, list[str], dict[str, str]]] = []
@@ -88,7 +88,7 @@ def build_graphs(base: str, layers: list[int], folder: Path, seed: int) -> dict[
     import torch
     from transformers import BertForSequenceClassification, logging
 
-    from toolcat.search import onnx_encoder
+    from toolcat.search.encoders import onnx as onnx_encoder
     from train_retriever import int8_embeddings
 
     Logits = _logits_module(torch)

@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench_catalog as bc  # noqa: E402
 from toolcat import Catalog, Toolkit  # noqa: E402
 from toolcat.search import bm25, engine, lexical_index  # noqa: E402
-from toolcat.search import tokenize as tokenize_module  # noqa: E402
 from toolcat.store import reader  # noqa: E402
+from toolcat.text import tokenize as tokenize_module  # noqa: E402
 
 STAGES: dict[str, list[float]] = {}
 

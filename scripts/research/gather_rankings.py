@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
-from toolcat.evaluate import (  # noqa: E402
+from toolcat.quality.evaluate import (  # noqa: E402
     Query,
     Source,
     load_source,
@@ -195,7 +195,7 @@ def save_chunks(sources: list[Source], path: Path) -> None:
 
     import numpy as np
 
-    from toolcat.search.tokenize import split_words
+    from toolcat.text.tokenize import split_words
 
     keys, texts = [], []
     for source in sources:

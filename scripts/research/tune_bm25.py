@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from toolcat.evaluate import evaluate  # noqa: E402
+from toolcat.quality.evaluate import evaluate  # noqa: E402
 from toolcat.search import bm25  # noqa: E402
 
 SETTINGS = [

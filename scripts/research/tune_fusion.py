@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from toolcat.evaluate import score_query  # noqa: E402
+from toolcat.quality.evaluate import score_query  # noqa: E402
 from toolcat.search import split  # noqa: E402
 from toolcat.search.fusion import (  # noqa: E402
     HYBRID_PARAMS,
@@ -40,7 +40,7 @@ from toolcat.search.fusion import (  # noqa: E402
     lift_part_tops,
     score_fusion,
 )
-from toolcat.search.tokenize import tokenize  # noqa: E402
+from toolcat.text.tokenize import tokenize  # noqa: E402
 
 DEPTH = 50  # engine.HYBRID_DEPTH
 Row = dict[str, Any]

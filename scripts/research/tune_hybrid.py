@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
-from toolcat.evaluate import load_source, score_query, source_folders  # noqa: E402
+from toolcat.quality.evaluate import load_source, score_query, source_folders  # noqa: E402
 from toolcat.search.fusion import reciprocal_rank_fusion, score_fusion  # noqa: E402
 
 Ranking = list[tuple[str, float]]

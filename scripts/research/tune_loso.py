@@ -39,7 +39,7 @@ from gather_rankings import documents  # noqa: E402
 from gather_rankings import gather as gather_source  # noqa: E402
 from loso_eval import Every, Stored, lookup  # noqa: E402
 from toolcat import Catalog  # noqa: E402
-from toolcat.evaluate import load_source, source_folders, split_queries  # noqa: E402
+from toolcat.quality.evaluate import load_source, source_folders, split_queries  # noqa: E402
 from toolcat.search import embeddings  # noqa: E402
 from toolcat.search.embeddings import MINILM, RETRIEVER  # noqa: E402
 from toolcat.search.fusion import HYBRID_PARAMS, MODEL_PARAMS, HybridParams  # noqa: E402

@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat import Catalog  # noqa: E402
-from toolcat.evaluate import (  # noqa: E402
+from toolcat.quality.evaluate import (  # noqa: E402
     Query,
     Source,
     load_source,
@@ -159,7 +159,7 @@ def loso(args: argparse.Namespace, sources: list[Source]) -> None:
 
     sys.path.insert(0, str(ROOT / "scripts"))
     from loso_eval import Every, Stored, lookup
-    from toolcat.evaluate import split_queries
+    from toolcat.quality.evaluate import split_queries
     from toolcat.search import embeddings
     from train_retriever import EVAL_QUERIES, loso_texts
 

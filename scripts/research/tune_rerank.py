@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tune_fusion import fused, halves, load, new_rule, r5, small_misses  # noqa: I001
 
-from toolcat.evaluate import score_query
+from toolcat.quality.evaluate import score_query
 from toolcat.search import split
 from toolcat.search.fusion import HYBRID_PARAMS, HybridParams
 
@@ -295,7 +295,7 @@ def with_vectors(rankings: Path, vectors: Path, small: Path) -> tuple[Any, Any]:
 
     from toolcat.search.embeddings import MINILM, embedder
     from toolcat.search.split import split_request
-    from toolcat.search.tokenize import split_words
+    from toolcat.text.tokenize import split_words
     from tune_feedback import Space
     from tune_feedback import load as load_vectors
     from tune_fusion import Catalog

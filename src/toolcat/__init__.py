@@ -44,18 +44,18 @@ if TYPE_CHECKING:
         ToolPage,
         ToolResult,
     )
-    from .policy import Policy
+    from .policy.rules import Policy
+    from .policy.tags import TagFilter
     from .registry.python import tool
     from .runtime.events import report_artifact, report_log, report_progress, report_status
-    from .tagfilter import TagFilter
 
 __version__ = "0.1.0"
 
 # Where each public name lives.
 _MODULES = {
     "Catalog": ".catalog",
-    "Policy": ".policy",
-    "TagFilter": ".tagfilter",
+    "Policy": ".policy.rules",
+    "TagFilter": ".policy.tags",
     "tool": ".registry.python",
     "report_artifact": ".runtime.events",
     "report_log": ".runtime.events",

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from .addresses import (
+from .definitions.addresses import (
     check_text,
     decode_cursor,
     encode_cursor,
@@ -41,7 +41,9 @@ from .errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from .policy import Policy
+from .policy.rules import Policy
+from .policy.tags import TagFilter
+from .policy.trust import check_import_roots
 from .registry.versions import next_version, sort_versions, tool_changes
 from .runtime.settings import Isolation, check_isolation, check_timeout
 from .search.modes import SEARCH_MODES
@@ -50,13 +52,11 @@ from .store import reader
 from .store.connection import connect, default_path, rollback_quietly
 from .store.migrations import migrate
 from .store.reader import Filters
-from .tagfilter import TagFilter
-from .trust import check_import_roots
 
 # Imported where used: a command loads only what it runs, and list mode's plain-dict path
 # (``list_summaries``) never imports pydantic (tests/test_imports.py).
 if TYPE_CHECKING:
-    from .export import ExportedTools
+    from .export.providers import ExportedTools
     from .models import (
         RegisteredTool,
         RegistrationResult,
@@ -168,7 +168,7 @@ class Catalog:
             included (``os:system``). By default every implementation must lie under its
             toolkit's ``module``, at registration and again at call time; and only
             ``register_mcp`` may register implementations that start a command
-            (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.trust``.
+            (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.policy.trust``.
         create: Create the file when it is missing (else that is a ``CatalogError``: how
             reading commands tell a mistyped path from an empty catalog).
 
@@ -420,9 +420,9 @@ class Catalog:
                 server, ``env``/``cwd`` for an HTTP one) or malformed names.
         """
         self._writable()
-        from .credentials import references
-        from .mcpclient import forget, make_endpoint
         from .registry.mcp import check_on_change, toolkit_from_mcp
+        from .remote.credentials import references
+        from .remote.mcp import forget, make_endpoint
 
         if cwd is not None:
             cwd = os.fspath(cwd)
@@ -1105,7 +1105,7 @@ class Catalog:
             InvalidQueryError: Unknown format.
             UnknownToolError: An address names no tool.
         """
-        from .export import export_tools, registered_tools, tool_items
+        from .export.providers import export_tools, registered_tools, tool_items
 
         items = [tools] if isinstance(tools, str) else tool_items(tools)
         found = registered_tools([self.get(t) if isinstance(t, str) else t for t in items])
@@ -1299,7 +1299,7 @@ class Catalog:
         ]
         result: builtins.list[dict[str, Any]] = []
         if entries:
-            from .importpath import child_environment
+            from .definitions.importpath import child_environment
 
             child = subprocess.run(
                 [sys.executable, "-m", "toolcat.runtime.check"],

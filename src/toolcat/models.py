@@ -31,14 +31,14 @@ from pydantic import (
     model_validator,
 )
 
-from .names import TOOL_NAME_RE, TOOLKIT_NAME_RE
+from .definitions.names import TOOL_NAME_RE, TOOLKIT_NAME_RE
 
 # Every pattern is used with ``fullmatch``: ``$`` would also match before a final newline,
 # letting ``files\n`` pass for ``files``.
 IMPLEMENTATION_RE = re.compile(
     r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-    r"|mcp\+(stdio|http):[^\n]+#[^#\n]+"  # a tool of an MCP server (see toolcat.mcpclient)
-    r"|openapi\+http:[^#\s]+#\{.*\}"  # a REST operation (see toolcat.openapi_client)
+    r"|mcp\+(stdio|http):[^\n]+#[^#\n]+"  # a tool of an MCP server (see toolcat.remote.mcp)
+    r"|openapi\+http:[^#\s]+#\{.*\}"  # a REST operation (see toolcat.remote.openapi)
 )
 MODULE_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 MAX_TAG_LENGTH = 64
@@ -92,14 +92,14 @@ def check_json_schema(schema: Any, what: str) -> None:
     unchecked.
     """
     global _meta_validator
-    from ._draft7_plain import plainly_valid
+    from .definitions.schema_draft7_plain import plainly_valid
 
     if plainly_valid(schema):  # the common keywords alone, checked directly
         return
     import fastjsonschema  # registration only
 
     if _meta_validator is None:
-        from ._draft7 import DRAFT7_META_SCHEMA
+        from .definitions.schema_draft7 import DRAFT7_META_SCHEMA
 
         # use_default=False: by default the compiled validator writes defaults into the data
         _meta_validator = fastjsonschema.compile(DRAFT7_META_SCHEMA, use_default=False)
@@ -353,7 +353,7 @@ class RegisteredTool(BaseModel):
     max_concurrency: int | None = None
     max_result_bytes: int | None = None
     deprecated: bool = False
-    # The toolkit's import root, checked again at call time (see toolcat.trust); internal.
+    # The toolkit's import root, checked again at call time (see toolcat.policy.trust); internal.
     module: str | None = Field(default=None, exclude=True, repr=False)
 
     def summary(self) -> dict[str, Any]:

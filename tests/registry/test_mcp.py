@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from tests.helpers import ROOT, free_port, table_snapshot, wait_for_port
 from toolcat import Catalog, ImportFailedError, ManifestError, Toolkit
 from toolcat.cli import cli
-from toolcat.mcpclient import close_all
+from toolcat.remote.mcp import close_all
 
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_server.py'}"
 BAD = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_bad_server.py'}"
@@ -547,7 +547,7 @@ def test_a_change_later_on_a_long_lived_connection_is_caught(
 ) -> None:
     """The server changes a description mid-connection without announcing it: within
     RECHECK_SECONDS the next call is refused, not sent as if unchanged."""
-    from toolcat import mcpclient
+    from toolcat.remote import mcp as mcpclient
 
     monkeypatch.setattr(mcpclient, "RECHECK_SECONDS", 0.5, raising=False)
     register(catalog)

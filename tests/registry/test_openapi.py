@@ -19,7 +19,7 @@ from tests.helpers import free_port, run_script, table_snapshot
 from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ImportFailedError, ManifestError
-from toolcat.openapi_client import parse_implementation
+from toolcat.remote.openapi import parse_implementation
 
 SHARED = next(
     (p / "shared" / "openapi" for p in Path(__file__).resolve().parents if (p / "shared").is_dir()),

@@ -17,8 +17,8 @@ from tests.helpers import ROOT, table_snapshot, toolkit_data, write_manifest
 from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import VersionConflictError
-from toolcat.mcpclient import close_all
 from toolcat.registry.python import toolkit_from_module
+from toolcat.remote.mcp import close_all
 
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_server.py'}"
 BASE = "http://127.0.0.1:9"

@@ -7,8 +7,8 @@ from rank_bm25 import BM25Okapi
 
 from toolcat import Catalog, InvalidQueryError, Tool, Toolkit
 from toolcat.search import bm25
-from toolcat.search.tokenize import tokenize
 from toolcat.store.reader import Filters
+from toolcat.text.tokenize import tokenize
 
 # A fixed corpus: each tool's text is only its description (name and params are single
 # unique words), so with equal column weights FTS5's BM25 and rank-bm25's should agree.

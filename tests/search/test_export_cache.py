@@ -15,8 +15,9 @@ from click.testing import CliRunner
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog
 from toolcat.cli import cli
-from toolcat.search import embeddings, onnx_encoder
+from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM, RETRIEVER, embedder, model_location
+from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
 

@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog
-from toolcat.search import embeddings, onnx_encoder
+from toolcat.search import embeddings
 from toolcat.search.embeddings import embedder, model_location
+from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("onnxruntime")

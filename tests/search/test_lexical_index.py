@@ -22,9 +22,9 @@ from toolcat.search import bm25
 from toolcat.search.engine import POSTINGS_AFTER
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, repeats
 from toolcat.search.postings import PostingsIndex
-from toolcat.search.tokenize import tokenize
 from toolcat.store import reader
 from toolcat.store.reader import Filters
+from toolcat.text.tokenize import tokenize
 
 pytest.importorskip("tantivy")
 

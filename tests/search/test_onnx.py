@@ -15,9 +15,10 @@ import pytest
 
 from tests.helpers import BENCH, SAMPLE_TOOLKITS
 from toolcat import Catalog
-from toolcat.search import embeddings, onnx_encoder
+from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM as DEFAULT_MODEL
 from toolcat.search.embeddings import Embedder, embedder, model_location
+from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("sentence_transformers")
 pytest.importorskip("onnxruntime")
@@ -175,7 +176,7 @@ def test_fresh_process_hybrid_search_imports_no_torch(
         "toolcat.store.writer",
         "toolcat.search.reindex",
         "toolcat.runtime.call",
-        "toolcat.export",
+        "toolcat.export.providers",
         "toolcat.registry.manifest",
     ]
     assert [m for m in unused if m in modules or any(x.startswith(m + ".") for x in modules)] == []

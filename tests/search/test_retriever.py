@@ -17,8 +17,9 @@ import pytest
 from tests.helpers import ROOT, SAMPLE_TOOLKITS
 from toolcat import Catalog
 from toolcat.errors import EmbeddingError
-from toolcat.search import embeddings, onnx_encoder
+from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM, RETRIEVER, RETRIEVER_FOLDER
+from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from toolcat.search import tokenize as tokenize_module
-from toolcat.search.tokenize import _CAMEL, MAX_TOKEN_LENGTH, STOP_WORDS, split_words, tokenize
+from toolcat.text import tokenize as tokenize_module
+from toolcat.text.tokenize import _CAMEL, MAX_TOKEN_LENGTH, STOP_WORDS, split_words, tokenize
 
 
 @pytest.mark.parametrize(
@@ -136,7 +136,7 @@ def test_the_pure_python_stemmer_loads_english_only() -> None:
     script = (
         "import sys\n"
         "sys.modules['Stemmer'] = None  # as if PyStemmer were not installed\n"
-        "from toolcat.search.tokenize import tokenize\n"
+        "from toolcat.text.tokenize import tokenize\n"
         "assert tokenize('running forecasts') == ['run', 'forecast'], tokenize('running')\n"
         "loaded = sorted(m for m in sys.modules if m.startswith('snowballstemmer'))\n"
         "assert loaded == ['snowballstemmer.among', 'snowballstemmer.basestemmer',\n"

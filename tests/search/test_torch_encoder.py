@@ -15,14 +15,16 @@ import pytest
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog
 from toolcat.errors import EmbeddingError
-from toolcat.search import device, embeddings, onnx_encoder
+from toolcat.search import embeddings
 from toolcat.search.embeddings import RETRIEVER, RETRIEVER_FOLDER
+from toolcat.search.encoders import device
+from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
 
-from toolcat.search.torch_encoder import (  # noqa: E402 (needs torch)
+from toolcat.search.encoders.torch import (  # noqa: E402 (needs torch)
     TorchEncoder,
     UnsupportedGraph,
     unit_cosines,
@@ -72,7 +74,7 @@ def test_torch_vectors_agree_with_onnxruntime_int8_on_every_text(
 def test_half_precision_is_kept_only_when_it_keeps_the_vectors(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from toolcat.search import torch_encoder
+    from toolcat.search.encoders import torch as torch_encoder
 
     encoder = TorchEncoder(RETRIEVER_FOLDER, device="cpu", dtype="bfloat16")
     assert encoder.engine == "torch bfloat16" and encoder.dtype == torch.bfloat16
@@ -101,7 +103,7 @@ def test_a_gpu_out_of_memory_runs_shorter_passes() -> None:
     assert encoder.batch_tokens == 1024
     encoder.batch_tokens = 4096
     seen.clear()
-    from toolcat.search import torch_encoder
+    from toolcat.search.encoders import torch as torch_encoder
 
     torch_encoder.MIN_BATCH_TOKENS, floor = 8, torch_encoder.MIN_BATCH_TOKENS
     try:

@@ -9,8 +9,8 @@ import yaml
 
 from toolcat import Catalog
 from toolcat.registry.manifest import load_manifest
-from toolcat.search.documents import index_fields
 from toolcat.store import writer
+from toolcat.text.documents import index_fields
 
 from ..helpers import SAMPLE_TOOLKITS
 

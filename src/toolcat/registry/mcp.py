@@ -7,8 +7,10 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ..definitions.names import TOOL_NAME_RE, fitted_name
 from ..errors import ManifestError, ToolcatError
-from ..mcpclient import (
+from ..models import MAX_TOOLS_PER_TOOLKIT, RegisteredTool, Toolkit
+from ..remote.mcp import (
     Endpoint,
     OnChange,
     RemoteTool,
@@ -16,8 +18,6 @@ from ..mcpclient import (
     definition_digest,
     read_tools,
 )
-from ..models import MAX_TOOLS_PER_TOOLKIT, RegisteredTool, Toolkit
-from ..names import TOOL_NAME_RE, fitted_name
 from .manifest import imported_toolkit
 
 
@@ -179,7 +179,7 @@ def check_remote(tools: Iterable[RegisteredTool]) -> list[dict[str, Any]]:
     report, per tool, whether its definition there still matches the registered one, plus the
     tools the server added since (``{"id", "ok", "problems", "change"}``)."""
     from ..errors import ImportFailedError
-    from ..mcpclient import parse_implementation
+    from ..remote.mcp import parse_implementation
 
     by_server: dict[Endpoint, dict[str, RemoteTool]] = {}
     toolkits: dict[Endpoint, str] = {}

@@ -10,7 +10,7 @@ Each operation becomes a tool:
   object contributes its properties (renamed ``body_NAME`` where a parameter has the name);
   any other body is one ``body`` argument. ``$ref``s are inlined; a reference back into a
   schema being expanded is cut (``{"description": "(recursive: NAME)"}``);
-- where each argument goes is the implementation's plan (``toolcat.openapi_client``);
+- where each argument goes is the implementation's plan (``toolcat.remote.openapi``);
 - tags: the operation's tags; annotations: GET/HEAD read-only, DELETE destructive,
   GET/HEAD/PUT/DELETE idempotent.
 
@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
-from ..credentials import header_value_problem, references
+from ..definitions.names import fitted_name
 from ..errors import ImportFailedError, ManifestError
 from ..models import MAX_TOOLS_PER_TOOLKIT, Toolkit
-from ..names import fitted_name
-from ..openapi_client import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, has_dot_segment, origin
+from ..remote.credentials import header_value_problem, references
+from ..remote.openapi import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, has_dot_segment, origin
 from .manifest import imported_toolkit
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

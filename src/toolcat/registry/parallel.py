@@ -108,7 +108,7 @@ WARM_TOOL = {"name": "t", "description": "d", "output_schema": {}, "annotations"
 def _warm_up() -> None:
     """Build what every worker would otherwise build for itself before its first file (the
     models' validators, the stemmer), so that the forked workers start with it."""
-    from ..search.tokenize import tokenize
+    from ..text.tokenize import tokenize
 
     rows_of(Toolkit.model_validate({"name": "warm", "version": "1", "tools": [WARM_TOOL]}))
     tokenize("warming up")

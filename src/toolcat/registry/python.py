@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
+from ..definitions.importpath import searched
 from ..errors import ManifestError
-from ..importpath import searched
 from ..models import Toolkit
 
 TOOL_ATTR = "__toolcat_tool__"

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import patterns
+from ..definitions import patterns
 from ..errors import InvalidArgumentsError, ToolDeniedError
 
 Validator = Callable[[dict[str, Any]], dict[str, Any]]
@@ -136,9 +136,9 @@ def _jsonschema_check(schema: dict[str, Any]) -> Callable[[dict[str, Any]], dict
 
 # Bounded ``pattern`` checks -----------------------------------------------------------------
 # A schema's ``pattern`` comes from whoever wrote the tool (or the MCP server it was imported
-# from): it runs on the ``regex`` engine through toolcat.patterns, refused if it would unroll
-# into a huge program, with one time budget per call. A check that runs out of budget is an
-# INVALID_ARGUMENTS error naming the field, never a hang.
+# from): it runs on the ``regex`` engine through toolcat.definitions.patterns, refused if it
+# would unroll into a huge program, with one time budget per call. A check that runs out of
+# budget is an INVALID_ARGUMENTS error naming the field, never a hang.
 
 
 class _PatternBudget:
@@ -213,7 +213,7 @@ def _pattern_failure(path: Any, reason: str) -> str:
 
 def _with_bounded_patterns(cls: Any) -> Any:
     """``cls`` (a jsonschema validator class) with ``pattern`` and ``patternProperties``
-    checked through toolcat.patterns under the call's budget."""
+    checked through toolcat.definitions.patterns under the call's budget."""
     import jsonschema
 
     def matches(pattern: str, value: str) -> bool | None:

@@ -10,8 +10,8 @@ from typing import Any
 
 from ..errors import ToolcatError, ToolDeniedError
 from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
-from ..policy import Policy
-from ..trust import root_problem
+from ..policy.rules import Policy
+from ..policy.trust import root_problem
 from .arguments import Validator, compile_validator
 from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError
@@ -136,8 +136,8 @@ class Runtime:
     def mode(self, tool: RegisteredTool) -> Mode:
         """How ``tool`` runs. Tools of MCP servers and OpenAPI operations always run here:
         their work is in another process (the server, the API) already."""
-        from ..mcpclient import is_remote
-        from ..openapi_client import is_openapi
+        from ..remote.mcp import is_remote
+        from ..remote.openapi import is_openapi
 
         spec = tool.implementation
         if spec and (is_remote(spec) or is_openapi(spec)):
@@ -155,7 +155,7 @@ class Runtime:
         return self._import(tool)
 
     def _import(self, tool: RegisteredTool) -> Any:
-        """The callable, checked against the toolkit's import root (see ``toolcat.trust``)."""
+        """The callable, checked against the toolkit's import root (``toolcat.policy.trust``)."""
         if self.trust_any_module:
             return as_callable(load(tool.implementation, tool.id))
         return as_callable(load(tool.implementation, tool.id, root=tool.module))

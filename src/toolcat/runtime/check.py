@@ -63,7 +63,7 @@ def check_tool(entry: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from ..importpath import adopt_parent_path
+    from ..definitions.importpath import adopt_parent_path
 
     adopt_parent_path()
     entries = json.load(sys.stdin)

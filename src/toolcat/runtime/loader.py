@@ -7,10 +7,10 @@ import threading
 import types
 from typing import Any
 
+from ..definitions.importpath import searched
 from ..errors import ImportFailedError, ToolDeniedError
-from ..importpath import searched
 from ..models import IMPLEMENTATION_RE
-from ..trust import is_python_implementation, root_problem, under_root
+from ..policy.trust import is_python_implementation, root_problem, under_root
 
 _cache: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -70,8 +70,8 @@ def _check_origin(obj: Any, spec: str, tool_id: str, root: str) -> None:
 
 
 def _import(spec: str, tool_id: str, root: str | None = None) -> Any:
-    from ..mcpclient import is_remote, remote_tool  # light: the SDK is imported on first call
-    from ..openapi_client import is_openapi, operation_tool  # light: httpx on first call
+    from ..remote.mcp import is_remote, remote_tool  # light: the SDK is imported on first call
+    from ..remote.openapi import is_openapi, operation_tool  # light: httpx on first call
 
     if is_openapi(spec):  # a REST operation: a forwarder over a pooled httpx client
         return operation_tool(spec)

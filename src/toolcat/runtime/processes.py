@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..importpath import child_environment
+from ..definitions.importpath import child_environment
 from . import reaper
 
 MAX_WORKERS = 64  # alive at once, over all keys; more calls wait for one (within their timeout)

@@ -38,7 +38,7 @@ def _private_streams() -> tuple[BinaryIO, BinaryIO]:
 
 def main() -> None:
     protocol_in, protocol_out = _private_streams()
-    from ..importpath import adopt_parent_path
+    from ..definitions.importpath import adopt_parent_path
     from . import reaper
 
     adopt_parent_path()

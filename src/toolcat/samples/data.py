@@ -8,7 +8,8 @@ import json
 import re
 from typing import Any
 
-from toolcat import patterns, report_artifact, report_progress, report_status, tool
+from toolcat import report_artifact, report_progress, report_status, tool
+from toolcat.definitions import patterns
 
 __toolcat__ = {
     "toolkit": "data",
@@ -172,7 +173,7 @@ PATTERN_BUDGET_S = 2.0
 
 def _bounded_validator(cls: Any) -> Any:
     """``cls`` with ``pattern``, ``patternProperties`` and ``additionalProperties`` matched by
-    toolcat.patterns (bounded size, one time budget for the whole validation)."""
+    toolcat.definitions.patterns (bounded size, one time budget for the whole validation)."""
     import time
 
     import jsonschema

@@ -8,7 +8,8 @@ import unicodedata
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Literal
 
-from toolcat import patterns, tool
+from toolcat import tool
+from toolcat.definitions import patterns
 
 if TYPE_CHECKING:
     import regex

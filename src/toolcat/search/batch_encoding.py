@@ -37,7 +37,7 @@ from ..errors import EmbeddingError, ToolcatError
 if TYPE_CHECKING:
     import numpy as np
 
-    from .onnx_encoder import Export
+    from .encoders.onnx import Export
 
 Batch = tuple[Sequence[str], Sequence[str]]  # (keys, texts)
 

@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 
 from ..store.reader import Filters
-from .tokenize import tokenize
+from ..text.tokenize import tokenize
 
 # name > search hint/examples > description > parameters = tags/toolkit. Chosen with
 # scripts/research/tune_bm25.py (mean R@5 over the seven benchmark sources; README,

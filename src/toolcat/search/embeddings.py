@@ -26,15 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import EmbeddingError
-from . import ann, device, onnx_encoder
-from .documents import schema_texts
-from .tokenize import split_words
+from ..text.documents import schema_texts
+from ..text.tokenize import split_words
+from . import ann
+from .encoders import device
+from .encoders import onnx as onnx_encoder
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..models import Tool
-    from .torch_encoder import TorchEncoder
+    from .encoders.torch import TorchEncoder
 
 # The retriever trained for tool search, shipped in this package (retriever/retriever.json).
 RETRIEVER = "toolcat-tool-retriever-v1"

@@ -17,17 +17,17 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from ..construct import construct
+from ..definitions.construct import construct
 from ..errors import EmbeddingError, InvalidQueryError
 from ..store import reader
 from ..store.reader import Filters
+from ..text.tokenize import tokenize
 from . import bm25, calibration, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, QueryEncodingFailed, VectorIndex, embedder
 from .lexical_index import LexicalIndex, TantivyIndex
 from .postings import PostingsIndex
 from .regex import regex_search
 from .scope import Scope
-from .tokenize import tokenize
 
 if TYPE_CHECKING:
     from ..models import RegisteredTool, SearchResult

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 from ..models import RegisteredTool
 from ..store import writer
 from ..store.reader import Filters, principal_uses, revision
+from ..text.documents import schema_texts
+from ..text.tokenize import tokenize, tokenize_all
 from .bm25 import TermStats
-from .documents import schema_texts
 from .fusion import idf
 from .split import split_request
-from .tokenize import tokenize, tokenize_all
 
 if TYPE_CHECKING:
     from .engine import Ranking

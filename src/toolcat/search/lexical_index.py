@@ -59,10 +59,10 @@ from typing import Any, cast
 
 from ..store import reader
 from ..store.connection import BUSY_TIMEOUT_MS
+from ..text.tokenize import tokenize
 from .bm25 import useful_terms
 from .fusion import Document
 from .postings import PostingsIndex
-from .tokenize import tokenize
 
 K1 = 1.2
 B = 0.75

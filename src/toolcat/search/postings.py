@@ -22,9 +22,9 @@ import math
 import sqlite3
 from collections.abc import Sequence
 
+from ..text.tokenize import tokenize
 from .bm25 import useful_terms
 from .fusion import Document
-from .tokenize import tokenize
 
 K1 = 1.2
 B = 0.75

@@ -2,9 +2,10 @@
 parameter names and descriptions (the mode Anthropic's tool search offers).
 
 Patterns use Python syntax and are case-sensitive unless they start with ``(?i)``. They are
-compiled and run through :mod:`toolcat.patterns`: a pattern whose counted repetitions would
-unroll into a huge program is refused before compiling, and matching has a time budget, so a
-pattern that would backtrack forever ends with a clear error instead of hanging the catalog.
+compiled and run through :mod:`toolcat.definitions.patterns`: a pattern whose counted
+repetitions would unroll into a huge program is refused before compiling, and matching has a
+time budget, so a pattern that would backtrack forever ends with a clear error instead of
+hanging the catalog.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from .. import patterns
+from ..definitions import patterns
 from ..errors import InvalidQueryError
 from ..store.reader import Filters, decode_definition
-from .documents import schema_texts
+from ..text.documents import schema_texts
 
 MAX_PATTERN_LENGTH = 500
 TIME_BUDGET_S = 2.0

@@ -196,7 +196,7 @@ def export_query_encoder(conn: sqlite3.Connection) -> bool:
 
 def _needs_export(model_id: str) -> bool:
     """Whether the model has no current ONNX export that could be made here."""
-    from .onnx_encoder import onnx_installed
+    from .encoders.onnx import onnx_installed
 
     return embeddings_installed() and onnx_installed() and not embedder(model_id).onnx_current()
 

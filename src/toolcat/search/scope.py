@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..tagfilter import TagFilter
+from ..policy.tags import TagFilter
 
 if TYPE_CHECKING:
-    from ..policy import Policy
+    from ..policy.rules import Policy
 
 
 @dataclass(frozen=True)

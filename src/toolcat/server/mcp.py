@@ -39,11 +39,11 @@ from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import ToolcatError
-from ..export import mcp_tool, object_schema
+from ..export.providers import mcp_tool, object_schema
 from ..models import RegisteredTool, ToolResult
-from ..policy import Policy
+from ..policy.rules import Policy
+from ..policy.tags import TagFilter
 from ..runtime.call import error_result
-from ..tagfilter import TagFilter
 from .access import AccessLog
 from .events import ArtifactLinks, forward_events
 from .listcache import ListCache

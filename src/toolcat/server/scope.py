@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..definitions.names import TOOLKIT_NAME_RE
 from ..models import RegisteredTool
-from ..names import TOOLKIT_NAME_RE
-from ..policy import Policy
+from ..policy.rules import Policy
+from ..policy.tags import TagFilter
 from ..store.writer import same_version
-from ..tagfilter import TagFilter
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ToolcatError
-from ..policy import Policy
-from ..tagfilter import TagFilter
+from ..policy.rules import Policy
+from ..policy.tags import TagFilter
 from .scope import Scope
 
 _ENV = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")

@@ -12,15 +12,15 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..construct import construct
+from ..definitions.construct import construct
 from ..errors import CatalogDamagedError
-from ..tagfilter import TagFilter
+from ..policy.tags import TagFilter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..models import RegisteredTool, ToolkitVersion
-    from ..policy import Policy
+    from ..policy.rules import Policy
 
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "

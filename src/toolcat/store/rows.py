@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..models import canonical_json, text_hash
-from ..search.documents import index_fields, toolkit_terms
+from ..text.documents import index_fields, toolkit_terms
 
 if TYPE_CHECKING:
     from ..models import Tool, Toolkit

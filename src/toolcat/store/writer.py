@@ -23,8 +23,8 @@ from ..errors import (
     VersionConflictError,
 )
 from ..models import RegistrationResult, Tool, Toolkit
-from ..search.documents import index_fields, toolkit_terms
-from ..search.tokenize import tokenize_all
+from ..text.documents import index_fields, toolkit_terms
+from ..text.tokenize import tokenize_all
 from .connection import rollback_quietly
 from .reader import decode_definition, decode_tags, toolkit_rows
 from .reader import meta as read_meta

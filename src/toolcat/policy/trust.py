@@ -24,10 +24,10 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .errors import ManifestError
+from ..errors import ManifestError
 
 if TYPE_CHECKING:
-    from .models import Toolkit
+    from ..models import Toolkit
 
 # Python 3.10+ lists its standard library; "builtins" and "__main__" are not importable roots
 # a manifest should ever name either.

@@ -6,7 +6,7 @@ followed by ``?OPTIONS`` (percent-encoded ``key=value`` pairs, repeatable):
 
 - ``header=NAME=VALUE`` (HTTP) and ``env=NAME=VALUE``, ``cwd=DIR`` (stdio): how to reach the
   server. Values may reference environment variables as ``${NAME}``; the catalog stores the
-  reference and the process that makes the call resolves it (``toolcat.credentials``).
+  reference and the process that makes the call resolves it (``toolcat.remote.credentials``).
 - ``definition=D.S``: content hashes of the tool's description and input schema as the server
   listed them at registration. Before a call the server's current definition is compared with
   it: on the tool's first use on a connection, again whenever the server announces
@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode
 
-from .errors import DefinitionChangedError, ImportFailedError, ToolcatError
-from .models import MAX_TOOLS_PER_TOOLKIT, content_hash
+from ..errors import DefinitionChangedError, ImportFailedError, ToolcatError
+from ..models import MAX_TOOLS_PER_TOOLKIT, content_hash
 
 T = TypeVar("T")
 
@@ -385,7 +385,7 @@ async def _connect(
     from mcp import Client
     from mcp.types import Implementation
 
-    from . import __version__
+    from .. import __version__
 
     transport: Any
     if endpoint.transport == "stdio":
@@ -760,7 +760,7 @@ async def resource_artifacts(
     and ``on_log`` hears why."""
     import base64
 
-    from .runtime.artifacts import MAX_ARTIFACT_BYTES
+    from ..runtime.artifacts import MAX_ARTIFACT_BYTES
 
     handed: set[int] = set()
     for position, block in enumerate(result.content):
@@ -863,7 +863,7 @@ def remote_tool(spec: str, tool_id: str = "") -> Callable[..., Coroutine[Any, An
     remote = parse_implementation(spec)
 
     async def forward(**arguments: Any) -> Any:
-        from .runtime import events
+        from ..runtime import events
 
         context = contextvars.copy_context()  # where the runtime routes this call's events
 

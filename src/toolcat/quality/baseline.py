@@ -16,12 +16,12 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import ToolcatError
+from ..errors import ToolcatError
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .models import Tool
+    from ..models import Tool
 
 RRF_K = 60
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
@@ -130,7 +130,7 @@ def rrf(rankings: Sequence[Sequence[str]], k: int, constant: int = RRF_K) -> lis
 
 def base_model() -> Any:
     """The base MiniLM (sentence-transformers), loaded offline from its PyPI package."""
-    from .search.embeddings import MINILM, model_location
+    from ..search.embeddings import MINILM, model_location
 
     try:
         from sentence_transformers import SentenceTransformer

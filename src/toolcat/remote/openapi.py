@@ -12,7 +12,8 @@ become an HTTP request (see ``Operation``)::
 ``args`` maps each argument to its location (``path``, ``query``, ``header``, ``cookie``,
 ``body``) and its name there; ``["body", ""]`` is the whole request body. ``headers`` are sent
 with every call; ``${NAME}`` references in them are resolved from the environment of the process
-making the call (``toolcat.credentials``), so the catalog stores the reference, never the secret.
+making the call (``toolcat.remote.credentials``), so the catalog stores the reference, never
+the secret.
 
 httpx is imported on the first call. One pooled ``httpx.Client`` per base URL serves the
 synchronous calls (the runtime runs them on its worker threads), one ``httpx.AsyncClient`` per
@@ -33,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
+from ..errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
 from .credentials import header_value_problem, redacted, resolve_headers, secret_values
-from .errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
 
 PREFIX = "openapi+http:"
 DEFAULT_TIMEOUT = 30.0

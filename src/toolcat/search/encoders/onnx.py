@@ -762,7 +762,7 @@ def prune_cache(keep: list[Path], everything: bool = False) -> tuple[list[str], 
     if everything:
         removed = [p for p in root.iterdir()]
     else:
-        from .embeddings import int8_queries
+        from ..embeddings import int8_queries
 
         kept = {p.resolve() for p in keep}
         version = ort_version()

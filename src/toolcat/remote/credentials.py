@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from .errors import ImportFailedError, ToolcatError
+from ..errors import ImportFailedError, ToolcatError
 
 _REFERENCE = re.compile(r"\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

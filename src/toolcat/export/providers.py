@@ -34,12 +34,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import InvalidQueryError, UnknownToolError
+from ..definitions.names import fitted_name
+from ..errors import InvalidQueryError, UnknownToolError
 from .formats import FORMATS as FORMATS  # toolcat.export.FORMATS, as before
-from .names import fitted_name
 
 if TYPE_CHECKING:  # the CLI reads FORMATS for its options: no pydantic for that
-    from .models import RegisteredTool
+    from ..models import RegisteredTool
 
 ANTHROPIC_SEARCH_TOOLS = {
     "bm25": {"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"},
@@ -336,7 +336,7 @@ def _json_or_text(text: str) -> Any:
 
 def tool_items(tools: Iterable[Any]) -> list[Any]:
     """The items of a ``SearchResult`` (its hits), a ``ToolPage`` (its tools) or an iterable."""
-    from .models import SearchResult, ToolPage
+    from ..models import SearchResult, ToolPage
 
     if isinstance(tools, SearchResult):
         return list(tools.hits)
@@ -347,7 +347,7 @@ def tool_items(tools: Iterable[Any]) -> list[Any]:
 
 def registered_tools(tools: Iterable[Any]) -> list[RegisteredTool]:
     """RegisteredTools from tools, search hits, a ``SearchResult`` or a ``ToolPage``."""
-    from .models import RegisteredTool, SearchHit
+    from ..models import RegisteredTool, SearchHit
 
     found: list[RegisteredTool] = []
     for item in tool_items(tools):

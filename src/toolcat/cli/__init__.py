@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .catalog import DEFAULT_LIST_LIMIT, SEARCH_MODES, Catalog
-from .errors import (
+from ..catalog import DEFAULT_LIST_LIMIT, SEARCH_MODES, Catalog
+from ..errors import (
     ImportFailedError,
     InvalidArgumentsError,
     ManifestError,
@@ -29,13 +29,13 @@ from .errors import (
     ToolTimeoutError,
     UnknownToolError,
 )
-from .formats import FORMATS
-from .policy import Policy
-from .tagfilter import TagFilter
+from ..export.formats import FORMATS
+from ..policy.rules import Policy
+from ..policy.tags import TagFilter
 
 if TYPE_CHECKING:
-    from .models import ToolEvent
-    from .store.replica import Follower
+    from ..models import ToolEvent
+    from ..store.replica import Follower
 
 F = TypeVar("F", bound=Callable[..., Any])
 CALL_EXIT_CODES = {  # a failed ToolResult's error_code -> `toolcat call`'s exit code
@@ -318,8 +318,8 @@ def register(
     operation, calling the API at --base-url (default: the document's servers) with the
     --header values; --include-tag and --operation pick operations.
     """
-    from .credentials import parse_assignments
-    from .registry.python import toolkit_from_module, toolkits_from_entry_points
+    from ..registry.python import toolkit_from_module, toolkits_from_entry_points
+    from ..remote.credentials import parse_assignments
 
     headers = parse_assignments(header_items, option="--header")
     env = parse_assignments(env_items, option="--env")
@@ -392,7 +392,7 @@ def register(
 
 def _warn_literal_secrets(headers: dict[str, str], env: dict[str, str]) -> None:
     """Warn (stderr) about secrets typed in full into an import's --header/--env."""
-    from .credentials import literal_secrets
+    from ..remote.credentials import literal_secrets
 
     for what in literal_secrets(headers, env):
         click.echo(
@@ -433,7 +433,7 @@ def manifest(
 ) -> None:
     """Write the manifest of a module's @tool functions, so a production catalog can be
     registered from files without importing any code."""
-    from .registry.python import manifest_text, toolkit_from_module
+    from ..registry.python import manifest_text, toolkit_from_module
 
     text = manifest_text(
         toolkit_from_module(module, name=toolkit_name, version=toolkit_version), fmt
@@ -524,7 +524,7 @@ def search(
         # numpy's OpenBLAS starts a thread per core at import, and they spin: ~0.1 s of CPU
         # that one search (no BLAS call: the cosines are an einsum) never uses.
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        from .search.embeddings import one_shot
+        from ..search.embeddings import one_shot
 
         one_shot()
     try:
@@ -772,7 +772,7 @@ def artifact_line(event: ToolEvent, saved: Path | None) -> str:
 
 def save_all(events: list[ToolEvent], folder: Path) -> dict[int, Path]:
     """Write each artifact into ``folder`` under its safe name, never over a file."""
-    from .runtime.artifacts import safe_name
+    from ..runtime.artifacts import safe_name
 
     folder.mkdir(parents=True, exist_ok=True)
     saved: dict[int, Path] = {}
@@ -964,8 +964,8 @@ def first_revision(ctx: click.Context, source: str) -> Follower:
     its last one at once (and catches up while serving); a fresh one waits for its first."""
     import time
 
-    from .store.connection import default_path
-    from .store.replica import Follower
+    from ..store.connection import default_path
+    from ..store.replica import Follower
 
     db = ctx.find_root().params.get("db")
     follower = Follower(Path(db) if db else default_path(), source)
@@ -1064,13 +1064,13 @@ def serve(
     --db a read-only copy of a primary that Litestream replicates to URL: it follows each
     new revision, refuses writes, and reports its lag (toolcat status, GET /healthz).
     """
-    from .mcpclient import require_sdk
+    from ..remote.mcp import require_sdk
 
     require_sdk()
     import anyio
 
-    from .server.mcp import CatalogServer, ServeOptions, serve_stdio
-    from .server.tokens import Tokens, load_tokens
+    from ..server.mcp import CatalogServer, ServeOptions, serve_stdio
+    from ..server.tokens import Tokens, load_tokens
 
     if tokens_file and not use_http:
         raise click.UsageError("--tokens protects --http; stdio needs no token")
@@ -1106,7 +1106,7 @@ def serve(
     if not use_http:
         anyio.run(serve_stdio, server)
         return
-    from .server.http import listening_socket, serve_http
+    from ..server.http import listening_socket, serve_http
 
     sock = listening_socket(host, port)  # a busy port fails here, before the announcement
     click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
@@ -1215,7 +1215,8 @@ def cache(action: str, keep: tuple[str, ...], everything: bool, as_json: bool) -
     for other onnxruntime versions, the int8 graph while queries run fp32, and leftovers of
     interrupted exports; a later reindex makes again what it needs.
     """
-    from .search import embeddings, onnx_encoder
+    from ..search import embeddings
+    from ..search.encoders import onnx as onnx_encoder
 
     root = onnx_encoder.cache_root()
     if action == "prune":
@@ -1316,7 +1317,7 @@ def eval_(
     nDCG@10 and MRR@10 of every query, per source and mode, through the public search API.
     Progress goes to stderr; each source's rows are printed as soon as they are computed.
     """
-    from .evaluate import DEFAULT_MODES, evaluate, summary
+    from ..quality.evaluate import DEFAULT_MODES, evaluate, summary
 
     started = time.monotonic()
 
@@ -1443,7 +1444,7 @@ def main() -> None:
     # turns it off unless its user set the variable; a program that imports toolcat decides
     # for itself.
     os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-    from .importpath import prefer_current_directory
+    from ..definitions.importpath import prefer_current_directory
 
     prefer_current_directory()  # modules beside you are found, as `python -m` finds them
     try:
@@ -1455,6 +1456,3 @@ def main() -> None:
             os._exit(e.code if isinstance(e.code, int) else 1)
         raise
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -8,7 +8,7 @@ import binascii
 import json
 import re
 
-from .errors import InvalidQueryError, UnknownToolError, UnknownToolkitError
+from ..errors import InvalidQueryError, UnknownToolError, UnknownToolkitError
 from .names import TOOL_NAME_RE, TOOLKIT_NAME_RE
 
 # The characters of a PEP 440 version (normalised or not); matched whole, like every name.

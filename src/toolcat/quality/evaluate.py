@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .catalog import Catalog
-from .errors import InvalidQueryError, ToolcatError
-from .models import Tool, Toolkit
-from .names import fitted_name
+from ..catalog import Catalog
+from ..definitions.names import fitted_name
+from ..errors import InvalidQueryError, ToolcatError
+from ..models import Tool, Toolkit
 
 K_VALUES = (1, 5, 10)
 # Regex mode reads a query as a pattern: it has no place in scoring natural-language requests.
@@ -234,7 +234,7 @@ def validate(
     learn_fraction: float | None,
 ) -> list[Path]:
     """Check every option before any work; returns the source folders."""
-    from .search.engine import SEARCH_MODES
+    from ..search.engine import SEARCH_MODES
 
     if not bench_dir.is_dir():
         raise ToolcatError(f"no benchmark folder {str(bench_dir)!r}")
@@ -302,7 +302,7 @@ def evaluate(
             none of its own (``abstain_foreign``).
         vector_cache: A file of tool vectors (created if missing) that reindexing takes
             from and adds to, so repeated evaluations embed each tool once.
-        baseline: Also score the plain baseline on the same queries (``toolcat.baseline``):
+        baseline: Also score the plain baseline on the same queries (``toolcat.quality.baseline``):
             rank-bm25 fused with the base MiniLM by reciprocal rank (``rrf-baseline``) and
             the base MiniLM alone (``minilm-baseline``).
         baseline_encoder: What encodes texts for the baseline (default: the base MiniLM
@@ -469,7 +469,7 @@ def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
     """Take the vectors of identical definitions from ``cache`` (``take``) or put the
     catalog's new ones there: a file of (content hash, model, vector) rows, so repeated
     evaluations embed each tool once."""
-    from .search.embeddings import DEFAULT_MODEL
+    from ..search.embeddings import DEFAULT_MODEL
 
     conn = catalog._conn  # evaluation-only shortcut, as _copy_vectors
     try:
@@ -640,7 +640,7 @@ def _scored(
 
 
 class Baseline:
-    """The plain baseline (``toolcat.baseline``) over a catalog's tools, scored like a mode.
+    """The plain baseline (``toolcat.quality.baseline``) over a catalog's tools, scored like a mode.
     Tool vectors are kept by text, so the pooled catalog and each source embed a text once."""
 
     def __init__(self, encoder: Encoder | None = None) -> None:

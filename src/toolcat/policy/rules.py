@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .errors import PolicyError
+from ..errors import PolicyError
 
 if TYPE_CHECKING:  # list mode builds no models: a policy reaches it as SQL only
-    from .models import RegisteredTool
+    from ..models import RegisteredTool
 
 Guard = Callable[["RegisteredTool", dict[str, Any]], "str | bool | None"]
 

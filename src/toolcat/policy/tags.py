@@ -119,8 +119,8 @@ def _merged(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _clean(tags: Iterable[str], field: str) -> tuple[str, ...]:
-    from .addresses import check_text
-    from .errors import InvalidQueryError
+    from ..definitions.addresses import check_text
+    from ..errors import InvalidQueryError
 
     if isinstance(tags, str):  # a lone string is one tag, not its characters
         tags = [tags]

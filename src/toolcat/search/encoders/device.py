@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import EmbeddingError
+from ...errors import EmbeddingError
 
 ENV = "TOOLCAT_REINDEX_DEVICE"
 # auto: a GPU when there is one; cpu: onnxruntime on the CPU; gpu: a GPU or a clear error;
@@ -74,7 +74,7 @@ def gpu_encoder(folder: Path) -> tuple[Any, str]:
         return _torch(folder, "cpu", "float32"), ""
     tried: list[str] = []
     if ort_cuda():
-        from .onnx_encoder import OnnxEncoder
+        from .onnx import OnnxEncoder
 
         try:
             return OnnxEncoder(folder, cuda=True), ""
@@ -102,7 +102,7 @@ TORCH_GPU_DTYPE = "float16"
 
 
 def _torch(folder: Path, device: str, dtype: str) -> Any:
-    from .torch_encoder import TorchEncoder
+    from .torch import TorchEncoder
 
     try:
         return TorchEncoder(folder, device=device, dtype=dtype)
