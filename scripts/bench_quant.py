@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from toolcat.search import embeddings  # noqa: E402
 from toolcat.search.embeddings import MINILM, model_location  # noqa: E402
+from toolcat.search.encoders import export as exports  # noqa: E402
 from toolcat.search.encoders import onnx as onnx_encoder  # noqa: E402
 
 BENCH = ROOT.parent / "shared" / "bench"
@@ -64,7 +65,7 @@ def make_variant(folder: Path, out: Path, spec: dict[str, Any]) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     source = folder / "model.onnx"
     if spec.get("order") == "optimise-first":
-        source = onnx_encoder.fast_dir(folder, onnxruntime.__version__) / onnx_encoder.FAST_GRAPH
+        source = exports.fast_dir(folder, onnxruntime.__version__) / exports.FAST_GRAPH
     quantised = out / "quantised.onnx"
     if "smooth" in spec:
         source = smooth(source, out / "smoothed.onnx", folder, spec["smooth"], spec["smooth_only"])
@@ -89,10 +90,10 @@ def make_variant(folder: Path, out: Path, spec: dict[str, Any]) -> Path:
     fast.mkdir(exist_ok=True)
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.optimized_model_filepath = str(fast / onnx_encoder.FAST_GRAPH)
+    options.optimized_model_filepath = str(fast / exports.FAST_GRAPH)
     options.log_severity_level = 3
     options.add_session_config_entry(
-        "session.optimized_model_external_initializers_file_name", onnx_encoder.FAST_WEIGHTS
+        "session.optimized_model_external_initializers_file_name", exports.FAST_WEIGHTS
     )
     options.add_session_config_entry(
         "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
@@ -311,7 +312,7 @@ def encoder_for(folder: Path, graph: Path | None) -> onnx_encoder.OnnxEncoder:
         options.log_severity_level = 3
         options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
         encoder.session = onnxruntime.InferenceSession(
-            str(graph / onnx_encoder.FAST_GRAPH), options, providers=["CPUExecutionProvider"]
+            str(graph / exports.FAST_GRAPH), options, providers=["CPUExecutionProvider"]
         )
     return encoder
 
@@ -367,7 +368,7 @@ def main() -> None:
     import numpy as np
 
     embeddings.embedder(MINILM).export_onnx()
-    folder = onnx_encoder.export_dir(MINILM, model_location(MINILM))
+    folder = exports.export_dir(MINILM, model_location(MINILM))
     queries = bench_queries(args.queries)
     short = [" ".join(q.split()[:8]) for q in queries]
     with tempfile.TemporaryDirectory() as tmp:
@@ -402,7 +403,7 @@ def main() -> None:
             row: dict[str, Any] = {
                 "variant": name,
                 "build_s": round(built, 1),
-                "weights_mb": round((graph / onnx_encoder.FAST_WEIGHTS).stat().st_size / 1e6, 1),
+                "weights_mb": round((graph / exports.FAST_WEIGHTS).stat().st_size / 1e6, 1),
                 "cosine_min": round(float(cosines.min()), 5),
                 "cosine_p01": round(float(np.quantile(cosines, 0.01)), 5),
                 "cosine_median": round(float(np.median(cosines)), 5),

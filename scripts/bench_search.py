@@ -133,10 +133,11 @@ def encoder_threads(catalog: Catalog, queries: list[str]) -> dict[str, Any]:
     import os
 
     from toolcat.search import embeddings
+    from toolcat.search.encoders import export as exports
     from toolcat.search.encoders import onnx as onnx_encoder
 
     encoder = embedder(MODEL)
-    folder = onnx_encoder.export_dir(MODEL, embeddings.model_location(MODEL))
+    folder = exports.export_dir(MODEL, embeddings.model_location(MODEL))
     out: dict[str, Any] = {"threads": embeddings.query_threads()}
     for int8 in (False, True):
         query_precision(int8)

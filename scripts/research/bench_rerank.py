@@ -88,6 +88,7 @@ def build_graphs(base: str, layers: list[int], folder: Path, seed: int) -> dict[
     import torch
     from transformers import BertForSequenceClassification, logging
 
+    from toolcat.search.encoders import export as exports
     from toolcat.search.encoders import onnx as onnx_encoder
     from train_retriever import int8_embeddings
 
@@ -118,13 +119,13 @@ def build_graphs(base: str, layers: list[int], folder: Path, seed: int) -> dict[
             )
         check_export(model, exported, Path(base) / "tokenizer.json")
         quantised = folder / f"L{n}-int8.onnx"
-        int8 = onnx_encoder.int8_model(exported, onnx_encoder.INT8_BLOCK)
+        int8 = onnx_encoder.int8_model(exported, exports.INT8_BLOCK)
         onnx.save(int8_embeddings(int8), str(quantised))
         for precision, source in (("fp32", exported), ("int8", quantised)):
             fast = folder / f"L{n}-{precision}-fast"
             fast.mkdir()
             onnx_encoder._save_optimised(source, fast)
-            graphs[f"L{n} {precision}"] = fast / onnx_encoder.FAST_GRAPH
+            graphs[f"L{n} {precision}"] = fast / exports.FAST_GRAPH
     return graphs
 
 

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from .registry.python import tool
     from .runtime.events import report_artifact, report_log, report_progress, report_status
 
-__version__ = "0.1.0"
+from .definitions.version import __version__ as __version__
 
 # Where each public name lives.
 _MODULES = {

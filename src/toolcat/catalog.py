@@ -1138,8 +1138,10 @@ class Catalog:
         """The call machinery (worker threads, validators), created on first use."""
         with self._lock:
             if self._runtime is None:
+                from .remote.forwarding import install
                 from .runtime.call import Runtime  # asyncio and workers: only when calling
 
+                install()  # tools of MCP servers and HTTP APIs reach the runtime through it
                 self._runtime = Runtime(
                     self.policy,
                     default_timeout=self.default_timeout,
@@ -1381,9 +1383,9 @@ class Catalog:
 
             info = {"path": str(self.path), **reindexing.status(conn, self._search)}
         if self.replica_of is not None:
-            from .store import replica
+            from .store import replica, replica_state
 
-            info["replica"] = replica.health(replica.read_state(self.path))
+            info["replica"] = replica.health(replica_state.read_state(self.path))
         return info
 
 

@@ -17,6 +17,7 @@ from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM, RETRIEVER, embedder, model_location
+from toolcat.search.encoders import export as exports
 from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
@@ -38,10 +39,10 @@ def test_one_export_per_model_content_whatever_the_venv(own_cache: Path, tmp_pat
     for venv in ("venv-a", "venv-b"):  # plain copies: other paths, times and inodes
         copies.append(tmp_path / venv / "model")
         shutil.copytree(source, copies[-1], copy_function=shutil.copyfile)
-    folders = {onnx_encoder.export_dir(MINILM, str(c)) for c in [source, *copies]}
+    folders = {exports.export_dir(MINILM, str(c)) for c in [source, *copies]}
     assert len(folders) == 1
     (copies[0] / "config.json").write_text("{}")  # other content: another export
-    assert onnx_encoder.export_dir(MINILM, str(copies[0])) not in folders
+    assert exports.export_dir(MINILM, str(copies[0])) not in folders
 
 
 def saved(folder: Path) -> list[str]:
@@ -53,7 +54,7 @@ def test_no_int8_graph_unless_queries_run_it(
 ) -> None:
     model = embedder(RETRIEVER)
     model.export_onnx()
-    folder = onnx_encoder.export_dir(RETRIEVER, model_location(RETRIEVER))
+    folder = exports.export_dir(RETRIEVER, model_location(RETRIEVER))
     assert saved(folder) == ["fast"]
     pytest.importorskip("onnx")
     monkeypatch.setenv("TOOLCAT_ONNX_INT8", "1")
@@ -87,8 +88,8 @@ def test_reindex_says_it_exports_and_counts_tools_per_second_without_it(
 
 def test_cache_prune_keeps_current_exports_only(own_cache: Path) -> None:
     embedder(RETRIEVER).export_onnx()
-    kept = onnx_encoder.export_dir(RETRIEVER, model_location(RETRIEVER))
-    current = onnx_encoder.fast_dir(kept, onnx_encoder.ort_version())
+    kept = exports.export_dir(RETRIEVER, model_location(RETRIEVER))
+    current = exports.fast_dir(kept, exports.ort_version())
     stale = own_cache / "all-MiniLM-L6-v2-0123456789abcdef"  # an export nothing names
     shutil.copytree(kept, stale)
     shutil.copytree(current, kept / "fast-ort0.0.1")  # another onnxruntime's graph
@@ -110,7 +111,7 @@ def test_cache_prune_keeps_current_exports_only(own_cache: Path) -> None:
     )
     assert pruned["bytes_freed"] > 0
     assert sorted(p.name for p in own_cache.iterdir() if p.is_dir()) == [kept.name]
-    assert (current / onnx_encoder.FAST_GRAPH).exists()
+    assert (current / exports.FAST_GRAPH).exists()
     assert embedder(RETRIEVER).onnx_current()
     # --keep keeps a model's current export, not a stale one; --all empties the cache.
     shutil.copytree(kept, stale)

@@ -17,6 +17,7 @@ from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog
 from toolcat.search import embeddings
 from toolcat.search.embeddings import embedder, model_location
+from toolcat.search.encoders import export as exports
 from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("sentence_transformers")
@@ -31,7 +32,7 @@ QUERY = "erase an old document"
 def exported() -> Path:
     """The base MiniLM's export in the user cache (made once per machine, as reindex does)."""
     embedder(MINILM).export_onnx()
-    folder = onnx_encoder.export_dir(MINILM, model_location(MINILM))
+    folder = exports.export_dir(MINILM, model_location(MINILM))
     assert (folder / "meta.json").exists()
     return folder
 
@@ -46,13 +47,13 @@ def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exported: Path) -> I
     if hasattr(onnx_encoder, "_digests"):
         monkeypatch.setattr(onnx_encoder, "_digests", {})
     embedder(MINILM)._model = model
-    target = onnx_encoder.export_dir(MINILM, model_location(MINILM))
+    target = exports.export_dir(MINILM, model_location(MINILM))
     shutil.copytree(exported, target)
     yield target
 
 
 def fast(folder: Path) -> Path:
-    return onnx_encoder.fast_dir(folder, onnx_encoder.ort_version())
+    return exports.fast_dir(folder, exports.ort_version())
 
 
 def wrong_graph(source: Path, target: Path) -> None:
@@ -124,7 +125,7 @@ def test_shuffled_tokenizer_is_refused_with_a_note(cached: Path) -> None:
 
 
 def test_corrupted_weights_are_refused_never_a_traceback(cached: Path, tmp_path: Path) -> None:
-    for path in (fast(cached) / onnx_encoder.FAST_WEIGHTS, cached / "model.onnx"):
+    for path in (fast(cached) / exports.FAST_WEIGHTS, cached / "model.onnx"):
         data = bytearray(path.read_bytes())
         middle = len(data) // 2
         data[middle : middle + 65536] = b"\xff" * 65536  # same size: NaN weights
@@ -146,7 +147,7 @@ def test_swapped_saved_graph_is_skipped(cached: Path, tmp_path: Path) -> None:
     staging = tmp_path / "wrong-fast"
     staging.mkdir()
     onnx_encoder._save_optimised(wrong / "model.onnx", staging)
-    for name in (onnx_encoder.FAST_GRAPH, onnx_encoder.FAST_WEIGHTS):
+    for name in (exports.FAST_GRAPH, exports.FAST_WEIGHTS):
         shutil.copy(staging / name, fast(cached) / name)  # another model's saved graph
     model = embedder(MINILM)
     assert agrees([model.encode_query(QUERY)], [QUERY]) >= 0.999

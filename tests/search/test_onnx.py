@@ -18,6 +18,7 @@ from toolcat import Catalog
 from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM as DEFAULT_MODEL
 from toolcat.search.embeddings import Embedder, embedder, model_location
+from toolcat.search.encoders import export as exports
 from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("sentence_transformers")
@@ -29,7 +30,7 @@ def exported() -> Path:
     """The bundled model's export in the user cache (made once per machine, as reindex
     does)."""
     embedder(DEFAULT_MODEL).export_onnx()
-    folder = onnx_encoder.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    folder = exports.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     assert (folder / "meta.json").exists()
     onnx_encoder.quantise(folder)  # made by reindex only when queries run it
     return folder
@@ -58,8 +59,8 @@ def test_onnx_vectors_agree_with_sentence_transformers(exported: Path, prepack: 
     # The optimised graph (weights memory-mapped), with and without prepacked weights (a
     # one-shot search skips packing).
     fast = onnx_encoder.OnnxEncoder(exported, prepack=prepack)
-    optimised = onnx_encoder.fast_dir(exported, onnx_encoder.ort_version())
-    assert Path(fast.session._model_path) == optimised / onnx_encoder.FAST_GRAPH
+    optimised = exports.fast_dir(exported, exports.ort_version())
+    assert Path(fast.session._model_path) == optimised / exports.FAST_GRAPH
     model = embedder(DEFAULT_MODEL)
     reference = model.model_encode(queries, batch_size=32)
     import numpy as np
@@ -88,9 +89,9 @@ def test_int8_query_graph_stays_close_to_fp32(exported: Path) -> None:
     int8 = onnx_encoder.OnnxEncoder(exported, int8=True)
     fp32 = onnx_encoder.OnnxEncoder(exported)
     assert (int8.graph, fp32.graph) == ("int8", "optimised")
-    saved = onnx_encoder.int8_dir(exported, onnx_encoder.ort_version())
-    assert Path(int8.session._model_path) == saved / onnx_encoder.FAST_GRAPH
-    graph = onnx.load(str(saved / onnx_encoder.FAST_GRAPH), load_external_data=False).graph
+    saved = exports.int8_dir(exported, exports.ort_version())
+    assert Path(int8.session._model_path) == saved / exports.FAST_GRAPH
+    graph = onnx.load(str(saved / exports.FAST_GRAPH), load_external_data=False).graph
     assert "MatMulNBits" in {n.op_type for n in graph.node}
     reference = fp32.encode(queries)
     got = np.vstack([int8.encode([q]) for q in queries])
@@ -104,7 +105,7 @@ def test_int8_query_graph_stays_close_to_fp32(exported: Path) -> None:
 
 def test_queries_use_int8_when_switched_on(exported: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TOOLCAT_ONNX_INT8", raising=False)
-    expected = "int8" if embeddings.INT8_QUERIES else "optimised"
+    expected = "int8" if exports.INT8_QUERIES else "optimised"
     assert Embedder(DEFAULT_MODEL).query_encoder().graph == expected
     monkeypatch.setenv("TOOLCAT_ONNX_INT8", "1")
     model = Embedder(DEFAULT_MODEL)
@@ -293,34 +294,34 @@ def test_missing_export_falls_back_with_a_note(
 
 def test_stale_and_damaged_exports_are_never_used(own_cache: Path, exported: Path) -> None:
     # An export of the same model with another fingerprint: stale, not served.
-    current = onnx_encoder.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
+    current = exports.export_dir(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     slug = current.name.rsplit("-", 1)[0]
     shutil.copytree(exported, own_cache / f"{slug}-0123456789abcdef")
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     assert found is None and why.endswith("is stale")
     # A damaged optimised graph (weights cut short): the exported graph serves instead.
     shutil.copytree(exported, current)
-    fast = onnx_encoder.fast_dir(current, onnx_encoder.ort_version())
-    weights = fast / onnx_encoder.FAST_WEIGHTS
+    fast = exports.fast_dir(current, exports.ort_version())
+    weights = fast / exports.FAST_WEIGHTS
     weights.write_bytes(weights.read_bytes()[:1_000_000])
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     assert found is not None and why == ""
     assert Path(found.session._model_path) == current / "model.onnx"
     # A damaged int8 graph: queries fall back to the optimised graph, then the exported one.
-    int8 = onnx_encoder.int8_dir(current, onnx_encoder.ort_version())
-    (int8 / onnx_encoder.FAST_GRAPH).write_bytes(b"not a model")
+    int8 = exports.int8_dir(current, exports.ort_version())
+    (int8 / exports.FAST_GRAPH).write_bytes(b"not a model")
     found, _ = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL), int8=True)
     assert found is not None and found.graph == "exported"
     fast_copy = own_cache / "fast-copy"
-    shutil.copytree(onnx_encoder.fast_dir(exported, onnx_encoder.ort_version()), fast_copy)
-    (fast / onnx_encoder.FAST_WEIGHTS).write_bytes(
-        (fast_copy / onnx_encoder.FAST_WEIGHTS).read_bytes()
+    shutil.copytree(exports.fast_dir(exported, exports.ort_version()), fast_copy)
+    (fast / exports.FAST_WEIGHTS).write_bytes(
+        (fast_copy / exports.FAST_WEIGHTS).read_bytes()
     )
     found, _ = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL), int8=True)
     assert found is not None and found.graph == "optimised"
     # A damaged export at the current key: refused (its digests), the search path falls back.
     (current / "model.onnx").write_bytes(b"not a model")
-    (fast / onnx_encoder.FAST_GRAPH).write_bytes(b"not a model either")
+    (fast / exports.FAST_GRAPH).write_bytes(b"not a model either")
     found, why = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL))
     refused = "does not match its digests (model.onnx does not match its recorded sha256)"
     assert found is None and refused in why
@@ -351,7 +352,7 @@ def test_query_encoder_threads_in_long_lived_and_one_shot_processes(
         return options.intra_op_num_threads, spin, encoder.graph
 
     monkeypatch.delenv("TOOLCAT_ONNX_INT8", raising=False)
-    graph = "int8" if embeddings.INT8_QUERIES else "optimised"
+    graph = "int8" if exports.INT8_QUERIES else "optimised"
     # A serving process: two threads that sleep when idle instead of spinning.
     monkeypatch.setattr(embeddings.os, "sched_getaffinity", lambda _: {0, 1, 2, 3})
     assert config(Embedder(DEFAULT_MODEL).query_encoder()) == (2, "0", graph)

@@ -19,6 +19,7 @@ from toolcat import Catalog
 from toolcat.errors import EmbeddingError
 from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM, RETRIEVER, RETRIEVER_FOLDER
+from toolcat.search.encoders import export as exports
 from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
@@ -37,7 +38,7 @@ def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
 def test_shipped_files_match_retriever_json() -> None:
     meta = json.loads((RETRIEVER_FOLDER / "retriever.json").read_text())
     assert meta["model_id"] == RETRIEVER and meta["dimension"] == 384
-    onnx_encoder.read_export(RETRIEVER_FOLDER).check()  # every sha256 recorded matches
+    exports.read_export(RETRIEVER_FOLDER).check()  # every sha256 recorded matches
     assert set(meta["sha256"]) == {"model.onnx", "tokenizer.json"}
 
 

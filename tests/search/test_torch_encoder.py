@@ -18,6 +18,7 @@ from toolcat.errors import EmbeddingError
 from toolcat.search import embeddings
 from toolcat.search.embeddings import RETRIEVER, RETRIEVER_FOLDER
 from toolcat.search.encoders import device
+from toolcat.search.encoders import export as exports
 from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
@@ -162,7 +163,7 @@ def test_a_damaged_graph_is_never_rebuilt(tmp_path: Path) -> None:
     with (folder / "model.onnx").open("r+b") as f:
         f.seek(4096)
         f.write(b"\x00" * 64)
-    with pytest.raises(onnx_encoder.ExportMismatch):
+    with pytest.raises(exports.ExportMismatch):
         TorchEncoder(folder, device="cpu")
 
 

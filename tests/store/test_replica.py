@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import ROOT, SAMPLE_TOOLKITS
 from toolcat import Catalog, ReadOnlyReplicaError
-from toolcat.store import replica
+from toolcat.store import replica, replica_state
 from toolcat.store.replica import Follower
 
 LITESTREAM = shutil.which("litestream") or shutil.which(
@@ -164,9 +164,9 @@ def test_a_replica_stores_no_password(tmp_path: Path) -> None:
     url = "sftp://deploy:hunter2@127.0.0.1:2222/catalog"
     follower = Follower(tmp_path / "catalog.db", url, litestream=str(LITESTREAM))
     assert follower.sync() is False
-    stored = replica.state_path(follower.path).read_text()
+    stored = replica_state.state_path(follower.path).read_text()
     assert "hunter2" not in stored and "hunter2" not in json.dumps(replica.health(follower.state))
-    assert replica.primary_of(follower.path) == "sftp://deploy@127.0.0.1:2222/catalog"
+    assert replica_state.primary_of(follower.path) == "sftp://deploy@127.0.0.1:2222/catalog"
 
 
 def test_litestreams_words_never_carry_the_password(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_litestreams_words_never_carry_the_password(tmp_path: Path) -> None:
     error = replica.health(follower.state)["error"]
     assert "cannot open ltx" in error and "sftp://deploy@127.0.0.1:2222/catalog" in error
     assert "hunter2" not in error
-    assert "hunter2" not in replica.state_path(follower.path).read_text()
+    assert "hunter2" not in replica_state.state_path(follower.path).read_text()
 
 
 def test_a_replica_needs_its_own_file(primary: Primary, tmp_path: Path) -> None:

@@ -53,10 +53,11 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode
 
 from ..errors import DefinitionChangedError, ImportFailedError, ToolcatError
 from ..models import MAX_TOOLS_PER_TOOLKIT, content_hash
+from .schemes import MCP_PREFIX
 
 T = TypeVar("T")
 
-PREFIX = "mcp+"
+PREFIX = MCP_PREFIX
 CONNECT_TIMEOUT = 30.0
 CALL_TIMEOUT = 3600.0  # the runtime's own timeout is shorter and cancels the call
 MAX_PAGES = 10_000
@@ -385,7 +386,7 @@ async def _connect(
     from mcp import Client
     from mcp.types import Implementation
 
-    from .. import __version__
+    from ..definitions.version import __version__
 
     transport: Any
     if endpoint.transport == "stdio":

@@ -36,8 +36,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
 from .credentials import header_value_problem, redacted, resolve_headers, secret_values
+from .schemes import OPENAPI_PREFIX
 
-PREFIX = "openapi+http:"
+PREFIX = OPENAPI_PREFIX
 DEFAULT_TIMEOUT = 30.0
 EXCERPT_CHARS = 500
 LOCATIONS = ("path", "query", "header", "cookie", "body")

@@ -12,6 +12,7 @@ from ..errors import ToolcatError, ToolDeniedError
 from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
 from ..policy.rules import Policy
 from ..policy.trust import root_problem
+from . import remote
 from .arguments import Validator, compile_validator
 from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError
@@ -136,11 +137,8 @@ class Runtime:
     def mode(self, tool: RegisteredTool) -> Mode:
         """How ``tool`` runs. Tools of MCP servers and OpenAPI operations always run here:
         their work is in another process (the server, the API) already."""
-        from ..remote.mcp import is_remote
-        from ..remote.openapi import is_openapi
-
         spec = tool.implementation
-        if spec and (is_remote(spec) or is_openapi(spec)):
+        if spec and remote.forwarder(spec) is not None:
             return "thread"
         if isinstance(self.isolation, str):
             return self.isolation

@@ -11,6 +11,7 @@ from ..definitions.importpath import searched
 from ..errors import ImportFailedError, ToolDeniedError
 from ..models import IMPLEMENTATION_RE
 from ..policy.trust import is_python_implementation, root_problem, under_root
+from . import remote
 
 _cache: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -70,13 +71,9 @@ def _check_origin(obj: Any, spec: str, tool_id: str, root: str) -> None:
 
 
 def _import(spec: str, tool_id: str, root: str | None = None) -> Any:
-    from ..remote.mcp import is_remote, remote_tool  # light: the SDK is imported on first call
-    from ..remote.openapi import is_openapi, operation_tool  # light: httpx on first call
-
-    if is_openapi(spec):  # a REST operation: a forwarder over a pooled httpx client
-        return operation_tool(spec)
-    if is_remote(spec):  # a tool of an MCP server: a forwarder, the server starts on first call
-        return remote_tool(spec, tool_id)
+    forward = remote.forwarder(spec)
+    if forward is not None:  # an MCP server's tool, a REST operation: started on first call
+        return forward(spec, tool_id)
     module_name, _, attr_path = spec.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)

@@ -37,7 +37,7 @@ from ..errors import EmbeddingError, ToolcatError
 if TYPE_CHECKING:
     import numpy as np
 
-    from .encoders.onnx import Export
+    from .encoders.export import Export
 
 Batch = tuple[Sequence[str], Sequence[str]]  # (keys, texts)
 
@@ -157,11 +157,10 @@ class WorkerPool:
         import subprocess
         import tempfile
 
-        import toolcat
 
         self.export = export
         self.dimension = dimension
-        src = str(Path(toolcat.__file__).resolve().parent.parent)
+        src = str(Path(__file__).resolve().parents[2])  # the folder toolcat is imported from
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p),

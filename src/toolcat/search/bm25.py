@@ -17,6 +17,7 @@ import math
 import sqlite3
 from collections.abc import Mapping, Sequence
 
+from ..store.counts import index_totals
 from ..store.reader import Filters
 from ..text.tokenize import tokenize
 
@@ -78,39 +79,6 @@ class TermStats:
                 self.doc_freq.clear()
             self.doc_freq.update({t: found.get(t, 0) for t in chunk})
         return {t: self.doc_freq.get(t, 0) for t in terms}
-
-
-def _varints(blob: bytes) -> list[int]:
-    """Decode SQLite-format varints (big-endian 7-bit groups; a 9th byte carries 8 bits)."""
-    values: list[int] = []
-    i = 0
-    while i < len(blob):
-        value = 0
-        for n in range(9):
-            byte = blob[i]
-            i += 1
-            if n == 8:
-                value = (value << 8) | byte
-                break
-            value = (value << 7) | (byte & 0x7F)
-            if not byte & 0x80:
-                break
-        values.append(value)
-    return values
-
-
-def index_totals(conn: sqlite3.Connection) -> tuple[int, int]:
-    """(rows, tokens in all columns) of the FTS5 index, read from its "averages" record.
-
-    That record (id 1 of ``tools_fts_data``) holds the row count then one token total per
-    column, as varints; it is what FTS5's own ``bm25()`` uses, so reading it is exact and
-    costs no scan.
-    """
-    row = conn.execute("SELECT block FROM tools_fts_data WHERE id = 1").fetchone()
-    if row is None or not row[0]:
-        return 0, 0
-    values = _varints(row[0])
-    return values[0], sum(values[1:])
 
 
 def bm25_scores(

@@ -30,6 +30,7 @@ from ..text.documents import schema_texts
 from ..text.tokenize import split_words
 from . import ann
 from .encoders import device
+from .encoders import export as exports
 from .encoders import onnx as onnx_encoder
 
 if TYPE_CHECKING:
@@ -111,20 +112,6 @@ def model_location(model_id: str) -> str:
     return model_id
 
 
-# Queries through the int8 graph unless TOOLCAT_ONNX_INT8 says otherwise ("1" on, "0" off).
-# Off for now: it passes the eval gate (R@1 and R@5 within 0.5 points on every source, README
-# "Embedding and hybrid speed"), but it turns one near-tie of tests/search/test_fusion.py
-# ("book me somewhere to eat tonight", medium catalog: 0.9943 against 0.9885 at fp32) the
-# other way, through the min-max normalised cosines; to be decided with the fusion.
-INT8_QUERIES = False
-
-
-def int8_queries() -> bool:
-    """Whether queries run the int8 graph (``INT8_QUERIES``, or ``TOOLCAT_ONNX_INT8``)."""
-    flag = os.environ.get("TOOLCAT_ONNX_INT8")
-    return INT8_QUERIES if flag is None or not flag.strip() else flag.strip() != "0"
-
-
 # Set by a process that answers one search and exits (``toolcat search``): its query encoder
 # skips weight prepacking, which costs more at start than it saves on one query, and so runs
 # an export's fp32 graph: unpacked, the int8 graph's blocks are expanded at every run (one
@@ -200,7 +187,7 @@ class Embedder:
                         threads=query_threads(),
                         prepack=not _one_shot,
                         # int8 runs need their prepacked weights (below)
-                        int8=not _one_shot and int8_queries(),
+                        int8=not _one_shot and exports.int8_queries(),
                         spinning=False,
                         concurrent=True,
                     )
@@ -258,10 +245,10 @@ class Embedder:
             return "sentence-transformers"
         location = model_location(self.model_id)
         folder = (
-            Path(location) if self.packaged else onnx_encoder.export_dir(self.model_id, location)
+            Path(location) if self.packaged else exports.export_dir(self.model_id, location)
         )
         try:
-            export = onnx_encoder.read_export(folder)
+            export = exports.read_export(folder)
             export.check()
         except Exception:
             return "sentence-transformers"
@@ -272,14 +259,14 @@ class Embedder:
         own export)."""
         if self.packaged:
             return True
-        folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
+        folder = exports.export_dir(self.model_id, model_location(self.model_id))
         return (folder / "meta.json").exists()
 
     def onnx_current(self) -> bool:
         """Whether an ONNX export of the model exists, with its optimised graph (and int8
         graph when queries run it) for the installed onnxruntime (a few stat calls)."""
-        folder = onnx_encoder.export_dir(self.model_id, model_location(self.model_id))
-        return self.onnx_exported() and onnx_encoder.fast_current(folder, int8_queries())
+        folder = exports.export_dir(self.model_id, model_location(self.model_id))
+        return self.onnx_exported() and exports.fast_current(folder, exports.int8_queries())
 
     def export_onnx(self, progress: Callable[[str], None] | None = None) -> None:
         """Export the model for torch-free query and document encoding (``reindex`` calls
@@ -293,13 +280,13 @@ class Embedder:
         import warnings
 
         location = model_location(self.model_id)
-        folder = onnx_encoder.export_dir(self.model_id, location)
+        folder = exports.export_dir(self.model_id, location)
         source = Path(location) if self.packaged else folder
         try:
             if self.packaged or (folder / "meta.json").exists():
                 try:
-                    onnx_encoder.read_export(source).check()
-                except (onnx_encoder.ExportMismatch, OSError, ValueError, KeyError) as e:
+                    exports.read_export(source).check()
+                except (exports.ExportMismatch, OSError, ValueError, KeyError) as e:
                     if self.packaged:
                         raise EmbeddingError(
                             f"the packaged model {self.model_id} does not match its digests "
@@ -328,12 +315,12 @@ class Embedder:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        if exported and int8_queries():
+        if exported and exports.int8_queries():
             try:
                 onnx_encoder.quantise(source)
             except Exception as e:
                 why = f"{type(e).__name__}: {str(e)[:200]}"
-                onnx_encoder.int8_failed(folder, why)
+                exports.int8_failed(folder, why)
                 warnings.warn(
                     f"cannot make the int8 query graph of {self.model_id} ({why}); "
                     "queries are encoded at fp32",
@@ -452,10 +439,10 @@ def prune_export_cache(keep: Sequence[str] = (), everything: bool = False) -> tu
     for model_id in dict.fromkeys(models):
         location = model_location(model_id)
         if onnx_encoder.packaged(location) or Path(location).is_dir():
-            folders.append(onnx_encoder.export_dir(model_id, location))
+            folders.append(exports.export_dir(model_id, location))
         else:  # a name sentence-transformers resolves: keep any export of that name
-            slug = onnx_encoder.export_dir(model_id, location).name.rsplit("-", 1)[0]
-            root = onnx_encoder.cache_root()
+            slug = exports.export_dir(model_id, location).name.rsplit("-", 1)[0]
+            root = exports.cache_root()
             if root.is_dir():
                 folders += [p for p in root.iterdir() if p.name.rsplit("-", 1)[0] == slug]
     return onnx_encoder.prune_cache(folders, everything)

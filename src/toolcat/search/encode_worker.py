@@ -28,7 +28,8 @@ def main(argv: list[str]) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     folder, digest = Path(argv[0]), argv[1]
-    from .encoders.onnx import OnnxEncoder, read_export
+    from .encoders.export import read_export
+    from .encoders.onnx import OnnxEncoder
 
     export = read_export(folder)
     if export.digest != digest:

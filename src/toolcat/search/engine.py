@@ -58,8 +58,6 @@ MAX_CACHED_QUERY_CHARS = 1000
 ALLOWED_CACHE_SIZE = 16
 # Tools whose name weights (hybrid fusion) are kept per revision.
 NAME_CACHE_SIZE = 200_000
-# Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
-MAX_ADDRESS_CHARS = 130
 
 
 # Hybrid search splits compound requests (search/split.py); README, "Multi-tool requests".
@@ -337,7 +335,7 @@ class SearchEngine:
                 for item, candidate in part_signals.items():
                     signals.setdefault(item, candidate)
                 ranked = split.merge(ranked, per_part, k)
-            exact = self.exact_matches(conn, text, filters)
+            exact = reader.exact_matches(conn, text, filters)
         top = ranked[0][1] if ranked else 0.0
         ordered = [(row_id, top + 1.0, "strong") for row_id in exact]
         ordered += [
@@ -558,21 +556,6 @@ class SearchEngine:
         if index is not None:
             self.term_stats.adopt(conn, revision, index.doc_freq)
         return index
-
-    @staticmethod
-    def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
-        """Row ids of the tools ``text`` names exactly (``name`` or ``toolkit.name``)."""
-        candidate = text.strip()
-        if len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):
-            return []
-        toolkit, dot, name = candidate.partition(".")
-        if dot:
-            rows = reader.find_rows(
-                conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters
-            )
-        else:
-            rows = reader.find_rows(conn, candidate, nocase=True, filters=filters)
-        return [row[0] for row in rows]
 
     def suggest(
         self,

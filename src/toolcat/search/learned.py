@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..models import RegisteredTool
 from ..store import writer
-from ..store.reader import Filters, principal_uses, revision
+from ..store.reader import Filters, exact_matches, principal_uses, revision
 from ..text.documents import schema_texts
 from ..text.tokenize import tokenize, tokenize_all
 from .bm25 import TermStats
@@ -109,12 +109,10 @@ def lifted(conn: sqlite3.Connection, ranking: Ranking, principal: str) -> Rankin
     to ``LEARNED_LIFT`` places (in proportion to the overlap). Each hit therefore moves at
     most ``LEARNED_LIFT`` places either way, and nothing outside the ranking is pulled in.
     Tools the query names exactly stay first."""
-    from .engine import SearchEngine
-
     uses = principal_uses(conn, principal, [row_id for row_id, *_ in ranking.ranked])
     if not uses:
         return ranking
-    named = set(SearchEngine.exact_matches(conn, ranking.query, Filters()))
+    named = set(exact_matches(conn, ranking.query, Filters()))
     first = 0
     while first < len(ranking.ranked) and ranking.ranked[first][0] in named:
         first += 1

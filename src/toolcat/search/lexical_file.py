@@ -40,8 +40,8 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from ..store.counts import index_totals
 from . import saved_files
-from .bm25 import index_totals
 from .saved_files import STAGING, digest_regular, read_regular
 
 FORMAT = 2

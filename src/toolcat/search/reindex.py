@@ -12,8 +12,8 @@ from typing import Any
 from ..errors import InvalidQueryError
 from ..models import ReindexReport, Tool
 from ..store import counts, reader, writer
+from ..store.counts import index_totals
 from . import ann, batch_encoding
-from .bm25 import index_totals
 from .embeddings import embedder, embedding_text, to_blob
 from .engine import SearchEngine, embeddings_installed
 

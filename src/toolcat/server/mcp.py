@@ -305,7 +305,7 @@ class CatalogServer:
         *,
         follower: Follower | None = None,
     ) -> None:
-        from .. import __version__
+        from ..definitions.version import __version__
 
         self.catalog = catalog
         self.options = options or ServeOptions()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogDamagedError, CatalogError
+from .replica_state import primary_of
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -194,8 +195,6 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         CatalogError: The file cannot be opened, is no catalog, or (without ``create``) is
             missing.
     """
-    from .replica import primary_of
-
     path = Path(path)
     _check_file(path)
     primary = primary_of(path)

@@ -10,6 +10,8 @@ every change that moves them: a toolkit version becoming active or not, an activ
 deleted, a vector stored or deleted. Being triggers, they hold for every write path, those
 written later included, as long as vectors are stored without ``INSERT OR REPLACE`` (whose
 implicit delete fires no trigger: ``writer.store_vectors`` upserts instead).
+
+The FTS5 index keeps its own totals (``index_totals``), read from its record, not counted.
 """
 
 from __future__ import annotations
@@ -88,3 +90,36 @@ def recount(conn: sqlite3.Connection) -> None:
         "JOIN toolkits k ON k.id = t.toolkit_id JOIN embeddings e "
         "ON e.content_hash = t.content_hash WHERE k.active = 1 GROUP BY e.model"
     )
+
+
+def _varints(blob: bytes) -> list[int]:
+    """Decode SQLite-format varints (big-endian 7-bit groups; a 9th byte carries 8 bits)."""
+    values: list[int] = []
+    i = 0
+    while i < len(blob):
+        value = 0
+        for n in range(9):
+            byte = blob[i]
+            i += 1
+            if n == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        values.append(value)
+    return values
+
+
+def index_totals(conn: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, tokens in all columns) of the FTS5 index, read from its "averages" record.
+
+    That record (id 1 of ``tools_fts_data``) holds the row count then one token total per
+    column, as varints; it is what FTS5's own ``bm25()`` uses, so reading it is exact and
+    costs no scan.
+    """
+    row = conn.execute("SELECT block FROM tools_fts_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0, 0
+    values = _varints(row[0])
+    return values[0], sum(values[1:])

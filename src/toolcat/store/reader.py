@@ -506,3 +506,22 @@ def principal_uses(
         ):
             found.setdefault(tool_id, []).append(query)
     return found
+
+
+# Longer than any tool id (64 + 1 + 64): such a query cannot name a tool exactly.
+MAX_ADDRESS_CHARS = 130
+
+
+def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
+    """Row ids of the tools ``text`` names exactly (``name`` or ``toolkit.name``)."""
+    candidate = text.strip()
+    if len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):
+        return []
+    toolkit, dot, name = candidate.partition(".")
+    if dot:
+        rows = find_rows(
+            conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters
+        )
+    else:
+        rows = find_rows(conn, candidate, nocase=True, filters=filters)
+    return [row[0] for row in rows]

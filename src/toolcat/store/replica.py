@@ -31,42 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogError
+from .replica_state import read_state, state_path
 
-# Every catalog connection reads the marker (``primary_of``): the rest of the standard
-# library this module needs (subprocess, shutil, datetime) is imported where it is used.
+# The standard library this module needs beyond these (subprocess, shutil, datetime) is
+# imported where it is used.
 
-STATE_SUFFIX = ".replica.json"
 INCOMING_SUFFIX = ".incoming"
 LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as unreachable
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
-
-
-def state_path(path: str | os.PathLike[str]) -> Path:
-    return Path(f"{os.fspath(path)}{STATE_SUFFIX}")
-
-
-def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The replica state beside a catalog file, or None when the file is no replica."""
-    marker = state_path(path)
-    try:
-        text = marker.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise CatalogError(f"cannot read replica state {str(marker)!r}: {e.strerror}") from e
-    try:
-        state = json.loads(text)
-    except ValueError as e:
-        raise CatalogError(f"replica state {str(marker)!r} is not JSON: {e}") from e
-    if not isinstance(state, dict) or not isinstance(state.get("primary"), str):
-        raise CatalogError(f"replica state {str(marker)!r} names no primary")
-    return state
-
-
-def primary_of(path: str | os.PathLike[str]) -> str | None:
-    """The primary a replica file follows; None for an ordinary catalog."""
-    state = read_state(path)
-    return None if state is None else str(state["primary"])
 
 
 def redacted(url: str) -> str:

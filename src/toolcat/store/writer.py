@@ -565,7 +565,7 @@ def merge_segments(conn: sqlite3.Connection, added: int) -> None:
     """
     if added < OPTIMIZE_AFTER:
         return
-    from ..search.bm25 import index_totals
+    from .counts import index_totals
 
     indexed, _ = index_totals(conn)
     if added * 4 >= indexed:

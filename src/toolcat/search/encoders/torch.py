@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .onnx import GPU_BATCH_TOKENS, PAD_RATIO, Export, checked_export
+from .export import GPU_BATCH_TOKENS, PAD_RATIO, Export, checked_export
 
 if TYPE_CHECKING:
     import numpy as np
