@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog, ToolEvent
-from toolcat.cli import cli, show_progress
+from toolcat.cli import cli
+from toolcat.cli.agent import show_progress
 from toolcat.registry.python import toolkit_from_module
 from toolcat.runtime import artifacts
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolcat.cli import ReindexProgress, progress_line
+from toolcat.cli.admin import ReindexProgress, progress_line
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("TOOLCAT_ONNX_INT8", raising=False)
     monkeypatch.setattr(embeddings, "_embedders", {})
-    monkeypatch.setattr(onnx_encoder, "_digests", {})
+    monkeypatch.setattr(exports, "_digests", {})
     yield tmp_path / "cache" / "toolcat" / "onnx"
 
 

@@ -31,7 +31,7 @@ def own_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
     """An empty user cache, and a fresh process-wide embedder registry."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(embeddings, "_embedders", {})
-    monkeypatch.setattr(onnx_encoder, "_digests", {})
+    monkeypatch.setattr(exports, "_digests", {})
     yield tmp_path / "cache" / "toolcat" / "onnx"
 
 
