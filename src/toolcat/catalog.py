@@ -684,12 +684,9 @@ class Catalog:
         from .models import ToolPage
 
         tools, revision, next_cursor = self._list_rows(
-            TagFilter.of(tags, any_tags, exclude_tags),
-            toolkit,
-            include_deferred,
+            Scope.of(tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied),
             limit,
             cursor,
-            include_denied,
             reader.row_to_tool,
         )
         return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
@@ -713,24 +710,18 @@ class Catalog:
         lists starts fast. Arguments and errors are those of ``list``.
         """
         summaries, revision, next_cursor = self._list_rows(
-            TagFilter.of(tags, any_tags, exclude_tags),
-            toolkit,
-            include_deferred,
+            Scope.of(tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied),
             limit,
             cursor,
-            include_denied,
             reader.row_to_summary,
         )
         return {"revision": revision, "tools": summaries, "next_cursor": next_cursor}
 
     def _list_rows(
         self,
-        tags: TagFilter,
-        toolkit: str | None,
-        include_deferred: bool,
+        scope: Scope,
         limit: int,
         cursor: str | None,
-        include_denied: bool,
         decode: Callable[[tuple[Any, ...]], Answer],
     ) -> tuple[builtins.list[Answer], int, str | None]:
         """(one page of rows, each decoded, revision, next cursor) for ``list`` and
@@ -739,8 +730,7 @@ class Catalog:
             raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
         after = decode_cursor(cursor) if cursor else None
         with self._snapshot() as conn:
-            filters = self._filters(conn, tags, toolkit, include_deferred, include_denied)
-            rows = reader.list_rows(conn, filters, after, limit + 1)
+            rows = reader.list_rows(conn, self._scope_filters(conn, scope), after, limit + 1)
             revision = reader.revision(conn)
             next_cursor = None
             if len(rows) > limit:
@@ -819,12 +809,8 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        scope = Scope(
-            TagFilter.of(tags, any_tags, exclude_tags),
-            toolkit,
-            include_deferred,
-            include_denied,
-            tuple(policies),
+        scope = Scope.of(
+            tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied, policies
         )
         return self._searched(
             self._search.result,
@@ -857,12 +843,8 @@ class Catalog:
         searches starts faster (``toolcat search``). Arguments and errors are those of
         ``search``.
         """
-        scope = Scope(
-            TagFilter.of(tags, any_tags, exclude_tags),
-            toolkit,
-            include_deferred,
-            include_denied,
-            tuple(policies),
+        scope = Scope.of(
+            tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied, policies
         )
         return self._searched(
             self._search.summaries,

@@ -20,7 +20,6 @@ from toolcat.errors import EmbeddingError
 from toolcat.search import embeddings
 from toolcat.search.embeddings import MINILM, RETRIEVER, RETRIEVER_FOLDER
 from toolcat.search.encoders import export as exports
-from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("tokenizers")

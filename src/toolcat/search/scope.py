@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,3 +23,18 @@ class Scope:
     include_deferred: bool = True
     include_denied: bool = False
     policies: tuple[Policy, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        tags: Iterable[str] | TagFilter,
+        any_tags: Iterable[str],
+        exclude_tags: Iterable[str],
+        toolkit: str | None,
+        include_deferred: bool,
+        include_denied: bool,
+        policies: Iterable[Policy] = (),
+    ) -> Scope:
+        """The scope of ``Catalog.list``'s and ``Catalog.search``'s keyword arguments."""
+        tag_filter = TagFilter.of(tags, any_tags, exclude_tags)
+        return cls(tag_filter, toolkit, include_deferred, include_denied, tuple(policies))
