@@ -50,7 +50,7 @@ class PlainBM25:
     """rank-bm25's ``BM25Okapi`` over ``documents`` (name → text), with its defaults (k1 1.5,
     b 0.75, a negative idf raised to 0.25 x the mean idf), scored from per-term postings
     with numpy instead of its loop over every document for every query term: the same
-    scores (tests/test_baseline.py), fast enough to mine 15k training queries."""
+    scores (tests/quality/test_baseline.py), fast enough to mine 15k training queries."""
 
     K1 = 1.5
     B = 0.75

@@ -10,7 +10,7 @@ The stemmer is Snowball's English algorithm, from PyStemmer (C, ``pip install
 dependency). They are the same algorithm and give the same stems — snowballstemmer itself
 hands over to PyStemmer when it finds it — checked on every word of ../shared/bench's tools
 and queries (20,442 words) and 85,995 identifiers from Python sources: 0 differences
-(tests/search/test_tokenize.py compares them on a real vocabulary). A word is stemmed once
+(tests/text/test_tokenize.py compares them on a real vocabulary). A word is stemmed once
 per process: stems are kept (``STEM_CACHE``), so a serving process pays the stemmer only for
 words it has never seen (~3 µs in C, ~50 µs in Python).
 """
