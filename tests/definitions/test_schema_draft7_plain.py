@@ -10,11 +10,10 @@ from typing import Any
 import fastjsonschema
 import pytest
 
+from tests.helpers import BENCH
 from toolcat.definitions.schema_draft7 import DRAFT7_META_SCHEMA
 from toolcat.definitions.schema_draft7_plain import plainly_valid
 from toolcat.models import Tool
-
-from tests.helpers import BENCH
 
 META = fastjsonschema.compile(DRAFT7_META_SCHEMA, use_default=False)
 

@@ -5,8 +5,8 @@ validation (``model_construct``). That still costs ~8 µs a tool in pydantic's p
 (aliases, defaults); ten hits a query made it a fifth of a warm BM25 search. ``construct``
 sets the same four attributes ``model_construct`` sets, from a dict that already names every
 field, in ~1.5 µs. The result is equal to ``model_construct``'s and ``model_validate``'s
-(tests/definitions/test_construct.py); a model it does not fit (aliases, extra fields, a post-init hook)
-or values that do not name every field go through ``model_construct``.
+(tests/definitions/test_construct.py); a model it does not fit (aliases, extra fields, a
+post-init hook) or values that do not name every field go through ``model_construct``.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ microseconds a schema where the compiled meta-schema costs ~100 (a fifth of a bu
 registration). It answers True only for a schema the draft-07 meta-schema surely accepts;
 anything it does not know for certain (``$ref``, ``pattern``, an array of ``items``, a
 float where an integer belongs...) answers False, and the caller runs the full meta-schema,
-whose error message is the one the admin sees. tests/definitions/test_schema_draft7_plain.py holds it to the
-full meta-schema on every benchmark schema and on mutations of them.
+whose error message is the one the admin sees. tests/definitions/test_schema_draft7_plain.py
+holds it to the full meta-schema on every benchmark schema and on mutations of them.
 """
 
 from __future__ import annotations
