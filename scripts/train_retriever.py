@@ -16,7 +16,7 @@ decay, bf16 autocast on a GPU): sentence-transformers' trainer needs the ``datas
 package, which training machines may not have.
 
 Output (``--out``): ``model.onnx`` (transformer, mean pooling and L2 normalisation in one
-graph, as ``search/onnx_encoder.py`` exports it; int8: every weight MatMul as 8-bit blocks of
+graph, as ``search/encoders/onnx.py`` exports it; int8: every weight MatMul as 8-bit blocks of
 32, the word-embedding table as int8 rows with one scale each), ``tokenizer.json``,
 ``reference.json`` (fixed texts with the training-time torch model's fp32 vectors) and
 ``retriever.json`` (docs/search.md; the format is agreed in the ``model`` helper's loader).
@@ -325,14 +325,17 @@ def train(
 
 
 def _onnx_encoder() -> Any:
-    """toolcat's ``search/onnx_encoder.py``, loaded from its file: it imports only the
-    standard library, and the training machine may lack toolcat's own dependencies."""
-    path = ROOT / "src" / "toolcat" / "search" / "onnx_encoder.py"
-    spec = importlib.util.spec_from_file_location("toolcat_onnx_encoder", path)
+    """toolcat's ``search/encoders/onnx.py``, loaded from its folder: the encoders import only
+    the standard library, and the training machine may lack toolcat's own dependencies."""
+    folder = ROOT / "src" / "toolcat" / "search" / "encoders"
+    spec = importlib.util.spec_from_file_location(
+        "toolcat_encoders", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    return importlib.import_module("toolcat_encoders.onnx")
 
 
 def int8_embeddings(model: Any) -> Any:

@@ -44,8 +44,7 @@ def cached(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, exported: Path) -> I
     model = embedder(MINILM).model()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setattr(embeddings, "_embedders", {})
-    if hasattr(onnx_encoder, "_digests"):
-        monkeypatch.setattr(exports, "_digests", {})
+    monkeypatch.setattr(exports, "_digests", {})
     embedder(MINILM)._model = model
     target = exports.export_dir(MINILM, model_location(MINILM))
     shutil.copytree(exported, target)

