@@ -11,7 +11,6 @@ import builtins
 import collections
 import contextlib
 import dataclasses
-import inspect
 import json
 import os
 import sqlite3
@@ -1225,31 +1224,22 @@ class Catalog:
     ) -> ToolResult:
         """``call`` for async code: runs the call on the runtime's own threads (never the
         event loop's small default executor), without blocking the loop. ``on_event`` is
-        called on this event loop; it may be a coroutine function."""
+        called on this event loop, in order; it may be a coroutine function, and every
+        event is delivered before this returns (runtime/delivery.py)."""
         import asyncio
 
-        loop = asyncio.get_running_loop()
-        forward: Callable[[ToolEvent], Any] | None = None
-        if on_event is not None:
-            callback = on_event
+        def run(forward: Callable[[ToolEvent], Any] | None) -> asyncio.Future[ToolResult]:
+            future = self.runtime.executor.threads.submit(
+                self.call, address, arguments, timeout=timeout, on_event=forward
+            )
+            return asyncio.wrap_future(future)
 
-            pending: set[asyncio.Future[Any]] = set()
+        if on_event is None:
+            return await run(None)
+        from .runtime.delivery import Delivery
 
-            def deliver(event: ToolEvent) -> None:
-                outcome = callback(event)
-                if inspect.isawaitable(outcome):
-                    task = asyncio.ensure_future(outcome)
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-
-            def forward(event: ToolEvent) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
-                    loop.call_soon_threadsafe(deliver, event)
-
-        future = self.runtime.executor.threads.submit(
-            self.call, address, arguments, timeout=timeout, on_event=forward
-        )
-        return await asyncio.wrap_future(future)
+        async with Delivery(on_event) as forward:
+            return await run(forward)
 
     def check(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
         """Check every active tool's implementation (of one toolkit, or all).

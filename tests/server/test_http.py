@@ -126,7 +126,7 @@ def test_access_log_a_line_per_request_never_tokens_or_arguments(
     assert ("math-team", "tools/list", "ok") in lines
     assert ("math-team", "tools/call search_tools", "ok") in lines
     assert ("math-team", "tools/call convert_units", "ok") in lines
-    assert ("math-team", "tools/call call_tool:nosuch?tool", "UNKNOWN_TOOL") in lines
+    assert ("math-team", "tools/call call_tool:nosuch\\x0atool", "UNKNOWN_TOOL") in lines
     assert ("-", "POST /mcp", "401") in lines
     calls = [line for line in lines if line[1] == "tools/call convert_units"]
     assert len(calls) == len(ERAS)  # one line per request, not one per layer

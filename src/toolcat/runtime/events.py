@@ -12,6 +12,13 @@ artifact above ``artifacts.INLINE_BYTES`` is written to the call's folder and re
 URI (runtime/artifacts.py says where and for how long); one above
 ``artifacts.MAX_ARTIFACT_BYTES`` is refused with ``ValueError`` in the tool. An artifact over
 a call's count or byte budget is not kept, and a ``warning`` log event says so.
+
+A tool may report in a tight loop, so every path a call's events take passes them through one
+``Gate`` per call (the call's ``EventLog``, and a worker process before its pipe): progress
+and status events pass ``BURST`` at once, then ``PER_SECOND`` a second, the latest of each
+kind held back and passed on when the next one may go or when the call ends (the last
+progress always arrives); log lines pass up to ``MAX_LOGS`` a call. What did not pass is
+counted, and one ``warning`` log event at the end says how many.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import contextlib
 import contextvars
 import math
 import mimetypes
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +40,9 @@ from . import artifacts
 MAX_EVENTS = 256  # kept in ToolResult.events (the latest, and every artifact); a callback sees all
 MAX_MESSAGE = 2000
 MAX_STATE = 100
+BURST = 100  # progress and status events passed on at once, before the rate applies
+PER_SECOND = 20.0  # then at most this many a second (the latest of each kind waits)
+MAX_LOGS = 1000  # log lines passed on per call; the rest are counted
 
 Sink = Callable[[dict[str, Any]], None]
 _sink: contextvars.ContextVar[Sink | None] = contextvars.ContextVar(
@@ -151,6 +162,61 @@ def reset_sink(token: contextvars.Token[Sink | None]) -> None:
     _sink.reset(token)
 
 
+class Gate:
+    """One call's events on their way to ``sink``, bounded (see the module's docstring).
+
+    Artifacts pass as they come (``EventLog`` bounds them). Call ``end`` once the tool has
+    returned: it passes on what was held back, then the note of what was dropped."""
+
+    def __init__(self, sink: Sink) -> None:
+        self.sink = sink
+        self.tokens = float(BURST)
+        self.refilled = time.monotonic()
+        self.held: dict[str, dict[str, Any]] = {}  # kind -> its latest event not passed on
+        self.logs = 0
+        self.dropped = 0
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("kind")
+        if kind == "log":
+            self.logs += 1
+            if self.logs > MAX_LOGS:
+                self.dropped += 1
+                return
+        elif kind in ("progress", "status"):
+            now = time.monotonic()
+            self.tokens = min(BURST, self.tokens + (now - self.refilled) * PER_SECOND)
+            self.refilled = now
+            if self.tokens < 1:
+                if self.held.pop(str(kind), None) is not None:
+                    self.dropped += 1  # superseded before it could go
+                self.held[str(kind)] = event
+                return
+            self.tokens -= 1
+            self.held.pop(str(kind), None)  # this one is newer
+        self.sink(event)
+
+    def end(self) -> None:
+        """Pass on the events held back (in the order they came), then say what was dropped."""
+        held = list(self.held.values())  # a newer event of a kind moved it to the end
+        self.held.clear()
+        for event in held:
+            self.sink(event)
+        if self.dropped:
+            self.sink(
+                {
+                    "kind": "log",
+                    "level": "warning",
+                    "message": (
+                        f"{self.dropped:,} events of this call not passed on: progress and "
+                        f"status at most {BURST} at once then {PER_SECOND:g} a second (the "
+                        f"latest kept), log lines at most {MAX_LOGS:,} a call"
+                    ),
+                }
+            )
+        self.dropped = 0
+
+
 class EventLog:
     """The events of one call: kept (bounded) for the result and passed to ``on_event``.
 
@@ -164,7 +230,9 @@ class EventLog:
         self.events: list[ToolEvent] = []
         self.artifacts = 0
         self.folder = artifacts.CallFolder()
+        self.gate = Gate(self._keep)
         self.closed = False
+        self.lock = threading.RLock()  # a tool's own threads may report at once
 
     def __call__(self, raw: dict[str, Any]) -> None:
         if self.closed:  # a timed-out thread reporting after the result went back
@@ -177,7 +245,15 @@ class EventLog:
             "elapsed_ms": round((time.perf_counter() - self.started) * 1000, 3),
         }
         fields.update({key: raw[key] for key in FIELDS if raw.get(key) is not None})
-        if kind == "artifact":
+        with self.lock:
+            if not self.closed:
+                self.gate(fields)
+
+    def _keep(self, fields: dict[str, Any]) -> None:
+        """Keep an event that passed the gate, and pass it to ``on_event``."""
+        if "elapsed_ms" not in fields:  # the gate's own note
+            fields["elapsed_ms"] = round((time.perf_counter() - self.started) * 1000, 3)
+        if fields["kind"] == "artifact":
             problem = self._artifact(fields)
             if problem is not None:
                 fields = {
@@ -228,8 +304,12 @@ class EventLog:
         return None
 
     def close(self) -> list[ToolEvent]:
-        self.closed = True
-        return list(self.events)
+        """The events to keep in the result, once what the gate held back was passed on."""
+        with self.lock:
+            if not self.closed:
+                self.gate.end()
+            self.closed = True
+            return list(self.events)
 
 
 KINDS = frozenset({"progress", "status", "artifact", "log"})

@@ -2,7 +2,7 @@
 
 The parent writes one request per line on the worker's stdin (JSON: ``implementation``,
 ``tool_id``, ``arguments``, ``max_result_bytes``) and reads JSON lines back on its stdout:
-``{"event": {...}}`` for each ``report_progress``/``report_log``, then ``{"ok": data,
+``{"event": {...}}`` for each report that passes the call's ``events.Gate``, then ``{"ok": data,
 "truncated": bool}`` or ``{"error": message, "code": code}``. The worker imports each
 implementation on its first call and keeps it, so later calls pay only the pipe.
 
@@ -59,9 +59,10 @@ def main() -> None:
             protocol_out.write(line)
             protocol_out.flush()
 
-    events.set_process_sink(lambda event: send({"event": event}))
     for line in protocol_in:
         request = json.loads(line)
+        gate = events.Gate(lambda event: send({"event": event}))  # bounded before the pipe
+        events.set_process_sink(gate)
         try:
             if request.get("trusted", False):
                 found = load(request["implementation"], request["tool_id"])
@@ -81,6 +82,7 @@ def main() -> None:
             reply = {"error": str(e), "code": "TOOL_ERROR"}
         except BaseException as e:  # any failure of the tool, KeyboardInterrupt included
             reply = {"error": f"{type(e).__name__}: {e}"[:10_000], "code": "TOOL_ERROR"}
+        gate.end()
         send(reply)
     reaper.kill_tree(os.getpid())  # asked to exit: nothing a tool started outlives us
 

@@ -9,8 +9,10 @@ A line is ``TIME WHO METHOD [TOOL] STATUS DURATION``::
 
 ``WHO`` is the principal a bearer token names, ``anonymous`` without one (``-`` for a request
 refused before anyone was known). ``STATUS`` is ``ok``, a tool result's error code, or the
-JSON-RPC error code. Never a token, never an argument value: the only client text written is
-the tool's name, escaped and cut short.
+JSON-RPC error code. Never a token, never an argument value. Every field is escaped by
+``logtext.escape`` as it is written (a client's method and tool name, the principal, the
+status, an HTTP method and path): one printable word each, so no field can end the line or
+start another, or reach the terminal as an escape sequence.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import IO, Any
+
+from ..logtext import escape
 
 MAX_NAME = 80
 
@@ -35,9 +39,11 @@ class AccessLog:
         self.who = who
         self.stream = stream
 
-    def write(self, who: str, what: str, status: str, seconds: float) -> None:
+    def write(self, who: Any, what: tuple[Any, ...], status: Any, seconds: float) -> None:
+        """A line for a request: ``what`` is its method and, for a call, the tool's name."""
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        line = f"{now.replace('+00:00', 'Z')} {who} {what} {status} {seconds * 1000:.1f}ms"
+        fields = " ".join(escape(field, MAX_NAME) for field in (who, *what, status))
+        line = f"{now.replace('+00:00', 'Z')} {fields} {seconds * 1000:.1f}ms"
         stream = self.stream or sys.stderr
         with contextlib.suppress(OSError, ValueError):  # a closed stderr must not fail a request
             print(line, file=stream, flush=True)
@@ -74,7 +80,8 @@ class AccessLog:
             started = time.perf_counter()
             status = 0
             answered: list[bool] = []  # shared by the copies of the scope made further in
-            scope = {**scope, ANSWERED_KEY: answered}
+            caller: list[str] = []  # the principal a valid token named (``note_caller``)
+            scope = {**scope, ANSWERED_KEY: answered, CALLER_KEY: caller}
 
             async def sending(message: Any) -> None:
                 nonlocal status
@@ -86,25 +93,36 @@ class AccessLog:
                 await app(scope, receive, sending)
             finally:
                 if status >= 400 and not answered:
-                    what = f"{scope.get('method', '?')} {_clean(scope.get('path', '?'))}"
-                    self.write("-", what, str(status), time.perf_counter() - started)
+                    what = (scope.get("method", "?"), scope.get("path", "?"))
+                    who = caller[0] if caller else "-"
+                    self.write(who, what, str(status), time.perf_counter() - started)
 
         return logged
 
 
 ANSWERED_KEY = "toolcat.answered"  # set in an HTTP request's scope once MCP logged it
+CALLER_KEY = "toolcat.caller"  # the principal of an HTTP request, once its token is checked
 
 
-def _what(ctx: Any) -> str:
-    method = str(getattr(ctx, "method", "?"))
+def note_caller(scope: Any, principal: str) -> None:
+    """Tell the HTTP access log who a request's valid token named, so a request refused
+    further in (before MCP answers it) is logged under its principal, not ``-``."""
+    caller = scope.get(CALLER_KEY)
+    if isinstance(caller, list):
+        caller[:] = [principal]
+
+
+def _what(ctx: Any) -> tuple[Any, ...]:
+    method = getattr(ctx, "method", "?")
     params = getattr(ctx, "params", None)
     if method != "tools/call" or not isinstance(params, dict):
-        return method
+        return (method,)
     name = params.get("name")
     arguments = params.get("arguments")
     if name == "call_tool" and isinstance(arguments, dict) and "name" in arguments:
-        return f"{method} call_tool:{_clean(arguments['name'])}"
-    return f"{method} {_clean(name)}"
+        inner = arguments["name"]
+        return (method, f"call_tool:{inner if isinstance(inner, str) else repr(inner)}")
+    return (method, name)
 
 
 def _status(result: Any) -> str:
@@ -115,11 +133,4 @@ def _status(result: Any) -> str:
     if not is_error:
         return "ok"
     code = meta.get("toolcat/error_code") if isinstance(meta, dict) else None
-    return _clean(code) if code else "TOOL_ERROR"
-
-
-def _clean(value: Any) -> str:
-    """Client text made safe for one log line: printable, no spaces, at most MAX_NAME."""
-    text = value if isinstance(value, str) else repr(value)
-    text = "".join(c if c.isprintable() and not c.isspace() else "?" for c in text)
-    return text[:MAX_NAME] + ("…" if len(text) > MAX_NAME else "") if text else "''"
+    return str(code) if code else "TOOL_ERROR"

@@ -2,9 +2,10 @@
 resource content in the result, large ones served back through ``resources/read``.
 
 - ``progress`` and ``status`` events become ``notifications/progress`` when the client's
-  request carried a progress token (the SDK sends nothing otherwise). MCP progress must
-  increase, so a status is sent at the smallest step above the last progress value, with
-  ``state: message`` as the notification's message. Log lines stay in the tool's events.
+  request carried a progress token (the SDK sends nothing otherwise), every one before the
+  call's result. A status carries the last progress value the tool reported (0 before any;
+  never an invented step) with ``state: message`` as the notification's message; progress
+  is cut to its total. Log lines stay in the tool's events.
 - An artifact up to ``artifacts.INLINE_BYTES`` comes back embedded (``EmbeddedResource``,
   text or base64 blob); a larger one as a ``ResourceLink`` to ``toolcat://artifacts/<call
   id>/<name>``, which this server process serves while the file is kept (24 hours,
@@ -16,8 +17,6 @@ resource content in the result, large ones served back through ``resources/read`
 from __future__ import annotations
 
 import base64
-import contextlib
-import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -41,21 +40,26 @@ RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for resources/read of an unkn
 
 
 def forward_events(session: Any) -> Callable[[ToolEvent], Awaitable[None]]:
-    """Forward a call's progress and status events as MCP progress notifications."""
+    """Forward a call's progress and status events as MCP progress notifications.
+
+    Only values the tool reported go out: progress never past its total, never backwards (MCP
+    progress increases); a status repeats the last progress (0 before any) with its words.
+    A failed send raises: the call's delivery (runtime/delivery.py) logs it."""
     last = 0.0
     total: float | None = None
 
     async def forward(event: ToolEvent) -> None:
         nonlocal last, total
-        if event.kind == "progress" and event.progress is not None and event.progress >= last:
-            last, total, message = event.progress, event.total, event.message
+        if event.kind == "progress" and event.progress is not None:
+            done = event.progress if event.total is None else min(event.progress, event.total)
+            if done < last:
+                return
+            last, total, message = done, event.total, event.message
         elif event.kind == "status" and event.state:
-            last = math.nextafter(last, math.inf)  # MCP progress only increases
             message = f"{event.state}: {event.message}" if event.message else event.state
         else:
             return
-        with contextlib.suppress(Exception):  # the request may have finished meanwhile
-            await session.report_progress(last, total, message)
+        await session.report_progress(last, total, message)
 
     return forward
 

@@ -23,7 +23,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..errors import ServeError
-from .mcp import PRINCIPAL_KEY, CatalogServer
+from .access import note_caller
+from .mcp import PARAM_HEADERS, PRINCIPAL_KEY, CatalogServer
 from .tokens import Tokens
 from .wire import repairing_receive
 
@@ -63,6 +64,7 @@ class BearerAuth:
                 )
                 await send({"type": "http.response.body", "body": body})
                 return
+            note_caller(scope, principal.name)  # for the access log, whatever answers
             scope = {**scope, PRINCIPAL_KEY: principal}
         await self.app(scope, receive, send)
 
@@ -106,13 +108,15 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
     class Endpoint:  # an instance, not a function: Starlette passes it raw ASGI calls
         async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
             principal = scope.get(PRINCIPAL_KEY)
-            session_id = dict(scope.get("headers") or []).get(b"mcp-session-id")
+            headers = scope.get("headers") or []
+            session_id = dict(headers).get(b"mcp-session-id")
             if principal is not None and session_id is not None:
                 owner = owners.get(session_id.decode("latin-1"))
                 if owner is not None and owner != principal.name:
                     await _not_found(send)  # as if the session did not exist
                     return
             receive = repairing_receive(receive, MAX_BODY_BYTES)  # lone surrogates: wire.py
+            PARAM_HEADERS.set(any(key.lower().startswith(b"mcp-param-") for key, _ in headers))
             await manager.handle_request(scope, receive, _record_session(send, principal, owners))
 
     async def healthz(request: Any) -> Any:
@@ -214,6 +218,9 @@ def serve_http(
     """Serve until interrupted, on ``sock`` (``listening_socket``) or a new one."""
     import uvicorn
 
+    from ..logtext import install
+
+    install()  # every log line escaped (logtext.py)
     sock = sock or listening_socket(host, port)
     app = http_app(server, host=host, port=port, tokens=tokens)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")

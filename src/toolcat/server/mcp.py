@@ -21,6 +21,7 @@ is a ``CallToolResult`` with ``is_error`` whose text starts with the error code.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import queue
@@ -67,6 +68,11 @@ MAX_ARGUMENT_BYTES = 1_000_000
 LIST_TTL_MS = 5_000  # how long a 2026 client may reuse tools/list; listen streams say sooner
 TAG_ARGUMENTS = ("tags", "any_tags", "exclude_tags")  # search_tools' TagFilter.of, in order
 PRINCIPAL_KEY = "toolcat.principal"  # where the HTTP token check leaves the caller's principal
+# Whether the HTTP request being handled carries any ``Mcp-Param-*`` header (server/http.py
+# sets it for each request); see ``CatalogServer._input_schema``.
+PARAM_HEADERS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "toolcat_param_headers", default=True
+)
 REVEALED_KEY = "toolcat.revealed"  # a legacy connection's found tools, in its Connection.state
 ANONYMOUS = "anonymous"  # whose uses a caller without a principal records (learning from use)
 
@@ -555,8 +561,12 @@ class CatalogServer:
         return (self.options.plain or not tool.defer_loading) and scope.allows(tool)
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
-        """For the SDK's ``Mcp-Param-*`` header check: only ``call_tool`` marks a parameter."""
-        return CALL_TOOL_SPEC.input_schema if name == CALL_TOOL else None
+        """For the SDK's ``Mcp-Param-*`` header check (2026 era over HTTP): only
+        ``call_tool`` marks a parameter, and a request is checked only when it sends such a
+        header, which must then match its body. A client that has not listed the tools yet
+        cannot know to send one, and its first call must work; a missing header hides
+        nothing from toolcat, which checks the caller's scope itself on every call."""
+        return CALL_TOOL_SPEC.input_schema if name == CALL_TOOL and PARAM_HEADERS.get() else None
 
     # -- tools/call -------------------------------------------------------------------------
 
@@ -810,8 +820,10 @@ async def serve_stdio(server: CatalogServer) -> None:
     follows the client's first request (``initialize``, or a 2026 request)."""
     from mcp.server.stdio import stdio_server
 
+    from ..logtext import install
     from .wire import claimed_stdin
 
+    install()  # every log line escaped (logtext.py)
     try:
         with claimed_stdin() as stdin:  # lone surrogate escapes repaired (server/wire.py)
             async with stdio_server(stdin=stdin) as (read, write):

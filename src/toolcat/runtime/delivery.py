@@ -1,0 +1,78 @@
+"""A call's events handed to an async callback on the caller's event loop, in the order the
+tool reported them, and all of them before the call's result.
+
+The tool runs on another thread; each event it reports is queued on the loop and one task
+awaits the callback for each in turn. The call's result waits until that task has delivered
+the last one (at most ``DRAIN_SECONDS``), so a transport that closes its response with the
+result (the 2026 era over HTTP) has sent every event first. A callback that fails is logged
+once per call; the remaining events still go, and the call's result is not affected. How many
+events reach the queue is bounded by the call's ``events.Gate``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+from ..models import ToolEvent
+
+logger = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 10.0  # how long a result waits for its events to be delivered
+_END = object()
+
+
+class Delivery:
+    """``async with Delivery(callback) as put:`` — ``put`` is the call's ``on_event`` (any
+    thread); leaving the block waits until every event put was delivered."""
+
+    def __init__(self, callback: Callable[[ToolEvent], Any]) -> None:
+        self.callback = callback
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.failed = False
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, event: ToolEvent) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+    async def __aenter__(self) -> Callable[[ToolEvent], None]:
+        self.task = asyncio.ensure_future(self._pump())
+        return self.put
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self.task is not None
+        if kind is not None:  # cancelled or failed: nothing waits for the events
+            self.task.cancel()
+            return
+        self.queue.put_nowait(_END)  # after every event the call put (the loop is FIFO)
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), DRAIN_SECONDS)
+        except asyncio.TimeoutError:
+            self.task.cancel()
+            logger.warning(
+                "a call's events were not all delivered within %gs: the rest are dropped",
+                DRAIN_SECONDS,
+            )
+
+    async def _pump(self) -> None:
+        while (event := await self.queue.get()) is not _END:
+            try:
+                outcome = self.callback(event)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as e:  # a client gone away must not fail the call
+                if not self.failed:
+                    self.failed = True
+                    logger.warning("a call's event could not be delivered: %s", e)
