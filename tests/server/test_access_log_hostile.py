@@ -18,7 +18,7 @@ from tests.helpers import SAMPLE_TOOLKITS
 from tests.server.clients import MODERN, http_server, http_session, run
 from tests.server.test_http import ACCESS_LINE, TOKENS_YAML
 from toolcat import Catalog
-from toolcat.logtext import escape
+from toolcat.definitions.printable import escape
 
 TOKEN = "math-team-token-1"
 FORGED = "\n2026-01-01T00:00:00.000Z admin-team tools/call files.delete_file ok 0.1ms\n"

@@ -10,8 +10,8 @@ A line is ``TIME WHO METHOD [TOOL] STATUS DURATION``::
 ``WHO`` is the principal a bearer token names, ``anonymous`` without one (``-`` for a request
 refused before anyone was known). ``STATUS`` is ``ok``, a tool result's error code, or the
 JSON-RPC error code. Never a token, never an argument value. Every field is escaped by
-``logtext.escape`` as it is written (a client's method and tool name, the principal, the
-status, an HTTP method and path): one printable word each, so no field can end the line or
+``definitions.printable.escape`` as it is written (a client's method and tool name, the
+principal, the status, an HTTP method and path): one printable word each, so no field can end the line or
 start another, or reach the terminal as an escape sequence.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from ..logtext import escape
+from ..definitions.printable import escape
 
 MAX_NAME = 80
 

@@ -218,9 +218,9 @@ def serve_http(
     """Serve until interrupted, on ``sock`` (``listening_socket``) or a new one."""
     import uvicorn
 
-    from ..logtext import install
+    from ..definitions.printable import install
 
-    install()  # every log line escaped (logtext.py)
+    install()  # every log line escaped (definitions/printable.py)
     sock = sock or listening_socket(host, port)
     app = http_app(server, host=host, port=port, tokens=tokens)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")

@@ -820,10 +820,10 @@ async def serve_stdio(server: CatalogServer) -> None:
     follows the client's first request (``initialize``, or a 2026 request)."""
     from mcp.server.stdio import stdio_server
 
-    from ..logtext import install
+    from ..definitions.printable import install
     from .wire import claimed_stdin
 
-    install()  # every log line escaped (logtext.py)
+    install()  # every log line escaped (definitions/printable.py)
     try:
         with claimed_stdin() as stdin:  # lone surrogate escapes repaired (server/wire.py)
             async with stdio_server(stdin=stdin) as (read, write):

@@ -1,4 +1,4 @@
-"""``logtext.escape``: outside text as one printable log field; the serve faces' formatter."""
+"""``printable.escape``: outside text as one printable log field; the serve faces' formatter."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from toolcat.logtext import EscapingFormatter, escape
+from toolcat.definitions.printable import EscapingFormatter, escape
 
 
 @pytest.mark.parametrize(
