@@ -11,8 +11,8 @@ A line is ``TIME WHO METHOD [TOOL] STATUS DURATION``::
 refused before anyone was known). ``STATUS`` is ``ok``, a tool result's error code, or the
 JSON-RPC error code. Never a token, never an argument value. Every field is escaped by
 ``definitions.printable.escape`` as it is written (a client's method and tool name, the
-principal, the status, an HTTP method and path): one printable word each, so no field can end the line or
-start another, or reach the terminal as an escape sequence.
+principal, the status, an HTTP method and path): one printable word each, so no field can
+end the line or start another, or reach the terminal as an escape sequence.
 """
 
 from __future__ import annotations
