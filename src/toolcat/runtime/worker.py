@@ -59,7 +59,7 @@ def main() -> None:
             protocol_out.write(line)
             protocol_out.flush()
 
-    events.set_process_sink(lambda event: send({"event": event}))
+    events.set_process_sink(lambda event: send({"event": events.piped(event)}))
     for line in protocol_in:
         request = json.loads(line)
         try:
