@@ -91,9 +91,9 @@ class ArtifactLinks:
     principal (each its latest ``MAX_LINKS``, and at most ``MAX_INLINE_HELD`` bytes of
     small artifacts in memory), so no caller can push another's links out."""
 
-    def __init__(self, max_links: int = MAX_LINKS, max_inline_held: int = MAX_INLINE_HELD) -> None:
-        self.max_links = max_links
-        self.max_inline_held = max_inline_held
+    def __init__(self) -> None:
+        self.max_links = MAX_LINKS
+        self.max_inline_held = MAX_INLINE_HELD
         self._grants: dict[str | None, OrderedDict[str, Grant]] = {}
         self._held: dict[str | None, int] = {}
 
