@@ -26,7 +26,7 @@ LAYERS = [
     "text",
     "policy",
     "models",
-    "definitions",
+    "definitions | files",
     "errors",
 ]
 ABOVE_ALL = {"toolcat", "toolcat.__main__", "samples"}

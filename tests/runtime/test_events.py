@@ -100,7 +100,7 @@ def test_reporters_do_nothing_outside_a_call() -> None:
 
 def test_old_call_folders_are_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLCAT_ARTIFACTS", str(tmp_path))
-    old, fresh = tmp_path / "old-call", tmp_path / "fresh-call"
+    old, fresh = tmp_path / f"call-{'0' * 32}", tmp_path / f"call-{'1' * 32}"
     for folder in (old, fresh):
         folder.mkdir()
         (folder / "a.csv").write_text("a")

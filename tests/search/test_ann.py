@@ -430,7 +430,7 @@ def float32_truth(db: Path, queries: list[str]) -> list[list[tuple[str, float]]]
 
 
 # The folder beside the catalog, as hostile as a shared directory lets it be (the same
-# rules as the saved BM25 index's: search/saved_files.py).
+# rules as the saved BM25 index's: files/checks.py).
 
 
 def test_a_folder_that_is_a_symlink_is_neither_written_nor_emptied(

@@ -18,7 +18,8 @@ import pytest
 
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Tool, Toolkit
-from toolcat.search import bm25, lexical_file, saved_files
+from toolcat.files import checks as saved_files
+from toolcat.search import bm25, lexical_file
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
 
 pytest.importorskip("tantivy")

@@ -217,6 +217,13 @@ def call(
         raise click.BadParameter(f"not JSON: {e}", param_hint="--args") from None
     except RecursionError:
         raise click.BadParameter("JSON nested too deeply", param_hint="--args") from None
+    if save_artifacts is not None:  # checked before the tool runs, not after
+        from ..runtime.artifacts import ready_folder
+
+        try:
+            ready_folder(save_artifacts)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--save-artifacts") from None
     catalog = open_catalog(ctx, isolation="process")
     show = None if as_json or not sys.stderr.isatty() else show_progress
     result = catalog.call(name, arguments, timeout=timeout, on_event=show)

@@ -148,6 +148,21 @@ def _number(value: Any) -> float:
     return number
 
 
+def piped(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` as a worker process sends it over its pipe: a text artifact that will be a
+    file (over ``INLINE_BYTES``) goes as base64 bytes, whose JSON is 4/3 of its size at
+    most; as text, control characters would be escaped to six bytes each and a 32 MiB
+    artifact would pass the pipe's line limit. The parent writes either to the same file."""
+    text = event.get("text")
+    if event.get("kind") != "artifact" or not isinstance(text, str):
+        return event
+    content = text.encode("utf-8")
+    if len(content) <= artifacts.INLINE_BYTES:
+        return event
+    blob = base64.b64encode(content).decode("ascii")
+    return {**{k: v for k, v in event.items() if k != "text"}, "blob": blob}
+
+
 def set_sink(sink: Sink | None) -> contextvars.Token[Sink | None]:
     """Route this context's reports to ``sink`` (the runtime calls this around a tool)."""
     return _sink.set(sink)
@@ -283,6 +298,7 @@ class EventLog:
             )
         except (binascii.Error, ValueError, UnicodeEncodeError):
             return f"artifact {name!r} not kept: its content is not text or base64 bytes"
+        fields["mime_type"] = artifacts.media_type(fields.get("mime_type"))
         self.artifacts += 1
         if self.artifacts > artifacts.MAX_ARTIFACTS:
             return f"artifact {name!r} not kept: at most {artifacts.MAX_ARTIFACTS} per call"
@@ -299,6 +315,8 @@ class EventLog:
             )
         try:
             fields["uri"] = self.folder.write(name, content).as_uri()
+        except ValueError as e:  # the folder's checks, its TTL or its total cap
+            return f"artifact {name!r} not kept: {e}"
         except OSError as e:
             return f"artifact {name!r} not kept: cannot write it ({e.strerror or e})"
         return None

@@ -61,7 +61,8 @@ def main() -> None:
 
     for line in protocol_in:
         request = json.loads(line)
-        gate = events.Gate(lambda event: send({"event": event}))  # bounded before the pipe
+        # bounded before the pipe; a large text artifact crosses it as base64
+        gate = events.Gate(lambda event: send({"event": events.piped(event)}))
         events.set_process_sink(gate)
         try:
             if request.get("trusted", False):

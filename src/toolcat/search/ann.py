@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import saved_files
+from ..files import checks as saved_files
 
 if TYPE_CHECKING:
     import numpy as np

@@ -40,9 +40,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+from ..files import checks as saved_files
+from ..files.checks import STAGING, digest_regular, read_regular
 from ..store.counts import index_totals
-from . import saved_files
-from .saved_files import STAGING, digest_regular, read_regular
 
 FORMAT = 2
 STAMP = saved_files.STAMP

@@ -602,7 +602,8 @@ class LexicalIndex:
         """Take up the index saved beside the catalog if it was saved at this revision,
         else build one and save it there (search/lexical_file.py). False when neither can
         be done here (no tantivy, weights tantivy cannot take, a folder not writable)."""
-        from . import lexical_file, saved_files
+        from ..files import checks as saved_files
+        from . import lexical_file
 
         if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
             return False

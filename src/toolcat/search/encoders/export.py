@@ -33,6 +33,7 @@ INT8_FAILED = "failed.txt"
 SAVED_DIGESTS = "sha256.json"
 # In ``cache_root()``: the digests of files already read, by path and stat (see ``digest``).
 DIGEST_STAMPS = "digests.json"
+MAX_DIGEST_STAMPS = 64 * 1024 * 1024  # a path and a digest per file read: far below this
 
 
 def cache_root() -> Path:
@@ -75,8 +76,8 @@ def file_digest(path: Path) -> str:
     name = str(path.resolve())
     with _digests_lock:
         if not _digests:
-            with contextlib.suppress(OSError, ValueError, TypeError):
-                stored = json.loads((cache_root() / DIGEST_STAMPS).read_text())
+            with contextlib.suppress(OSError, ValueError, TypeError, IndexError, KeyError):
+                stored = stored_digests(cache_root())
                 _digests.update({k: (tuple(v[0]), str(v[1])) for k, v in stored.items()})
         known = _digests.get(name)
         if known is not None and known[0] == key:
@@ -286,7 +287,18 @@ def forget_digests(root: Path) -> None:
     """Forget the digests of files that are gone (after the cache was pruned)."""
     with _digests_lock:
         _digests.clear()
-        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-            stored = json.loads((root / DIGEST_STAMPS).read_text())
+        stored = stored_digests(root)
+        with contextlib.suppress(OSError):
             alive = {k: v for k, v in stored.items() if Path(k).exists()}
             write_json(root / DIGEST_STAMPS, alive)
+
+
+def stored_digests(root: Path) -> dict[str, Any]:
+    """``digests.json`` in ``root``: a small regular file holding an object, else empty."""
+    from ...files.checks import read_regular
+
+    try:
+        stored = json.loads(read_regular(root / DIGEST_STAMPS, limit=MAX_DIGEST_STAMPS))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return stored if type(stored) is dict else {}

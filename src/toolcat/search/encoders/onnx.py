@@ -41,6 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
+import stat
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -522,43 +525,67 @@ def size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+# What prune may delete: names this package gives (``export_dir``, ``fast_dir``, ``int8_dir``,
+# ``DIGEST_STAMPS``) and those of its staging folders and files (``mkdtemp``, ``write_json``).
+EXPORT_NAME = re.compile(r"(?![._])[A-Za-z0-9_.-]{1,60}-[0-9a-f]{16}")
+SAVED_NAME = re.compile(r"fast-ort[A-Za-z0-9_.+-]+|int8-b[0-9]+-ort[A-Za-z0-9_.+-]+")
+LEFTOVER = re.compile(
+    r"\.(?:export|fast|int8)-[a-z0-9_]{8}"  # mkdtemp's staging folders
+    r"|\.[A-Za-z0-9_.-]+\.json\.[0-9]+\.[0-9]+"  # write_json's files written aside
+)
+
+
 def prune_cache(keep: list[Path], everything: bool = False) -> tuple[list[str], int]:
     """Delete from ``cache_root()`` what no current export uses: folders other than
     ``keep`` (the exports of the models this install names), in kept folders the graphs
     saved for other onnxruntime versions and the int8 graph when queries do not run it,
     and leftovers of interrupted exports; with ``everything``, the whole cache. Returns
     (what was deleted, relative to the cache, and how many bytes). A deleted export is
-    made again by the next reindex that needs it."""
-    import shutil
+    made again by the next reindex that needs it.
+
+    Only names this package gives are deleted, only when they are this user's real folders
+    or files: a symlink is never followed (nor removed), and other files are left alone.
+
+    Raises:
+        EmbeddingError: The cache is not a real folder of this user (a symlink, someone
+            else's, or writable by everyone): nothing is deleted.
+    """
+    from ...files.checks import checked_folder, entry_bytes, own_entries, remove_entry
 
     root = cache_root()
-    if not root.is_dir():
+    if not os.path.lexists(root):
         return [], 0
-    removed: list[Path] = []
+    if checked_folder(root, {os.geteuid()}) is None:
+        from ...errors import EmbeddingError
+
+        raise EmbeddingError(
+            f"the export cache {root} is not a real folder of yours (a symlink, someone "
+            "else's, or writable by everyone): nothing pruned"
+        )
+    ours = re.compile(f"{EXPORT_NAME.pattern}|{LEFTOVER.pattern}|{re.escape(DIGEST_STAMPS)}")
+    found = own_entries(root, ours)
+    removed: list[tuple[Path, os.stat_result]] = []
     if everything:
-        removed = [p for p in root.iterdir()]
+        removed = found
     else:
-        kept = {p.resolve() for p in keep}
+        kept = {p.name for p in keep if p.parent == root}
         version = ort_version()
         wanted = {fast_dir(Path(), version).name}
         if int8_queries():
             wanted.add(int8_dir(Path(), version).name)
-        for path in sorted(root.iterdir()):
+        inner = re.compile(f"{SAVED_NAME.pattern}|{LEFTOVER.pattern}")
+        for path, info in sorted(found):
             if path.name == DIGEST_STAMPS:
                 continue
-            if path.resolve() not in kept or not path.is_dir():
-                removed.append(path)
+            if path.name not in kept or not stat.S_ISDIR(info.st_mode):
+                removed.append((path, info))
                 continue
-            for inner in sorted(path.iterdir()):
-                saved = inner.name.startswith(("fast-ort", "int8-"))
-                if (saved and inner.name not in wanted) or inner.name.startswith("."):
-                    removed.append(inner)
+            for saved, saved_info in sorted(own_entries(path, inner)):
+                if saved.name not in wanted:
+                    removed.append((saved, saved_info))
     freed = 0
-    for path in removed:
-        freed += size(path)
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    for path, info in removed:
+        freed += entry_bytes(path, info)
+        remove_entry(path, info)
     forget_digests(root)
-    return [p.relative_to(root).as_posix() for p in removed], freed
+    return sorted(p.relative_to(root).as_posix() for p, _ in removed), freed

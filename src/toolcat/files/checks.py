@@ -12,6 +12,10 @@ it is trusted, the same way:
   device) of the size recorded, or at most a limit for a stamp;
 - one process builds and saves at a time (an ``flock`` on ``lock``); another waits and loads
   what it saved.
+
+Clean-ups elsewhere (the ONNX export cache, the artifacts folder) use the same checks:
+``checked_folder`` for the folder they sweep, ``own_entries`` for what they may delete in it
+(names of their own pattern, owned by this user, never a symlink) and ``remove_entry``.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +49,64 @@ def trusted_folder(root: Path, catalog_path: str, create: bool = False) -> Path 
         if create:
             with contextlib.suppress(FileExistsError):
                 root.mkdir(mode=0o755)
-        info = os.lstat(root)
         owners = {os.geteuid(), os.stat(catalog_path).st_uid}
     except OSError:
         return None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners or info.st_mode & 0o002:
+    return checked_folder(root, owners)
+
+
+def checked_folder(root: Path, owners: Collection[int], forbidden: int = 0o002) -> Path | None:
+    """``root`` when it is a real folder (not a symlink, not a file) owned by one of
+    ``owners`` whose mode has none of the ``forbidden`` bits (default: everyone may
+    write); None otherwise."""
+    try:
+        info = os.lstat(root)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners or info.st_mode & forbidden:
         return None
     return root
+
+
+def own_entries(root: Path, pattern: re.Pattern[str]) -> list[tuple[Path, os.stat_result]]:
+    """What this code may delete in the checked folder ``root``: entries whose whole name
+    matches ``pattern``, owned by this user, real folders or regular files (a symlink, a
+    FIFO or a device is never ours); each with its ``lstat``."""
+    found = []
+    uid = os.geteuid()
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            if not pattern.fullmatch(entry.name):
+                continue
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                kind = stat.S_IFMT(info.st_mode)
+                if info.st_uid == uid and kind in (stat.S_IFDIR, stat.S_IFREG):
+                    found.append((Path(entry.path), info))
+    return found
+
+
+def entry_bytes(path: Path, info: os.stat_result) -> int:
+    """Bytes held by a file, or by the regular files under a folder; links not followed."""
+    if not stat.S_ISDIR(info.st_mode):
+        return info.st_size
+    total = 0
+    for folder, _dirs, files in os.walk(path):  # os.walk does not descend into links
+        for name in files:
+            with contextlib.suppress(OSError):
+                inner = os.lstat(os.path.join(folder, name))
+                total += inner.st_size if stat.S_ISREG(inner.st_mode) else 0
+    return total
+
+
+def remove_entry(path: Path, info: os.stat_result) -> None:
+    """Delete an entry ``own_entries`` found: a folder with what is in it (a symlink
+    inside is removed, never followed), or a file."""
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(path, ignore_errors=True)  # refuses a symlink in its place
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 @contextlib.contextmanager
