@@ -24,12 +24,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from toolcat.runtime import containment, processes  # noqa: E402
 
 NAMESPACE = processes.WORKER_ARGS
-# The same worker, told the system has no namespace to give (the fallback's cost).
-SUBREAPER_ONLY = (
-    "-c",
-    "import toolcat.runtime.containment as c; c._enter_pid_namespace = lambda: False; "
-    "from toolcat.runtime.worker import main; main()",
-)
+SUBREAPER_ONLY = containment.WORKER_WITHOUT_NAMESPACE
 REQUEST = {
     "implementation": "os.path:basename",
     "tool_id": "bench.basename",

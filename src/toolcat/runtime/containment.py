@@ -35,6 +35,19 @@ from . import reaper
 PID_NAMESPACE = "pid-namespace"  # nothing a tool starts outlives its worker
 SUBREAPER = "subreaper"  # detached processes are caught unless a tool clears the flag
 PROCESS_GROUP = "process-group"  # not Linux: only the worker's process group is killed
+MEANING = {  # for ``toolcat status``
+    PID_NAMESPACE: "a timeout kills every process a process-isolated tool started",
+    SUBREAPER: "a timeout kills what a tool started, detached or not, unless the tool clears "
+    "PR_SET_CHILD_SUBREAPER on its worker and double-forks (no PID namespace here)",
+    PROCESS_GROUP: "a timeout kills the worker's process group only",
+}
+# The worker's command line (after the interpreter) with the namespace turned off: for
+# measuring what the namespace costs and for testing the fallback; never used by toolcat.
+WORKER_WITHOUT_NAMESPACE = (
+    "-c",
+    "import toolcat.runtime.containment as c; c._enter_pid_namespace = lambda: False; "
+    "from toolcat.runtime.worker import main; main()",
+)
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -147,7 +160,8 @@ def _outer(init: int, status_read: int) -> None:
     import resource
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the worker's crash, not ours to dump
-    signal.signal(number, signal.SIG_DFL)
+    if number != signal.SIGKILL:  # whose handler cannot be set
+        signal.signal(number, signal.SIG_DFL)
     os.kill(os.getpid(), number)
     os._exit(128 + number)
 

@@ -3,9 +3,10 @@
 Each worker (``python -m toolcat.runtime.worker``) runs one call at a time and is reused
 for later calls of the same pool key (a toolkit), so it imports an implementation once. A
 call that outlives its timeout gets its worker killed with every process its tools started,
-detached ones included (``containment``, ``reaper``): the work stops, the caller gets ``TIMEOUT``, and the next call
-starts a fresh worker. A worker that dies mid-call (``os._exit``, a crash) is a
-``TOOL_ERROR``. Workers start on demand, so a slow call never waits behind another.
+detached ones included (``containment``, ``reaper``): the work stops, the caller gets
+``TIMEOUT``, and the next call starts a fresh worker. A worker that dies mid-call
+(``os._exit``, a crash) is a ``TOOL_ERROR``. Workers start on demand, so a slow call never
+waits behind another.
 """
 
 from __future__ import annotations
