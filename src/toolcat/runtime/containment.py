@@ -25,10 +25,12 @@ is still the host's: ``/proc/self`` is right, ``/proc/{os.getpid()}`` is another
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from . import reaper
 
@@ -131,7 +133,7 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
-def _init(worker: int, status_write: int) -> None:
+def _init(worker: int, status_write: int) -> NoReturn:
     """Pid 1 of the namespace: reap orphans until the worker exits, pass its wait status to
     ``outer``, exit (the kernel then kills everything left in the namespace)."""
     _leave_the_protocol()
@@ -148,7 +150,7 @@ def _init(worker: int, status_write: int) -> None:
             os._exit(0)
 
 
-def _outer(init: int, status_read: int) -> None:
+def _outer(init: int, status_read: int) -> NoReturn:
     """Wait for ``init``; exit with the worker's code, or die of its signal."""
     _leave_the_protocol()
     os.waitpid(init, 0)
@@ -156,13 +158,14 @@ def _outer(init: int, status_read: int) -> None:
     status = int.from_bytes(data, "little") if len(data) == 4 else int(signal.SIGKILL)
     if os.WIFEXITED(status):
         os._exit(os.WEXITSTATUS(status))
-    number = os.WTERMSIG(status)
-    import resource
+    number = os.WTERMSIG(status) if os.WIFSIGNALED(status) else int(signal.SIGKILL)
+    with contextlib.suppress(OSError, ValueError):  # a number no signal has: exit below
+        import resource
 
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the worker's crash, not ours to dump
-    if number != signal.SIGKILL:  # whose handler cannot be set
-        signal.signal(number, signal.SIG_DFL)
-    os.kill(os.getpid(), number)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # the worker's crash, not ours to dump
+        if number != signal.SIGKILL:  # whose handler cannot be set
+            signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)
     os._exit(128 + number)
 
 
