@@ -17,7 +17,6 @@ from toolcat.cli import cli
 from toolcat.search import embeddings
 from toolcat.search.embeddings import RETRIEVER, model_location
 from toolcat.search.encoders import export as exports
-from toolcat.search.encoders import onnx as onnx_encoder
 
 pytest.importorskip("onnxruntime")
 

@@ -486,8 +486,11 @@ def reindex(
 @json_option
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Show index coverage per search mode, the embedding model and the revision."""
-    info = open_catalog(ctx).status()
+    """Show index coverage per search mode, the embedding model, the revision and what holds
+    a process-isolated tool's processes."""
+    from ..runtime.containment import MEANING, probe
+
+    info = {**open_catalog(ctx).status(), "containment": probe()}
     if as_json:
         emit_json(info)
         return
@@ -500,6 +503,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     for mode, cov in info["coverage"].items():
         click.echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
     click.echo(f"default   {info['default_mode']}")
+    click.echo(f"processes {info['containment']}: {MEANING[info['containment']]}")
     replica = info.get("replica")
     if replica:
         primary_revision = replica["primary_revision"]

@@ -3,9 +3,10 @@
 Each worker (``python -m toolcat.runtime.worker``) runs one call at a time and is reused
 for later calls of the same pool key (a toolkit), so it imports an implementation once. A
 call that outlives its timeout gets its worker killed with every process its tools started,
-detached ones included (``reaper``): the work stops, the caller gets ``TIMEOUT``, and the next call
-starts a fresh worker. A worker that dies mid-call (``os._exit``, a crash) is a
-``TOOL_ERROR``. Workers start on demand, so a slow call never waits behind another.
+detached ones included (``containment``, ``reaper``): the work stops, the caller gets
+``TIMEOUT``, and the next call starts a fresh worker. A worker that dies mid-call
+(``os._exit``, a crash) is a ``TOOL_ERROR``. Workers start on demand, so a slow call never
+waits behind another.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from . import reaper
 MAX_WORKERS = 64  # alive at once, over all keys; more calls wait for one (within their timeout)
 MAX_IDLE_PER_KEY = 4  # kept warm per key after their call
 MAX_LINE = 64 * 1024 * 1024
+WORKER_ARGS = ("-m", "toolcat.runtime.worker")  # after the interpreter
 
 
 class WorkerTimeout(Exception):
@@ -47,7 +49,7 @@ class Worker:
         env = child_environment(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "toolcat.runtime.worker"],
+            [sys.executable, *WORKER_ARGS],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -135,7 +137,8 @@ class Worker:
 
     def kill(self) -> None:
         """Kill the worker and everything it started (detached grandchildren included, on
-        Linux: ``reaper``); reap it."""
+        Linux: ``containment``); reap it. In a PID namespace, killing its init (a descendant)
+        kills all of it."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(self.process.pid, signal.SIGSTOP)  # it forks no more while we sweep
         reaper.kill_tree(self.process.pid)

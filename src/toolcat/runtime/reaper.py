@@ -5,7 +5,9 @@ grandchild in a session of its own, reparented away from the worker, holding wha
 worker held (the caller's stderr). On Linux the worker makes itself a *child subreaper*
 (``prctl(PR_SET_CHILD_SUBREAPER)``), so every orphan among its descendants is reparented to
 it instead of to init; they all stay in its tree, and ``kill_tree`` finds them in ``/proc``.
-Elsewhere only the worker's process group is killed (README, "Calls, timeouts and isolation").
+Elsewhere only the worker's process group is killed (docs/calling.md, "What a timeout kills").
+A tool can clear that flag, though: where the system allows, the worker also runs in a PID
+namespace of its own (``containment``), which nothing leaves.
 """
 
 from __future__ import annotations

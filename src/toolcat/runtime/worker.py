@@ -6,8 +6,9 @@ The parent writes one request per line on the worker's stdin (JSON: ``implementa
 "truncated": bool}`` or ``{"error": message, "code": code}``. The worker imports each
 implementation on its first call and keeps it, so later calls pay only the pipe.
 
-The worker is the subreaper of what its tools start (``reaper``): when it is asked to exit it
-kills them, and at a timeout the parent kills them and the worker.
+Before anything else the worker contains what its tools will start (``containment``): in a
+PID namespace of its own where the system allows, else as their subreaper (``reaper``). When
+it is asked to exit, what they started dies with it; at a timeout the parent kills them all.
 
 The protocol uses private copies of the standard streams: file descriptor 1 is pointed at
 stderr and 0 at /dev/null before any tool runs, so a tool's ``print()`` (or a C library
@@ -37,12 +38,13 @@ def _private_streams() -> tuple[BinaryIO, BinaryIO]:
 
 
 def main() -> None:
+    from . import containment, reaper
+
+    contained = containment.contain()  # forks, in namespace mode: only the worker gets here
     protocol_in, protocol_out = _private_streams()
     from ..definitions.importpath import adopt_parent_path
-    from . import reaper
 
     adopt_parent_path()
-    reaper.become_subreaper()  # what a tool starts stays ours to kill, detached or not
     # Imported after the streams are safe: nothing below may print on the protocol.
     from ..errors import ToolcatError
     from . import events
@@ -85,7 +87,8 @@ def main() -> None:
             reply = {"error": f"{type(e).__name__}: {e}"[:10_000], "code": "TOOL_ERROR"}
         gate.end()
         send(reply)
-    reaper.kill_tree(os.getpid())  # asked to exit: nothing a tool started outlives us
+    if contained != containment.PID_NAMESPACE:  # there, the namespace ends with us
+        reaper.kill_tree(os.getpid())  # asked to exit: nothing a tool started outlives us
 
 
 async def _await(awaitable: Any) -> Any:
