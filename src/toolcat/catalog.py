@@ -447,7 +447,7 @@ class Catalog:
             on_change=check_on_change(on_change),
         )
         result = self._register_import(
-            built, str(endpoint), newest, pinned=version is not None, replace=replace
+            built, str(endpoint), "mcp", newest, pinned=version is not None, replace=replace
         )
         forget(endpoint)  # a session kept open from before serves the old tools
         return result
@@ -523,14 +523,28 @@ class Catalog:
         )
         label = "(parsed)" if isinstance(source, dict) else repr(str(source))
         return self._register_import(
-            built, f"OpenAPI document {label}", newest, pinned=version is not None, replace=replace
+            built,
+            f"OpenAPI document {label}",
+            "openapi",
+            newest,
+            pinned=version is not None,
+            replace=replace,
         )
 
     def _register_import(
-        self, built: Toolkit, source: str, newest: str | None, *, pinned: bool, replace: bool
+        self,
+        built: Toolkit,
+        source: str,
+        kind: str,
+        newest: str | None,
+        *,
+        pinned: bool,
+        replace: bool,
     ) -> RegistrationResult:
-        """Register an imported toolkit: a changed one becomes the next version unless the
-        version was given (``pinned``); ``changes`` compares with the newest registered.
+        """Register an imported toolkit as ``kind`` (``mcp``, ``openapi``: its ``${NAME}``
+        references were typed by the admin, see ``toolcat.trust``): a changed one becomes
+        the next version unless the version was given (``pinned``); ``changes`` compares
+        with the newest registered.
         ``replace`` lets it take over a toolkit of another source kind, and overwrite a
         version only when that version was given."""
         from .store import writer
@@ -544,14 +558,18 @@ class Catalog:
         with self._lock:
             try:
                 result = writer.register(
-                    self._conn, [(built, source)], replace=replace and pinned, change_kind=replace
+                    self._conn,
+                    [(built, source)],
+                    replace=replace and pinned,
+                    change_kind=replace,
+                    kind=kind,
                 )[0]
             except VersionConflictError as e:
                 if pinned or newest is None or isinstance(e, SourceKindError):
                     raise
                 built = built.model_copy(update={"version": next_version(newest)})
                 result = writer.register(
-                    self._conn, [(built, source)], replace=False, change_kind=replace
+                    self._conn, [(built, source)], replace=False, change_kind=replace, kind=kind
                 )[0]
         return result.model_copy(update={"changes": changes})
 

@@ -14,6 +14,14 @@ implementation runs ``COMMAND`` with the host's rights on its tool's first call,
 catalog opened with ``trust_any_module`` may register one; a manifest or a ``Toolkit`` built
 in code may not.
 
+Reading this process's environment is trusted the same way: a forwarding implementation
+(``openapi+http:``, ``mcp+http:``) whose headers (or a stdio server's env and cwd) hold
+``${NAME}`` references sends the values of those variables to a URL the implementation names.
+Only an import the admin typed (``register --openapi/--mcp-http --header``, ``--mcp-stdio
+--env``), recorded as such by the path the registration took (``store.writer`` writes the
+toolkit's ``kind``), or a catalog opened with ``trust_any_module`` may resolve them; a
+manifest or a ``Toolkit`` built in code that holds one is refused (``secret_problem``).
+
 The same rules hold at registration (``registry/``) and again at call time (``runtime/``),
 so a catalog row edited behind toolcat's back cannot point a tool elsewhere.
 """
@@ -97,9 +105,63 @@ def command_problem(implementation: str | None) -> str | None:
     )
 
 
+IMPORT_KINDS = frozenset({"mcp", "openapi"})  # toolkit kinds whose references the admin typed
+
+
+def secret_problem(implementation: str | None) -> str | None:
+    """Why ``implementation`` may not be registered or called outside an import (it would
+    resolve ``${NAME}`` references from this process's environment), or ``None``.
+
+    The implementation is read with the parser its call uses, so no spelling (a JSON
+    ``\\u0024``, a percent-encoded option) hides a reference from this check.
+    """
+    if not implementation:
+        return None
+    found = _references(implementation)
+    if not found:
+        return None
+    field, names = found
+    shown = ", ".join(f"${{{name}}}" for name in names)
+    return (
+        f"{field} references {shown}: only an import typed by the admin (register --openapi "
+        "or --mcp-http with --header, --mcp-stdio with --env) or a catalog opened with "
+        "--trust-any-module (trust_any_module=True) may send this process's environment "
+        "variables; write the value, or $${NAME} for a literal ${NAME}"
+    )
+
+
+def _references(implementation: str) -> tuple[str, list[str]] | None:
+    """(the first place of ``implementation`` that references variables, their names)."""
+    from .credentials import references
+    from .errors import ImportFailedError
+
+    places: list[tuple[str, str]] = []
+    try:
+        if implementation.startswith("openapi+http:"):
+            from .openapi_client import parse_implementation as parse_operation
+
+            operation = parse_operation(implementation)
+            places = [(f"header {k!r}", v) for k, v in operation.headers.items()]
+        elif implementation.startswith("mcp+"):
+            from .mcpclient import parse_implementation as parse_remote
+
+            endpoint = parse_remote(implementation).endpoint
+            places = [(f"header {k!r}", v) for k, v in endpoint.headers]
+            places += [(f"env {k!r}", v) for k, v in endpoint.env]
+            places += [("cwd", endpoint.cwd)] if endpoint.cwd is not None else []
+    except ImportFailedError:
+        return None  # not callable either: its call fails on the same parse
+    for place, value in places:
+        names = references(value)
+        if names:
+            return place, names
+    return None
+
+
 def check_import_roots(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
     """Refuse a batch in which any Python implementation has no acceptable import root, or
-    any implementation starts a command (``command_problem``).
+    any implementation starts a command (``command_problem``) or reads this process's
+    environment (``secret_problem``).
 
     Raises:
         ManifestError: Every such implementation (up to the usual bound), naming file,
@@ -117,7 +179,7 @@ def check_import_roots(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
 
 
 def _problem(implementation: str | None, root: str | None) -> tuple[str | None, str]:
-    command = command_problem(implementation)
+    command = command_problem(implementation) or secret_problem(implementation)
     if command:
         return command, "implementation"
     reason = root_problem(implementation, root)

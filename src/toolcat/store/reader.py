@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "
-    "k.module"
+    "k.module, k.kind"
 )
 TOOL_FROM = "tools t JOIN toolkits k ON k.id = t.toolkit_id"
 # A lookup by name starts from the name index (NOCASE: an exact match is checked on top)
@@ -232,9 +232,11 @@ def _checked_row(row: tuple[Any, ...]) -> str:
             f"tool row {_id}: name {name!r:.40}, toolkit {toolkit!r:.40} and version "
             f"{version!r:.40} must be text"
         )
-    module = row[8]
+    module, kind = row[8:10]
     if module is not None and not isinstance(module, str):
         raise CatalogDamagedError(f"toolkit {toolkit!r}: its module is {module!r:.40}")
+    if not isinstance(kind, str):
+        raise CatalogDamagedError(f"toolkit {toolkit!r}: its kind is {kind!r:.40}")
     return f"{toolkit}.{name}"
 
 
@@ -264,7 +266,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     """
     from ..models import RegisteredTool, ToolAnnotations
 
-    definition, deprecated, module = row[6:]
+    definition, deprecated, module, kind = row[6:10]
     data = decode_definition(definition, _checked_row(row))
     annotations = data.get("annotations")
     get = data.get
@@ -282,6 +284,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
         max_result_bytes=get("max_result_bytes"),
         deprecated=bool(deprecated),
         module=module,
+        kind=kind,
     )
     return construct(RegisteredTool, values)
 
