@@ -54,9 +54,7 @@ def test_a_manifest_tagged_openapi_cannot_replace_an_openapi_import(
     before = table_snapshot(catalog.path)
     with pytest.raises(VersionConflictError) as refused:
         catalog.register(forged)
-    assert "comes from an OpenAPI document, this registration from a manifest" in str(
-        refused.value
-    )
+    assert "comes from an OpenAPI document, this registration from a manifest" in str(refused.value)
     assert table_snapshot(catalog.path) == before
     assert catalog.register(forged, replace=True)[0].status == "added"  # the admin's choice
 

@@ -99,8 +99,10 @@ IMPLEMENTATIONS = {
         base, {"X-Amz": "${AWS_SECRET_ACCESS_KEY}"}, escape=True
     ),
     "mcp-http-header": lambda base: _mcp_http(base, "Authorization=Bearer ${GITHUB_TOKEN}"),
-    "mcp-http-percent-encoded": lambda base: f"mcp+http:{base}/mcp#tool?header="
-    + "".join(f"%{b:02X}" for b in b"X-Amz=${AWS_SECRET_ACCESS_KEY}"),
+    "mcp-http-percent-encoded": lambda base: (
+        f"mcp+http:{base}/mcp#tool?header="
+        + "".join(f"%{b:02X}" for b in b"X-Amz=${AWS_SECRET_ACCESS_KEY}")
+    ),
 }
 
 
