@@ -168,7 +168,10 @@ class Catalog:
             included (``os:system``). By default every implementation must lie under its
             toolkit's ``module``, at registration and again at call time; and only
             ``register_mcp`` may register implementations that start a command
-            (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.trust``.
+            (``mcp+stdio:``), and only ``register_mcp``/``register_openapi`` ones whose
+            headers or env reference this process's environment (``${NAME}``), not
+            manifests or ``Toolkit`` objects (refused at registration and at call time).
+            See ``toolcat.trust``.
         create: Create the file when it is missing (else that is a ``CatalogError``: how
             reading commands tell a mistyped path from an empty catalog).
 
@@ -615,6 +618,27 @@ class Catalog:
         with self._lock:
             removed, _revision = writer.remove(self._conn, name, version or pinned)
         return removed
+
+    def check_policy(self, policy: Policy | None = None) -> builtins.list[str]:
+        """Check a policy's rules against the tools registered now (the catalog's own by
+        default); see ``toolcat.policy.check_rules``.
+
+        Returns:
+            One warning per rule that matches no tool today (it may match one registered
+            later), naming the rule.
+
+        Raises:
+            PolicyError: A bare tool-name rule matches no tool but matches a tag or a
+                toolkit (``destructive`` meant as ``tag:destructive``).
+        """
+        from .policy import check_rules
+
+        with self._snapshot() as conn:
+            return check_rules(
+                policy or self.policy,
+                lambda rule: reader.rule_matches_a_tool(conn, rule),
+                lambda rule: reader.rule_meant(conn, rule),
+            )
 
     # -- reading --------------------------------------------------------------------------
 

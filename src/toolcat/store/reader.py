@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..models import RegisteredTool, ToolkitVersion
-    from ..policy import Policy
+    from ..policy import Policy, Rule
 
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "
@@ -509,3 +509,21 @@ def principal_uses(
         ):
             found.setdefault(tool_id, []).append(query)
     return found
+
+
+def rule_matches_a_tool(conn: sqlite3.Connection, rule: Rule) -> bool:
+    """Whether ``rule`` matches any registered tool, of any version."""
+    sql, value = rule.sql()
+    return (
+        conn.execute(f"SELECT 1 FROM tools t WHERE {sql} LIMIT 1", (value,)).fetchone() is not None
+    )
+
+
+def rule_meant(conn: sqlite3.Connection, rule: Rule) -> str | None:
+    """``tag:PATTERN`` or ``toolkit:PATTERN`` when ``rule``'s pattern matches a tag or a
+    toolkit name (what a bare tool-name rule that matches no tool was likely meant as)."""
+    if conn.execute("SELECT 1 FROM tool_tags WHERE tag GLOB ? LIMIT 1", (rule.glob,)).fetchone():
+        return f"tag:{rule.text}"
+    if conn.execute("SELECT 1 FROM toolkits WHERE name GLOB ? LIMIT 1", (rule.glob,)).fetchone():
+        return f"toolkit:{rule.text}"
+    return None
