@@ -23,6 +23,7 @@ from .errors import (
     ImportFailedError,
     InvalidArgumentsError,
     ManifestError,
+    PolicyError,
     ToolcatError,
     ToolDeniedError,
     ToolFailedError,
@@ -133,7 +134,19 @@ def open_catalog(ctx: click.Context, isolation: str = "thread", *, create: bool 
         create=create,
     )
     ctx.call_on_close(catalog.close)
+    if policy.allow or policy.deny:
+        check_policy(catalog, policy)
     return catalog
+
+
+def check_policy(catalog: Catalog, policy: Policy, where: str = "") -> None:
+    """Refuse rules meant as a tag or toolkit; warn on stderr of rules matching no tool."""
+    try:
+        warnings = catalog.check_policy(policy)
+    except PolicyError as e:
+        raise PolicyError(f"{where}{e}") from e
+    for warning in warnings:
+        click.echo(f"warning: {where}{warning}", err=True)
 
 
 def plural(count: int, word: str) -> str:
@@ -1084,6 +1097,10 @@ def serve(
     catalog = open_catalog(ctx)
     # A bad filter fails now, not per client.
     catalog.list(tags=tags, any_tags=any_tags, exclude_tags=exclude_tags, toolkit=toolkit, limit=1)
+    policy = Policy.of(allow=serve_allow, deny=serve_deny)
+    check_policy(catalog, policy, "serve ")
+    for principal in tokens.principals() if tokens else ():
+        check_policy(catalog, principal.scope.policy, f"principal {principal.name!r}: ")
     server = CatalogServer(
         catalog,
         ServeOptions(
@@ -1095,7 +1112,7 @@ def serve(
             refuse_unsearched=refuse_unsearched,
             search_mode=mode,
             plain=plain,
-            policy=Policy.of(allow=serve_allow, deny=serve_deny),
+            policy=policy,
             per_caller=tokens_file is not None,
             access_log=use_http if access_log is None else access_log,
         ),
