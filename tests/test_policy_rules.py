@@ -3,6 +3,8 @@ nothing allows everything (``--deny destructive`` let ``files.delete_file`` run)
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,7 +49,11 @@ def test_rules_that_could_match_are_accepted(rule: str) -> None:
 
 @pytest.mark.parametrize(
     ("rule", "meant"),
-    [("destructive", "tag:destructive"), ("destruct*", "tag:destruct*"), ("files", "toolkit:files")],
+    [
+        ("destructive", "tag:destructive"),
+        ("destruct*", "tag:destruct*"),
+        ("files", "toolkit:files"),
+    ],
 )
 def test_a_bare_name_meant_as_a_tag_or_toolkit_is_an_error(
     sample_catalog: Catalog, rule: str, meant: str
@@ -114,23 +120,34 @@ def test_cli_warns_of_a_rule_matching_nothing(sample_catalog: Catalog) -> None:
     )
 
 
-def test_serve_refuses_a_rule_meant_as_a_tag(sample_catalog: Catalog) -> None:
+def _serve(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``toolcat serve`` in a real process; a server that starts instead of refusing fails
+    the test at the timeout instead of hanging it."""
     pytest.importorskip("mcp")
-    out = _cli(sample_catalog.path, "serve", "--deny", "destructive")
-    assert out.exit_code == PolicyError.exit_code, out.output  # type: ignore[attr-defined]
-    assert "serve deny rule 'destructive'" in out.stderr  # type: ignore[attr-defined]
+    command = [sys.executable, "-m", "toolcat", "--db", str(db), "serve", *args]
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"serve started with {args}: it should have refused the rule")
+
+
+def test_serve_refuses_a_rule_meant_as_a_tag(sample_catalog: Catalog) -> None:
+    out = _serve(sample_catalog.path, "--http", "--port", "0", "--deny", "destructive")
+    assert out.returncode == PolicyError.exit_code, out.stderr
+    assert "serve deny rule 'destructive'" in out.stderr and "'tag:destructive'" in out.stderr
 
 
 def test_tokens_file_rules_are_checked(sample_catalog: Catalog, tmp_path: Path) -> None:
-    pytest.importorskip("mcp")
     tokens = tmp_path / "tokens.yaml"
     principals = [{"name": "ops", "token": "t" * 32, "deny": ["destructive"]}]
     tokens.write_text(yaml.safe_dump({"principals": principals}))
-    out = _cli(sample_catalog.path, "serve", "--http", "--tokens", str(tokens))
-    assert out.exit_code == PolicyError.exit_code, out.output  # type: ignore[attr-defined]
-    assert "principal 'ops': deny rule 'destructive'" in out.stderr  # type: ignore[attr-defined]
+    out = _serve(sample_catalog.path, "--http", "--port", "0", "--tokens", str(tokens))
+    assert out.returncode == PolicyError.exit_code, out.stderr
+    assert "principal 'ops': deny rule 'destructive'" in out.stderr
     principals[0]["deny"] = ["bogus rule"]
     tokens.write_text(yaml.safe_dump({"principals": principals}))
-    out = _cli(sample_catalog.path, "serve", "--http", "--tokens", str(tokens))
-    assert out.exit_code != 0
-    assert "principal 'ops'" in out.stderr and "cannot match" in out.stderr  # type: ignore[attr-defined]
+    out = _serve(sample_catalog.path, "--http", "--port", "0", "--tokens", str(tokens))
+    assert out.returncode != 0
+    assert "principal 'ops'" in out.stderr and "cannot match" in out.stderr
