@@ -1357,7 +1357,7 @@ class Catalog:
         if remote:
             from .registry.mcp import check_remote
 
-            result += check_remote(remote)
+            result += check_remote(remote, trusted=self.trust_any_module)
         order = {t.id: i for i, t in enumerate(tools)}
         result.sort(key=lambda r: (order.get(r["id"], len(order)), r["id"]))
         return result

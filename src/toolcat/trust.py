@@ -130,6 +130,14 @@ def secret_problem(implementation: str | None) -> str | None:
     )
 
 
+def call_secret_problem(implementation: str | None, kind: str | None, trusted: bool) -> str | None:
+    """``secret_problem`` at call time: ``None`` for a toolkit registered by an import
+    (``kind``, recorded by the registration path) or in a catalog that trusts any module."""
+    if trusted or kind in IMPORT_KINDS:
+        return None
+    return secret_problem(implementation)
+
+
 def _references(implementation: str) -> tuple[str, list[str]] | None:
     """(the first place of ``implementation`` that references variables, their names)."""
     from .credentials import references

@@ -228,3 +228,18 @@ def test_a_manifest_without_references_may_forward_anywhere(
     assert catalog.call("leaky.fetch", {}).success
     assert seen[-1]["x-note"] == "costs ${AWS_SECRET_ACCESS_KEY}"
     assert not _leaked(seen)
+
+
+def test_check_does_not_contact_a_server_with_a_manifest_rows_secrets(
+    db_path: Path, tmp_path: Path, server: tuple[str, list[dict[str, str]]]
+) -> None:
+    """``toolcat check`` lists an MCP server's tools again: for a manifest row that would
+    send references, it reports the refusal instead of connecting."""
+    base, seen = server
+    path = _manifest(tmp_path, IMPLEMENTATIONS["mcp-http-header"](base))
+    with Catalog(db_path, trust_any_module=True) as trusted:
+        trusted.register(path)
+    with Catalog(db_path) as catalog:
+        [report] = catalog.check("leaky")
+    assert not report["ok"] and "GITHUB_TOKEN" in report["problems"][0]
+    assert seen == []

@@ -11,7 +11,7 @@ from typing import Any
 from ..errors import ToolcatError, ToolDeniedError
 from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
 from ..policy import Policy
-from ..trust import IMPORT_KINDS, root_problem, secret_problem
+from ..trust import call_secret_problem, root_problem
 from .arguments import Validator, compile_validator
 from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError
@@ -158,7 +158,7 @@ class Runtime:
         """The callable, checked against the toolkit's import root (see ``toolcat.trust``)."""
         if self.trust_any_module:
             return as_callable(load(tool.implementation, tool.id))
-        problem = None if tool.kind in IMPORT_KINDS else secret_problem(tool.implementation)
+        problem = call_secret_problem(tool.implementation, tool.kind, trusted=False)
         if problem:  # refused before anything is resolved or sent
             raise ToolDeniedError(f"tool {tool.id!r} refused: {problem}")
         return as_callable(load(tool.implementation, tool.id, root=tool.module))
