@@ -360,8 +360,10 @@ def stored_kind(conn: sqlite3.Connection, name: str) -> tuple[str, str | None] |
     ).fetchone()
     if row is None:
         return None
-    if row[0] not in KINDS or not isinstance(row[1], (str, type(None))):
+    if row[0] not in KINDS:
         raise CatalogDamagedError(f"toolkit {name!r}: its kind is {row[0]!r:.40}")
+    if row[1] is not None and not isinstance(row[1], str):
+        raise CatalogDamagedError(f"toolkit {name!r}: its source is {row[1]!r:.40}")
     return row[0], row[1]
 
 
