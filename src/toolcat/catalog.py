@@ -167,7 +167,10 @@ class Catalog:
             included (``os:system``). By default every implementation must lie under its
             toolkit's ``module``, at registration and again at call time; and only
             ``register_mcp`` may register implementations that start a command
-            (``mcp+stdio:``), not manifests or ``Toolkit`` objects. See ``toolcat.policy.trust``.
+            (``mcp+stdio:``), and only ``register_mcp``/``register_openapi`` ones whose
+            headers or env reference this process's environment (``${NAME}``), not
+            manifests or ``Toolkit`` objects (refused at registration and at call time).
+            See ``toolcat.policy.trust``.
         create: Create the file when it is missing (else that is a ``CatalogError``: how
             reading commands tell a mistyped path from an empty catalog).
 
@@ -346,7 +349,10 @@ class Catalog:
 
         def check(toolkit: Toolkit, source: str | None) -> None:
             if not self.trust_any_module:
+                from .remote.secrets import check_references
+
                 check_import_roots([(toolkit, source)])
+                check_references([(toolkit, source)])
 
         with self._lock, contextlib.closing(loaded):
             results = writer.register_stream(self._conn, entries(), replace=replace, check=check)
@@ -446,7 +452,7 @@ class Catalog:
             on_change=check_on_change(on_change),
         )
         result = self._register_import(
-            built, str(endpoint), newest, pinned=version is not None, replace=replace
+            built, str(endpoint), "mcp", newest, pinned=version is not None, replace=replace
         )
         forget(endpoint)  # a session kept open from before serves the old tools
         return result
@@ -522,14 +528,28 @@ class Catalog:
         )
         label = "(parsed)" if isinstance(source, dict) else repr(str(source))
         return self._register_import(
-            built, f"OpenAPI document {label}", newest, pinned=version is not None, replace=replace
+            built,
+            f"OpenAPI document {label}",
+            "openapi",
+            newest,
+            pinned=version is not None,
+            replace=replace,
         )
 
     def _register_import(
-        self, built: Toolkit, source: str, newest: str | None, *, pinned: bool, replace: bool
+        self,
+        built: Toolkit,
+        source: str,
+        kind: str,
+        newest: str | None,
+        *,
+        pinned: bool,
+        replace: bool,
     ) -> RegistrationResult:
-        """Register an imported toolkit: a changed one becomes the next version unless the
-        version was given (``pinned``); ``changes`` compares with the newest registered.
+        """Register an imported toolkit as ``kind`` (``mcp``, ``openapi``: its ``${NAME}``
+        references were typed by the admin, see ``toolcat.remote.secrets``): a changed one becomes
+        the next version unless the version was given (``pinned``); ``changes`` compares
+        with the newest registered.
         ``replace`` lets it take over a toolkit of another source kind, and overwrite a
         version only when that version was given."""
         from .store import writer
@@ -543,14 +563,18 @@ class Catalog:
         with self._lock:
             try:
                 result = writer.register(
-                    self._conn, [(built, source)], replace=replace and pinned, change_kind=replace
+                    self._conn,
+                    [(built, source)],
+                    replace=replace and pinned,
+                    change_kind=replace,
+                    kind=kind,
                 )[0]
             except VersionConflictError as e:
                 if pinned or newest is None or isinstance(e, SourceKindError):
                     raise
                 built = built.model_copy(update={"version": next_version(newest)})
                 result = writer.register(
-                    self._conn, [(built, source)], replace=False, change_kind=replace
+                    self._conn, [(built, source)], replace=False, change_kind=replace, kind=kind
                 )[0]
         return result.model_copy(update={"changes": changes})
 
@@ -596,6 +620,27 @@ class Catalog:
         with self._lock:
             removed, _revision = writer.remove(self._conn, name, version or pinned)
         return removed
+
+    def check_policy(self, policy: Policy | None = None) -> builtins.list[str]:
+        """Check a policy's rules against the tools registered now (the catalog's own by
+        default); see ``toolcat.policy.rules.check_rules``.
+
+        Returns:
+            One warning per rule that matches no tool today (it may match one registered
+            later), naming the rule.
+
+        Raises:
+            PolicyError: A bare tool-name rule matches no tool but matches a tag or a
+                toolkit (``destructive`` meant as ``tag:destructive``).
+        """
+        from .policy.rules import check_rules
+
+        with self._snapshot() as conn:
+            return check_rules(
+                policy or self.policy,
+                lambda rule: reader.rule_matches_a_tool(conn, rule),
+                lambda rule: reader.rule_meant(conn, rule),
+            )
 
     # -- reading --------------------------------------------------------------------------
 
@@ -1289,7 +1334,7 @@ class Catalog:
         if remote:
             from .registry.mcp import check_remote
 
-            result += check_remote(remote)
+            result += check_remote(remote, trusted=self.trust_any_module)
         order = {t.id: i for i, t in enumerate(tools)}
         result.sort(key=lambda r: (order.get(r["id"], len(order)), r["id"]))
         return result

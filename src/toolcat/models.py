@@ -355,6 +355,10 @@ class RegisteredTool(BaseModel):
     deprecated: bool = False
     # The toolkit's import root, checked again at call time (see toolcat.policy.trust); internal.
     module: str | None = Field(default=None, exclude=True, repr=False)
+    # How its toolkit was registered (``manifest``, ``python``, ``mcp``, ``openapi``), written
+    # by the registration path, never read from content: only imports may resolve ``${NAME}``
+    # (see toolcat.remote.secrets); internal.
+    kind: str | None = Field(default=None, exclude=True, repr=False)
 
     def summary(self) -> dict[str, Any]:
         """The compact shape used by ``list`` and ``search`` output."""

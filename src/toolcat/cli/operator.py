@@ -14,7 +14,7 @@ from ..policy.rules import Policy
 
 if TYPE_CHECKING:
     from ..store.replica import Follower
-from .options import json_option, open_catalog, tag_options
+from .options import check_policy, json_option, open_catalog, tag_options
 from .output import emit_json, one_line, plural
 
 
@@ -143,6 +143,10 @@ def serve(
     catalog = open_catalog(ctx)
     # A bad filter fails now, not per client.
     catalog.list(tags=tags, any_tags=any_tags, exclude_tags=exclude_tags, toolkit=toolkit, limit=1)
+    policy = Policy.of(allow=serve_allow, deny=serve_deny)
+    check_policy(catalog, policy, "serve ")
+    for principal in tokens.principals() if tokens else ():
+        check_policy(catalog, principal.scope.policy, f"principal {principal.name!r}: ")
     server = CatalogServer(
         catalog,
         ServeOptions(
@@ -154,7 +158,7 @@ def serve(
             refuse_unsearched=refuse_unsearched,
             search_mode=mode,
             plain=plain,
-            policy=Policy.of(allow=serve_allow, deny=serve_deny),
+            policy=policy,
             per_caller=tokens_file is not None,
             access_log=use_http if access_log is None else access_log,
         ),

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..catalog import Catalog
+from ..errors import PolicyError
 from ..policy.rules import Policy
 
 if TYPE_CHECKING:
@@ -64,4 +65,16 @@ def open_catalog(ctx: click.Context, isolation: str = "thread", *, create: bool 
         create=create,
     )
     ctx.call_on_close(catalog.close)
+    if policy.allow or policy.deny:
+        check_policy(catalog, policy)
     return catalog
+
+
+def check_policy(catalog: Catalog, policy: Policy, where: str = "") -> None:
+    """Refuse rules meant as a tag or toolkit; warn on stderr of rules matching no tool."""
+    try:
+        warnings = catalog.check_policy(policy)
+    except PolicyError as e:
+        raise PolicyError(f"{where}{e}") from e
+    for warning in warnings:
+        click.echo(f"warning: {where}{warning}", err=True)

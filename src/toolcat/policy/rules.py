@@ -8,6 +8,13 @@ the SQL ``GLOB`` clause (list, search), so what a rule hides it also refuses.
 
 A tool is denied when a ``deny`` rule matches it and no ``allow`` rule does; then every guard
 may veto a call by returning a reason (a string) or ``False``.
+
+A rule that cannot do what it says is never accepted silently (a deny rule that matches
+nothing allows everything). One that no tool could ever match (``bogus rule``: a space is in no
+tool name) is a ``PolicyError`` when it is parsed. Against a catalog (``check_rules``), a bare
+name that matches no tool but names a tag or a toolkit (``destructive`` for
+``tag:destructive``) is an error too, and any other rule that matches no tool today is a
+warning naming it: a tool of that name may be registered later.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from ..definitions.names import TOOL_NAME_RE, TOOLKIT_NAME_RE
 from ..errors import PolicyError
 
 if TYPE_CHECKING:  # list mode builds no models: a policy reaches it as SQL only
@@ -26,7 +34,10 @@ if TYPE_CHECKING:  # list mode builds no models: a policy reaches it as SQL only
 Guard = Callable[["RegisteredTool", dict[str, Any]], "str | bool | None"]
 
 MAX_RULE_LENGTH = 200
+MAX_NAME_LENGTH = 64  # of a tool, a toolkit and a tag (names.py, models.MAX_TAG_LENGTH)
 _FIELDS = {"tag": "tag", "toolkit": "toolkit"}
+_NAME_CHARS = "letters, digits, '_' and '-'"
+_TOOLKIT_CHARS = "lower-case letters, digits, '_' and '-'"
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,8 @@ def parse_rule(rule: str) -> Rule:
     """Parse one rule.
 
     Raises:
-        PolicyError: An empty or over-long rule, an unknown ``prefix:``, an unclosed ``[``.
+        PolicyError: An empty or over-long rule, an unknown ``prefix:``, an unclosed ``[``,
+            or a pattern no tool could match (a character no tool or toolkit name holds).
     """
     if not isinstance(rule, str):
         raise PolicyError(f"policy rule {rule!r} is not a string")
@@ -88,23 +100,81 @@ def parse_rule(rule: str) -> Rule:
             raise PolicyError(f"policy rule {rule!r} has nothing after {prefix + ':'!r}")
     else:
         field, pattern = ("id" if "." in rule else "name"), rule
-    glob, regex = _translate(pattern, rule)
+    pieces = _pieces(pattern, rule)
+    _check_can_match(rule, field, pieces)
+    glob = "".join(piece.glob for piece in pieces)
+    regex = "".join(piece.regex for piece in pieces)
     return Rule(rule, field, glob, re.compile(regex, re.DOTALL))
 
 
-def _translate(pattern: str, rule: str) -> tuple[str, str]:
-    """SQLite GLOB text and the equivalent Python regex for ``pattern``."""
-    glob: list[str] = []
-    regex: list[str] = []
+@dataclass(frozen=True)
+class _Piece:
+    """One element of a pattern: ``*``, ``?``, a ``[...]`` class or a literal character."""
+
+    glob: str
+    regex: str
+    literal: str | None = None  # the character, for a literal
+    width: int = 1  # characters it takes (``*``: 0 or more)
+
+
+def _check_can_match(rule: str, field: str, pieces: list[_Piece]) -> None:
+    """Refuse a pattern no name of its field could match: too long, or a character (or a
+    ``[...]`` class) that no tool or toolkit name holds."""
+    longest = MAX_NAME_LENGTH * 2 + 1 if field == "id" else MAX_NAME_LENGTH  # toolkit.name
+    if sum(piece.width for piece in pieces) > longest:
+        raise PolicyError(
+            f"policy rule {rule!r} cannot match any {field}: names have at most "
+            f"{MAX_NAME_LENGTH} characters"
+        )
+    if field == "tag":
+        return  # a tag may hold any character
+    parts: list[tuple[str, list[_Piece]]] = [(field, pieces)]
+    if field == "id":
+        dots = [i for i, piece in enumerate(pieces) if piece.literal == "."]
+        if len(dots) > 1:
+            raise PolicyError(
+                f"policy rule {rule!r} cannot match any tool: a tool id (toolkit.name) has "
+                "one '.'; use tag:, toolkit:, a tool id or a tool name"
+            )
+        if dots:
+            parts = [("toolkit", pieces[: dots[0]]), ("name", pieces[dots[0] + 1 :])]
+    for part, found in parts:
+        allowed, chars = (
+            (TOOLKIT_NAME_RE, _TOOLKIT_CHARS) if part == "toolkit" else (TOOL_NAME_RE, _NAME_CHARS)
+        )
+        for piece in found:
+            if piece.literal is not None and not allowed.fullmatch(piece.literal):
+                problem = f"{piece.literal!r} is in no {_NOUN[part]}"
+            elif piece.regex.startswith("[") and not any(
+                re.fullmatch(piece.regex, c) for c in _ALPHABET[part]
+            ):
+                problem = f"{piece.glob!r} matches no character of a {_NOUN[part]}"
+            else:
+                continue
+            raise PolicyError(
+                f"policy rule {rule!r} cannot match any tool: {problem} ({chars}); "
+                "use tag:PATTERN, toolkit:PATTERN, a tool id (toolkit.name) or a tool name"
+            )
+
+
+_NOUN = {"toolkit": "toolkit name", "name": "tool name", "id": "tool id"}
+_ALPHABET = {
+    "toolkit": "abcdefghijklmnopqrstuvwxyz0123456789_-",
+    "name": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-",
+    "id": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.",
+}
+
+
+def _pieces(pattern: str, rule: str) -> list[_Piece]:
+    """``pattern`` as pieces, each in SQLite GLOB text and the equivalent Python regex."""
+    pieces: list[_Piece] = []
     i = 0
     while i < len(pattern):
         c = pattern[i]
         if c == "*":
-            glob.append("*")
-            regex.append(".*")
+            pieces.append(_Piece("*", ".*", width=0))
         elif c == "?":
-            glob.append("?")
-            regex.append(".")
+            pieces.append(_Piece("?", "."))
         elif c == "[":
             j = i + 1
             negate = j < len(pattern) and pattern[j] in "^!"
@@ -118,7 +188,6 @@ def _translate(pattern: str, rule: str) -> tuple[str, str]:
             if j >= len(pattern):
                 raise PolicyError(f"policy rule {rule!r}: '[' at position {i + 1} is not closed")
             body = pattern[start:j]
-            glob.append("[" + ("^" if negate else "") + body + "]")
             parts: list[str] = []
             k = 0
             while k < len(body):
@@ -131,13 +200,13 @@ def _translate(pattern: str, rule: str) -> tuple[str, str]:
                 else:
                     parts.append(re.escape(body[k]))
                     k += 1
-            regex.append("[" + ("^" if negate else "") + "".join(parts) + "]")
+            mark = "^" if negate else ""
+            pieces.append(_Piece(f"[{mark}{body}]", f"[{mark}{''.join(parts)}]"))
             i = j
         else:
-            glob.append(c)
-            regex.append(re.escape(c))
+            pieces.append(_Piece(c, re.escape(c), literal=c))
         i += 1
-    return "".join(glob), "".join(regex)
+    return pieces
 
 
 def rule_matches(rule: str, tool: RegisteredTool) -> bool:
@@ -219,3 +288,39 @@ class Policy:
             if isinstance(verdict, str):
                 return f"guard {name} refused the call to {tool.id!r}: {verdict}"
         return None
+
+
+def check_rules(
+    policy: Policy,
+    matches_a_tool: Callable[[Rule], bool],
+    other_name: Callable[[Rule], str | None],
+) -> list[str]:
+    """Check ``policy``'s rules against a catalog; return a warning per rule that matches no
+    tool today.
+
+    Args:
+        policy: The rules to check.
+        matches_a_tool: Whether a rule matches any registered tool (any version).
+        other_name: For a bare tool-name rule, the prefixed rule it may have meant
+            (``tag:destructive``, ``toolkit:files``) when its pattern matches a tag or a
+            toolkit name; ``None`` otherwise.
+
+    Raises:
+        PolicyError: A bare tool-name rule matches no tool but does match a tag or a toolkit
+            name: it was almost certainly meant as one, and as written it allows everything.
+    """
+    warnings: list[str] = []
+    for side, rules in (("deny", policy.deny), ("allow", policy.allow)):
+        for text in dict.fromkeys(rules):
+            rule = parse_rule(text)
+            if matches_a_tool(rule):
+                continue
+            meant = other_name(rule) if rule.field == "name" else None
+            if meant is not None:
+                raise PolicyError(
+                    f"{side} rule {text!r} matches no tool name but matches a "
+                    f"{meant.partition(':')[0]}: write {meant!r} (or '*.{text}' for a tool "
+                    "of that name still to be registered)"
+                )
+            warnings.append(f"{side} rule {text!r} matches no tool in this catalog")
+    return warnings

@@ -14,6 +14,15 @@ implementation runs ``COMMAND`` with the host's rights on its tool's first call,
 catalog opened with ``trust_any_module`` may register one; a manifest or a ``Toolkit`` built
 in code may not.
 
+Reading this process's environment is trusted the same way: a forwarding implementation
+(``openapi+http:``, ``mcp+http:``) whose headers (or a stdio server's env and cwd) hold
+``${NAME}`` references sends the values of those variables to a URL the implementation names.
+Only an import the admin typed (``register --openapi/--mcp-http --header``, ``--mcp-stdio
+--env``), recorded as such by the path the registration took (``store.writer`` writes the
+toolkit's ``kind``), or a catalog opened with ``trust_any_module`` may resolve them; a
+manifest or a ``Toolkit`` built in code that holds one is refused
+(``toolcat.remote.secrets``, which can read the implementations; ``IMPORT_KINDS`` here).
+
 The same rules hold at registration (``registry/``) and again at call time (``runtime/``),
 so a catalog row edited behind toolcat's back cannot point a tool elsewhere.
 """
@@ -97,9 +106,13 @@ def command_problem(implementation: str | None) -> str | None:
     )
 
 
+IMPORT_KINDS = frozenset({"mcp", "openapi"})  # toolkit kinds whose references the admin typed
+
+
 def check_import_roots(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
     """Refuse a batch in which any Python implementation has no acceptable import root, or
-    any implementation starts a command (``command_problem``).
+    any implementation starts a command (``command_problem``). Forwarding implementations
+    that read this process's environment are refused by ``toolcat.remote.secrets``.
 
     Raises:
         ManifestError: Every such implementation (up to the usual bound), naming file,

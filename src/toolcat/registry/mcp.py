@@ -174,17 +174,25 @@ def drift(
     return problems, added
 
 
-def check_remote(tools: Iterable[RegisteredTool]) -> list[dict[str, Any]]:
+def check_remote(tools: Iterable[RegisteredTool], *, trusted: bool) -> list[dict[str, Any]]:
     """``Catalog.check`` for tools imported from MCP servers: contact each server once and
     report, per tool, whether its definition there still matches the registered one, plus the
-    tools the server added since (``{"id", "ok", "problems", "change"}``)."""
+    tools the server added since (``{"id", "ok", "problems", "change"}``). A tool that would
+    send this process's environment without being an import (``toolcat.remote.secrets``) is
+    reported, its server not contacted, unless the catalog is ``trusted`` (trusts any
+    module)."""
     from ..errors import ImportFailedError
     from ..remote.mcp import parse_implementation
+    from ..remote.secrets import call_secret_problem
 
     by_server: dict[Endpoint, dict[str, RemoteTool]] = {}
     toolkits: dict[Endpoint, str] = {}
     report: list[dict[str, Any]] = []
     for tool in tools:
+        refused = call_secret_problem(tool.implementation, tool.kind, trusted)
+        if refused:
+            report.append({"id": tool.id, "ok": False, "problems": [f"refused: {refused}"]})
+            continue
         try:
             remote = parse_implementation(tool.implementation or "")
         except ImportFailedError as e:

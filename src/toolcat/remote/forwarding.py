@@ -23,6 +23,13 @@ def _openapi(spec: str, tool_id: str) -> Callable[..., Any]:
     return operation_tool(spec)  # type: ignore[no-any-return]
 
 
+def _refusal(spec: str, kind: str | None) -> str | None:
+    from .secrets import call_secret_problem
+
+    return call_secret_problem(spec, kind, trusted=False)
+
+
 def install() -> None:
     remote.register(MCP_PREFIX, _mcp)
     remote.register(OPENAPI_PREFIX, _openapi)
+    remote.refuse_with(_refusal)

@@ -156,6 +156,9 @@ class Runtime:
         """The callable, checked against the toolkit's import root (``toolcat.policy.trust``)."""
         if self.trust_any_module:
             return as_callable(load(tool.implementation, tool.id))
+        problem = remote.refusal(tool.implementation or "", tool.kind)
+        if problem:  # refused before anything is resolved or sent
+            raise ToolDeniedError(f"tool {tool.id!r} refused: {problem}")
         return as_callable(load(tool.implementation, tool.id, root=tool.module))
 
     def call(

@@ -22,11 +22,27 @@ class Forwarder(Protocol):
 
 
 _forwarders: dict[str, Forwarder] = {}
+# Why a toolkit of this kind may not call this forwarded implementation (it would send this
+# process's environment), or None: ``toolcat.remote.secrets`` installs it with the forwarders.
+def _refusal(spec: str, kind: str | None) -> str | None:
+    return None
+
 
 
 def register(prefix: str, forwarder: Forwarder) -> None:
     """Forward implementations that start with ``prefix`` through ``forwarder``."""
     _forwarders[prefix] = forwarder
+
+
+def refuse_with(check: Callable[[str, str | None], str | None]) -> None:
+    """Ask ``check(spec, toolkit kind)`` before a forwarded implementation is first called."""
+    global _refusal
+    _refusal = check  # type: ignore[assignment]
+
+
+def refusal(spec: str, kind: str | None) -> str | None:
+    """Why a toolkit of ``kind`` may not call ``spec``, or ``None``."""
+    return _refusal(spec, kind) if forwarder(spec) is not None else None
 
 
 def forwarder(spec: str) -> Forwarder | None:

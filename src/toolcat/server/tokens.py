@@ -71,6 +71,10 @@ class Tokens:
                 found = principal
         return found
 
+    def principals(self) -> list[Principal]:
+        """Every principal, in the file's order."""
+        return [principal for _, principal in self._entries]
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -116,8 +120,9 @@ def load_tokens(path: Path) -> Tokens:
                     f"{where}: principal {name!r}: '{key}' must be a list of strings"
                 )
             lists[key] = tuple(value)
-        try:  # a bad tag rule refuses to start, not each request
+        try:  # a bad tag or policy rule refuses to start, not each request
             TagFilter.of(lists["tags"], lists["any_tags"], lists["exclude_tags"])
+            policy = Policy.of(allow=lists["allow"], deny=lists["deny"])
         except ToolcatError as e:
             raise TokensFileError(f"{where}: principal {name!r}: {e}") from e
         names.add(name)
@@ -128,7 +133,7 @@ def load_tokens(path: Path) -> Tokens:
             tags=lists["tags"],
             any_tags=lists["any_tags"],
             exclude_tags=lists["exclude_tags"],
-            policy=Policy.of(allow=lists["allow"], deny=lists["deny"]),
+            policy=policy,
         )
         entries.append((token, Principal(name, scope)))
     if len(unset) == 1:

@@ -186,6 +186,64 @@ def m004_scale(db: Any) -> None:
     recount(db.conn)
 
 
+@migration
+def m005_kind(db: Any) -> None:
+    """Each toolkit version records the path its registration took (``kind``: ``manifest``,
+    ``python``, ``mcp`` or ``openapi``), written by the writer from the API entry point. What
+    a toolkit may do (take over another kind, resolve ``${NAME}`` references: see
+    ``toolcat.remote.secrets``) follows it, never the toolkit's own tags or file name.
+
+    Versions registered before it are classified once, from what older toolcats stored:
+    no source is Python code; ``MCP server '<target>'`` is an MCP import when every tool
+    forwards to that target; ``OpenAPI document ...`` (or, older still, a document path with
+    the ``openapi`` tag every import added) is an OpenAPI import when every tool is an
+    ``openapi+http:`` operation; anything else is a manifest. A manifest registered before
+    this migration that imitated an import that closely is read as one: re-register such a
+    toolkit with ``--replace`` if you did not write it.
+    """
+    db.execute("ALTER TABLE toolkits ADD COLUMN kind TEXT NOT NULL DEFAULT 'manifest'")
+    rows = db.execute("SELECT id, source, tags FROM toolkits").fetchall()
+    for toolkit_id, source, tags in rows:
+        implementations = [
+            _implementation(definition)
+            for (definition,) in db.execute(
+                "SELECT definition FROM tools WHERE toolkit_id = ?", (toolkit_id,)
+            ).fetchall()
+        ]
+        kind = _legacy_kind(source, tags, implementations)
+        db.execute("UPDATE toolkits SET kind = ? WHERE id = ?", (kind, toolkit_id))
+
+
+def _implementation(definition: Any) -> str:
+    try:
+        found = json.loads(definition).get("implementation")
+    except (TypeError, ValueError, AttributeError):
+        return ""
+    return found if isinstance(found, str) else ""
+
+
+def _legacy_kind(source: Any, tags: Any, implementations: list[str]) -> str:
+    """The kind of a version registered before ``m005_kind`` (see there)."""
+    if source is None:
+        return "python"
+    if not isinstance(source, str) or not implementations:
+        return "manifest"
+    for transport in ("stdio", "http"):
+        for target in {i.partition(":")[2].rpartition("#")[0] for i in implementations}:
+            if source == f"MCP server {target!r}" and all(
+                i.startswith(f"mcp+{transport}:{target}#") for i in implementations
+            ):
+                return "mcp"
+    if all(i.startswith("openapi+http:") for i in implementations):
+        try:
+            tagged = "openapi" in json.loads(tags)
+        except (TypeError, ValueError):
+            tagged = False
+        if source.startswith("OpenAPI document ") or tagged:
+            return "openapi"
+    return "manifest"
+
+
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ..models import RegisteredTool, ToolkitVersion
-    from ..policy.rules import Policy
+    from ..policy.rules import Policy, Rule
 
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "
-    "k.module"
+    "k.module, k.kind"
 )
 TOOL_FROM = "tools t JOIN toolkits k ON k.id = t.toolkit_id"
 # A lookup by name starts from the name index (NOCASE: an exact match is checked on top)
@@ -232,9 +232,11 @@ def _checked_row(row: tuple[Any, ...]) -> str:
             f"tool row {_id}: name {name!r:.40}, toolkit {toolkit!r:.40} and version "
             f"{version!r:.40} must be text"
         )
-    module = row[8]
+    module, kind = row[8:10]
     if module is not None and not isinstance(module, str):
         raise CatalogDamagedError(f"toolkit {toolkit!r}: its module is {module!r:.40}")
+    if not isinstance(kind, str):
+        raise CatalogDamagedError(f"toolkit {toolkit!r}: its kind is {kind!r:.40}")
     return f"{toolkit}.{name}"
 
 
@@ -264,7 +266,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
     """
     from ..models import RegisteredTool, ToolAnnotations
 
-    definition, deprecated, module = row[6:]
+    definition, deprecated, module, kind = row[6:10]
     data = decode_definition(definition, _checked_row(row))
     annotations = data.get("annotations")
     get = data.get
@@ -282,6 +284,7 @@ def row_to_tool(row: tuple[Any, ...]) -> RegisteredTool:
         max_result_bytes=get("max_result_bytes"),
         deprecated=bool(deprecated),
         module=module,
+        kind=kind,
     )
     return construct(RegisteredTool, values)
 
@@ -525,3 +528,21 @@ def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list
     else:
         rows = find_rows(conn, candidate, nocase=True, filters=filters)
     return [row[0] for row in rows]
+
+
+def rule_matches_a_tool(conn: sqlite3.Connection, rule: Rule) -> bool:
+    """Whether ``rule`` matches any registered tool, of any version."""
+    sql, value = rule.sql()
+    return (
+        conn.execute(f"SELECT 1 FROM tools t WHERE {sql} LIMIT 1", (value,)).fetchone() is not None
+    )
+
+
+def rule_meant(conn: sqlite3.Connection, rule: Rule) -> str | None:
+    """``tag:PATTERN`` or ``toolkit:PATTERN`` when ``rule``'s pattern matches a tag or a
+    toolkit name (what a bare tool-name rule that matches no tool was likely meant as)."""
+    if conn.execute("SELECT 1 FROM tool_tags WHERE tag GLOB ? LIMIT 1", (rule.glob,)).fetchone():
+        return f"tag:{rule.text}"
+    if conn.execute("SELECT 1 FROM toolkits WHERE name GLOB ? LIMIT 1", (rule.glob,)).fetchone():
+        return f"toolkit:{rule.text}"
+    return None

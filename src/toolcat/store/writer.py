@@ -341,68 +341,53 @@ def _stored_toolkit(
     ]
 
 
-MCP_SOURCE = "MCP server "  # how str(Endpoint) starts
-OPENAPI_SOURCE = "OpenAPI document "
+KINDS = ("manifest", "python", "mcp", "openapi")
 
 
-def source_kind(source: str | None, tags: Sequence[str], implementations: Iterable[Any]) -> str:
-    """Where a toolkit version came from, from what its row records: ``manifest``, ``Python
-    code`` (a module, a plugin or a ``Toolkit`` built in code: no source file), ``MCP server``
-    or ``OpenAPI document`` (older imports stored the document's path: told apart by their
-    implementations and the ``openapi`` tag every import adds)."""
-    if source is None:
-        return "Python code"
-    if source.startswith(MCP_SOURCE):
-        return "MCP server"
-    if source.startswith(OPENAPI_SOURCE):
-        return "OpenAPI document"
-    found = list(implementations)
-    if "openapi" in tags and found and all(str(i or "").startswith("openapi+http:") for i in found):
-        return "OpenAPI document"
-    return "manifest"
+def entry_kind(kind: str | None, source: str | None) -> str:
+    """The kind a registration records: ``kind`` as the entry point gave it, or for
+    ``Catalog.register`` (``None``) a manifest when the toolkit was read from a file and
+    Python code when it came as a ``Toolkit`` object (which has no file)."""
+    if kind is not None:
+        return kind
+    return "manifest" if source is not None else "python"
 
 
-def stored_source(conn: sqlite3.Connection, name: str) -> tuple[str, str | None] | None:
+def stored_kind(conn: sqlite3.Connection, name: str) -> tuple[str, str | None] | None:
     """(kind, source) of the version of ``name`` registered last; ``None`` if there is none."""
     row = conn.execute(
-        "SELECT id, source, tags FROM toolkits WHERE name = ? ORDER BY id DESC LIMIT 1", (name,)
+        "SELECT kind, source FROM toolkits WHERE name = ? ORDER BY id DESC LIMIT 1", (name,)
     ).fetchone()
     if row is None:
         return None
-    implementations = [
-        decode_definition(definition, f"{name}.{tool}").get("implementation")
-        for tool, definition in conn.execute(
-            "SELECT name, definition FROM tools WHERE toolkit_id = ?", (row[0],)
-        )
-    ]
+    if row[0] not in KINDS:
+        raise CatalogDamagedError(f"toolkit {name!r}: its kind is {row[0]!r:.40}")
     if row[1] is not None and not isinstance(row[1], str):
         raise CatalogDamagedError(f"toolkit {name!r}: its source is {row[1]!r:.40}")
-    tags = decode_tags(row[2], f"toolkit {name!r}")
-    return source_kind(row[1], tags, implementations), row[1]
+    return row[0], row[1]
 
 
-def _check_source_kind(conn: sqlite3.Connection, toolkit: Toolkit, source: str | None) -> None:
-    stored = stored_source(conn, toolkit.name)
+def _check_source_kind(conn: sqlite3.Connection, toolkit: Toolkit, kind: str) -> None:
+    stored = stored_kind(conn, toolkit.name)
     if stored is None:
         return
     old_kind, old_source = stored
-    new_kind = source_kind(source, toolkit.tags, (t.implementation for t in toolkit.tools))
-    if old_kind != new_kind:
+    if old_kind != kind:
         came = _KIND_PHRASE[old_kind]
         if old_kind == "manifest" and old_source:
             came += f" ({old_source})"
         raise SourceKindError(
             f"toolkit {toolkit.name!r} comes from {came}, this registration from "
-            f"{_KIND_PHRASE[new_kind]}; pass --replace (replace=True) to let it take the "
+            f"{_KIND_PHRASE[kind]}; pass --replace (replace=True) to let it take the "
             "toolkit over"
         )
 
 
 _KIND_PHRASE = {
     "manifest": "a manifest",
-    "Python code": "Python code",
-    "MCP server": "an MCP server",
-    "OpenAPI document": "an OpenAPI document",
+    "python": "Python code",
+    "mcp": "an MCP server",
+    "openapi": "an OpenAPI document",
 }
 
 
@@ -415,6 +400,7 @@ def register(
     *,
     replace: bool,
     change_kind: bool | None = None,
+    kind: str | None = None,
 ) -> list[RegistrationResult]:
     """Register ``(toolkit, source)`` pairs in one transaction (``register_stream``).
 
@@ -427,6 +413,7 @@ def register(
         ((toolkit, source, rows_of(toolkit)) for toolkit, source in batch),
         replace=replace,
         change_kind=change_kind,
+        kind=kind,
     )
 
 
@@ -437,6 +424,7 @@ def register_stream(
     replace: bool,
     change_kind: bool | None = None,
     check: Callable[[Toolkit, str | None], None] | None = None,
+    kind: str | None = None,
 ) -> list[RegistrationResult]:
     """Register toolkits as they come, in one transaction: all of them or none.
 
@@ -449,9 +437,11 @@ def register_stream(
     different content, then the first conflict with the catalog. Any of them leaves the
     catalog as it was.
 
-    A toolkit's source kind (``source_kind``) never changes silently: a version from another
-    kind than the one registered last is a ``VersionConflictError`` unless ``change_kind``
-    (by default ``replace``) allows it.
+    Each version records its ``kind``: what the entry point says the registration is
+    (``mcp``, ``openapi``), or with ``None`` (``Catalog.register``) ``entry_kind``'s
+    manifest-or-Python. It never comes from the toolkit's content or file name, and never
+    changes silently: a version of another kind than the one registered last is a
+    ``VersionConflictError`` unless ``change_kind`` (by default ``replace``) allows it.
     """
     if change_kind is None:
         change_kind = replace
@@ -479,7 +469,9 @@ def register_stream(
             if problems or refused or twice or conflict:
                 continue  # nothing more is written; the rest is still checked
             try:
-                result = _register_one(conn, toolkit, source, made, replace, change_kind)
+                result = _register_one(
+                    conn, toolkit, source, made, entry_kind(kind, source), replace, change_kind
+                )
             except ToolcatError as e:  # raised below unless a problem above outranks it
                 conflict = e
                 continue
@@ -500,6 +492,7 @@ def _register_one(
     toolkit: Toolkit,
     source: str | None,
     made: ToolkitRows,
+    kind: str,
     replace: bool,
     change_kind: bool,
 ) -> RegistrationResult:
@@ -509,7 +502,7 @@ def _register_one(
     ]
     status = "added"
     if not change_kind and not (existing and existing[0][2] == digest):
-        _check_source_kind(conn, toolkit, source)
+        _check_source_kind(conn, toolkit, kind)
     if existing:
         row_id, version, old_digest, _deprecated = existing[0]
         if old_digest == digest:
@@ -523,7 +516,7 @@ def _register_one(
             )
         conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
         status = "replaced"
-    toolkit_id, first_tool_id = _insert(conn, toolkit, made, source)
+    toolkit_id, first_tool_id = _insert(conn, toolkit, made, source, kind)
     refresh_active(conn, toolkit.name, (toolkit_id, toolkit, first_tool_id, made))
     return _result(toolkit, status, 0)
 
@@ -585,7 +578,7 @@ def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
 
 
 def _insert(
-    conn: sqlite3.Connection, toolkit: Toolkit, rows: ToolkitRows, source: str | None
+    conn: sqlite3.Connection, toolkit: Toolkit, rows: ToolkitRows, source: str | None, kind: str
 ) -> tuple[int, int]:
     """Insert a toolkit version's rows; returns (toolkit row id, first tool row id).
 
@@ -593,7 +586,7 @@ def _insert(
     for JSON) cost a fifth of a bulk registration, and importing it 0.16 s per CLI call."""
     toolkit_id: int = conn.execute(
         "INSERT INTO toolkits (name, version, description, tags, defer_loading, module, "
-        "content_hash, source, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "content_hash, source, kind, registered_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             toolkit.name,
             toolkit.version,
@@ -603,6 +596,7 @@ def _insert(
             toolkit.module,
             rows.digest,
             source,
+            kind,
             datetime.now(timezone.utc).isoformat(timespec="seconds"),
         ),
     ).lastrowid  # type: ignore[assignment]
