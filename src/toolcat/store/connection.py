@@ -124,17 +124,13 @@ class CatalogConnection(sqlite3.Connection):
     def cursor(self, factory: Any = CatalogCursor) -> Any:  # execute() goes through here
         return super().cursor(factory)
 
+    # ``sqlite3.Connection.execute`` makes a plain cursor, whose fetches would not
+    # translate a damaged page met mid-query: go through ``cursor()``.
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        try:
-            return super().execute(sql, parameters)
-        except sqlite3.DatabaseError as e:
-            raise translated(e, self.path) from e
+        return self.cursor().execute(sql, parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any:
-        try:
-            return super().executemany(sql, parameters)
-        except sqlite3.DatabaseError as e:
-            raise translated(e, self.path) from e
+        return self.cursor().executemany(sql, parameters)
 
 
 def rollback_quietly(conn: sqlite3.Connection) -> None:
