@@ -67,49 +67,59 @@ def environment_error(error: BaseException, path: str | os.PathLike[str]) -> Cat
     return CatalogError(f"catalog {str(path)!r} {text}")
 
 
-def translated(error: BaseException, path: str | os.PathLike[str]) -> BaseException:
-    """``error`` as a ``CatalogError`` when the file or the machine caused it."""
-    return environment_error(error, path) or error
+def translated(
+    error: BaseException, path: str | os.PathLike[str], replica: bool = False
+) -> BaseException:
+    """``error`` as a ``CatalogError`` when the file or the machine caused it (a damaged
+    replica's copy with the advice for a replica)."""
+    found = environment_error(error, path) or error
+    if replica and isinstance(found, CatalogDamagedError):
+        return found.of_replica()
+    return found
 
 
 class CatalogCursor(sqlite3.Cursor):
     """A cursor whose environmental failures (mid-query too) become ``CatalogError``."""
 
+    def _translated(self, error: sqlite3.DatabaseError) -> BaseException:
+        conn: Any = self.connection
+        return translated(error, conn.path, conn.replica_of is not None)
+
     def execute(self, sql: str, parameters: Any = (), /) -> CatalogCursor:
         try:
             return super().execute(sql, parameters)
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def executemany(self, sql: str, seq: Iterable[Any], /) -> CatalogCursor:
         try:
             return super().executemany(sql, seq)
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def fetchone(self) -> Any:
         try:
             return super().fetchone()
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def fetchmany(self, size: int | None = 1) -> list[Any]:
         try:
             return super().fetchmany(size)
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def fetchall(self) -> list[Any]:
         try:
             return super().fetchall()
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def __next__(self) -> Any:
         try:
             return super().__next__()
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
 
 class CatalogConnection(sqlite3.Connection):
@@ -227,6 +237,14 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+    except CatalogDamagedError as e:
+        if conn is not None:
+            conn.close()
+        # Too damaged to say whether it is a replica: a state file beside it makes it
+        # likely, and only changes the advice.
+        if os.path.lexists(state_path(path)):
+            raise e.of_replica() from e
+        raise
     except CatalogError:
         if conn is not None:
             conn.close()

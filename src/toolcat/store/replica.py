@@ -252,8 +252,10 @@ class Follower:
         self._child: Any = None  # the Litestream process running now (subprocess.Popen)
         self._closed = False
         self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
+        self._damage: str | None = None  # what is wrong with it, until restored again
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.state: dict[str, Any] = self._own_state()
+        self.state: dict[str, Any] = {"primary": self.primary}
+        self.state = self._own_state()
         self._save()
 
     def _own_state(self) -> dict[str, Any]:
@@ -285,7 +287,7 @@ class Follower:
                 f"replica of {self.primary}; move it away, or give the replica its own file"
             )
         if state is None or not self._copy_intact():
-            return fresh
+            return {**fresh, "error": self._damage}
         return state
 
     @property
@@ -310,8 +312,9 @@ class Follower:
             return True
         problem = copy_problem(self.path, self.primary)
         if problem is not None:
-            self.state["error"] = f"the served copy is damaged ({problem}): restoring it again"
-            logger.warning("replica %s: %s", self.path, self.state["error"])
+            self._damage = f"the served copy is damaged ({problem}): restoring it again"
+            self.state["error"] = self._damage
+            logger.warning("replica %s: %s", self.path, self._damage)
             return False
         self._copy = seen
         return True
@@ -351,6 +354,7 @@ class Follower:
         os.replace(self.incoming, self.path)  # atomic: readers see the old or the new file
         info = os.stat(self.path)
         self._copy = (info.st_ino, info.st_size, info.st_mtime_ns)
+        self._damage = None
         self.state.update(txid=newest, revision=revision, applied_at=time.time(), error=None)
         self.state.pop("pending_since", None)
         self._save()
@@ -377,7 +381,8 @@ class Follower:
             _kill(child)
 
     def _failed(self, error: CatalogError) -> bool:
-        self.state["error"] = printable(str(error))
+        said = printable(str(error))
+        self.state["error"] = f"{self._damage}; {said}" if self._damage else said
         self._save()
         with contextlib.suppress(OSError):
             self.incoming.unlink()
@@ -510,7 +515,10 @@ def marker_of(path: Path) -> str | None:
 
 def copy_problem(path: Path, primary: str) -> str | None:
     """What is wrong with a served copy (``quick_check``, its marker); None when sound."""
-    if marker_of(path) != primary:
+    marked = marker_of(path)
+    if marked is None:
+        return "it cannot be read as a catalog"
+    if marked != primary:
         return "it names no primary, or another"
     try:
         conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
