@@ -91,7 +91,7 @@ def check_source(url: str) -> str:
             f"--replica-of must start with {', '.join(f'{s}://' for s in SCHEMES)}, not "
             f"{redacted(url)!r}"
         )
-    if parts.scheme == "file" and not parts.path.startswith("/"):
+    if parts.scheme == "file" and (parts.netloc not in ("", "localhost") or parts.path[:1] != "/"):
         raise CatalogError("--replica-of file:// needs an absolute path (file:///path)")
     if parts.scheme != "file" and not parts.hostname:
         raise CatalogError(f"--replica-of {parts.scheme}:// needs a bucket (s3://bucket/path)")
