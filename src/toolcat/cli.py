@@ -1094,6 +1094,10 @@ def serve(
         else:
             raise click.UsageError("give --token or --tokens, not both")
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
+    if replica_of:  # SIGTERM unwinds (stopping Litestream's children) until uvicorn takes it
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     follower = first_revision(ctx, replica_of, replica_wait) if replica_of else None
     if follower is not None:
         ctx.call_on_close(follower.close)  # its Litestream child stops with it

@@ -416,6 +416,9 @@ class Follower:
             raise CatalogError(
                 f"litestream {args[0]} took over {timeout:.0f} s at {self.primary}"
             ) from e
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C): the child stops with us
+            _kill(child)
+            raise
         finally:
             self._child = None
         if child.returncode != 0:
