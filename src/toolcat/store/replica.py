@@ -1,7 +1,7 @@
 """A read replica's copy of the primary's catalog, kept up to date by Litestream.
 
 The primary is an ordinary catalog file that ``litestream replicate`` streams to object
-storage (S3-compatible, SFTP, a folder). A replica never writes to that stream and never
+storage (S3-compatible, GCS, Azure, a folder). A replica never writes to that stream and never
 speaks a protocol of ours: ``Follower.sync`` lists what Litestream published
 (``litestream ltx``), and when there is a newer transaction it restores exactly that one
 into a fresh file beside the served one (``litestream restore -txid``), checks it (SQLite's
