@@ -1400,9 +1400,9 @@ class Catalog:
 
             info = {"path": str(self.path), **reindexing.status(conn, self._search)}
         if self.replica_of is not None:
-            from .store import replica, replica_state
+            from .store import replica
 
-            info["replica"] = replica.health(replica_state.read_state(self.path))
+            info["replica"] = replica.health(replica.read_state(self.path))
         return info
 
 

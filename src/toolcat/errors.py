@@ -196,18 +196,26 @@ class CatalogDamagedError(CatalogError):
     """Something stored in the catalog cannot be read: a damaged page, or a table, a meta
     value or a row edited by hand. ``path`` names the file once it is known."""
 
-    def __init__(self, reason: str, path: str | None = None) -> None:
+    def __init__(self, reason: str, path: str | None = None, *, replica: bool = False) -> None:
         self.reason = " ".join(reason.split())
         self.path = path
+        self.replica = replica
         where = f"catalog {path!r}" if path else "the catalog"
-        super().__init__(
-            f"{where} is damaged ({self.reason}); restore a backup, or register the toolkits "
-            "again into a new file"
+        advice = (
+            "it is a replica's copy: `toolcat serve --replica-of` restores it again by itself "
+            "(or delete the file and start the replica again)"
+            if replica
+            else "restore a backup, or register the toolkits again into a new file"
         )
+        super().__init__(f"{where} is damaged ({self.reason}); {advice}")
 
     def at(self, path: str) -> CatalogDamagedError:
         """The same error, naming the catalog file (unchanged when it already names one)."""
-        return self if self.path else CatalogDamagedError(self.reason, path)
+        return self if self.path else CatalogDamagedError(self.reason, path, replica=self.replica)
+
+    def of_replica(self) -> CatalogDamagedError:
+        """The same error, with the advice for a replica's copy."""
+        return self if self.replica else CatalogDamagedError(self.reason, self.path, replica=True)
 
 
 class ImportFailedError(ToolcatError):

@@ -15,7 +15,7 @@ import pytest
 
 from tests.helpers import ROOT, SAMPLE_TOOLKITS
 from toolcat import Catalog, ReadOnlyReplicaError
-from toolcat.store import replica, replica_state
+from toolcat.store import replica
 from toolcat.store.replica import Follower
 
 LITESTREAM = shutil.which("litestream") or shutil.which(
@@ -160,28 +160,40 @@ def test_an_unreachable_store_keeps_the_copy_and_says_how_stale(
         assert copy.list(limit=1).tools  # still serving its revision
 
 
+def failing_litestream(folder: Path) -> str:
+    """A ``litestream`` that fails repeating its arguments, the URL among them."""
+    fake = folder / "litestream"
+    fake.write_text('#!/bin/sh\necho "error: cannot open $*" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    return str(fake)
+
+
+SECRET_URL = "s3://deploy:hunter2@127.0.0.1:2222/catalog?endpoint=http://k:topsecret@x"
+
+
 def test_a_replica_stores_no_password(tmp_path: Path) -> None:
-    url = "sftp://deploy:hunter2@127.0.0.1:2222/catalog"
-    follower = Follower(tmp_path / "catalog.db", url, litestream=str(LITESTREAM))
+    follower = Follower(
+        tmp_path / "catalog.db", SECRET_URL, litestream=failing_litestream(tmp_path)
+    )
     assert follower.sync() is False
-    stored = replica_state.state_path(follower.path).read_text()
-    assert "hunter2" not in stored and "hunter2" not in json.dumps(replica.health(follower.state))
-    assert replica_state.primary_of(follower.path) == "sftp://deploy@127.0.0.1:2222/catalog"
+    stored = replica.state_path(follower.path).read_text()
+    for secret in ("hunter2", "deploy", "topsecret"):
+        assert secret not in stored and secret not in json.dumps(replica.health(follower.state))
+    assert follower.state["primary"] == "s3://127.0.0.1:2222/catalog?endpoint=***"
 
 
 def test_litestreams_words_never_carry_the_password(tmp_path: Path) -> None:
     """Whatever Litestream prints when it fails (here: its arguments, URL included) reaches
-    status and the health endpoint without the source's password."""
-    fake = tmp_path / "litestream"
-    fake.write_text('#!/bin/sh\necho "error: cannot open $*" >&2\nexit 1\n')
-    fake.chmod(0o755)
-    url = "sftp://deploy:hunter2@127.0.0.1:2222/catalog"
-    follower = Follower(tmp_path / "catalog.db", url, litestream=str(fake))
+    status and the health endpoint without the source's password or query values."""
+    follower = Follower(
+        tmp_path / "catalog.db", SECRET_URL, litestream=failing_litestream(tmp_path)
+    )
     assert follower.sync() is False
     error = replica.health(follower.state)["error"]
-    assert "cannot open ltx" in error and "sftp://deploy@127.0.0.1:2222/catalog" in error
-    assert "hunter2" not in error
-    assert "hunter2" not in replica_state.state_path(follower.path).read_text()
+    assert "cannot open ltx" in error and "s3://127.0.0.1:2222/catalog?endpoint=***" in error
+    for secret in ("hunter2", "topsecret"):
+        assert secret not in error
+        assert secret not in replica.state_path(follower.path).read_text()
 
 
 def test_a_replica_needs_its_own_file(primary: Primary, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ and look after usage records and the encoder cache."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,11 +19,13 @@ from .options import check_policy, json_option, open_catalog, tag_options
 from .output import emit_json, one_line, plural
 
 
-def first_revision(ctx: click.Context, source: str) -> Follower:
+def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
     """A replica's follower, once its file holds a revision: a restarted replica serves
-    its last one at once (and catches up while serving); a fresh one waits for its first."""
+    its last one at once (and catches up while serving); a fresh one waits for its first,
+    at most ``wait`` seconds."""
     import time
 
+    from ..errors import CatalogError
     from ..store.connection import default_path
     from ..store.replica import Follower
 
@@ -31,8 +34,11 @@ def first_revision(ctx: click.Context, source: str) -> Follower:
     if follower.serving:
         return follower
     said = None
+    deadline = time.monotonic() + wait
     while not follower.sync():
         error = follower.state.get("error")
+        if time.monotonic() > deadline:
+            raise CatalogError(f"no first revision from {follower.primary} in {wait:g} s: {error}")
         if error != said:
             click.echo(f"waiting for a first revision: {error}", err=True)
             said = error
@@ -90,8 +96,16 @@ def first_revision(ctx: click.Context, source: str) -> Follower:
     envvar="TOOLCAT_REPLICA_OF",
     metavar="URL",
     help="Serve --db as a read-only replica following the primary's Litestream replica at "
-    "URL (s3://bucket/path?endpoint=..., sftp://user@host/path, file:///path); env "
+    "URL (s3://bucket/path?endpoint=..., gs://, abs://, file:///path); env "
     "TOOLCAT_REPLICA_OF.",
+)
+@click.option(
+    "--replica-wait",
+    type=click.FloatRange(min=1),
+    default=300,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --replica-of: how long a fresh replica waits for its first revision.",
 )
 @click.pass_context
 def serve(
@@ -113,6 +127,7 @@ def serve(
     plain: bool,
     access_log: bool | None,
     replica_of: str | None,
+    replica_wait: float,
 ) -> None:
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
@@ -139,7 +154,13 @@ def serve(
         else:
             raise click.UsageError("give --token or --tokens, not both")
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
-    follower = first_revision(ctx, replica_of) if replica_of else None
+    if replica_of:  # SIGTERM unwinds (stopping Litestream's children) until uvicorn takes it
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    follower = first_revision(ctx, replica_of, replica_wait) if replica_of else None
+    if follower is not None:
+        ctx.call_on_close(follower.close)  # its Litestream child stops with it
     catalog = open_catalog(ctx)
     # A bad filter fails now, not per client.
     catalog.list(tags=tags, any_tags=any_tags, exclude_tags=exclude_tags, toolkit=toolkit, limit=1)
@@ -166,6 +187,7 @@ def serve(
     )
     if follower is not None:  # a replica listens once it can answer its revision at speed
         server.prepare(server.watcher.revision)
+        follower.look()  # how fresh the copy is now, not when the last process looked
     if not use_http:
         anyio.run(serve_stdio, server)
         return

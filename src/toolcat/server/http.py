@@ -7,10 +7,13 @@ names travels in the ASGI scope to the handlers, which narrow the server's scope
 Legacy sessions stay bound to the credential that opened them (the SDK answers 404 to
 another). Bodies over 4 MiB get 413.
 
-``GET /healthz`` (no token: a load balancer probes it) answers 200 with the revision served
-and, on a replica, the primary's revision, the lag and how stale the copy is; with
-``?max_stale=SECONDS`` it answers 503 once the replica has not heard from its store for
-longer, so a balancer can prefer fresher replicas without ever emptying the pool by default.
+``GET /healthz`` (a load balancer probes it without a token) answers 200 with the revision
+served and, on a replica, the primary's revision; 503 while a replica cannot serve (its copy
+is damaged and being restored again, or its watcher fails), and with ``?max_stale=SECONDS``
+(a finite number >= 0, else 400) once the replica has not heard from its store for longer,
+so a balancer can prefer fresher replicas without ever emptying the pool by default. The
+details (the primary's URL, redacted; the lag; staleness; Litestream's last error) need a
+valid token when the server has tokens. The ``Host`` header is checked as for ``/mcp``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 4 * 1024 * 1024
+SHORT_HEALTH = ("role", "revision", "primary_revision")  # what /healthz says without a token
 
 
 class BearerAuth:
@@ -44,9 +48,12 @@ class BearerAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("path") != HEALTH_PATH:
+        if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
-            principal = self.tokens.principal(given)
+            principal = self.tokens.principal(given) if given else None
+            if principal is None and scope.get("path") == HEALTH_PATH:  # the short answer
+                await self.app(scope, receive, send)
+                return
             if principal is None:
                 body = json.dumps(
                     {"error": "unauthorized", "message": "a valid bearer token is required"}
@@ -76,7 +83,10 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
     protection that a balancer on this host passes: it forwards its own ``Host``).
     """
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    from mcp.server.transport_security import TransportSecuritySettings
+    from mcp.server.transport_security import (
+        TransportSecurityMiddleware,
+        TransportSecuritySettings,
+    )
     from starlette.applications import Starlette
     from starlette.routing import Route
 
@@ -119,20 +129,25 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
             PARAM_HEADERS.set(any(key.lower().startswith(b"mcp-param-") for key, _ in headers))
             await manager.handle_request(scope, receive, _record_session(send, principal, owners))
 
+    checked_host = TransportSecurityMiddleware(security) if security is not None else None
+
     async def healthz(request: Any) -> Any:
         from starlette.responses import JSONResponse
 
+        if checked_host is not None:
+            refused = await checked_host.validate_request(request)
+            if refused is not None:
+                return refused
+        bound = _max_stale(request.query_params.get("max_stale"))
+        if bound is not None and not bound >= 0:  # nan, a negative, no number
+            return JSONResponse({"error": "max_stale must be a number of seconds >= 0"}, 400)
         report = server.health()
-        status = 200
-        limit = request.query_params.get("max_stale")
-        if limit is not None and report.get("role") == "replica":
-            try:
-                bound = float(limit)
-            except ValueError:
-                return JSONResponse({"error": "max_stale must be a number of seconds"}, 400)
-            stale = report.get("stale_seconds")
-            if stale is None or stale > bound:
-                status = 503
+        status = 200 if report.pop("serving", True) else 503
+        stale = report.get("stale_seconds")
+        if bound is not None and report["role"] == "replica" and (stale is None or stale > bound):
+            status = 503
+        if tokens is not None and request.scope.get(PRINCIPAL_KEY) is None:
+            report = {key: report.get(key) for key in SHORT_HEALTH if key in report}
         return JSONResponse(report, status)
 
     app: Any = Starlette(
@@ -144,6 +159,19 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
     )
     app = BearerAuth(app, tokens) if tokens else app
     return server.access_log.http(app) if server.access_log is not None else app
+
+
+def _max_stale(given: str | None) -> float | None:
+    """``?max_stale`` as seconds; NaN for a value that is no finite number (refused)."""
+    import math
+
+    if given is None:
+        return None
+    try:
+        bound = float(given)
+    except ValueError:
+        return math.nan
+    return bound if math.isfinite(bound) else math.nan
 
 
 def _record_session(send: Any, principal: Any, owners: dict[str, str]) -> Any:

@@ -39,7 +39,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..errors import ToolcatError
+from ..errors import CatalogDamagedError, ToolcatError
 from ..export.providers import mcp_tool, object_schema
 from ..models import RegisteredTool, ToolResult
 from ..policy.rules import Policy
@@ -193,6 +193,7 @@ class Readers:
         self._guard = threading.Lock()
         self._generation = 0  # bumped by renew: readers of older ones are retired
         self._current: set[int] = set()  # ids of the readers of this generation
+        self.on_damaged: Callable[[], object] | None = None  # a replica checks its copy then
 
     def _open(self) -> Catalog:
         from ..catalog import Catalog
@@ -239,7 +240,12 @@ class Readers:
     async def run(self, fn: Callable[[Catalog], T]) -> T:
         def work() -> T:
             with self.borrowed() as reader:
-                return fn(reader)
+                try:
+                    return fn(reader)
+                except CatalogDamagedError:
+                    if self.on_damaged is not None:
+                        self.on_damaged()
+                    raise
 
         return await anyio.to_thread.run_sync(work, limiter=self._limiter)
 
@@ -325,6 +331,8 @@ class CatalogServer:
             exclude_tags=tuple(o.exclude_tags),
         )
         self.readers = Readers(catalog, o.readers)
+        if follower is not None:
+            self.readers.on_damaged = follower.suspect
         self.watcher = RevisionWatcher(
             catalog.path,
             interval=o.watch_interval,
@@ -379,12 +387,15 @@ class CatalogServer:
                 tg.cancel_scope.cancel()
 
     def close(self) -> None:
+        if self.follower is not None:  # stop a Litestream child before anything else
+            self.follower.close()
         self.readers.close()
         self.watcher.close()
 
     def health(self) -> dict[str, Any]:
         """What ``/healthz`` reports: the revision served and, on a replica, its primary,
-        the primary's revision, the lag and how stale it is (``store.replica.health``)."""
+        the primary's revision, the lag and how stale it is (``store.replica.health``), and
+        ``serving``: whether it can answer from a sound copy now."""
         from ..store import replica
 
         report: dict[str, Any] = {"role": "primary", "revision": self.watcher.revision}
@@ -393,7 +404,11 @@ class CatalogServer:
                 "role": "replica",
                 **replica.health(self.follower.state),
                 "revision": self.watcher.revision,
+                # False while the copy is being restored again or a look failed unexpectedly
+                "serving": self.follower.serving and self.watcher.failure is None,
             }
+            if self.watcher.failure is not None:
+                report["error"] = self.watcher.failure
         return report
 
     # -- who is asking ----------------------------------------------------------------------

@@ -60,6 +60,7 @@ class RevisionWatcher:
         self._probe: sqlite3.Connection | None = None  # current()'s own connection
         self._probe_state = (-1, -1)  # (data_version, revision) it last read
         self._probe_lock = threading.Lock()
+        self.failure: str | None = None  # why the last tick failed; None when it worked
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -100,10 +101,11 @@ class RevisionWatcher:
                 self._probe = None
 
     def _tick(self) -> int:
-        if self.follow is not None:
-            self.follow()
+        swapped = bool(self.follow()) if self.follow is not None else False
         revision = self._read()
-        if revision != self.revision and self.prepare is not None:
+        # A copy restored again on the same revision (the old one was damaged) needs
+        # readers on the new file too.
+        if (swapped or revision != self.revision) and self.prepare is not None:
             self.prepare(revision)
         return revision
 
@@ -117,7 +119,15 @@ class RevisionWatcher:
             )
         except (sqlite3.Error, ToolcatError, OSError) as e:  # busy or replaced: next tick
             logger.warning("catalog revision unreadable: %s", e)
+            self.failure = str(e)
             return False
+        except Exception as e:  # a replica keeps serving and says so; the next tick retries
+            if self.follow is None:
+                raise
+            logger.exception("replica: following the primary failed")
+            self.failure = f"following the primary failed ({type(e).__name__})"
+            return False
+        self.failure = None
         if revision == self.revision:
             return False
         self.revision = revision
@@ -132,8 +142,11 @@ class RevisionWatcher:
         """Check forever, every ``interval`` seconds (cancel the task to stop)."""
         try:
             while True:
-                await anyio.sleep(self.interval)
+                if self.follow is None:
+                    await anyio.sleep(self.interval)
                 await self.check()
+                if self.follow is not None:  # a replica looks at once when it starts
+                    await anyio.sleep(self.interval)
         finally:
             if self._conn is not None:
                 self._conn.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogDamagedError, CatalogError
-from .replica_state import primary_of
+from .replica_state import MARKER, state_path
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -68,49 +68,59 @@ def environment_error(error: BaseException, path: str | os.PathLike[str]) -> Cat
     return CatalogError(f"catalog {str(path)!r} {text}")
 
 
-def translated(error: BaseException, path: str | os.PathLike[str]) -> BaseException:
-    """``error`` as a ``CatalogError`` when the file or the machine caused it."""
-    return environment_error(error, path) or error
+def translated(
+    error: BaseException, path: str | os.PathLike[str], replica: bool = False
+) -> BaseException:
+    """``error`` as a ``CatalogError`` when the file or the machine caused it (a damaged
+    replica's copy with the advice for a replica)."""
+    found = environment_error(error, path) or error
+    if replica and isinstance(found, CatalogDamagedError):
+        return found.of_replica()
+    return found
 
 
 class CatalogCursor(sqlite3.Cursor):
     """A cursor whose environmental failures (mid-query too) become ``CatalogError``."""
 
+    def _translated(self, error: sqlite3.DatabaseError) -> BaseException:
+        conn: Any = self.connection
+        return translated(error, conn.path, conn.replica_of is not None)
+
     def execute(self, sql: str, parameters: Any = (), /) -> CatalogCursor:
         try:
             return super().execute(sql, parameters)
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def executemany(self, sql: str, seq: Iterable[Any], /) -> CatalogCursor:
         try:
             return super().executemany(sql, seq)
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def fetchone(self) -> Any:
         try:
             return super().fetchone()
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def fetchmany(self, size: int | None = 1) -> list[Any]:
         try:
             return super().fetchmany(size)
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def fetchall(self) -> list[Any]:
         try:
             return super().fetchall()
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
     def __next__(self) -> Any:
         try:
             return super().__next__()
         except sqlite3.DatabaseError as e:
-            raise translated(e, self.connection.path) from e  # type: ignore[attr-defined]
+            raise self._translated(e) from e
 
 
 class CatalogConnection(sqlite3.Connection):
@@ -125,17 +135,13 @@ class CatalogConnection(sqlite3.Connection):
     def cursor(self, factory: Any = CatalogCursor) -> Any:  # execute() goes through here
         return super().cursor(factory)
 
+    # ``sqlite3.Connection.execute`` makes a plain cursor, whose fetches would not
+    # translate a damaged page met mid-query: go through ``cursor()``.
     def execute(self, sql: str, parameters: Any = (), /) -> Any:
-        try:
-            return super().execute(sql, parameters)
-        except sqlite3.DatabaseError as e:
-            raise translated(e, self.path) from e
+        return self.cursor().execute(sql, parameters)
 
     def executemany(self, sql: str, parameters: Iterable[Any], /) -> Any:
-        try:
-            return super().executemany(sql, parameters)
-        except sqlite3.DatabaseError as e:
-            raise translated(e, self.path) from e
+        return self.cursor().executemany(sql, parameters)
 
 
 def rollback_quietly(conn: sqlite3.Connection) -> None:
@@ -188,8 +194,9 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
     readers see a consistent snapshot without blocking them. A lock held longer than
     ``BUSY_TIMEOUT_MS`` is an error, not an endless wait.
 
-    A replica's file (store/replica.py) opens read-only and ``immutable``: it is only ever
-    replaced whole by a rename, so a connection reads the revision it opened, unlocked.
+    A replica's file (one whose meta names its primary, store/replica.py) opens read-only
+    and ``immutable``: it is only ever replaced whole by a rename, so a connection reads the
+    revision it opened, unlocked. The replica state file beside it is never read here.
 
     Raises:
         CatalogError: The file cannot be opened, is no catalog, or (without ``create``) is
@@ -197,42 +204,46 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
     """
     path = Path(path)
     _check_file(path)
-    primary = primary_of(path)
-    if primary is None and not create and not path.exists():
-        raise CatalogError(
-            f"no catalog at {str(path)!r}: check the path, or create the catalog first "
-            "(`toolcat init`, `toolcat register`)"
-        )
+    if not path.exists():
+        if os.path.lexists(state_path(path)):  # a fresh replica: never create a file there
+            raise CatalogError(
+                f"replica {str(path)!r} holds no revision yet: `toolcat serve --replica-of` "
+                "restores one"
+            )
+        if not create:
+            raise CatalogError(
+                f"no catalog at {str(path)!r}: check the path, or create the catalog first "
+                "(`toolcat init`, `toolcat register`)"
+            )
     conn: CatalogConnection | None = None
     try:
-        if primary is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        elif not path.exists():
-            raise CatalogError(
-                f"replica {str(path)!r} of {primary} holds no revision yet: "
-                "`toolcat serve --replica-of` restores one"
-            )
-        conn = sqlite3.connect(
-            path.resolve().as_uri() + "?mode=ro&immutable=1" if primary else str(path),
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-            factory=CatalogConnection,
-            uri=primary is not None,
-        )
-        conn.path = str(path)
-        conn.replica_of = primary
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = _open(path, replica=False)
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if names and "meta" not in names and {"toolkits", "tools"} <= names:
             raise CatalogDamagedError("meta missing", str(path))
         if names and "meta" not in names:  # someone else's database: change nothing in it
             raise CatalogError(f"{str(path)!r} is an SQLite database but not a toolcat catalog")
-        if primary is not None:
+        # A replica is what its own meta says (written by the restore, store/replica.py),
+        # never what a file beside it says.
+        query = "SELECT value FROM meta WHERE key = ?"
+        row = conn.execute(query, (MARKER,)).fetchone() if names else None
+        if row is not None:
+            conn.close()
+            conn = _open(path, replica=True)
+            conn.replica_of = str(row[0])
             return conn
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
+    except CatalogDamagedError as e:
+        if conn is not None:
+            conn.close()
+        # Too damaged to say whether it is a replica: a state file beside it makes it
+        # likely, and only changes the advice.
+        if os.path.lexists(state_path(path)):
+            raise e.of_replica() from e
+        raise
     except CatalogError:
         if conn is not None:
             conn.close()
@@ -242,4 +253,20 @@ def connect(path: str | os.PathLike[str], *, create: bool = True) -> sqlite3.Con
             conn.close()
         reason = e.strerror if isinstance(e, OSError) and e.strerror else e
         raise CatalogError(f"cannot open catalog {str(path)!r}: {reason}") from e
+    return conn
+
+
+def _open(path: Path, *, replica: bool) -> CatalogConnection:
+    """A connection to ``path``; a replica's read-only and ``immutable`` (its file is only
+    ever replaced whole, so a connection reads the revision it opened, unlocked)."""
+    conn = sqlite3.connect(
+        path.resolve().as_uri() + "?mode=ro&immutable=1" if replica else str(path),
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        factory=CatalogConnection,
+        uri=replica,
+    )
+    conn.path = str(path)
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     return conn

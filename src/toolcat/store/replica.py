@@ -1,7 +1,7 @@
 """A read replica's copy of the primary's catalog, kept up to date by Litestream.
 
 The primary is an ordinary catalog file that ``litestream replicate`` streams to object
-storage (S3-compatible, SFTP, a folder). A replica never writes to that stream and never
+storage (S3-compatible, GCS, Azure, a folder). A replica never writes to that stream and never
 speaks a protocol of ours: ``Follower.sync`` lists what Litestream published
 (``litestream ltx``), and when there is a newer transaction it restores exactly that one
 into a fresh file beside the served one (``litestream restore -txid``), checks it (SQLite's
@@ -13,17 +13,27 @@ restore that fails or a copy that does not check out is thrown away.
 Vectors, FTS5 and learned queries live in the same SQLite file, so they travel with every
 revision: a replica answers each revision as the primary does.
 
-The served file is marked as a replica by a state file beside it (``PATH.replica.json``): it
-names the primary (password-free) and says which transaction and revision the copy holds,
-what the store offered at the last look and when that was. ``connect`` opens a marked file
-read-only (``immutable``: the file is only ever replaced, never changed in place) and every
-write is refused with ``ReadOnlyReplicaError`` naming the primary.
+What makes a file a replica is inside it: ``check_copy`` writes the primary's (shown) URL
+into the copy's ``meta`` as ``replica_of``, and ``connect`` opens a file whose meta says so
+read-only (``immutable``: the file is only ever replaced, never changed in place) and refuses
+every write with ``ReadOnlyReplicaError`` naming the primary. A primary never holds that row
+(only a restore writes it), so a file planted beside an ordinary catalog cannot make it a
+replica: ``connect`` never reads the state file at all.
+
+The state file beside it (``PATH.replica.json``) is this follower's progress: which
+transaction and revision the copy holds, what the store offered at the last look and when.
+It is input like any file on disk: read without following a link, a small regular file
+owned by this user (or the catalog's owner) that others may not write, every field checked
+(``read_state``); anything else is "damaged replica state", and a follower then starts
+afresh and restores again rather than trust it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import os
 import sqlite3
 import time
@@ -31,29 +41,140 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogError
-from .replica_state import read_state, state_path
+from .replica_state import MARKER, state_path
 
-# The standard library this module needs beyond these (subprocess, shutil, datetime) is
-# imported where it is used.
+logger = logging.getLogger(__name__)
+
+# The standard library this module needs beyond these (subprocess, shutil, datetime, urllib)
+# is imported where it is used.
 
 INCOMING_SUFFIX = ".incoming"
 LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as unreachable
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
+MAX_STATE = 64 * 1024  # a state file is a few hundred bytes: a bigger one is not ours
+MAX_TXID = 2**63 - 1
+SCHEMES = ("s3", "gs", "abs", "file")  # the Litestream replica types a replica follows
+
+
+class DamagedStateError(CatalogError):
+    """The replica state file cannot be trusted; the message names the file and the field,
+    never what it holds."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"damaged replica state {str(path)!r}: {reason}")
+
+
+def check_source(url: str) -> str:
+    """``url`` when it is a replica URL a follower may hand to Litestream.
+
+    Raises:
+        CatalogError: It could be read as a flag, names a scheme toolcat does not follow
+            (``sftp://``: Litestream never verifies the SSH host key), or has no place.
+    """
+    from urllib.parse import urlsplit
+
+    if not url or url.startswith("-") or not url.isprintable() or url != url.strip():
+        raise CatalogError("--replica-of must be a replica URL (s3://bucket/path, file:///path)")
+    parts = urlsplit(url)
+    if parts.scheme == "sftp":
+        raise CatalogError(
+            "--replica-of sftp:// is not supported: Litestream does not verify the SSH host "
+            "key; use an S3-compatible store (s3://) or a mounted folder (file:///path)"
+        )
+    if parts.scheme not in SCHEMES:
+        raise CatalogError(
+            f"--replica-of must start with {', '.join(f'{s}://' for s in SCHEMES)}, not "
+            f"{redacted(url)!r}"
+        )
+    if parts.scheme == "file" and (parts.netloc not in ("", "localhost") or parts.path[:1] != "/"):
+        raise CatalogError("--replica-of file:// needs an absolute path (file:///path)")
+    if parts.scheme != "file" and not parts.hostname:
+        raise CatalogError(f"--replica-of {parts.scheme}:// needs a bucket (s3://bucket/path)")
+    return url
 
 
 def redacted(url: str) -> str:
-    """``url`` without a password (``sftp://user:secret@host/x`` -> ``sftp://user@host/x``):
-    credentials reach Litestream from its environment or config, never from our files."""
-    from urllib.parse import urlsplit, urlunsplit
+    """``url`` as it may be stored and shown: no user or password, no query value
+    (``s3://k:s@b/p?endpoint=http://x`` -> ``s3://b/p?endpoint=***``). Credentials reach
+    Litestream from its environment or config, never from our files or answers."""
+    from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = f"{parts.username}@" if parts.username else ""
-    return urlunsplit(parts._replace(netloc=user + host))
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+    except ValueError:  # a port that is no number: show nothing of the place
+        return "(a replica URL toolcat cannot read)"
+    query = "&".join(f"{key}=***" for key, _ in parse_qsl(parts.query, keep_blank_values=True))
+    shown = urlunsplit(parts._replace(netloc=host, query=query, fragment=""))
+    return "".join(c if c.isprintable() else "?" for c in shown)
+
+
+def _number(state: dict[str, Any], key: str, *, whole: bool, path: Path) -> int | float | None:
+    value = state.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float) if not whole else int):
+        raise DamagedStateError(path, f"{key} is not a {'whole ' if whole else ''}number")
+    if not math.isfinite(value) or not 0 <= value <= MAX_TXID:
+        raise DamagedStateError(path, f"{key} is out of range")
+    return value
+
+
+def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The follower state beside the catalog file ``path``; None when there is none.
+
+    Raises:
+        DamagedStateError: It is a link, a FIFO or a device, too big, owned by someone
+            else or writable by others, not JSON, or a field of the wrong type or range.
+    """
+    import stat
+
+    marker = state_path(path)
+    try:
+        fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as e:  # ELOOP: a symlink
+        raise DamagedStateError(marker, f"cannot be opened ({e.strerror})") from e
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)
+        try:
+            owners = {os.geteuid(), os.stat(path).st_uid}
+        except OSError:
+            owners = {os.geteuid()}
+        if not stat.S_ISREG(info.st_mode):
+            raise DamagedStateError(marker, "not a regular file")
+        if info.st_uid not in owners or info.st_mode & 0o022:
+            raise DamagedStateError(marker, "owned by another user or writable by others")
+        data = f.read(MAX_STATE + 1)
+    if len(data) > MAX_STATE:
+        raise DamagedStateError(marker, f"over {MAX_STATE} bytes")
+    try:
+        state = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise DamagedStateError(marker, "not JSON") from e
+    if type(state) is not dict:
+        raise DamagedStateError(marker, "not a JSON object")
+    primary, error = state.get("primary"), state.get("error")
+    if not isinstance(primary, str) or not primary or redacted(primary) != primary:
+        raise DamagedStateError(marker, "primary is not a redacted replica URL")
+    if error is not None and (not isinstance(error, str) or len(error) > MAX_STATE):
+        raise DamagedStateError(marker, "error is not text")
+    checked: dict[str, Any] = {"primary": primary, "error": error}
+    for key in ("txid", "primary_txid", "revision"):
+        checked[key] = _number(state, key, whole=True, path=marker)
+    for key in ("applied_at", "checked_at", "pending_since"):
+        found = _number(state, key, whole=False, path=marker)
+        if found is not None:
+            checked[key] = float(found)
+    return checked
+
+
+def printable(text: str) -> str:
+    """``text`` on one line with nothing a terminal would act on (Litestream's words)."""
+    return "".join(c if c.isprintable() else " " for c in text)
 
 
 def health(state: dict[str, Any] | None, now: float | None = None) -> dict[str, Any]:
@@ -105,56 +226,115 @@ class Follower:
 
     Args:
         path: The replica's catalog file (its folder is the replica's own).
-        source: A Litestream replica URL (``s3://bucket/path?endpoint=...``,
-            ``sftp://user@host/path``, ``file:///path``). Credentials come from Litestream's
-            environment (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, an SSH key).
+        source: A Litestream replica URL (``s3://bucket/path?endpoint=...``, ``gs://``,
+            ``abs://``, ``file:///path``). Credentials come from Litestream's environment
+            (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
         litestream: The ``litestream`` executable (default: found on PATH or in the venv).
+
+    Raises:
+        CatalogError: ``source`` is no replica URL toolcat follows, or ``path`` is an
+            ordinary catalog or another primary's replica.
     """
 
     def __init__(
         self, path: str | os.PathLike[str], source: str, *, litestream: str | None = None
     ) -> None:
         self.path = Path(path)
-        self.source = source
+        self.source = check_source(source)
+        self.primary = redacted(source)
         self.litestream = litestream or litestream_binary()
         self.incoming = Path(f"{self.path}{INCOMING_SUFFIX}")
+        self._child: Any = None  # the Litestream process running now (subprocess.Popen)
+        self._closed = False
+        self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
+        self._damage: str | None = None  # what is wrong with it, until restored again
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        state = read_state(self.path) if self.path.exists() else None
-        if state is not None and state["primary"] != redacted(source):
-            raise CatalogError(
-                f"{str(self.path)!r} is a replica of {state['primary']}, not of "
-                f"{redacted(source)}; give the replica its own file"
-            )
-        if state is None and self.path.exists():
+        self.state: dict[str, Any] = {"primary": self.primary}
+        self.state = self._own_state()
+        self._save()
+
+    def _own_state(self) -> dict[str, Any]:
+        """The saved state when it is this follower's and the served copy checks out; a
+        fresh one (restore again) when the state is damaged or the copy is."""
+        fresh: dict[str, Any] = {"primary": self.primary}
+        try:
+            state = read_state(self.path)
+        except DamagedStateError as e:
+            logger.warning("%s; restoring the copy afresh", e)
+            state = None
+        if state is not None and state["primary"] != self.primary:
+            state = None
+        if not self.path.exists():
+            return fresh
+        marked = marker_of(self.path)
+        if marked == "":
             raise CatalogError(
                 f"{str(self.path)!r} is an ordinary catalog; a replica needs its own file"
             )
-        self.state: dict[str, Any] = state or {"primary": redacted(source)}
-        self._save()
+        if marked is not None and marked != self.primary:
+            raise CatalogError(
+                f"{str(self.path)!r} is a replica of {marked}, not of {self.primary}; give "
+                "the replica its own file"
+            )
+        if marked is None and state is None:
+            raise CatalogError(
+                f"{str(self.path)!r} cannot be read as a catalog and no state names it a "
+                f"replica of {self.primary}; move it away, or give the replica its own file"
+            )
+        if state is None or not self._copy_intact():
+            return {**fresh, "error": self._damage}
+        return state
 
     @property
     def serving(self) -> bool:
-        """Whether a checked revision is in place (a fresh replica has none yet)."""
+        """Whether a checked revision is in place (a fresh replica has none yet, a damaged
+        copy is being restored again)."""
         return self.path.exists() and self.state.get("txid") is not None
 
+    def suspect(self) -> None:
+        """The served copy answered "damaged": check it (``quick_check``) at the next look."""
+        self._copy = None
+
+    def _copy_intact(self) -> bool:
+        """Whether the served copy is the one checked; a changed one (truncated, written
+        over) is checked again, and a damaged one is to be restored again."""
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            return False
+        seen = (info.st_ino, info.st_size, info.st_mtime_ns)
+        if seen == self._copy:
+            return True
+        problem = copy_problem(self.path, self.primary)
+        if problem is not None:
+            self._damage = f"the served copy is damaged ({problem}): restoring it again"
+            self.state["error"] = self._damage
+            logger.warning("replica %s: %s", self.path, self._damage)
+            return False
+        self._copy = seen
+        return True
+
     def sync(self) -> bool:
-        """Look at the store once; restore, check and swap in a newer transaction.
+        """Look at the store once; restore, check and swap in a newer transaction (or the
+        same one again when the served copy is damaged).
 
         Returns True when a new copy was swapped in. Never raises for a store that cannot
         be reached or a copy that does not check out: the served file stays as it was and
         the state says why (``error``) and since when (``checked_at``).
         """
+        if self.state.get("txid") is not None and not self._copy_intact():
+            self.state.update(txid=None, applied_at=None)
         try:
             files = self._published()
         except CatalogError as e:
             return self._failed(e)
         if not files:  # an empty stream is no answer: the copy we hold says more
-            return self._failed(CatalogError(f"nothing published at {redacted(self.source)}"))
+            return self._failed(CatalogError(f"nothing published at {self.primary}"))
         self.state["checked_at"] = time.time()
         newest = max(f["max_txid"] for f in files)
         txid = self.state.get("txid")
         self.state["primary_txid"] = newest
-        if txid is not None and newest <= txid and self.path.exists():
+        if txid is not None and newest <= txid:
             self.state.pop("pending_since", None)
             self.state["error"] = None
             self._save()
@@ -167,60 +347,102 @@ class Follower:
         except CatalogError as e:
             return self._failed(e)
         os.replace(self.incoming, self.path)  # atomic: readers see the old or the new file
+        info = os.stat(self.path)
+        self._copy = (info.st_ino, info.st_size, info.st_mtime_ns)
+        self._damage = None
         self.state.update(txid=newest, revision=revision, applied_at=time.time(), error=None)
         self.state.pop("pending_since", None)
         self._save()
         return True
 
+    def look(self) -> None:
+        """List the store once, restoring nothing: a restarted replica knows how fresh its
+        copy is from its own look, not from the clock of the process before it."""
+        try:
+            files = self._published()
+        except CatalogError as e:
+            self._failed(e)
+            return
+        if files:
+            self.state["checked_at"] = time.time()
+            self.state["primary_txid"] = max(f["max_txid"] for f in files)
+            self._save()
+
+    def close(self) -> None:
+        """Stop the Litestream process running now, and start none again."""
+        self._closed = True
+        child = self._child
+        if child is not None:
+            _kill(child)
+
     def _failed(self, error: CatalogError) -> bool:
-        self.state["error"] = str(error)
+        said = printable(str(error))
+        self.state["error"] = f"{self._damage}; {said}" if self._damage else said
         self._save()
         with contextlib.suppress(OSError):
             self.incoming.unlink()
         return False
 
     def _run(self, *args: str, timeout: float) -> str:
+        """Litestream ``args`` then ``-- SOURCE`` (never read as a flag), in a process group
+        of its own that ``close`` (the server's shutdown) stops with everything it started."""
         import subprocess
 
+        if self._closed:
+            raise CatalogError("the replica is shutting down")
         try:
-            done = subprocess.run(
-                [self.litestream, *args],
-                capture_output=True,
-                text=True,
-                timeout=timeout,
+            child = subprocess.Popen(
+                [self.litestream, *args, "--", self.source],
                 stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired as e:
-            raise CatalogError(
-                f"litestream {args[0]} took over {timeout:.0f} s at {redacted(self.source)}"
-            ) from e
         except OSError as e:
             raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
-        if done.returncode != 0:
-            lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-            reason = self._scrubbed(lines[-1]) if lines else f"exit status {done.returncode}"
+        self._child = child
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            _kill(child)
+            child.communicate()
             raise CatalogError(
-                f"litestream {args[0]} from {redacted(self.source)} failed: {reason}"
-            )
-        return done.stdout
+                f"litestream {args[0]} took over {timeout:.0f} s at {self.primary}"
+            ) from e
+        except BaseException:  # interrupted (SIGTERM, Ctrl-C): the child stops with us
+            _kill(child)
+            raise
+        finally:
+            self._child = None
+        if child.returncode != 0:
+            lines = [line for line in err.strip().splitlines() if line.strip()]
+            reason = self._scrubbed(lines[-1]) if lines else f"exit status {child.returncode}"
+            raise CatalogError(f"litestream {args[0]} from {self.primary} failed: {reason}")
+        return str(out)
 
     def _scrubbed(self, text: str) -> str:
-        """Litestream's words without the source's password, should it repeat the URL: they
-        reach ``status`` and the token-free health endpoint."""
-        from urllib.parse import urlsplit
+        """Litestream's words without the source's user, password or query values, should
+        it repeat the URL: they reach ``status`` and the health endpoint."""
+        from urllib.parse import parse_qsl, urlsplit
 
-        text = text.replace(self.source, redacted(self.source))
-        password = urlsplit(self.source).password
-        return text.replace(password, "***") if password else text
+        text = text.replace(self.source, self.primary)
+        parts = urlsplit(self.source)
+        secrets = [parts.username, parts.password]
+        secrets += [value for _, value in parse_qsl(parts.query)]
+        for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return printable(text)
 
     def _published(self) -> list[dict[str, Any]]:
         """Every LTX file in the store, each ``{"max_txid", "published"}`` (epoch seconds)."""
         from datetime import datetime
 
-        out = self._run("ltx", "-level", "all", "-json", self.source, timeout=LIST_TIMEOUT)
+        out = self._run("ltx", "-level", "all", "-json", timeout=LIST_TIMEOUT)
         try:
             rows = json.loads(out or "[]")
-            return [
+            files = [
                 {
                     "max_txid": int(row["max_txid"], 16),
                     "published": datetime.fromisoformat(
@@ -229,27 +451,88 @@ class Follower:
                 }
                 for row in rows or []
             ]
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise CatalogError(f"litestream ltx gave output toolcat cannot read: {e}") from e
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise CatalogError("litestream ltx gave output toolcat cannot read") from e
+        if any(not 0 < f["max_txid"] <= MAX_TXID for f in files):
+            raise CatalogError("litestream ltx named a transaction out of range")
+        return files
 
     def _restore(self, txid: int) -> int:
         """Restore transaction ``txid`` into the incoming file and check it; its revision."""
         with contextlib.suppress(OSError):
             self.incoming.unlink()
         restore = ("restore", "-force", "-txid", f"{txid:016x}", "-o", str(self.incoming))
-        self._run(*restore, self.source, timeout=RESTORE_TIMEOUT)
-        return check_copy(self.incoming)
+        self._run(*restore, timeout=RESTORE_TIMEOUT)
+        return check_copy(self.incoming, self.primary)
 
     def _save(self) -> None:
+        """Write the state under a new name and rename it over the old: owned by this user,
+        writable by no one else (``read_state`` refuses it otherwise)."""
         target = state_path(self.path)
-        temporary = target.with_name(target.name + ".tmp")
-        temporary.write_text(json.dumps(self.state, indent=1, sort_keys=True), encoding="utf-8")
+        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(temporary, flags, 0o644)
+        with open(fd, "w", encoding="utf-8") as f:
+            os.fchmod(fd, 0o644)
+            f.write(json.dumps(self.state, indent=1, sort_keys=True))
         os.replace(temporary, target)
 
 
-def check_copy(path: Path) -> int:
+def _kill(child: Any) -> None:
+    """Stop a Litestream child and whatever it started (its process group)."""
+    import signal
+
+    if child.poll() is None:
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+
+
+def marker_of(path: Path) -> str | None:
+    """The primary a copy's meta names (``MARKER``); ``""`` for a catalog without one (an
+    ordinary catalog); None when the file cannot be read as a catalog (empty, damaged)."""
+    import stat
+
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except (OSError, sqlite3.Error):
+        return None
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            return None  # empty (truncated) or someone else's database: no catalog
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (MARKER,)).fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return row[0] if row is not None and isinstance(row[0], str) else ""
+
+
+def copy_problem(path: Path, primary: str) -> str | None:
+    """What is wrong with a served copy (``quick_check``, its marker); None when sound."""
+    marked = marker_of(path)
+    if marked is None:
+        return "it cannot be read as a catalog"
+    if marked != primary:
+        return "it names no primary, or another"
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error as e:
+        return str(e)
+    return None if verdict == "ok" else printable(str(verdict))[:200]
+
+
+def check_copy(path: Path, primary: str) -> int:
     """Make a restored copy servable: SQLite's ``quick_check``, the schema this toolcat
-    reads (an older one is migrated in the copy), rollback journal mode so readers need no
+    reads (an older one is migrated in the copy), the primary it follows written into its
+    meta (what makes it a replica, ``MARKER``), rollback journal mode so readers need no
     WAL files. Returns its revision.
 
     Raises:
@@ -265,9 +548,10 @@ def check_copy(path: Path) -> int:
     try:
         verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
         if verdict != "ok":
-            raise CatalogError(f"restored copy {str(path)!r} is damaged: {verdict}")
+            raise CatalogError(f"restored copy {str(path)!r} is damaged: {printable(verdict)}")
         migrate(conn)
         found = revision(conn)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (MARKER, primary))
         conn.execute("PRAGMA journal_mode = DELETE")
         return found
     except sqlite3.Error as e:
