@@ -11,6 +11,8 @@ import builtins
 import collections
 import contextlib
 import dataclasses
+import functools
+import inspect
 import json
 import os
 import sqlite3
@@ -18,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, NamedTuple, ParamSpec, Protocol, TypeVar
 
 from .definitions.addresses import (
     check_text,
@@ -79,6 +81,55 @@ LEARNED_PER_TOOL = 20  # newest distinct queries kept per tool
 MAX_LEARNED_CHARS = 500
 # What a search builds: a ``SearchResult`` (``search``) or plain data (``search_summaries``).
 Answer = TypeVar("Answer")
+
+
+Owner = TypeVar("Owner")
+Checked = TypeVar("Checked")
+Returned = TypeVar("Returned")
+Arguments = ParamSpec("Arguments")
+
+
+class _Page(NamedTuple):
+    """The checked arguments of ``list`` and ``list_summaries``."""
+
+    scope: Scope
+    limit: int
+    after: tuple[str, str] | None  # the decoded cursor
+
+
+class _Query(NamedTuple):
+    """The checked arguments of ``search`` and ``search_summaries``."""
+
+    text: str
+    mode: str | None
+    k: int
+    scope: Scope
+    principal: str | None
+
+
+def _arguments_of(
+    check: Callable[Concatenate[Owner, Arguments], Checked],
+) -> Callable[
+    [Callable[[Owner, Checked], Returned]], Callable[Concatenate[Owner, Arguments], Returned]
+]:
+    """A method that takes the arguments of ``check``, which checks them, and answers from
+    what it returns: parallel methods (``search`` and ``search_summaries``) written with
+    one signature. ``inspect.signature`` and ``help()`` show ``check``'s parameters."""
+
+    def method(
+        answer: Callable[[Owner, Checked], Returned],
+    ) -> Callable[Concatenate[Owner, Arguments], Returned]:
+        @functools.wraps(answer)
+        def asked(self: Owner, /, *args: Arguments.args, **kwargs: Arguments.kwargs) -> Returned:
+            return answer(self, check(self, *args, **kwargs))
+
+        returns = inspect.signature(answer).return_annotation
+        asked.__signature__ = inspect.signature(check).replace(  # type: ignore[attr-defined]
+            return_annotation=returns
+        )
+        return asked
+
+    return method
 
 
 def _flatten(sources: Iterable[Any]) -> Iterator[Any]:
@@ -696,7 +747,7 @@ class Catalog:
             f"toolkit {name!r} has no version {version!r}; registered: {known}"
         )
 
-    def list(
+    def _list_arguments(
         self,
         *,
         tags: Iterable[str] | TagFilter = (),
@@ -707,7 +758,15 @@ class Catalog:
         limit: int = DEFAULT_LIST_LIMIT,
         cursor: str | None = None,
         include_denied: bool = False,
-    ) -> ToolPage:
+    ) -> _Page:
+        """The arguments of ``list`` and ``list_summaries`` (documented on ``list``), checked."""
+        scope = Scope.of(tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied)
+        if not 1 <= limit <= MAX_LIMIT:
+            raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
+        return _Page(scope, limit, decode_cursor(cursor) if cursor else None)
+
+    @_arguments_of(_list_arguments)
+    def list(self, page: _Page) -> ToolPage:
         """List mode: the active, non-deferred tools, ordered by toolkit then name.
 
         Args:
@@ -727,58 +786,32 @@ class Catalog:
         """
         from .models import ToolPage
 
-        tools, revision, next_cursor = self._list_rows(
-            Scope.of(tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied),
-            limit,
-            cursor,
-            reader.row_to_tool,
-        )
+        tools, revision, next_cursor = self._list_rows(page, reader.row_to_tool)
         return ToolPage.model_construct(revision=revision, tools=tools, next_cursor=next_cursor)
 
-    def list_summaries(
-        self,
-        *,
-        tags: Iterable[str] | TagFilter = (),
-        any_tags: Iterable[str] = (),
-        exclude_tags: Iterable[str] = (),
-        toolkit: str | None = None,
-        include_deferred: bool = False,
-        limit: int = DEFAULT_LIST_LIMIT,
-        cursor: str | None = None,
-        include_denied: bool = False,
-    ) -> dict[str, Any]:
+    @_arguments_of(_list_arguments)
+    def list_summaries(self, page: _Page) -> dict[str, Any]:
         """``list`` as plain data, the shape ``toolcat list --json`` prints:
         ``{"revision", "tools": [RegisteredTool.summary(), ...], "next_cursor"}``.
 
         Builds no models (pydantic is not even imported), so a one-shot process that only
         lists starts fast. Arguments and errors are those of ``list``.
         """
-        summaries, revision, next_cursor = self._list_rows(
-            Scope.of(tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied),
-            limit,
-            cursor,
-            reader.row_to_summary,
-        )
+        summaries, revision, next_cursor = self._list_rows(page, reader.row_to_summary)
         return {"revision": revision, "tools": summaries, "next_cursor": next_cursor}
 
     def _list_rows(
-        self,
-        scope: Scope,
-        limit: int,
-        cursor: str | None,
-        decode: Callable[[tuple[Any, ...]], Answer],
+        self, page: _Page, decode: Callable[[tuple[Any, ...]], Answer]
     ) -> tuple[builtins.list[Answer], int, str | None]:
         """(one page of rows, each decoded, revision, next cursor) for ``list`` and
         ``list_summaries``. Rows are decoded in the read, so a damaged one names the file."""
-        if not 1 <= limit <= MAX_LIMIT:
-            raise InvalidQueryError(f"limit must be between 1 and {MAX_LIMIT}, not {limit}")
-        after = decode_cursor(cursor) if cursor else None
         with self._snapshot() as conn:
-            rows = reader.list_rows(conn, self._scope_filters(conn, scope), after, limit + 1)
+            filters = self._scope_filters(conn, page.scope)
+            rows = reader.list_rows(conn, filters, page.after, page.limit + 1)
             revision = reader.revision(conn)
             next_cursor = None
-            if len(rows) > limit:
-                rows = rows[:limit]
+            if len(rows) > page.limit:
+                rows = rows[: page.limit]
                 _id, name, toolkit_name, *_ = rows[-1]  # reader.TOOL_COLUMNS
                 next_cursor = encode_cursor(toolkit_name, name)
             return [decode(row) for row in rows], revision, next_cursor
@@ -811,7 +844,7 @@ class Catalog:
             if cursor is None:
                 return
 
-    def search(
+    def _search_arguments(
         self,
         query: str,
         *,
@@ -825,7 +858,19 @@ class Catalog:
         include_denied: bool = False,
         policies: Iterable[Policy] = (),
         principal: str | None = None,
-    ) -> SearchResult:
+    ) -> _Query:
+        """The arguments of ``search`` and ``search_summaries`` (documented on ``search``),
+        checked (the mode is checked against the catalog when the search is planned)."""
+        scope = Scope.of(
+            tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied, policies
+        )
+        if not 1 <= k <= MAX_LIMIT:
+            raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
+        check_text(query)
+        return _Query(query, mode, k, scope, principal)
+
+    @_arguments_of(_search_arguments)
+    def search(self, query: _Query) -> SearchResult:
         """Search mode: rank every matching tool, deferred ones included.
 
         Any text is a valid query. A query that names a tool exactly (``name`` or
@@ -853,33 +898,10 @@ class Catalog:
         Returns:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
-        scope = Scope.of(
-            tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied, policies
-        )
-        return self._searched(
-            self._search.result,
-            lambda r: [h.tool.id for h in r.hits],
-            query,
-            mode,
-            k,
-            scope,
-            principal,
-        )
+        return self._searched(query, self._search.result, lambda r: [h.tool.id for h in r.hits])
 
-    def search_summaries(
-        self,
-        query: str,
-        *,
-        mode: str | None = None,
-        k: int = 10,
-        tags: Iterable[str] | TagFilter = (),
-        any_tags: Iterable[str] = (),
-        exclude_tags: Iterable[str] = (),
-        toolkit: str | None = None,
-        include_deferred: bool = True,
-        include_denied: bool = False,
-        policies: Iterable[Policy] = (),
-    ) -> dict[str, Any]:
+    @_arguments_of(_search_arguments)
+    def search_summaries(self, query: _Query) -> dict[str, Any]:
         """``search`` as plain data: ``{"revision", "query", "mode", "hits": [{"rank",
         "score", "match", "tool": RegisteredTool.summary()}, ...], "warnings", "no_match"}``.
 
@@ -887,41 +909,33 @@ class Catalog:
         searches starts faster (``toolcat search``). Arguments and errors are those of
         ``search``.
         """
-        scope = Scope.of(
-            tags, any_tags, exclude_tags, toolkit, include_deferred, include_denied, policies
-        )
         return self._searched(
-            self._search.summaries,
-            lambda r: [h["tool"]["id"] for h in r["hits"]],
-            query,
-            mode,
-            k,
-            scope,
+            query, self._search.summaries, lambda r: [h["tool"]["id"] for h in r["hits"]]
         )
 
     def _searched(
         self,
+        query: _Query,
         answer: Callable[[sqlite3.Connection, Ranking], Answer],
         hit_ids: Callable[[Answer], Iterable[str]],
-        query: str,
-        mode: str | None,
-        k: int,
-        scope: Scope,
-        principal: str | None = None,
     ) -> Answer:
         """A search answered by ``answer`` (``search``'s models or ``search_summaries``'
-        plain data): arguments checked, the query ranked, and its hits remembered for
-        learning from use (``hit_ids``; not for a regex pattern or an empty query)."""
-        if not 1 <= k <= MAX_LIMIT:
-            raise InvalidQueryError(f"k must be between 1 and {MAX_LIMIT}, not {k}")
-        check_text(query)
+        plain data): the query ranked, and its hits remembered for learning from use
+        (``hit_ids``; not for a regex pattern or an empty query)."""
         with self._lock:
-            plan = self._search.plan(self._conn, mode)
+            plan = self._search.plan(self._conn, query.mode)
         result = self._search.search(
-            self._snapshot, self._scope_filters, answer, query, plan, k, scope, principal
+            self._snapshot,
+            self._scope_filters,
+            answer,
+            query.text,
+            plan,
+            query.k,
+            query.scope,
+            query.principal,
         )
-        if plan[0] != "regex" and query.strip():
-            self.searched(query, hit_ids(result))
+        if plan[0] != "regex" and query.text.strip():
+            self.searched(query.text, hit_ids(result))
         return result
 
     # -- learning from use ----------------------------------------------------------------

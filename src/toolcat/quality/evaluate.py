@@ -352,29 +352,33 @@ def evaluate(
             foreign.register(*(s.toolkit for s in loaded))
             _reindex(foreign, "all sources", say, cache)
         try:
-            if pooled:
-                with Catalog(Path(tmp) / "pooled.db", embedding_model=embedding_model) as catalog:
-                    catalog.register(*(s.toolkit for s in loaded))
+            # One catalog of every source's tools (pooled), or one per source.
+            groups = [(loaded, "pooled")] if pooled else [([s], s.name) for s in loaded]
+            for group, label in groups:
+                path = Path(tmp) / ("pooled.db" if pooled else f"{group[0].toolkit.name}.db")
+                with Catalog(path, embedding_model=embedding_model) as catalog:
+                    catalog.register(*(s.toolkit for s in group))
                     if needs_vectors:
                         if foreign is not None:
                             _copy_vectors(catalog, foreign.path)
-                        _reindex(catalog, "pooled", say, cache)
+                        _reindex(catalog, label, say, cache)
                     learned = 0
                     if learning:  # the same queries scored before learning, then after
-                        for source in loaded:
+                        for source in group:
                             score = plans[source.name].score
-                            emit(_run(catalog, source, score, modes, True, 0, None, False, say))
-                        for source in loaded:
+                            emit(_run(catalog, source, score, modes, pooled, 0, None, False, say))
+                        for source in group:
                             learned += _learn(catalog, source, plans[source.name].learn, say)
-                        _reindex(catalog, "pooled, after learning", say)
-                    for source in loaded:
+                        _reindex(catalog, f"{label}, after learning", say)
+                    for source in group:
+                        score = plans[source.name].score
                         emit(
                             _run(
                                 catalog,
                                 source,
-                                plans[source.name].score,
+                                score,
                                 modes,
-                                True,
+                                pooled,
                                 learned,
                                 foreign,
                                 abstention,
@@ -383,38 +387,7 @@ def evaluate(
                         )
                         if plain is not None:
                             say(f"{source.name}: plain baseline")
-                            emit(plain.rows(source, plans[source.name].score, loaded, True))
-            else:
-                for source in loaded:
-                    path = Path(tmp) / f"{source.toolkit.name}.db"
-                    with Catalog(path, embedding_model=embedding_model) as catalog:
-                        catalog.register(source.toolkit)
-                        if needs_vectors:
-                            if foreign is not None:
-                                _copy_vectors(catalog, foreign.path)
-                            _reindex(catalog, source.name, say, cache)
-                        learned = 0
-                        if learning:  # the same queries scored before learning, then after
-                            score = plans[source.name].score
-                            emit(_run(catalog, source, score, modes, False, 0, None, False, say))
-                            learned = _learn(catalog, source, plans[source.name].learn, say)
-                            _reindex(catalog, f"{source.name}, after learning", say)
-                        emit(
-                            _run(
-                                catalog,
-                                source,
-                                plans[source.name].score,
-                                modes,
-                                False,
-                                learned,
-                                foreign,
-                                abstention,
-                                say,
-                            )
-                        )
-                        if plain is not None:
-                            say(f"{source.name}: plain baseline")
-                            emit(plain.rows(source, plans[source.name].score, [source], False))
+                            emit(plain.rows(source, score, group, pooled))
         finally:
             if foreign is not None:
                 foreign.close()

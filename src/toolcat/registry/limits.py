@@ -147,7 +147,7 @@ def walk_values(data: Any) -> Iterator[tuple[list[Any], str, bool]]:
         if isinstance(value, NotJson):
             yield path, value.reason, True
         elif isinstance(value, str):
-            if not _is_text(value):
+            if not is_text(value):
                 yield path, "text holds a lone surrogate (not valid Unicode)", False
         elif isinstance(value, bool) or value is None:
             pass
@@ -167,7 +167,7 @@ def walk_values(data: Any) -> Iterator[tuple[list[Any], str, bool]]:
                 if not isinstance(key, str):
                     yield [*path, key], f"key {key!r} is not a string", True
                     continue
-                if not _is_text(key):
+                if not is_text(key):
                     yield path, f"key {key!r} holds a lone surrogate (not valid Unicode)", False
                 children.append(([*path, key], child))
             stack.extend(reversed(children))
@@ -192,11 +192,11 @@ def plain_json(value: Any, depth: int = 0) -> bool:
         return False  # its children lie deeper than allowed (or it is empty: walked anyway)
     if kind is dict:
         for key, child in value.items():
-            if type(key) is not str or not (key.isascii() or _is_text(key)):
+            if type(key) is not str or not (key.isascii() or is_text(key)):
                 return False
             child_kind = type(child)
             if child_kind is str:
-                if not (child.isascii() or _is_text(child)):
+                if not (child.isascii() or is_text(child)):
                     return False
             elif child_kind is bool or child is None:
                 continue
@@ -206,13 +206,13 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     if kind is list:
         for child in value:
             if type(child) is str:
-                if not (child.isascii() or _is_text(child)):
+                if not (child.isascii() or is_text(child)):
                     return False
             elif not plain_json(child, depth + 1):
                 return False
         return True
     if kind is str:
-        return value.isascii() or _is_text(value)
+        return value.isascii() or is_text(value)
     if kind is int:
         return bool(MIN_INT <= value <= MAX_INT)
     if kind is float:
@@ -220,7 +220,9 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     return kind is bool or value is None
 
 
-def _is_text(value: str) -> bool:
+def is_text(value: str) -> bool:
+    """Whether ``value`` can be written as UTF-8: JSON and YAML decode lone surrogates
+    (``"\\ud800"``) into strings that cannot."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

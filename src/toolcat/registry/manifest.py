@@ -24,6 +24,7 @@ from .limits import (
     NotJson,
     check_number_text,
     decode_manifest,
+    is_text,
     read_manifest_bytes,
     value_problems,
 )
@@ -261,15 +262,7 @@ def _toolkit_name(data: Any) -> str | None:
     if not isinstance(data, dict):
         return None
     name = data.get("toolkit", data.get("name"))
-    return name if isinstance(name, str) and _is_plain(name) else None
-
-
-def _is_plain(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return name if isinstance(name, str) and is_text(name) else None
 
 
 def _locate(data: Any, loc: list[Any]) -> tuple[str | None, str | None]:
@@ -279,7 +272,7 @@ def _locate(data: Any, loc: list[Any]) -> tuple[str | None, str | None]:
         tool = _tool_label(data, loc[1])
         loc = loc[2:]
     field = ".".join(str(part) for part in loc) or None
-    if field is not None and not _is_plain(field):
+    if field is not None and not is_text(field):
         field = field.encode("utf-8", "backslashreplace").decode("utf-8")
     if field is not None and len(field) > MAX_FIELD_CHARS:  # a path 300 levels deep
         field = f"{field[: MAX_FIELD_CHARS // 2]}…{field[-MAX_FIELD_CHARS // 2 :]}"
@@ -297,7 +290,7 @@ def _tool_label(data: dict[str, Any], index: int) -> str:
     tools = data.get("tools")
     if isinstance(tools, list) and index < len(tools) and isinstance(tools[index], dict):
         name = tools[index].get("name")
-        if isinstance(name, str) and name and _is_plain(name):
+        if isinstance(name, str) and name and is_text(name):
             return name
     return f"#{index + 1}"
 

@@ -59,10 +59,8 @@ from typing import Any, cast
 
 from ..store import reader
 from ..store.connection import BUSY_TIMEOUT_MS
-from ..text.tokenize import tokenize
-from .bm25 import useful_terms
 from .fusion import Document
-from .postings import PostingsIndex
+from .postings import PostingsIndex, TermIndex
 
 K1 = 1.2
 B = 0.75
@@ -140,14 +138,11 @@ def _unpack(blob: bytes, typecode: str) -> tuple[int, memoryview[int], memoryvie
     )
 
 
-class TantivyIndex:
+class TantivyIndex(TermIndex):
     """tantivy's candidates, FTS5's exact ``bm25()`` scores; one catalog revision."""
 
     def __init__(self) -> None:
-        self.revision = -1
-        self.weights: tuple[float, ...] = ()
-        self.n_docs = 0
-        self.doc_freq: dict[str, int] = {}
+        super().__init__()
         # Row id -> the tool's terms packed (``_pack``): its length, its term ids and each
         # term's weighted count (as tantivy counts it), from which a term's whole bm25()
         # contribution is computed when the tool is rescored. Packed, because Python dicts
@@ -162,7 +157,6 @@ class TantivyIndex:
         self._counts = "I"  # array typecode of the counts: "d" when they are not integers
         self._scale = 1.0
         self._avgdl = 1.0
-        self.names: dict[int, str] = {}  # row id -> tokenized name column (fusion's signals)
         # Every token of every column is a term of the packed tools (no column weighs 0):
         # fusion's signals can be read from them.
         self.holds_every_term = False
@@ -174,9 +168,6 @@ class TantivyIndex:
         self._row_ids: array[int] = array("q")  # doc id in the one segment -> row id
         self._searcher: Any = None
         self._schema: Any = None
-
-    def current(self, revision: int, weights: Sequence[float]) -> bool:
-        return self.revision == revision and self.weights == tuple(weights)
 
     def build(
         self,
@@ -389,14 +380,6 @@ class TantivyIndex:
                     return False
         return True
 
-    def terms(self, text: str, max_terms: int) -> list[str]:
-        """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
-        the index lacks are dropped, and those in more than half of the tools too (they
-        carry FTS5's floor IDF) unless nothing else is left."""
-        return useful_terms(
-            list(dict.fromkeys(tokenize(text))), self.doc_freq, self.n_docs, max_terms
-        )
-
     def documents(self, ids: Sequence[int], terms: Sequence[str]) -> dict[int, Document] | None:
         """fusion's ``Document`` of each of these tools the index holds (None when the
         index does not hold every term: a column weighing 0)."""
@@ -411,10 +394,6 @@ class TantivyIndex:
                 held = wanted.keys() & _unpack(blob, typecode)[1]
                 found[doc] = (names[doc], {wanted[t] for t in held})
         return found
-
-    def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
-        """The ``k`` best (row id, score), best first (ties by row id)."""
-        return self.rank(self.terms(text, max_terms), k)
 
     def rank(
         self, terms: Sequence[str], k: int, allowed: frozenset[int] | None = None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import math
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from ..text.tokenize import tokenize
@@ -30,20 +31,48 @@ K1 = 1.2
 B = 0.75
 
 
-class PostingsIndex:
-    """Term → {tool row id: BM25 contribution}, for one catalog revision."""
+class TermIndex(ABC):
+    """What an in-memory lexical index (this one, ``lexical_index.TantivyIndex``) is: built
+    from ``tools_fts`` at one catalog revision and column weights, it knows each term's
+    document frequency and each tool's name column, and ranks a query's terms."""
 
     def __init__(self) -> None:
         self.revision = -1
         self.weights: tuple[float, ...] = ()
         self.n_docs = 0
-        self.postings: dict[str, dict[int, float]] = {}
-        self.bound: dict[str, float] = {}
         self.doc_freq: dict[str, int] = {}
         self.names: dict[int, str] = {}  # row id -> tokenized name column (fusion's signals)
 
     def current(self, revision: int, weights: Sequence[float]) -> bool:
         return self.revision == revision and self.weights == tuple(weights)
+
+    def terms(self, text: str, max_terms: int) -> list[str]:
+        """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
+        the index lacks are dropped, and those in more than half of the tools too (they
+        carry FTS5's floor IDF) unless nothing else is left."""
+        return useful_terms(
+            list(dict.fromkeys(tokenize(text))), self.doc_freq, self.n_docs, max_terms
+        )
+
+    def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score), best first (ties by row id)."""
+        return self.rank(self.terms(text, max_terms), k)
+
+    @abstractmethod
+    def rank(
+        self, terms: Sequence[str], k: int, allowed: frozenset[int] | None = None
+    ) -> list[tuple[int, float]]:
+        """The ``k`` best (row id, score) for index terms (as ``terms`` returns them); with
+        ``allowed`` (``reader.allowed_ids``), among those tools only."""
+
+
+class PostingsIndex(TermIndex):
+    """Term → {tool row id: BM25 contribution}, for one catalog revision."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.postings: dict[str, dict[int, float]] = {}
+        self.bound: dict[str, float] = {}
 
     def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
@@ -101,18 +130,6 @@ class PostingsIndex:
                     if doc in postings:
                         has.add(term)
         return found
-
-    def terms(self, text: str, max_terms: int) -> list[str]:
-        """The query's terms worth scoring, rarest first: as ``bm25.query_terms`` — terms
-        the index lacks are dropped, and those in more than half of the tools too (they
-        carry FTS5's floor IDF) unless nothing else is left."""
-        return useful_terms(
-            list(dict.fromkeys(tokenize(text))), self.doc_freq, self.n_docs, max_terms
-        )
-
-    def search(self, text: str, k: int, max_terms: int) -> list[tuple[int, float]]:
-        """The ``k`` best (row id, score), best first (ties by row id)."""
-        return self.rank(self.terms(text, max_terms), k)
 
     def rank(
         self, terms: Sequence[str], k: int, allowed: frozenset[int] | None = None
