@@ -43,7 +43,8 @@ class BearerAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("path") != HEALTH_PATH:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path != HEALTH_PATH and not _console(path):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             principal = self.tokens.principal(given)
             if principal is None:
@@ -76,7 +77,7 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
     from mcp.server.transport_security import TransportSecuritySettings
     from starlette.applications import Starlette
-    from starlette.routing import Route
+    from starlette.routing import Mount, Route
 
     security = None
     if host in LOOPBACK:
@@ -131,15 +132,23 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
                 status = 503
         return JSONResponse(report, status)
 
+    from .console import PATH as CONSOLE_PATH  # its own login: server/console/auth.py
+    from .console import for_server
+
     app: Any = Starlette(
         routes=[
             Route(MCP_PATH, endpoint=Endpoint()),
             Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
+            Mount(CONSOLE_PATH, app=for_server(server, tokens, host)),
         ],
         lifespan=lifespan,
     )
     app = BearerAuth(app, tokens) if tokens else app
     return server.access_log.http(app) if server.access_log is not None else app
+
+
+def _console(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
 
 
 def _record_session(send: Any, principal: Any, owners: dict[str, str]) -> Any:
