@@ -209,17 +209,20 @@ def build(source: Source) -> Any:
         principal = None
         if request.method == "POST":
             if not _same_origin(request):
-                return page(request, "login.html", 403, failed=True)
-            form = await _form(request)
+                return page(request, "login.html", 403, failed=True, spent=False)
+            try:
+                form = await _form(request)
+            except views.BadRequest as e:
+                return page(request, "error.html", 400, message=str(e))
             principal = sessions.login_token(form.get("token", ""))
             if principal is None:
-                return page(request, "login.html", 401, failed=True)
+                return page(request, "login.html", 401, failed=True, spent=False)
         elif "secret" in request.query_params:  # toolcat ui's one-time link
             principal = sessions.login_secret(request.query_params["secret"])
             if principal is None:
                 return page(request, "login.html", 401, failed=True, spent=True)
         if principal is None:
-            return page(request, "login.html", failed=False)
+            return page(request, "login.html", failed=False, spent=False)
         response = RedirectResponse(f"{PATH}/", 303)
         response.set_cookie(
             COOKIE,
