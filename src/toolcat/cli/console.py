@@ -9,7 +9,10 @@ from .options import open_catalog
 
 @click.command()
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=0, help="Port on 127.0.0.1. Default: a free one."
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    help="Port on 127.0.0.1. Default: a free one.",
 )
 @click.option("--no-browser", is_flag=True, help="Print the address; do not open a browser.")
 @click.pass_context

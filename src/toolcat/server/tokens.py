@@ -35,7 +35,15 @@ from .scope import Scope
 
 _ENV = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _FIELDS = {
-    "name", "token", "toolkits", "tags", "any_tags", "exclude_tags", "allow", "deny", "admin"
+    "name",
+    "token",
+    "toolkits",
+    "tags",
+    "any_tags",
+    "exclude_tags",
+    "allow",
+    "deny",
+    "admin",
 }
 
 

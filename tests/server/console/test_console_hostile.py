@@ -21,8 +21,10 @@ from tests.server.console.site import (
     MATH_TOKEN,
     RAW,
     console_server,
-    login as signed_in,
     make_catalog,
+)
+from tests.server.console.site import (
+    login as signed_in,
 )
 from toolcat import Catalog
 
@@ -37,6 +39,7 @@ def login(base: str, token: str) -> httpx.Client:
 def anonymous_client(base: str) -> httpx.Client:
     OPENED.append(httpx.Client(base_url=base))
     return OPENED[-1]
+
 
 PAGES = [
     "/ui/",
@@ -148,7 +151,9 @@ def test_admin_forms_need_the_sessions_csrf_token_and_this_origin(
     with Catalog(db) as catalog:
         assert [v.deprecated for v in catalog.versions("evil")] == [True, False]
     assert "Version deprecated." in admin.get("/ui/toolkits?done=deprecate").text
-    assert admin.get("/ui/admin/activate?toolkit=evil&version=1.0.0").status_code == 404  # POST only
+    assert (
+        admin.get("/ui/admin/activate?toolkit=evil&version=1.0.0").status_code == 404
+    )  # POST only
 
 
 def test_every_answer_carries_the_security_headers(site: tuple[str, Path]) -> None:
@@ -178,11 +183,16 @@ def test_unauthenticated_requests_learn_nothing_and_no_token_travels_in_a_url(
         assert answer.status_code == 303 and answer.headers["location"] == "/ui/login"
         assert answer.text == ""
     # A bearer header is not a console session, and /mcp's 401 is untouched.
-    assert httpx.get(f"{base}/ui/", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).status_code == 303
+    assert (
+        httpx.get(f"{base}/ui/", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}).status_code
+        == 303
+    )
     assert httpx.post(f"{base}/mcp", json={}).status_code == 401
     wrong = anonymous.post("/ui/login", data={"token": "nope-nope-nope"}, headers={"Origin": base})
     assert wrong.status_code == 401 and "not valid" in wrong.text
-    foreign = anonymous.post("/ui/login", data={"token": ADMIN_TOKEN}, headers={"Origin": "http://x.example"})
+    foreign = anonymous.post(
+        "/ui/login", data={"token": ADMIN_TOKEN}, headers={"Origin": "http://x.example"}
+    )
     assert foreign.status_code == 403 and "set-cookie" not in foreign.headers
     login_page = anonymous.get("/ui/login").text
     assert 'method="post"' in login_page and 'type="password"' in login_page
@@ -203,7 +213,14 @@ def test_forged_and_foreign_cookies_are_no_session(site: tuple[str, Path]) -> No
     import base64
 
     boss = base64.urlsafe_b64encode(b"boss\n9999999999").rstrip(b"=").decode()
-    for forged in [f"{boss}.{mac}", f"{payload}.{mac[:-3]}AAA", "x" * 600, "a.b.c", "%CE%A9.%CE%A9", "bG9jYWw.AAAA"]:
+    for forged in [
+        f"{boss}.{mac}",
+        f"{payload}.{mac[:-3]}AAA",
+        "x" * 600,
+        "a.b.c",
+        "%CE%A9.%CE%A9",
+        "bG9jYWw.AAAA",
+    ]:
         answer = httpx.get(f"{base}/ui/status", cookies={"toolcat_console": forged})
         assert answer.status_code == 303, forged
 

@@ -10,53 +10,12 @@ docs/console.md and docs/security.md "Console".
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from ...catalog import Catalog
-from ..scope import Scope
 from .auth import Sessions
+from .source import LOOPBACK_BINDS, LOOPBACK_NAMES, PATH, Source
 
-PATH = "/ui"
-HERE = Path(__file__).parent
-T = TypeVar("T")
-
-HEADERS = {
-    "content-security-policy": (
-        "default-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; "
-        "frame-ancestors 'none'; form-action 'self'"
-    ),
-    "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
-    "x-frame-options": "DENY",
-    "cache-control": "no-store",
-}
-
-
-@dataclass
-class Source:
-    """What the console reads and acts on.
-
-    Attributes:
-        run: Runs a function on a reader catalog in a worker thread (``Readers.run``).
-        writer: The catalog admin actions write through.
-        scope: The server's scope; a principal's is narrowed from it.
-        health: The server's ``/healthz`` report (role, revision, lag, staleness).
-        gaps: The newest searches that found nothing: (time, principal, query, mode).
-        sessions: Who is logged in.
-        hosts: The ``Host`` names a request may carry (loopback binds: DNS rebinding);
-            empty = any.
-    """
-
-    run: Callable[[Callable[[Catalog], Any]], Awaitable[Any]]
-    writer: Catalog
-    scope: Scope
-    health: Callable[[], dict[str, Any]]
-    gaps: Callable[[], list[tuple[float, str, str, str]]]
-    sessions: Sessions
-    hosts: tuple[str, ...] = ()
+__all__ = ["PATH", "Source", "console_app", "for_server"]
 
 
 def console_app(source: Source) -> Any:
@@ -81,8 +40,6 @@ async def _not_installed(scope: Any, receive: Any, send: Any) -> None:
 def for_server(server: Any, tokens: Any, host: str) -> Any:
     """The console of a ``CatalogServer`` (``toolcat serve --http``): its readers, scope,
     health and gaps; logins by its tokens (none: open and read-only)."""
-    from ..http import LOOPBACK
-
     return console_app(
         Source(
             run=server.readers.run,
@@ -91,9 +48,6 @@ def for_server(server: Any, tokens: Any, host: str) -> Any:
             health=server.health,
             gaps=server.gaps.newest,
             sessions=Sessions(tokens=tokens),
-            hosts=LOOPBACK_NAMES if host in LOOPBACK else (),
+            hosts=LOOPBACK_NAMES if host in LOOPBACK_BINDS else (),
         )
     )
-
-
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")

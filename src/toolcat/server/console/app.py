@@ -8,11 +8,13 @@ import time
 from typing import Any
 from urllib.parse import urlencode
 
+from ...definitions.names import TOOLKIT_NAME_RE
 from ...errors import ToolcatError
 from ...search.modes import SEARCH_MODES
 from ..tokens import Principal
-from . import HEADERS, HERE, PATH, Source, views
+from . import views
 from .auth import COOKIE, SESSION_SECONDS, Sessions
+from .source import HEADERS, HERE, PATH, Source
 
 ADMIN_ACTIONS = ("deprecate", "activate", "reindex")
 DONE = {  # fixed messages after an admin action: nothing from the request is echoed
@@ -80,7 +82,9 @@ def build(source: Source) -> Any:
             if admin and not viewer.admin:
                 return page(request, "error.html", 403, message="Admin actions need an admin.")
             try:
-                response: Response = await handler(request, viewer, source.scope.narrowed(viewer.scope))
+                response: Response = await handler(
+                    request, viewer, source.scope.narrowed(viewer.scope)
+                )
                 return response
             except views.NotFound:
                 return not_found(request)
@@ -192,7 +196,7 @@ def build(source: Source) -> Any:
                 await anyio.to_thread.run_sync(lambda: writer.reindex())
             else:
                 toolkit, version = form.get("toolkit", ""), form.get("version", "")
-                views.check_name(toolkit, views.TOOLKIT_NAME_RE)
+                views.check_name(toolkit, TOOLKIT_NAME_RE)
                 if not views.toolkit_in_scope(scope, toolkit) or not version:
                     raise views.NotFound
                 verb = writer.deprecate if action == "deprecate" else writer.activate

@@ -82,8 +82,10 @@ class Sessions:
         """``toolcat ui``'s one-time secret: the first right one logs in, then it is spent."""
         with self._spent:
             expected = self.local_secret
-            if not expected or not secret or not hmac.compare_digest(
-                secret.encode("utf-8", "replace"), expected.encode()
+            if (
+                not expected
+                or not secret
+                or not hmac.compare_digest(secret.encode("utf-8", "replace"), expected.encode())
             ):
                 return None
             self.local_secret = ""  # spent: not None, so the console still wants a login

@@ -14,8 +14,9 @@ from typing import Any
 
 from ...catalog import Catalog
 from ..scope import Scope
-from . import LOOPBACK_NAMES, PATH, Source, console_app
+from . import console_app
 from .auth import Sessions
+from .source import LOOPBACK_NAMES, PATH, Source
 
 HOST = "127.0.0.1"
 

@@ -33,11 +33,11 @@ MAX_TAGS = 20  # tags per filter list
 MAX_VERSIONS = 200  # versions of one toolkit shown
 
 
-class NotFound(Exception):  # noqa: N818 - a page answer, not an error of toolcat's
+class NotFound(Exception):
     """No such page for this viewer (out of scope, unknown, malformed): a bare 404."""
 
 
-class BadRequest(Exception):  # noqa: N818
+class BadRequest(Exception):
     """A filter or form value that cannot be used: a 400 with this one-line message."""
 
 
@@ -238,17 +238,19 @@ def diff(
     left, right = definition_text(a)[:MAX_DIFF_CHARS], definition_text(b)[:MAX_DIFF_CHARS]
     lines = list(
         difflib.unified_diff(
-            left.splitlines(), right.splitlines(), f"{a.id}@{a.version}", f"{b.id}@{b.version}",
-            lineterm="", n=3,
+            left.splitlines(),
+            right.splitlines(),
+            f"{a.id}@{a.version}",
+            f"{b.id}@{b.version}",
+            lineterm="",
+            n=3,
         )
     )
     cut = len(lines) > MAX_DIFF_LINES
     return {"a": a, "b": b, "lines": lines[:MAX_DIFF_LINES], "cut": cut}
 
 
-def search(
-    catalog: Catalog, scope: Scope, query: str, mode: str | None, k: int
-) -> dict[str, Any]:
+def search(catalog: Catalog, scope: Scope, query: str, mode: str | None, k: int) -> dict[str, Any]:
     """The playground: hits in scope with rank, score, match, and why (their BM25 and
     embedding ranks and scores, from the same search in those modes, and the query's
     terms found in the tool's name, description and tags)."""
