@@ -170,7 +170,7 @@ def test_every_answer_carries_the_security_headers(site: tuple[str, Path]) -> No
     for answer in answers:
         assert answer.headers["content-security-policy"] == CSP, answer.url
         assert answer.headers["x-content-type-options"] == "nosniff"
-        assert answer.headers["referrer-policy"] == "no-referrer"
+        assert answer.headers["referrer-policy"] == "same-origin"
 
 
 def test_unauthenticated_requests_learn_nothing_and_no_token_travels_in_a_url(

@@ -20,7 +20,7 @@ HEADERS = {
         "frame-ancestors 'none'; form-action 'self'"
     ),
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make a form's Origin "null"
     "x-frame-options": "DENY",
     "cache-control": "no-store",
 }
