@@ -1018,15 +1018,18 @@ class Catalog:
             )
         return recorded - len(earlier) if recorded else 0
 
-    def usage(self, toolkit: str | None = None) -> builtins.list[dict[str, Any]]:
+    def usage(
+        self, toolkit: str | None = None, *, limit: int | None = None
+    ) -> builtins.list[dict[str, Any]]:
         """Recorded uses, newest first: ``{"tool", "query", "recorded_at", "principal"}``
-        (``principal`` None for the catalog's own caller)."""
+        (``principal`` None for the catalog's own caller); at most ``limit`` of them."""
         with self._snapshot() as conn:
             rows = conn.execute(
                 "SELECT toolkit, name, query, recorded_at, principal FROM usage "
                 + ("WHERE toolkit = ? " if toolkit else "")
-                + "ORDER BY id DESC",
-                (toolkit,) if toolkit else (),
+                + "ORDER BY id DESC"
+                + (" LIMIT ?" if limit is not None else ""),
+                ((toolkit,) if toolkit else ()) + ((limit,) if limit is not None else ()),
             ).fetchall()
         return [
             {"tool": f"{t}.{n}", "query": q, "recorded_at": at, "principal": p or None}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from . import admin, agent, operator
+from . import admin, agent, console, operator
 from .output import PROCESS, ToolcatGroup
 
 
@@ -61,7 +61,7 @@ def cli(
     ctx.meta["toolcat.debug"] = debug
 
 
-for module in (agent, admin, operator):
+for module in (agent, admin, operator, console):
     for command in module.COMMANDS:
         cli.add_command(command)
 

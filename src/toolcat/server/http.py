@@ -48,7 +48,7 @@ class BearerAuth:
         self.tokens = tokens
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
+        if scope["type"] == "http" and not _console(scope.get("path", "")):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             principal = self.tokens.principal(given) if given else None
             if principal is None and scope.get("path") == HEALTH_PATH:  # the short answer
@@ -88,7 +88,7 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
         TransportSecuritySettings,
     )
     from starlette.applications import Starlette
-    from starlette.routing import Route
+    from starlette.routing import Mount, Route
 
     security = None
     if host in LOOPBACK:
@@ -150,10 +150,14 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
             report = {key: report.get(key) for key in SHORT_HEALTH if key in report}
         return JSONResponse(report, status)
 
+    from .console import PATH as CONSOLE_PATH  # its own login: server/console/auth.py
+    from .console import for_server
+
     app: Any = Starlette(
         routes=[
             Route(MCP_PATH, endpoint=Endpoint()),
             Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
+            Mount(CONSOLE_PATH, app=for_server(server, tokens, host)),
         ],
         lifespan=lifespan,
     )
@@ -172,6 +176,10 @@ def _max_stale(given: str | None) -> float | None:
     except ValueError:
         return math.nan
     return bound if math.isfinite(bound) else math.nan
+
+
+def _console(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
 
 
 def _record_session(send: Any, principal: Any, owners: dict[str, str]) -> Any:

@@ -49,7 +49,7 @@ from .access import AccessLog
 from .events import ArtifactLinks, forward_events
 from .listcache import ListCache
 from .scope import Scope
-from .usage import RecentSearches
+from .usage import Gaps, RecentSearches
 from .watcher import RevisionWatcher
 
 if TYPE_CHECKING:
@@ -343,6 +343,7 @@ class CatalogServer:
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
         self.recent = RecentSearches()  # learning from use: each caller's recent searches
+        self.gaps = Gaps()  # searches that found nothing, for the console
         self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
         self.found_tools = FoundTools()  # search_tools' entries, built once per tool
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
@@ -723,6 +724,8 @@ class CatalogServer:
             while len(revealed) > MAX_REVEALED:
                 revealed.popitem(last=False)
         shown = found.model_copy(update={"hits": hits})  # SearchResult's rule, on what is shown
+        if shown.no_match:
+            self.gaps.add(self._learner(ctx), query, found.mode)
         payload: dict[str, Any] = {
             "query": query,
             "mode": found.mode,

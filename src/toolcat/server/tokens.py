@@ -12,6 +12,7 @@ view of the catalog::
         exclude_tags: [destructive]    # none of these
         deny: ["tag:destructive"]
         allow: []
+        admin: false                   # true: may deprecate, activate, reindex in /ui
 
 Tokens are compared in constant time and never logged; a request's scheme is matched
 case-insensitively (RFC 9110). A malformed file refuses to start, naming the line.
@@ -33,7 +34,17 @@ from ..policy.tags import TagFilter
 from .scope import Scope
 
 _ENV = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
-_FIELDS = {"name", "token", "toolkits", "tags", "any_tags", "exclude_tags", "allow", "deny"}
+_FIELDS = {
+    "name",
+    "token",
+    "toolkits",
+    "tags",
+    "any_tags",
+    "exclude_tags",
+    "allow",
+    "deny",
+    "admin",
+}
 
 
 class TokensFileError(ToolcatError):
@@ -42,10 +53,12 @@ class TokensFileError(ToolcatError):
 
 @dataclass(frozen=True)
 class Principal:
-    """One identity: its name (safe to log) and what it may see."""
+    """One identity: its name (safe to log), what it may see, and whether it may change the
+    catalog through the web console (``admin: true`` in the tokens file; never ``--token``)."""
 
     name: str
     scope: Scope
+    admin: bool = False
 
 
 class Tokens:
@@ -74,6 +87,18 @@ class Tokens:
     def principals(self) -> list[Principal]:
         """Every principal, in the file's order."""
         return [principal for _, principal in self._entries]
+
+    def sign(self, name: str, message: bytes) -> bytes | None:
+        """An HMAC of ``message`` keyed by principal ``name``'s token (None: no such
+        principal): a console session cookie that any server holding the same tokens file
+        checks, and that changing the token revokes."""
+        for token, principal in self._entries:
+            if principal.name == name:
+                return hmac.new(token, message, "sha256").digest()
+        return None
+
+    def named(self, name: str) -> Principal | None:
+        return next((p for _, p in self._entries if p.name == name), None)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -125,6 +150,9 @@ def load_tokens(path: Path) -> Tokens:
             policy = Policy.of(allow=lists["allow"], deny=lists["deny"])
         except ToolcatError as e:
             raise TokensFileError(f"{where}: principal {name!r}: {e}") from e
+        admin = item.get("admin", False)
+        if not isinstance(admin, bool):
+            raise TokensFileError(f"{where}: principal {name!r}: 'admin' must be true or false")
         names.add(name)
         tokens.add(token)
         scope = Scope(
@@ -135,7 +163,7 @@ def load_tokens(path: Path) -> Tokens:
             exclude_tags=lists["exclude_tags"],
             policy=policy,
         )
-        entries.append((token, Principal(name, scope)))
+        entries.append((token, Principal(name, scope, admin)))
     if len(unset) == 1:
         where, name, variable = unset[0]
         raise TokensFileError(

@@ -71,3 +71,31 @@ class RecentSearches:
     def __len__(self) -> int:
         """Stateless callers remembered (for tests of the bound)."""
         return len(self._stateless)
+
+
+MAX_GAPS = 1_000  # searches that found nothing, remembered per server process
+
+
+class Gaps:
+    """The newest searches that found nothing fitting (``no_match``): (time, principal,
+    query, mode), for the console's usage page. In memory only, per server process: a
+    replica behind a balancer shows its own."""
+
+    def __init__(self, size: int = MAX_GAPS) -> None:
+        from collections import deque
+
+        self._entries: deque[tuple[float, str, str, str]] = deque(maxlen=size)
+        self._lock = threading.Lock()
+
+    def add(self, principal: str, query: str, mode: str) -> None:
+        import time
+
+        with self._lock:
+            self._entries.append((time.time(), principal, query[:MAX_GAP_QUERY], mode))
+
+    def newest(self) -> list[tuple[float, str, str, str]]:
+        with self._lock:
+            return list(reversed(self._entries))
+
+
+MAX_GAP_QUERY = 500  # characters of a query kept
