@@ -190,6 +190,9 @@ def _pieces(pattern: str, rule: str) -> list[_Piece]:
             body = pattern[start:j]
             parts: list[str] = []
             k = 0
+            if body.startswith("]"):  # SQLite: a leading ] is a literal that starts no range
+                parts.append(re.escape("]"))
+                k = 1
             while k < len(body):
                 if k + 2 < len(body) and body[k + 1] == "-":
                     low, high = body[k], body[k + 2]

@@ -17,8 +17,10 @@ A tool may report in a tight loop, so every path a call's events take passes the
 ``Gate`` per call (the call's ``EventLog``, and a worker process before its pipe): progress
 and status events pass ``BURST`` at once, then ``PER_SECOND`` a second, the latest of each
 kind held back and passed on when the next one may go or when the call ends (the last
-progress always arrives); log lines pass up to ``MAX_LOGS`` a call. What did not pass is
-counted, and one ``warning`` log event at the end says how many.
+progress always arrives); log lines pass up to ``MAX_LOGS`` a call. An artifact past
+``artifacts.MAX_ARTIFACTS`` becomes its ``warning`` line there, content dropped, and counts
+as a log line: artifacts reported in a loop pass no more than log lines do. What
+did not pass is counted, and one ``warning`` log event at the end says how many.
 """
 
 from __future__ import annotations
@@ -180,8 +182,9 @@ def reset_sink(token: contextvars.Token[Sink | None]) -> None:
 class Gate:
     """One call's events on their way to ``sink``, bounded (see the module's docstring).
 
-    Artifacts pass as they come (``EventLog`` bounds them). Call ``end`` once the tool has
-    returned: it passes on what was held back, then the note of what was dropped."""
+    Artifacts pass as they come up to ``artifacts.MAX_ARTIFACTS`` (``EventLog`` bounds their
+    size), then as log lines. Call ``end`` once the tool has returned: it passes on what was
+    held back, then the note of what was dropped."""
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
@@ -189,10 +192,17 @@ class Gate:
         self.refilled = time.monotonic()
         self.held: dict[str, dict[str, Any]] = {}  # kind -> its latest event not passed on
         self.logs = 0
+        self.artifacts = 0
         self.dropped = 0
 
     def __call__(self, event: dict[str, Any]) -> None:
         kind = event.get("kind")
+        if kind == "artifact":
+            self.artifacts += 1
+            if self.artifacts > artifacts.MAX_ARTIFACTS:  # its content goes no further
+                name = str(event.get("name") or "artifact")[:200]
+                event = {"kind": "log", "level": "warning", "message": _over_count(name)}
+                kind = "log"
         if kind == "log":
             self.logs += 1
             if self.logs > MAX_LOGS:
@@ -243,7 +253,6 @@ class EventLog:
         self.on_event = on_event
         self.started = started
         self.events: list[ToolEvent] = []
-        self.artifacts = 0
         self.folder = artifacts.CallFolder()
         self.gate = Gate(self._keep)
         self.closed = False
@@ -299,9 +308,6 @@ class EventLog:
         except (binascii.Error, ValueError, UnicodeEncodeError):
             return f"artifact {name!r} not kept: its content is not text or base64 bytes"
         fields["mime_type"] = artifacts.media_type(fields.get("mime_type"))
-        self.artifacts += 1
-        if self.artifacts > artifacts.MAX_ARTIFACTS:
-            return f"artifact {name!r} not kept: at most {artifacts.MAX_ARTIFACTS} per call"
         if len(content) > artifacts.MAX_ARTIFACT_BYTES:
             return f"artifact {name!r} not kept: over {artifacts.MAX_ARTIFACT_BYTES:,} bytes"
         fields["size"] = len(content)
@@ -328,6 +334,10 @@ class EventLog:
                 self.gate.end()
             self.closed = True
             return list(self.events)
+
+
+def _over_count(name: str) -> str:
+    return f"artifact {name!r} not kept: at most {artifacts.MAX_ARTIFACTS} per call"
 
 
 KINDS = frozenset({"progress", "status", "artifact", "log"})

@@ -102,6 +102,8 @@ def redacted(url: str) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname or ""
+        if ":" in host:  # an IPv6 address keeps its brackets, or it reads as host:port
+            host = f"[{host}]"
         if parts.port is not None:
             host = f"{host}:{parts.port}"
     except ValueError:  # a port that is no number: show nothing of the place
