@@ -151,7 +151,7 @@ def test_kept_hits_and_answers_equal_fresh_ones(indexed: tuple[Path, list[str]])
         for result in first:
             for hit in result.hits:
                 validated = type(hit.tool).model_validate(
-                    {**hit.tool.model_dump(), "module": hit.tool.module}
+                    {**hit.tool.model_dump(), "module": hit.tool.module, "kind": hit.tool.kind}
                 )
                 assert hit.tool == validated
 

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import stat
 import time
 import uuid
@@ -103,6 +102,8 @@ def remove_entry(path: Path, info: os.stat_result) -> None:
     """Delete an entry ``own_entries`` found: a folder with what is in it (a symlink
     inside is removed, never followed), or a file."""
     if stat.S_ISDIR(info.st_mode):
+        import shutil  # only when deleting: the search path reads files through here
+
         shutil.rmtree(path, ignore_errors=True)  # refuses a symlink in its place
     else:
         with contextlib.suppress(OSError):
