@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,10 @@ class ToolcatGroup(click.Group):
             ctx.exit(e.exit_code)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:
+            if not reader_gone():
+                raise
+            ctx.exit(end_quietly())
         except Exception as e:  # a bug: still one line, and the way to see more
             if ctx.meta.get("toolcat.debug"):
                 raise
@@ -64,6 +69,48 @@ class ToolcatGroup(click.Group):
                 err=True,
             )
             ctx.exit(ToolcatError.exit_code)
+
+
+CLOSED_PIPE_EXIT = 128 + 13
+"""The exit status a shell reports for ``cat`` or ``git`` stopped by a closed pipe (SIGPIPE)."""
+
+
+def reader_gone() -> bool:
+    """Whether the reader of our stdout or stderr went away (``toolcat status | head -1``),
+    as against a broken pipe of our own (a worker's, a forwarded server's), which is a bug."""
+    import select
+
+    if not hasattr(select, "poll"):
+        return True
+    poll = select.poll()
+    for fd in own_fds():
+        poll.register(fd, 0)
+    return any(mask & select.POLLERR for _fd, mask in poll.poll(0))
+
+
+def own_fds() -> list[int]:
+    """The file descriptors of the process's stdout and stderr (none under a test runner
+    that replaced them)."""
+    fds = []
+    for stream in (sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                fds.append(stream.fileno())
+        except (OSError, ValueError):
+            continue
+    return fds
+
+
+def end_quietly() -> int:
+    """After the reader closed the pipe: nothing more can be said to it, so nothing is (no
+    traceback, no error line); the process's own streams point at /dev/null so that the
+    flush at exit does not fail again. Returns the exit status to leave with."""
+    if PROCESS.own:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in own_fds():
+            os.dup2(devnull, fd)
+        os.close(devnull)
+    return CLOSED_PIPE_EXIT
 
 
 def emit_json(value: Any) -> None:
