@@ -482,6 +482,14 @@ def reindex(
     )
 
 
+def reindex_advice() -> str:
+    """How to get vectors: reindex, once the embeddings extra is there."""
+    from ..search.encoders.onnx import EMBEDDINGS_EXTRA, onnx_installed
+
+    advice = "run `toolcat reindex`"
+    return advice if onnx_installed() else f"{EMBEDDINGS_EXTRA}, then {advice}"
+
+
 @click.command()
 @json_option
 @click.pass_context
@@ -495,7 +503,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     echo(f"toolkits  {info['toolkits']} active ({info['toolkit_versions']} versions)")
     echo(f"tools     {info['active_tools']} active")
     dim = info["embedding_dim"]
-    indexed = f"dim {dim}" if dim is not None else "not indexed yet: run `toolcat reindex`"
+    indexed = f"dim {dim}" if dim is not None else f"not indexed yet: {reindex_advice()}"
     echo(f"model     {info['embedding_model']} ({indexed})")
     for mode, cov in info["coverage"].items():
         echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")

@@ -86,6 +86,13 @@ def embedding_text(tool: Tool) -> str:
     return " ".join(parts)[:MAX_TEXT_CHARS]
 
 
+def unusable(why: str) -> str:
+    """Why the packaged model cannot encode, and the one thing to do: install the extra
+    when onnxruntime is missing, else install toolcat again (its files are damaged)."""
+    installed = onnx_encoder.onnx_installed()
+    return f"{why}: {onnx_encoder.PACKAGED_DAMAGED if installed else onnx_encoder.EMBEDDINGS_EXTRA}"
+
+
 def model_location(model_id: str) -> str:
     """Where ``model_id`` loads from: the packaged retriever's folder, the bundled MiniLM's
     folder, else the name or folder as given (for sentence-transformers)."""
@@ -171,6 +178,7 @@ class Embedder:
         self._documents: onnx_encoder.OnnxEncoder | TorchEncoder | None = None
         self._documents_checked = False
         self.note = ""
+        self.problem = ""  # why a packaged model cannot encode, and what to do
         self.device_note = ""  # why a GPU the machine has is not used
 
     def query_encoder(self) -> onnx_encoder.OnnxEncoder | None:
@@ -195,7 +203,8 @@ class Embedder:
                 if found is not None:
                     self.note = ""
                 elif self.packaged:
-                    self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
+                    self.problem = unusable(why)
+                    self.note = f"searching with BM25 only: {self.problem}"
                 else:
                     self.note = (
                         f"{why}; queries are encoded with sentence-transformers (seconds to "
@@ -214,7 +223,8 @@ class Embedder:
                     location = model_location(self.model_id)
                     self._documents, why = onnx_encoder.load(self.model_id, location, threads=0)
                     if self._documents is None and self.packaged:
-                        self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
+                        self.problem = unusable(why)
+                        self.note = f"searching with BM25 only: {self.problem}"
                     if self._documents is not None:
                         # the export checked above, its graph rebuilt or run on the GPU
                         gpu, self.device_note = device.gpu_encoder(self._documents.export.folder)
@@ -290,7 +300,7 @@ class Embedder:
                     if self.packaged:
                         raise EmbeddingError(
                             f"the packaged model {self.model_id} does not match its digests "
-                            f"({e}): reinstall toolcat"
+                            f"({e}): {onnx_encoder.PACKAGED_DAMAGED}"
                         ) from None
                     import shutil
 
@@ -335,11 +345,8 @@ class Embedder:
         """The sentence-transformers model (a packaged model has none: it runs as ONNX)."""
         if self.packaged:
             self.document_encoder()
-            raise EmbeddingError(
-                f"the embedding model {self.model_id} cannot load: "
-                f"{self.note or 'onnxruntime and tokenizers are needed'}; "
-                "pip install 'toolcat[embeddings]'"
-            )
+            problem = self.problem or "it runs as ONNX only"
+            raise EmbeddingError(f"the embedding model {self.model_id} cannot load: {problem}")
         with self._lock:
             if self._model is None:
                 self._model = _load(self.model_id)
