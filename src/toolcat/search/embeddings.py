@@ -456,6 +456,15 @@ def prune_export_cache(keep: Sequence[str] = (), everything: bool = False) -> tu
 
 
 def _load(model_id: str) -> Any:
+    # No model hub may be reachable from here: never wait for one (80 s of retries before
+    # an error, offline) unless the user asked for it. huggingface_hub reads these once, at
+    # its import, which sentence_transformers' import does: they are set before it.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    location = model_location(model_id)
+    offline = os.environ.get("HF_HUB_OFFLINE") not in ("", "0")
+    if offline and not os.path.isdir(location) and not _in_hub_cache(model_id):
+        raise EmbeddingError(_not_here(model_id))  # at once, not after importing torch
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
@@ -464,10 +473,6 @@ def _load(model_id: str) -> Any:
             "of it here): pip install 'toolcat[train]' (install torch==2.13.0 first for the "
             f"CPU build), or use the packaged {RETRIEVER!r}"
         ) from None
-    location = model_location(model_id)
-    # The machines toolcat runs on may have no route to a model hub: never wait for one.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import transformers
 
@@ -475,11 +480,36 @@ def _load(model_id: str) -> Any:
         transformers.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         return SentenceTransformer(location, device="cpu")
     except Exception as e:
+        if offline and not os.path.isdir(location):
+            raise EmbeddingError(_not_here(model_id)) from e
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         raise EmbeddingError(
-            f"cannot load embedding model {model_id!r} (offline): {type(e).__name__}: "
-            f"{str(e)[:300]}. Use a folder with a sentence-transformers model, or the packaged "
-            f"{RETRIEVER!r}"
+            f"cannot load embedding model {model_id!r}: {type(e).__name__}: {first}. Use a "
+            f"folder with a sentence-transformers model, or the packaged {RETRIEVER!r}"
         ) from e
+
+
+def _not_here(model_id: str) -> str:
+    return (
+        f"the embedding model {model_id!r} is neither a folder nor in the local Hugging Face "
+        "cache, and toolcat does not download models (HF_HUB_OFFLINE): give a folder holding "
+        "a sentence-transformers model, download it first (HF_HUB_OFFLINE=0), or use the "
+        f"packaged {RETRIEVER!r}"
+    )
+
+
+def _in_hub_cache(model_id: str) -> bool:
+    """Whether the Hugging Face cache holds ``model_id`` (as sentence-transformers names it:
+    a bare name is also looked for under ``sentence-transformers/``), a few stat calls."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    )
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+    names = [model_id] if "/" in model_id else [model_id, f"sentence-transformers/{model_id}"]
+    return any(
+        os.path.isdir(os.path.join(hub, "models--" + name.replace("/", "--"))) for name in names
+    )
 
 
 _embedders: dict[str, Embedder] = {}
