@@ -491,10 +491,10 @@ def _load(model_id: str) -> Any:
 
 def _not_here(model_id: str) -> str:
     return (
-        f"the embedding model {model_id!r} is neither a folder nor in the local Hugging Face "
-        "cache, and toolcat does not download models (HF_HUB_OFFLINE): give a folder holding "
-        "a sentence-transformers model, download it first (HF_HUB_OFFLINE=0), or use the "
-        f"packaged {RETRIEVER!r}"
+        f"cannot load embedding model {model_id!r}: it is neither a folder nor in the local "
+        "Hugging Face cache, and toolcat does not download models (HF_HUB_OFFLINE): give a "
+        "folder holding a sentence-transformers model, download it first (HF_HUB_OFFLINE=0), "
+        f"or use the packaged {RETRIEVER!r}"
     )
 
 
