@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from toolcat import Catalog
@@ -14,11 +13,6 @@ from toolcat.cli import cli
 from toolcat.registry.python import toolkit_from_module
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="toolcat call echoes tool text raw on this branch; the newcomer branch routes every "
-    "CLI line through output.echo (42cc195): drop this marker once it is merged",
-)
 def test_call_prints_no_escape_sequence_a_tool_sent(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     with Catalog(db) as catalog:

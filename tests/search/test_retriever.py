@@ -168,5 +168,5 @@ def test_damaged_packaged_retriever_falls_back_to_bm25(
         assert result.mode == "bm25" and result.hits[0].tool.id == "files.delete_file"
         assert "does not match its digests (model.onnx" in result.warnings[0]
         assert "BM25 only" in result.warnings[0]
-        with pytest.raises(EmbeddingError, match="reinstall toolcat"):
+        with pytest.raises(EmbeddingError, match="toolcat is damaged: install it again"):
             catalog.reindex(full=True)

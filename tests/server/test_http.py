@@ -63,7 +63,7 @@ def test_a_busy_port_is_one_line_and_its_own_exit_code(db: Path, tmp_path: Path,
 def test_an_address_not_of_this_host_is_one_line(db: Path, tmp_path: Path) -> None:
     done = subprocess.run(
         toolcat(db, "serve", "--http", "--host", "192.0.2.1", "--port", "8765"),  # TEST-NET-1
-        env=server_env(tmp_path),
+        env=server_env(tmp_path, TOOLCAT_TOKEN="a-token"),  # not loopback: a token is required
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from . import admin, agent, console, operator
-from .output import PROCESS, ToolcatGroup
+from .output import PROCESS, ToolcatGroup, end_quietly
 
 
 @click.group(cls=ToolcatGroup)
@@ -84,7 +84,10 @@ def main() -> None:
         cli.main(prog_name="toolcat")
     except SystemExit as e:
         if PROCESS.leave_at_once:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except BrokenPipeError:
+                os._exit(end_quietly())
             os._exit(e.code if isinstance(e.code, int) else 1)
         raise

@@ -19,14 +19,14 @@ from ..errors import (
 if TYPE_CHECKING:
     pass
 from .options import json_option, open_catalog
-from .output import emit_json, one_line, plural
+from .output import echo, emit_document, emit_json, one_line, plural, rewrite_line
 
 
 @click.command()
 @click.pass_context
 def init(ctx: click.Context) -> None:
     """Create the catalog file (if missing) and print its path."""
-    click.echo(str(open_catalog(ctx, create=True).path))
+    echo(str(open_catalog(ctx, create=True).path))
 
 
 @click.command()
@@ -213,9 +213,9 @@ def register(
         emit_json({"results": [r.model_dump() for r in results]})
         return
     for r in results:
-        click.echo(f"{r.status:<9} {r.toolkit} {r.version} ({plural(r.tools, 'tool')})")
+        echo(f"{r.status:<9} {r.toolkit} {r.version} ({plural(r.tools, 'tool')})")
     if results:
-        click.echo(f"revision {results[-1].revision}")
+        echo(f"revision {results[-1].revision}")
 
 
 def _warn_literal_secrets(headers: dict[str, str], env: dict[str, str]) -> None:
@@ -223,7 +223,7 @@ def _warn_literal_secrets(headers: dict[str, str], env: dict[str, str]) -> None:
     from ..remote.credentials import literal_secrets
 
     for what in literal_secrets(headers, env):
-        click.echo(
+        echo(
             f"warning: {what} is stored in the catalog as typed; write the secret as "
             "${ENV_VAR} to store only the reference",
             err=True,
@@ -235,13 +235,13 @@ def _echo_import(result: Any, as_json: bool) -> None:
     if as_json:
         emit_json({"results": [result.model_dump()]})
         return
-    click.echo(
+    echo(
         f"{result.status:<9} {result.toolkit} {result.version} ({plural(result.tools, 'tool')})"
     )
     for kind, names in (result.changes or {}).items():
         if names and result.status != "unchanged":
-            click.echo(f"  {kind}: {', '.join(names)}")
-    click.echo(f"revision {result.revision}")
+            echo(f"  {kind}: {', '.join(names)}")
+    echo(f"revision {result.revision}")
 
 
 @click.command()
@@ -267,10 +267,10 @@ def manifest(
         toolkit_from_module(module, name=toolkit_name, version=toolkit_version), fmt
     )
     if output is None:
-        click.echo(text, nl=False)
+        emit_document(text)
     else:
         output.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {output}")
+        echo(f"wrote {output}")
 
 
 @click.command()
@@ -285,7 +285,7 @@ def versions(ctx: click.Context, toolkit: str, as_json: bool) -> None:
         return
     for v in found:
         state = "active" if v.active else ("deprecated" if v.deprecated else "")
-        click.echo(f"{v.version:<14} {state:<11} {plural(v.tools, 'tool'):>10}  {v.registered_at}")
+        echo(f"{v.version:<14} {state:<11} {plural(v.tools, 'tool'):>10}  {v.registered_at}")
 
 
 @click.command()
@@ -299,9 +299,9 @@ def toolkits(ctx: click.Context, as_json: bool) -> None:
         emit_json({"toolkits": [v.model_dump() for v in found]})
         return
     if not found:
-        click.echo(f"no active toolkits in {catalog.path}; `toolcat register` adds some")
+        echo(f"no active toolkits in {catalog.path}; `toolcat register` adds some")
     for v in found:
-        click.echo(
+        echo(
             f"{v.toolkit:<20} {v.version:<10} {plural(v.tools, 'tool'):>10}  "
             + one_line(v.description, 50)
         )
@@ -316,7 +316,7 @@ def deprecate(ctx: click.Context, ref: str) -> None:
     `toolcat activate TOOLKIT@VERSION` takes it back."""
     catalog = open_catalog(ctx)
     revision = catalog.deprecate(*_versioned(ref))
-    click.echo(f"deprecated {ref}; {_active_now(catalog, ref)}; revision {revision}")
+    echo(f"deprecated {ref}; {_active_now(catalog, ref)}; revision {revision}")
 
 
 @click.command()
@@ -327,7 +327,7 @@ def activate(ctx: click.Context, ref: str) -> None:
     active again (this one, unless a newer one is in use)."""
     catalog = open_catalog(ctx)
     revision = catalog.activate(*_versioned(ref))
-    click.echo(f"{ref} is not deprecated; {_active_now(catalog, ref)}; revision {revision}")
+    echo(f"{ref} is not deprecated; {_active_now(catalog, ref)}; revision {revision}")
 
 
 def _versioned(ref: str) -> tuple[str, str]:
@@ -354,7 +354,7 @@ def _active_now(catalog: Catalog, ref: str) -> str:
 def remove(ctx: click.Context, ref: str) -> None:
     """Remove one version of a toolkit, or (no @VERSION) all of its versions."""
     removed = open_catalog(ctx).remove(ref)
-    click.echo(f"removed {ref} ({removed} version{'s' if removed != 1 else ''})")
+    echo(f"removed {ref} ({removed} version{'s' if removed != 1 else ''})")
 
 
 @click.command()
@@ -373,17 +373,17 @@ def check(ctx: click.Context, toolkit: str | None, as_json: bool) -> None:
     else:
         for r in report:
             label = "new " if r.get("change") == "added" else ("ok  " if r["ok"] else "FAIL")
-            click.echo(f"{label} {r['id']}")
+            echo(f"{label} {r['id']}")
             for problem in r["problems"] + ([r["note"]] if r.get("note") else []):
-                click.echo(f"     {problem}")
+                echo(f"     {problem}")
         summary = f"{len(report) - len(failed) - len(added)} ok, {len(failed)} failed"
         if added:
             summary += f", {len(added)} new on the server"
-        click.echo(summary)
+        echo(summary)
         if failed or added:
             moved = any(r.get("change") for r in report)
             if moved:
-                click.echo(
+                echo(
                     "an imported server changed: review it, then `toolcat register` it again "
                     "to register what it lists now as a new version",
                     err=True,
@@ -423,14 +423,14 @@ class ReindexProgress:
         rate = (done - first_done) / (now - first_at) if now > first_at else None
         line = progress_line(done, total, rate)
         if self.terminal:
-            click.echo(f"\r{line}\x1b[K", nl=False, err=True, color=True)
+            rewrite_line(line)
             self.pending = True
         else:
-            click.echo(line, err=True)
+            echo(line, err=True)
 
     def finish(self) -> None:
         if self.pending:
-            click.echo("", err=True)
+            echo("", err=True)
             self.pending = False
 
 
@@ -455,7 +455,7 @@ def reindex(
     progress = ReindexProgress(sys.stderr.isatty() and not as_json)
 
     def stage(line: str) -> None:
-        click.echo(f"{line}...", err=True)
+        echo(f"{line}...", err=True)
 
     try:
         report = catalog.reindex(
@@ -466,7 +466,7 @@ def reindex(
     if as_json:
         emit_json(report.model_dump())
         return
-    click.echo(
+    echo(
         f"model {report.model} (dim {report.dimension}): embedded {report.embedded}, "
         f"skipped {report.skipped}, removed {report.removed}"
         + (f", FTS rows rebuilt {report.fts_rebuilt}" if full else "")
@@ -482,6 +482,14 @@ def reindex(
     )
 
 
+def reindex_advice() -> str:
+    """How to get vectors: reindex, once the embeddings extra is there."""
+    from ..search.encoders.onnx import EMBEDDINGS_EXTRA, onnx_installed
+
+    advice = "run `toolcat reindex`"
+    return advice if onnx_installed() else f"{EMBEDDINGS_EXTRA}, then {advice}"
+
+
 @click.command()
 @json_option
 @click.pass_context
@@ -494,16 +502,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         emit_json(info)
         return
-    click.echo(f"catalog   {info['path']} (revision {info['revision']})")
-    click.echo(f"toolkits  {info['toolkits']} active ({info['toolkit_versions']} versions)")
-    click.echo(f"tools     {info['active_tools']} active")
+    echo(f"catalog   {info['path']} (revision {info['revision']})")
+    echo(f"toolkits  {info['toolkits']} active ({info['toolkit_versions']} versions)")
+    echo(f"tools     {info['active_tools']} active")
     dim = info["embedding_dim"]
-    indexed = f"dim {dim}" if dim is not None else "not indexed yet: run `toolcat reindex`"
-    click.echo(f"model     {info['embedding_model']} ({indexed})")
+    indexed = f"dim {dim}" if dim is not None else f"not indexed yet: {reindex_advice()}"
+    echo(f"model     {info['embedding_model']} ({indexed})")
     for mode, cov in info["coverage"].items():
-        click.echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
-    click.echo(f"default   {info['default_mode']}")
-    click.echo(f"processes {info['containment']}: {MEANING[info['containment']]}")
+        echo(f"{mode:<9} {cov['indexed']}/{cov['of']} indexed")
+    echo(f"default   {info['default_mode']}")
+    echo(f"processes {info['containment']}: {MEANING[info['containment']]}")
     replica = info.get("replica")
     if replica:
         primary_revision = replica["primary_revision"]
@@ -513,14 +521,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
             else f"{replica['behind_transactions']} transactions ahead"
         )
         stale = replica["stale_seconds"]
-        click.echo(f"replica   of {replica['primary']}")
-        click.echo(f"          revision {replica['revision']}; primary: {known}")
-        click.echo(
+        echo(f"replica   of {replica['primary']}")
+        echo(f"          revision {replica['revision']}; primary: {known}")
+        echo(
             f"          lag {replica['lag_seconds']:.1f} s; store last answered "
             + (f"{stale:.1f} s ago" if stale is not None else "never")
         )
         if replica["error"]:
-            click.echo(f"          last error: {replica['error']}")
+            echo(f"          last error: {replica['error']}")
 
 
 COMMANDS = [

@@ -22,7 +22,7 @@ from ..policy.tags import TagFilter
 if TYPE_CHECKING:
     from ..models import ToolEvent
 from .options import json_option, open_catalog, tag_options
-from .output import CALL_EXIT_CODES, PROCESS, emit_json, plural, tool_line
+from .output import CALL_EXIT_CODES, PROCESS, echo, emit_json, json_text, plural, tool_line
 
 
 @click.command(name="list")
@@ -59,11 +59,11 @@ def list_(
         emit_json(page)
         return
     for tool in page["tools"]:
-        click.echo(tool_line(tool["id"], tool["description"], tool["defer_loading"]))
+        echo(tool_line(tool["id"], tool["description"], tool["defer_loading"]))
     footer = f"{plural(len(page['tools']), 'tool')}, revision {page['revision']}"
     if page["next_cursor"]:
         footer += f"; more with --cursor {page['next_cursor']}"
-    click.echo(footer)
+    echo(footer)
 
 
 @click.command()
@@ -132,7 +132,7 @@ def search(
         PROCESS.leave_at_once = True
     hits, warnings = result["hits"], result["warnings"]
     for warning in warnings:
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True)
     no_match = result["no_match"]
     if as_json:
         shape: dict[str, Any] = {
@@ -149,11 +149,11 @@ def search(
     for hit in hits:
         t = hit["tool"]
         line = tool_line(t["id"], t["description"], t["defer_loading"])
-        click.echo(f"{hit['rank']:>3}. {hit['score']:8.3f} {hit['match']:<6}  {line}")
+        echo(f"{hit['rank']:>3}. {hit['score']:8.3f} {hit['match']:<6}  {line}")
     if not hits:
-        click.echo("no matching tools")
+        echo("no matching tools")
     elif no_match:
-        click.echo("nothing fits: no tool matches this request well")
+        echo("nothing fits: no tool matches this request well")
 
 
 @click.command()
@@ -166,18 +166,18 @@ def show(ctx: click.Context, name: str, as_json: bool) -> None:
     if as_json:
         emit_json(tool.model_dump(mode="json"))
         return
-    click.echo(f"{tool.id}  (toolkit {tool.toolkit} {tool.version})")
-    click.echo(f"tags: {', '.join(tool.tags) or '-'}")
-    click.echo(f"deferred: {'yes' if tool.defer_loading else 'no'}")
+    echo(f"{tool.id}  (toolkit {tool.toolkit} {tool.version})")
+    echo(f"tags: {', '.join(tool.tags) or '-'}")
+    echo(f"deferred: {'yes' if tool.defer_loading else 'no'}")
     if tool.deprecated:
-        click.echo("deprecated: yes")
+        echo("deprecated: yes")
     if tool.implementation:
-        click.echo(f"implementation: {tool.implementation}")
-    click.echo("")
-    click.echo(tool.description)
-    click.echo("")
-    click.echo("parameters:")
-    click.echo(json.dumps(tool.parameters, indent=2, ensure_ascii=False))
+        echo(f"implementation: {tool.implementation}")
+    echo("")
+    echo(tool.description, lines=True)
+    echo("")
+    echo("parameters:")
+    echo(json_text(tool.parameters, indent=2), lines=True)
 
 
 @click.command()
@@ -230,22 +230,20 @@ def call(
     if show is None:  # warnings (a forwarded tool that changed, --on-change warn) still show
         for event in result.events:
             if event.kind == "log" and event.level in ("warning", "error"):
-                click.echo(f"{event.level}: {event.message}", err=True)
+                echo(f"{event.level}: {event.message}", err=True)
     if as_json:
         emit_json(result.model_dump(mode="json"))
     elif result.success:
         data = result.data
-        click.echo(
-            data if isinstance(data, str) else json.dumps(data, indent=2, ensure_ascii=False)
-        )
+        echo(data if isinstance(data, str) else json_text(data, indent=2), lines=True)
         if result.truncated:
-            click.echo("[truncated]", err=True)
+            echo("[truncated]", err=True)
     else:
-        click.echo(f"error ({result.error_code}): {result.error}", err=True)
+        echo(f"error ({result.error_code}): {result.error}", err=True)
     saved = save_all(result.artifacts, save_artifacts) if save_artifacts else {}
     if not as_json:
         for event in result.artifacts:
-            click.echo(artifact_line(event, saved.get(id(event))), err=True)
+            echo(artifact_line(event, saved.get(id(event))), err=True)
     if catalog.runtime.executor.threads.busy:  # a timed-out thread that cannot be stopped:
         PROCESS.leave_at_once = True  # main() exits without waiting for it
     if not result.success:
@@ -263,7 +261,7 @@ def show_progress(event: ToolEvent) -> None:
         return  # listed with the result
     else:
         text = f"[{event.level or 'log'}] {event.message or ''}"
-    click.echo(text.rstrip(), err=True)
+    echo(text.rstrip(), err=True)
 
 
 def artifact_line(event: ToolEvent, saved: Path | None) -> str:
@@ -294,7 +292,7 @@ def save_all(events: list[ToolEvent], folder: Path) -> dict[int, Path]:
                     name = f"{stem}-{number}{dot}{suffix}" if dot else f"{suffix}-{number}"
                     target = folder / name
         except (OSError, ValueError) as e:
-            click.echo(f"warning: artifact {event.name!r} not saved: {e}", err=True)
+            echo(f"warning: artifact {event.name!r} not saved: {e}", err=True)
             continue
         saved[id(event)] = target
     return saved

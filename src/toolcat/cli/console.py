@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .options import open_catalog
+from .output import echo
 
 
 @click.command()
@@ -38,7 +39,7 @@ def ui(ctx: click.Context, port: int, no_browser: bool) -> None:
         serve_local(
             catalog,
             port=port,
-            announce=lambda url: click.echo(f"toolcat console: {url}", err=True),
+            announce=lambda url: echo(f"toolcat console: {url}", err=True),
             open_browser=not no_browser,
         )
     except OSError as e:

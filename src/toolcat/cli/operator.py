@@ -3,6 +3,7 @@ and look after usage records and the encoder cache."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from ..policy.rules import Policy
 if TYPE_CHECKING:
     from ..store.replica import Follower
 from .options import check_policy, json_option, open_catalog, tag_options
-from .output import emit_json, one_line, plural
+from .output import echo, emit_json, one_line, plural
 
 
 def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
@@ -40,7 +41,7 @@ def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
         if time.monotonic() > deadline:
             raise CatalogError(f"no first revision from {follower.primary} in {wait:g} s: {error}")
         if error != said:
-            click.echo(f"waiting for a first revision: {error}", err=True)
+            echo(f"waiting for a first revision: {error}", err=True)
             said = error
         time.sleep(1.0)
     return follower
@@ -49,11 +50,24 @@ def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
 @click.command()
 @click.option("--http", "use_http", is_flag=True, help="Serve streamable HTTP, not stdio.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
-@click.option("--port", type=int, default=8765, show_default=True, help="HTTP: port.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="HTTP: port (0: any free one; the one bound is printed).",
+)
 @click.option(
     "--token",
     envvar="TOOLCAT_TOKEN",
-    help="HTTP: require 'Authorization: Bearer TOKEN' (env TOOLCAT_TOKEN).",
+    help="HTTP: require 'Authorization: Bearer TOKEN'. Prefer the env TOOLCAT_TOKEN: a "
+    "command line is visible to every user in `ps`.",
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="HTTP: serve an address other than loopback without --token/--tokens (anyone who "
+    "reaches it can call every tool in scope).",
 )
 @click.option(
     "--tokens",
@@ -114,6 +128,7 @@ def serve(
     host: str,
     port: int,
     token: str | None,
+    no_auth: bool,
     tokens_file: Path | None,
     tags: tuple[str, ...],
     any_tags: tuple[str, ...],
@@ -132,7 +147,8 @@ def serve(
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
 
     stdio by default (for clients that start toolcat); --http serves streamable HTTP at
-    http://HOST:PORT/mcp, on loopback unless --host says otherwise. Both MCP eras are
+    http://HOST:PORT/mcp, on loopback unless --host says otherwise (then a token is
+    required: TOOLCAT_TOKEN or --tokens, or an explicit --no-auth). Both MCP eras are
     served: 2026-07-28 (stateless) and 2025-11-25 sessions. --toolkit, the tag options,
     --deny and --allow bound what clients can list, search and call. --replica-of URL makes
     --db a read-only copy of a primary that Litestream replicates to URL: it follows each
@@ -148,11 +164,17 @@ def serve(
 
     if tokens_file and not use_http:
         raise click.UsageError("--tokens protects --http; stdio needs no token")
-    if token and tokens_file:
+    if no_auth and not use_http:
+        raise click.UsageError("--no-auth goes with --http; stdio needs no token")
+    if token is not None and tokens_file:
         if ctx.get_parameter_source("token") == click.core.ParameterSource.ENVIRONMENT:
             token = None  # the file names every identity; TOOLCAT_TOKEN is not one of them
         else:
             raise click.UsageError("give --token or --tokens, not both")
+    if token is None and tokens_file is None and os.environ.get("TOOLCAT_TOKEN") == "":
+        token = ""  # click reads an empty variable as unset: here it is a mistake to report
+    if use_http:
+        check_authentication(host, token, tokens_file, no_auth)
     tokens = load_tokens(tokens_file) if tokens_file else Tokens.single(token) if token else None
     if replica_of:  # SIGTERM unwinds (stopping Litestream's children) until uvicorn takes it
         import signal
@@ -194,8 +216,52 @@ def serve(
     from ..server.http import listening_socket, serve_http
 
     sock = listening_socket(host, port)  # a busy port fails here, before the announcement
-    click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
+    port = sock.getsockname()[1]  # --port 0: the one the system picked
+    shown = f"[{host}]" if ":" in host else host
+    echo(f"serving MCP at http://{shown}:{port}/mcp", err=True)
     serve_http(server, host=host, port=port, tokens=tokens, sock=sock)
+
+
+def check_authentication(
+    host: str, token: str | None, tokens_file: Path | None, no_auth: bool
+) -> None:
+    """Refuse to serve HTTP without authentication by accident: an empty token (``--token
+    "$T"`` with T unset) is an error, and an address other than loopback needs a token or
+    an explicit ``--no-auth`` (which then warns, once)."""
+    if token is not None and not token.strip():
+        raise click.BadParameter(
+            "the token is empty (an unset variable?); give a token, or leave --token and "
+            "TOOLCAT_TOKEN out to serve loopback without one",
+            param_hint="--token / TOOLCAT_TOKEN",
+        )
+    authenticated = bool(token) or tokens_file is not None
+    if no_auth and authenticated:
+        raise click.UsageError("--no-auth contradicts --token/--tokens/TOOLCAT_TOKEN")
+    if authenticated or is_loopback(host):
+        return
+    if not no_auth:
+        raise click.UsageError(
+            f"--host {host} is reachable from other machines, and no token protects it: set "
+            "TOOLCAT_TOKEN (or --tokens FILE), or say --no-auth to serve it open"
+        )
+    echo(
+        f"warning: serving {host} with no authentication (--no-auth): anyone who reaches it "
+        "can list, search and call every tool in scope",
+        err=True,
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``); any
+    other name could resolve anywhere, and an empty one binds every address."""
+    import ipaddress
+
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 @click.command()
@@ -215,22 +281,22 @@ def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_j
     catalog = open_catalog(ctx)
     if action == "clear":
         removed = catalog.clear_usage(toolkit)
-        click.echo(f"cleared {plural(removed, 'use')}; run `toolcat reindex` to unlearn them")
+        echo(f"cleared {plural(removed, 'use')}; run `toolcat reindex` to unlearn them")
         return
     if action in ("on", "off"):
         catalog.learning = action == "on"
-        click.echo(f"learning from use is {action}; run `toolcat reindex` to apply it")
+        echo(f"learning from use is {action}; run `toolcat reindex` to apply it")
         return
     uses = catalog.usage(toolkit)
     if as_json:
         emit_json({"learning": catalog.learning, "uses": uses[:limit], "total": len(uses)})
         return
-    click.echo(
+    echo(
         f"learning from use: {'on' if catalog.learning else 'off'}, {plural(len(uses), 'use')}"
     )
     for use in uses[:limit]:
         who = use["principal"] or "(catalog)"
-        click.echo(
+        echo(
             f"{use['recorded_at']}  {who:<12} {use['tool']:<36} {one_line(use['query'], 60)}"
         )
 
@@ -265,8 +331,8 @@ def cache(action: str, keep: tuple[str, ...], everything: bool, as_json: bool) -
             emit_json({"cache": str(root), "removed": removed, "bytes_freed": freed})
             return
         for path in removed:
-            click.echo(f"removed {path}")
-        click.echo(f"freed {freed / 1e6:.1f} MB in {root}")
+            echo(f"removed {path}")
+        echo(f"freed {freed / 1e6:.1f} MB in {root}")
         return
     folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
     sizes = {p.name: disk_size(p) for p in folders}
@@ -274,8 +340,8 @@ def cache(action: str, keep: tuple[str, ...], everything: bool, as_json: bool) -
         emit_json({"cache": str(root), "exports": sizes, "bytes": sum(sizes.values())})
         return
     for name, size in sizes.items():
-        click.echo(f"{size / 1e6:8.1f} MB  {name}")
-    click.echo(f"{sum(sizes.values()) / 1e6:8.1f} MB  in {root}")
+        echo(f"{size / 1e6:8.1f} MB  {name}")
+    echo(f"{sum(sizes.values()) / 1e6:8.1f} MB  in {root}")
 
 
 EVAL_KEYS = ["source", "mode", "queries", "R@1", "R@5", "R@10", "nDCG@10", "MRR@10"]
@@ -363,7 +429,7 @@ def eval_(
 
     def progress(message: str) -> None:
         if not quiet:
-            click.echo(f"[{time.monotonic() - started:5.0f}s] {message}", err=True)
+            echo(f"[{time.monotonic() - started:5.0f}s] {message}", err=True)
 
     header = [False]
     done: list[dict[str, Any]] = []
@@ -388,19 +454,19 @@ def eval_(
             return
         if not header[0]:
             header[0] = True
-            click.echo(
+            echo(
                 f"{'source':<12} {'mode':<15} {'queries':>7}  R@1   R@5   R@10  nDCG@10 MRR@10"
                 "  multi-tool R@5 (n)"
             )
         multi = r["multi_tool"]
         multi_cell = f"  {multi['R@5']:.3f} ({multi['queries']})" if multi["queries"] else ""
-        click.echo(
+        echo(
             f"{r['source']:<12} {r['mode']:<15} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
             f"{r['R@10']:.3f} {r['nDCG@10']:.3f}   {r['MRR@10']:.3f}{multi_cell}"
         )
         if "lenient" in r:
             le = r["lenient"]
-            click.echo(
+            echo(
                 f"{'  lenient':<12} {'':<15} {'':>7}  {le['R@1']:.3f} {le['R@5']:.3f} "
                 f"{le['R@10']:.3f} {le['nDCG@10']:.3f}   {le['MRR@10']:.3f}"
             )
@@ -420,7 +486,7 @@ def eval_(
         if r.get("refused"):
             notes.append(f"{r['refused']} queries refused by the mode")
         if notes:
-            click.echo(f"{'':<12} {'; '.join(notes)}")
+            echo(f"{'':<12} {'; '.join(notes)}")
 
     import signal
     import threading
@@ -456,11 +522,12 @@ def eval_(
     if as_json:
         emit_json(json_rows())
     elif baseline and done:
-        click.echo(f"\nmean over sources {'':<6} R@5   nDCG@10  vs rrf-baseline (R@5, nDCG@10)")
+        echo()
+        echo(f"mean over sources {'':<6} R@5   nDCG@10  vs rrf-baseline (R@5, nDCG@10)")
         for line in summary(done):
             margin = line.get("vs_rrf_baseline")
             learned = " (learned)" if line.get("learned") else ""
-            click.echo(
+            echo(
                 f"{line['mode'] + learned:<24} {line['R@5']:.3f} {line['nDCG@10']:.3f}"
                 + (f"    {margin['R@5']:+.3f} {margin['nDCG@10']:+.3f}" if margin else "")
             )

@@ -11,6 +11,7 @@ import click
 from ..catalog import Catalog
 from ..errors import PolicyError
 from ..policy.rules import Policy
+from .output import echo
 
 if TYPE_CHECKING:
     pass
@@ -77,4 +78,4 @@ def check_policy(catalog: Catalog, policy: Policy, where: str = "") -> None:
     except PolicyError as e:
         raise PolicyError(f"{where}{e}") from e
     for warning in warnings:
-        click.echo(f"warning: {where}{warning}", err=True)
+        echo(f"warning: {where}{warning}", err=True)

@@ -1,15 +1,24 @@
 """What the commands print: JSON, one-line tool rows, and a ``ToolcatError`` turned into one
-line on stderr and its exit code (here and nowhere else)."""
+line on stderr and its exit code (here and nowhere else).
+
+Every line the commands write goes through ``echo`` (text) or ``emit_json`` (JSON), the one
+place where text from outside — a tool's name, description, result and events, a client's
+query, a state file's fields, an error naming any of them — is made printable: an escape
+sequence in it would otherwise reach the terminal of whoever reads the output (retitle the
+window, clear the screen, hide text behind bidi overrides).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..definitions.printable import escape
 from ..errors import (
     ImportFailedError,
     InvalidArgumentsError,
@@ -50,15 +59,19 @@ class ToolcatGroup(click.Group):
                 emit_json({"error": error})
             lines = e.lines() if isinstance(e, ManifestError) else [str(e)]
             for line in lines:
-                click.echo(f"error: {line}", err=True)
+                echo(f"error: {line}", err=True)
             ctx.exit(e.exit_code)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except BrokenPipeError:
+            if not reader_gone():
+                raise
+            ctx.exit(end_quietly())
         except Exception as e:  # a bug: still one line, and the way to see more
             if ctx.meta.get("toolcat.debug"):
                 raise
             text = " ".join(str(e).split())[:300]
-            click.echo(
+            echo(
                 f"error: unexpected {type(e).__name__}: {text} (a bug in toolcat; "
                 "--debug shows the traceback)",
                 err=True,
@@ -66,10 +79,103 @@ class ToolcatGroup(click.Group):
             ctx.exit(ToolcatError.exit_code)
 
 
+CLOSED_PIPE_EXIT = 128 + 13
+"""The exit status a shell reports for ``cat`` or ``git`` stopped by a closed pipe (SIGPIPE)."""
+
+
+def reader_gone() -> bool:
+    """Whether the reader of our stdout or stderr went away (``toolcat status | head -1``),
+    as against a broken pipe of our own (a worker's, a forwarded server's), which is a bug."""
+    import select
+
+    if not hasattr(select, "poll"):
+        return True
+    poll = select.poll()
+    for fd in own_fds():
+        poll.register(fd, 0)
+    return any(mask & select.POLLERR for _fd, mask in poll.poll(0))
+
+
+def own_fds() -> list[int]:
+    """The file descriptors of the process's stdout and stderr (none under a test runner
+    that replaced them)."""
+    fds = []
+    for stream in (sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                fds.append(stream.fileno())
+        except (OSError, ValueError):
+            continue
+    return fds
+
+
+def end_quietly() -> int:
+    """After the reader closed the pipe: nothing more can be said to it, so nothing is (no
+    traceback, no error line); the process's own streams point at /dev/null so that the
+    flush at exit does not fail again. Returns the exit status to leave with."""
+    if PROCESS.own:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in own_fds():
+            os.dup2(devnull, fd)
+        os.close(devnull)
+    return CLOSED_PIPE_EXIT
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe to show on a terminal: printable text as it is; text holding anything
+    else (controls, C1 controls such as CSI, line and paragraph separators, bidi overrides,
+    other invisible formatting) in ``printable.escape``'s Python-style escapes, its
+    backslashes doubled so that the escapes stay unambiguous. Plain spaces stay; with
+    ``lines`` (text that is multi-line by design: a description, a result) so do newlines
+    (``\\r\\n`` too) and tabs."""
+    if not lines:
+        return text if text.isprintable() else escape(text, sys.maxsize, spaces=True)
+    if text.replace("\n", "").replace("\t", "").isprintable():
+        return text
+    return "\n".join(
+        "\t".join(printable(cell) for cell in line.split("\t"))
+        for line in text.replace("\r\n", "\n").split("\n")
+    )
+
+
+def echo(text: str = "", *, err: bool = False, lines: bool = False) -> None:
+    """Write one line (``lines``: one multi-line text) to stdout or stderr, made printable."""
+    click.echo(printable(text, lines=lines), err=err)
+
+
+def rewrite_line(text: str) -> None:
+    """Show ``text`` on stderr in place of the terminal's current line (a progress line)."""
+    click.echo(f"\r{printable(text)}\x1b[K", nl=False, err=True, color=True)
+
+
+def emit_document(text: str) -> None:
+    """Write a document as it is, to be redirected into a file (``toolcat manifest``: the
+    manifest of a module the admin named, whose code runs here anyway)."""
+    click.echo(text, nl=False)
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON that carries no invisible character raw: ``json.dumps`` escapes C0
+    controls but leaves C1 controls, U+2028/2029 and bidi overrides as they are, which a
+    terminal (or a JavaScript reader) acts on; they are written as ``\\uXXXX`` too."""
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    if text.isascii() or text.replace("\n", "").isprintable():
+        return text
+    # Outside strings JSON is ASCII, and in strings every such character may be escaped.
+    return "".join(c if c.isprintable() or c == "\n" else _json_escape(c) for c in text)
+
+
+def _json_escape(c: str) -> str:
+    code = ord(c)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a surrogate pair, as JSON writes characters beyond the BMP
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
 def emit_json(value: Any) -> None:
     """Indented for a person at a terminal, compact (and faster) for a program."""
-    indent = 2 if sys.stdout.isatty() else None
-    click.echo(json.dumps(value, indent=indent, ensure_ascii=False))
+    click.echo(json_text(value, indent=2 if sys.stdout.isatty() else None))
 
 
 def plural(count: int, word: str) -> str:

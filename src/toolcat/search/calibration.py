@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .fusion import Candidate
@@ -181,6 +181,23 @@ def match(candidate: Candidate | None, mode: str, context: QueryContext | None =
         # modes said "nothing fits" and hybrid "weak": the signals must agree).
         return "weak" if context.hits_fit else "none"
     return "none"
+
+
+FIT_ORDER = {"none": 0, "weak": 1, "strong": 2}
+
+
+def down_the_ranks(hits: Sequence[tuple[int, float, str]]) -> list[tuple[int, float, str]]:
+    """The hits (row, score, match) with labels that never rise down the ranks: each hit is
+    lifted to the best label at or below its rank. A hit never fits better than one the
+    ranking put above it, and the ranking is the better judge of order than one hit's
+    thresholds; lifting (not capping) keeps the list's best label, so ``no_match`` is what
+    the hits alone said."""
+    lifted: list[tuple[int, float, str]] = []
+    best = "none"
+    for row, score, label in reversed(hits):
+        best = label if FIT_ORDER[label] > FIT_ORDER[best] else best
+        lifted.append((row, score, best))
+    return lifted[::-1]
 
 
 def _fits_known_words(candidate: Candidate) -> bool:

@@ -86,6 +86,13 @@ def embedding_text(tool: Tool) -> str:
     return " ".join(parts)[:MAX_TEXT_CHARS]
 
 
+def unusable(why: str) -> str:
+    """Why the packaged model cannot encode, and the one thing to do: install the extra
+    when onnxruntime is missing, else install toolcat again (its files are damaged)."""
+    installed = onnx_encoder.onnx_installed()
+    return f"{why}: {onnx_encoder.PACKAGED_DAMAGED if installed else onnx_encoder.EMBEDDINGS_EXTRA}"
+
+
 def model_location(model_id: str) -> str:
     """Where ``model_id`` loads from: the packaged retriever's folder, the bundled MiniLM's
     folder, else the name or folder as given (for sentence-transformers)."""
@@ -171,6 +178,7 @@ class Embedder:
         self._documents: onnx_encoder.OnnxEncoder | TorchEncoder | None = None
         self._documents_checked = False
         self.note = ""
+        self.problem = ""  # why a packaged model cannot encode, and what to do
         self.device_note = ""  # why a GPU the machine has is not used
 
     def query_encoder(self) -> onnx_encoder.OnnxEncoder | None:
@@ -195,7 +203,8 @@ class Embedder:
                 if found is not None:
                     self.note = ""
                 elif self.packaged:
-                    self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
+                    self.problem = unusable(why)
+                    self.note = f"searching with BM25 only: {self.problem}"
                 else:
                     self.note = (
                         f"{why}; queries are encoded with sentence-transformers (seconds to "
@@ -214,7 +223,8 @@ class Embedder:
                     location = model_location(self.model_id)
                     self._documents, why = onnx_encoder.load(self.model_id, location, threads=0)
                     if self._documents is None and self.packaged:
-                        self.note = f"{why}; searching with BM25 only (reinstall toolcat)"
+                        self.problem = unusable(why)
+                        self.note = f"searching with BM25 only: {self.problem}"
                     if self._documents is not None:
                         # the export checked above, its graph rebuilt or run on the GPU
                         gpu, self.device_note = device.gpu_encoder(self._documents.export.folder)
@@ -290,7 +300,7 @@ class Embedder:
                     if self.packaged:
                         raise EmbeddingError(
                             f"the packaged model {self.model_id} does not match its digests "
-                            f"({e}): reinstall toolcat"
+                            f"({e}): {onnx_encoder.PACKAGED_DAMAGED}"
                         ) from None
                     import shutil
 
@@ -335,11 +345,8 @@ class Embedder:
         """The sentence-transformers model (a packaged model has none: it runs as ONNX)."""
         if self.packaged:
             self.document_encoder()
-            raise EmbeddingError(
-                f"the embedding model {self.model_id} cannot load: "
-                f"{self.note or 'onnxruntime and tokenizers are needed'}; "
-                "pip install 'toolcat[embeddings]'"
-            )
+            problem = self.problem or "it runs as ONNX only"
+            raise EmbeddingError(f"the embedding model {self.model_id} cannot load: {problem}")
         with self._lock:
             if self._model is None:
                 self._model = _load(self.model_id)
@@ -449,6 +456,15 @@ def prune_export_cache(keep: Sequence[str] = (), everything: bool = False) -> tu
 
 
 def _load(model_id: str) -> Any:
+    # No model hub may be reachable from here: never wait for one (80 s of retries before
+    # an error, offline) unless the user asked for it. huggingface_hub reads these once, at
+    # its import, which sentence_transformers' import does: they are set before it.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    location = model_location(model_id)
+    offline = os.environ.get("HF_HUB_OFFLINE") not in ("", "0")
+    if offline and not os.path.isdir(location) and not _in_hub_cache(model_id):
+        raise EmbeddingError(_not_here(model_id))  # at once, not after importing torch
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
@@ -457,10 +473,6 @@ def _load(model_id: str) -> Any:
             "of it here): pip install 'toolcat[train]' (install torch==2.13.0 first for the "
             f"CPU build), or use the packaged {RETRIEVER!r}"
         ) from None
-    location = model_location(model_id)
-    # The machines toolcat runs on may have no route to a model hub: never wait for one.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
         import transformers
 
@@ -468,11 +480,36 @@ def _load(model_id: str) -> Any:
         transformers.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         return SentenceTransformer(location, device="cpu")
     except Exception as e:
+        if offline and not os.path.isdir(location):
+            raise EmbeddingError(_not_here(model_id)) from e
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
         raise EmbeddingError(
-            f"cannot load embedding model {model_id!r} (offline): {type(e).__name__}: "
-            f"{str(e)[:300]}. Use a folder with a sentence-transformers model, or the packaged "
-            f"{RETRIEVER!r}"
+            f"cannot load embedding model {model_id!r}: {type(e).__name__}: {first}. Use a "
+            f"folder with a sentence-transformers model, or the packaged {RETRIEVER!r}"
         ) from e
+
+
+def _not_here(model_id: str) -> str:
+    return (
+        f"cannot load embedding model {model_id!r}: it is neither a folder nor in the local "
+        "Hugging Face cache, and toolcat does not download models (HF_HUB_OFFLINE): give a "
+        "folder holding a sentence-transformers model, download it first (HF_HUB_OFFLINE=0), "
+        f"or use the packaged {RETRIEVER!r}"
+    )
+
+
+def _in_hub_cache(model_id: str) -> bool:
+    """Whether the Hugging Face cache holds ``model_id`` (as sentence-transformers names it:
+    a bare name is also looked for under ``sentence-transformers/``), a few stat calls."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    )
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+    names = [model_id] if "/" in model_id else [model_id, f"sentence-transformers/{model_id}"]
+    return any(
+        os.path.isdir(os.path.join(hub, "models--" + name.replace("/", "--"))) for name in names
+    )
 
 
 _embedders: dict[str, Embedder] = {}

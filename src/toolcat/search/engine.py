@@ -343,7 +343,7 @@ class SearchEngine:
             for i, s in ranked
             if i not in exact
         ]
-        answer = (tuple(ordered[:k]), tuple(warnings))
+        answer = (tuple(calibration.down_the_ranks(ordered[:k])), tuple(warnings))
         if key is not None and ANSWER_CACHE_SIZE > 0:
             answers = self._answers
             if len(answers) >= ANSWER_CACHE_SIZE:

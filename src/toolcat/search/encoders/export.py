@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,14 +118,22 @@ class ExportMismatch(Exception):
 
 
 def check_digests(folder: Path, expected: dict[str, str]) -> None:
-    """Raise ``ExportMismatch`` naming the first file of ``folder`` that is missing or does
-    not hash to its ``expected`` sha256."""
+    """Raise ``ExportMismatch`` naming the first file of ``folder`` that is missing, is not
+    a regular file, or does not hash to its ``expected`` sha256. An export's files are
+    written by toolcat as regular files: a link (to ``/dev/zero``, say), a FIFO or a device
+    in their place is damage, reported as such and never read (a FIFO would block)."""
     if not expected:
         raise ExportMismatch("no digests recorded")
     for name, sha in sorted(expected.items()):
         path = folder / name
-        if not path.is_file():
-            raise ExportMismatch(f"{name} is missing")
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            raise ExportMismatch(f"{name} is missing") from None
+        except OSError as e:
+            raise ExportMismatch(f"{name} cannot be read ({e.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise ExportMismatch(f"{name} is not a regular file (a link, FIFO or device)")
         if file_digest(path) != sha:
             raise ExportMismatch(f"{name} does not match its recorded sha256")
 

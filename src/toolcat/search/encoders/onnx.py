@@ -79,6 +79,20 @@ from .export import (
 if TYPE_CHECKING:
     import numpy as np
 
+EMBEDDINGS_EXTRA = (
+    "install the embeddings extra: pip install 'toolcat[embeddings]', or from a clone of "
+    "toolcat pip install '.[embeddings]'"
+)
+"""What to do when onnxruntime and tokenizers are missing: every message that says so ends
+with it."""
+
+PACKAGED_DAMAGED = (
+    "the installed toolcat is damaged: install it again with pip install --force-reinstall "
+    "'toolcat[embeddings]', or from a clone '.[embeddings]'"
+)
+"""What to do when the packaged retriever's files are not the ones shipped."""
+
+
 def onnx_installed() -> bool:
     """Whether onnxruntime and tokenizers can be imported (looked up, not imported)."""
     import importlib.util
