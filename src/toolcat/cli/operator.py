@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..catalog import SEARCH_MODES
+from ..errors import ServeError
 from ..policy.rules import Policy
 
 if TYPE_CHECKING:
@@ -85,6 +86,17 @@ def first_revision(ctx: click.Context, source: str) -> Follower:
     "(never tokens or arguments). Default: on with --http, off on stdio.",
 )
 @click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="HTTP: Prometheus metrics at /metrics, behind the tokens (needs toolcat[metrics]). "
+    "Default: on when prometheus-client is installed.",
+)
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="HTTP: serve /metrics without a token (a scraper on a trusted network).",
+)
+@click.option(
     "--replica-of",
     "replica_of",
     envvar="TOOLCAT_REPLICA_OF",
@@ -112,6 +124,8 @@ def serve(
     mode: str | None,
     plain: bool,
     access_log: bool | None,
+    metrics: bool | None,
+    metrics_public: bool,
     replica_of: str | None,
 ) -> None:
     """Serve the catalog over MCP: list mode as tools/list, plus search_tools and call_tool.
@@ -133,6 +147,7 @@ def serve(
 
     if tokens_file and not use_http:
         raise click.UsageError("--tokens protects --http; stdio needs no token")
+    metrics = serve_metrics(use_http, metrics, metrics_public)
     if token and tokens_file:
         if ctx.get_parameter_source("token") == click.core.ParameterSource.ENVIRONMENT:
             token = None  # the file names every identity; TOOLCAT_TOKEN is not one of them
@@ -169,7 +184,35 @@ def serve(
 
     sock = listening_socket(host, port)  # a busy port fails here, before the announcement
     click.echo(f"serving MCP at http://{host}:{port}/mcp", err=True)
-    serve_http(server, host=host, port=port, tokens=tokens, sock=sock)
+    serve_http(
+        server,
+        host=host,
+        port=port,
+        tokens=tokens,
+        sock=sock,
+        metrics=metrics,
+        metrics_public=metrics_public,
+    )
+
+
+def serve_metrics(use_http: bool, asked: bool | None, public: bool) -> bool:
+    """Whether to serve /metrics: as asked (the extra must be there), else when installed."""
+    if (asked is not None or public) and not use_http:
+        raise click.UsageError("--metrics and --metrics-public are for --http")
+    if public and asked is False:
+        raise click.UsageError("--metrics-public serves /metrics: not with --no-metrics")
+    if not use_http or asked is False:
+        return False
+    from ..server.metrics import require_prometheus
+
+    if asked or public:
+        require_prometheus()  # a missing extra is an error naming it
+        return True
+    try:
+        require_prometheus()
+    except ServeError:
+        return False
+    return True
 
 
 @click.command()

@@ -49,7 +49,7 @@ class AccessLog:
         status = "error"
         try:
             result = await call_next(ctx)
-            status = _status(result)
+            status = result_status(result)
             return result
         except Exception as e:
             error = getattr(e, "error", None)
@@ -107,7 +107,8 @@ def _what(ctx: Any) -> str:
     return f"{method} {_clean(name)}"
 
 
-def _status(result: Any) -> str:
+def result_status(result: Any) -> str:
+    """``ok``, a failed tool result's error code, or ``TOOL_ERROR``."""
     if isinstance(result, dict):
         is_error, meta = result.get("isError"), result.get("_meta")
     else:

@@ -11,6 +11,9 @@ another). Bodies over 4 MiB get 413.
 and, on a replica, the primary's revision, the lag and how stale the copy is; with
 ``?max_stale=SECONDS`` it answers 503 once the replica has not heard from its store for
 longer, so a balancer can prefer fresher replicas without ever emptying the pool by default.
+
+``GET /metrics`` (server/metrics.py) is Prometheus's scrape: behind the tokens like ``/mcp``
+(any valid token) unless ``metrics_public``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from .wire import repairing_receive
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -38,12 +42,13 @@ class BearerAuth:
     principal, or the request gets 401 with ``WWW-Authenticate``. Tokens are compared in
     constant time and never logged."""
 
-    def __init__(self, app: Any, tokens: Tokens) -> None:
+    def __init__(self, app: Any, tokens: Tokens, public: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.tokens = tokens
+        self.public = public | {HEALTH_PATH}  # paths served without a token
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("path") != HEALTH_PATH:
+        if scope["type"] == "http" and scope.get("path") not in self.public:
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             principal = self.tokens.principal(given)
             if principal is None:
@@ -67,8 +72,17 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | None) -> Any:
-    """The ASGI app: the MCP endpoint at ``/mcp``, behind the tokens when there are some.
+def http_app(
+    server: CatalogServer,
+    *,
+    host: str,
+    port: int,
+    tokens: Tokens | None,
+    metrics: bool = False,
+    metrics_public: bool = False,
+) -> Any:
+    """The ASGI app: the MCP endpoint at ``/mcp``, behind the tokens when there are some,
+    and with ``metrics`` Prometheus's at ``/metrics`` (no token needed if ``metrics_public``).
 
     Bound to loopback, requests must name a loopback host, on any port (DNS rebinding
     protection that a balancer on this host passes: it forwards its own ``Host``).
@@ -131,14 +145,17 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
                 status = 503
         return JSONResponse(report, status)
 
-    app: Any = Starlette(
-        routes=[
-            Route(MCP_PATH, endpoint=Endpoint()),
-            Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
-        ],
-        lifespan=lifespan,
-    )
-    app = BearerAuth(app, tokens) if tokens else app
+    routes = [
+        Route(MCP_PATH, endpoint=Endpoint()),
+        Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
+    ]
+    if metrics:
+        from .metrics import scrape_endpoint
+
+        routes.append(Route(METRICS_PATH, endpoint=scrape_endpoint(server), methods=["GET"]))
+    app: Any = Starlette(routes=routes, lifespan=lifespan)
+    public = frozenset({METRICS_PATH} if metrics and metrics_public else ())
+    app = BearerAuth(app, tokens, public) if tokens else app
     return server.access_log.http(app) if server.access_log is not None else app
 
 
@@ -210,11 +227,15 @@ def serve_http(
     tokens: Tokens | None,
     log_level: str = "warning",
     sock: socket.socket | None = None,
+    metrics: bool = False,
+    metrics_public: bool = False,
 ) -> None:
     """Serve until interrupted, on ``sock`` (``listening_socket``) or a new one."""
     import uvicorn
 
     sock = sock or listening_socket(host, port)
-    app = http_app(server, host=host, port=port, tokens=tokens)
+    app = http_app(
+        server, host=host, port=port, tokens=tokens, metrics=metrics, metrics_public=metrics_public
+    )
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
