@@ -149,16 +149,17 @@ class _CatalogState:
         yield GaugeMetricFamily(
             "toolcat_replica", "1 when serving as a read-only replica.", value=int(replica)
         )
-        if not replica:
-            return
+        # Declared on a primary too (without a sample), so dashboards find every family.
         for key, name, text in (
             ("lag_seconds", "toolcat_replica_lag_seconds", "Seconds the replica is behind."),
             ("stale_seconds", "toolcat_replica_stale_seconds", "Seconds since the store answered."),
             ("behind_transactions", "toolcat_replica_behind_transactions", "Transactions behind."),
         ):
+            family = GaugeMetricFamily(name, text)
             value = report.get(key)
-            if isinstance(value, (int, float)):
-                yield GaugeMetricFamily(name, text, value=value)
+            if replica and isinstance(value, (int, float)) and not isinstance(value, bool):
+                family.add_metric([], value)
+            yield family
 
     def _tool_states(self, revision: Any) -> dict[str, int]:
         with self._lock:
