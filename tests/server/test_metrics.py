@@ -111,10 +111,17 @@ def test_a_load_counted_exactly(db: Path, tmp_path: Path, tokens: Path) -> None:
             principal=principal,
         )
 
-    assert value(
-        families, "toolcat_requests_total", method="tools/list", tool="", status="ok",
-        principal=principal,
-    ) == 1
+    assert (
+        value(
+            families,
+            "toolcat_requests_total",
+            method="tools/list",
+            tool="",
+            status="ok",
+            principal=principal,
+        )
+        == 1
+    )
     assert calls("search_tools") == 2
     assert calls("math.convert_units") == 1
     assert calls("math.calculate") == 1
@@ -155,7 +162,11 @@ def test_an_admins_label_value_is_escaped(db: Path, tmp_path: Path, tokens: Path
     )
     assert (
         value(
-            families, "toolcat_requests_total", method="tools/list", tool="", status="ok",
+            families,
+            "toolcat_requests_total",
+            method="tools/list",
+            tool="",
+            status="ok",
             principal=ODD_NAME,
         )
         == 1
