@@ -48,3 +48,18 @@ def failed(span: Any, code: str) -> None:
 
     span.set_attribute("error.type", code)
     span.set_status(StatusCode.ERROR)
+
+
+def inject(headers: dict[str, str]) -> None:
+    """Put the current trace context (W3C ``traceparent``/``tracestate``) in ``headers`` of a
+    request a tool forwards, so the service's spans join the caller's trace; it replaces a
+    header of those names an argument set. Nothing when no span is current."""
+    if not enabled():
+        return
+    from opentelemetry import propagate
+
+    context: dict[str, str] = {}
+    propagate.inject(context)
+    for name in [n for n in headers if n.lower() in context]:
+        del headers[name]
+    headers.update(context)
