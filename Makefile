@@ -22,11 +22,11 @@ $(BIN)/python:
 # torch==2.13.0 goes first: it resolves to the CPU build these machines carry; an unpinned
 # torch pulled in by sentence-transformers would download gigabytes of CUDA packages.
 install: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[embeddings,fast,mcp,console]'
+	$(BIN)/python -m pip install -q -e '.[embeddings,fast,mcp,console,metrics]'
 
 dev: $(BIN)/python
 	$(BIN)/python -m pip install -q $(TORCH_PIP)
-	$(BIN)/python -m pip install -q -e '.[dev,embeddings,train,fast,mcp,console]'
+	$(BIN)/python -m pip install -q -e '.[dev,embeddings,train,fast,mcp,console,metrics]'
 
 demo: install
 	rm -rf .demo && mkdir -p .demo

@@ -7,6 +7,10 @@ bench_catalog.py) plus the test fixtures' trivial ``add``; the server is ``toolc
 a subprocess, driven by the MCP SDK's client.
 
     python scripts/bench_mcp.py [--tools 1000] [--runs 300] [--json]
+
+``--metrics`` measures instead what Prometheus metrics cost (docs/observability.md): the same
+operations against the server in-process (the SDK's in-memory transport, 2026-07-28), with
+and without the ``/metrics`` recorder attached, interleaved, as a ratio of p50s.
 """
 
 from __future__ import annotations
@@ -96,16 +100,72 @@ async def mcp_side(db: str, queries: list[str], runs: int, mode: str) -> dict[st
 ERAS = {"2025-11-25": "legacy", "2026-07-28": "2026-07-28"}
 
 
+async def metrics_side(db: str, queries: list[str], runs: int) -> dict[str, Any]:
+    """p50/p99 per operation with metrics off and on (two servers, requests interleaved)."""
+    from toolcat.server.mcp import CatalogServer, ServeOptions
+    from toolcat.server.metrics import Metrics
+
+    samples: dict[str, dict[str, list[float]]] = {}
+    with Catalog(db) as catalog:
+        servers = {
+            on: CatalogServer(catalog, ServeOptions(search_mode="bm25", page_size=PAGE))
+            for on in ("off", "on")
+        }
+        metrics = Metrics(servers["on"])
+        servers["on"].telemetry.sinks.append(metrics.record)
+        async with (
+            Client(servers["off"].server, mode="2026-07-28") as off,
+            Client(servers["on"].server, mode="2026-07-28") as on,
+        ):
+            for name, client in (("off", off), ("on", on)):
+                await client.list_tools()
+                await client.call_tool("add", {"a": 1, "b": 2})
+                samples[name] = {"tools/list": [], "search_tools": [], "tools/call": []}
+            for i in range(runs):
+                query = queries[i % len(queries)]
+                for name, client in (("off", off), ("on", on)):
+                    got = samples[name]
+                    got["tools/list"].append(
+                        await timed(lambda c=client: c.list_tools(cache_mode="refresh"))
+                    )
+                    got["search_tools"].append(
+                        await timed(
+                            lambda c=client, q=query: c.call_tool(
+                                "search_tools", {"query": q, "k": K}
+                            )
+                        )
+                    )
+                    got["tools/call"].append(
+                        await timed(lambda c=client: c.call_tool("add", {"a": 1, "b": 2}))
+                    )
+        scrape = await timed(lambda: anyio.to_thread.run_sync(metrics.exposition))
+        for server in servers.values():
+            server.close()
+    report: dict[str, Any] = {"scrape_ms": round(scrape * 1000, 3), "operations": {}}
+    for operation in samples["off"]:
+        off_p, on_p = percentiles(samples["off"][operation]), percentiles(samples["on"][operation])
+        report["operations"][operation] = {
+            "metrics_off": off_p,
+            "metrics_on": on_p,
+            "ratio_p50": round(on_p["p50_ms"] / off_p["p50_ms"], 3),
+        }
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=300)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--metrics", action="store_true", help="Metrics on vs off, in-process.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = str(Path(tmp) / "mcp.db")
         queries = build(db, args.tools)
         random.Random(SEED).shuffle(queries)
+        if args.metrics:
+            print(json.dumps(anyio.run(metrics_side, db, queries, args.runs), indent=2))
+            return
         direct = python_side(db, queries, args.runs)
         served = {
             era: anyio.run(mcp_side, db, queries, args.runs, mode) for era, mode in ERAS.items()

@@ -22,6 +22,8 @@ HEAVY = [
     "numpy",
     "mcp",
     "httpx",
+    "opentelemetry",
+    "prometheus_client",
     "onnxruntime",
     "tokenizers",
     "faiss",

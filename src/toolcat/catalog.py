@@ -1408,6 +1408,14 @@ class Catalog:
         with self._snapshot() as conn:
             return reindexing.export_query_encoder(conn)
 
+    def tool_states(self) -> dict[str, int]:
+        """How many tools are ``active`` (listed), ``deferred`` (found by search) and
+        ``deprecated`` (of deprecated versions); a scan of every tool."""
+        from .store.counts import tool_states
+
+        with self._snapshot() as conn:
+            return tool_states(conn)
+
     def status(self) -> dict[str, Any]:
         """Index coverage per mode, the embedding model, the revision; on a replica also
         ``replica``: its primary, the primary's revision, the lag and how stale it is

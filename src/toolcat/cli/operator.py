@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..catalog import SEARCH_MODES
+from ..errors import ServeError
 from ..policy.rules import Policy
 
 if TYPE_CHECKING:
@@ -105,6 +106,17 @@ def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
     "(never tokens or arguments). Default: on with --http, off on stdio.",
 )
 @click.option(
+    "--metrics/--no-metrics",
+    default=None,
+    help="HTTP: Prometheus metrics at /metrics, behind the tokens (needs toolcat[metrics]). "
+    "Default: on when prometheus-client is installed.",
+)
+@click.option(
+    "--metrics-public",
+    is_flag=True,
+    help="HTTP: serve /metrics without a token (a scraper on a trusted network).",
+)
+@click.option(
     "--replica-of",
     "replica_of",
     envvar="TOOLCAT_REPLICA_OF",
@@ -141,6 +153,8 @@ def serve(
     mode: str | None,
     plain: bool,
     access_log: bool | None,
+    metrics: bool | None,
+    metrics_public: bool,
     replica_of: str | None,
     replica_wait: float,
 ) -> None:
@@ -166,6 +180,7 @@ def serve(
         raise click.UsageError("--tokens protects --http; stdio needs no token")
     if no_auth and not use_http:
         raise click.UsageError("--no-auth goes with --http; stdio needs no token")
+    metrics = serve_metrics(use_http, metrics, metrics_public)
     if token is not None and tokens_file:
         if ctx.get_parameter_source("token") == click.core.ParameterSource.ENVIRONMENT:
             token = None  # the file names every identity; TOOLCAT_TOKEN is not one of them
@@ -219,7 +234,35 @@ def serve(
     port = sock.getsockname()[1]  # --port 0: the one the system picked
     shown = f"[{host}]" if ":" in host else host
     echo(f"serving MCP at http://{shown}:{port}/mcp", err=True)
-    serve_http(server, host=host, port=port, tokens=tokens, sock=sock)
+    serve_http(
+        server,
+        host=host,
+        port=port,
+        tokens=tokens,
+        sock=sock,
+        metrics=metrics,
+        metrics_public=metrics_public,
+    )
+
+
+def serve_metrics(use_http: bool, asked: bool | None, public: bool) -> bool:
+    """Whether to serve /metrics: as asked (the extra must be there), else when installed."""
+    if (asked is not None or public) and not use_http:
+        raise click.UsageError("--metrics and --metrics-public are for --http")
+    if public and asked is False:
+        raise click.UsageError("--metrics-public serves /metrics: not with --no-metrics")
+    if not use_http or asked is False:
+        return False
+    from ..server.metrics import require_prometheus
+
+    if asked or public:
+        require_prometheus()  # a missing extra is an error naming it
+        return True
+    try:
+        require_prometheus()
+    except ServeError:
+        return False
+    return True
 
 
 def check_authentication(

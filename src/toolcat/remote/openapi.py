@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
+from ..runtime import tracing
 from .credentials import header_value_problem, redacted, resolve_headers, secret_values
 from .schemes import OPENAPI_PREFIX
 
@@ -290,6 +291,7 @@ def build_request(
             whole_body, has_body = value, True
     if cookies:
         headers["Cookie"] = "; ".join(cookies)
+    tracing.inject(headers)  # one trace across the gateway (OpenTelemetry, when loaded)
     if whole_body is not None and body and isinstance(whole_body, dict):
         whole_body = {**whole_body, **body}
     elif whole_body is None and body:

@@ -12,7 +12,7 @@ from ..errors import ToolcatError, ToolDeniedError
 from ..models import RegisteredTool, ToolEvent, ToolResult, canonical_json
 from ..policy.rules import Policy
 from ..policy.trust import root_problem
-from . import remote
+from . import remote, tracing
 from .arguments import Validator, compile_validator
 from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError
@@ -171,7 +171,31 @@ class Runtime:
         started: float | None = None,
         on_event: Callable[[ToolEvent], Any] | None = None,
     ) -> ToolResult:
-        """Call ``tool``; every failure becomes a ``ToolResult`` with its error code."""
+        """Call ``tool``; every failure becomes a ``ToolResult`` with its error code. The
+        call is an ``execute_tool`` span when OpenTelemetry is loaded (runtime/tracing.py)."""
+        with tracing.tool_span(tool.id) as span:
+            result = self._call(
+                tool,
+                arguments,
+                timeout=timeout,
+                validator=validator,
+                started=started,
+                on_event=on_event,
+            )
+            if not result.success:
+                tracing.failed(span, result.error_code or "TOOL_ERROR")
+        return result
+
+    def _call(
+        self,
+        tool: RegisteredTool,
+        arguments: dict[str, Any] | None,
+        *,
+        timeout: float | None,
+        validator: Validator | None,
+        started: float | None,
+        on_event: Callable[[ToolEvent], Any] | None,
+    ) -> ToolResult:
         started = time.perf_counter() if started is None else started
         log = EventLog(on_event, started)
         try:

@@ -10,6 +10,7 @@ never keeps the process alive at exit.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import queue
 import threading
 from collections.abc import Callable
@@ -54,7 +55,10 @@ class ThreadRunner:
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[Any]:
-        """Run ``fn(*args, **kwargs)`` on a pool thread; its outcome lands in the future."""
+        """Run ``fn(*args, **kwargs)`` on a pool thread, in a copy of the caller's context
+        variables (as ``asyncio.to_thread`` does: the caller's trace span stays the parent);
+        its outcome lands in the future."""
+        context = contextvars.copy_context()
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         with self._lock:
             if self._closed:
@@ -67,7 +71,7 @@ class ThreadRunner:
                 thread.start()
             else:
                 self._spare -= 1
-            self._queue.put((future, fn, args, kwargs))
+            self._queue.put((future, context.run, (fn, *args), kwargs))
         return future
 
     def _work(self) -> None:

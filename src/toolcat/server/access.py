@@ -55,7 +55,7 @@ class AccessLog:
         status = "error"
         try:
             result = await call_next(ctx)
-            status = _status(result)
+            status = result_status(result)
             return result
         except Exception as e:
             error = getattr(e, "error", None)
@@ -125,7 +125,8 @@ def _what(ctx: Any) -> tuple[Any, ...]:
     return (method, name)
 
 
-def _status(result: Any) -> str:
+def result_status(result: Any) -> str:
+    """``ok``, a failed tool result's error code, or ``TOOL_ERROR``."""
     if isinstance(result, dict):
         is_error, meta = result.get("isError"), result.get("_meta")
     else:

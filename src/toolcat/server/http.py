@@ -14,6 +14,9 @@ is damaged and being restored again, or its watcher fails), and with ``?max_stal
 so a balancer can prefer fresher replicas without ever emptying the pool by default. The
 details (the primary's URL, redacted; the lag; staleness; Litestream's last error) need a
 valid token when the server has tokens. The ``Host`` header is checked as for ``/mcp``.
+
+``GET /metrics`` (server/metrics.py) is Prometheus's scrape: behind the tokens like ``/mcp``
+(any valid token) unless ``metrics_public``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .wire import repairing_receive
 
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 SHORT_HEALTH = ("role", "revision", "primary_revision")  # what /healthz says without a token
@@ -43,12 +47,16 @@ class BearerAuth:
     principal, or the request gets 401 with ``WWW-Authenticate``. Tokens are compared in
     constant time and never logged."""
 
-    def __init__(self, app: Any, tokens: Tokens) -> None:
+    def __init__(self, app: Any, tokens: Tokens, public: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.tokens = tokens
+        # Served without a token: these paths (``/metrics`` with ``metrics_public``) and the
+        # console, which has its own sign-in; ``/healthz`` answers a caller without one briefly.
+        self.public = public
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and not _console(scope.get("path", "")):
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path not in self.public and not _console(path):
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             principal = self.tokens.principal(given) if given else None
             if principal is None and scope.get("path") == HEALTH_PATH:  # the short answer
@@ -76,8 +84,17 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | None) -> Any:
-    """The ASGI app: the MCP endpoint at ``/mcp``, behind the tokens when there are some.
+def http_app(
+    server: CatalogServer,
+    *,
+    host: str,
+    port: int,
+    tokens: Tokens | None,
+    metrics: bool = False,
+    metrics_public: bool = False,
+) -> Any:
+    """The ASGI app: the MCP endpoint at ``/mcp``, behind the tokens when there are some,
+    and with ``metrics`` Prometheus's at ``/metrics`` (no token needed if ``metrics_public``).
 
     Bound to loopback, requests must name a loopback host, on any port (DNS rebinding
     protection that a balancer on this host passes: it forwards its own ``Host``).
@@ -153,15 +170,18 @@ def http_app(server: CatalogServer, *, host: str, port: int, tokens: Tokens | No
     from .console import PATH as CONSOLE_PATH  # its own login: server/console/auth.py
     from .console import for_server
 
-    app: Any = Starlette(
-        routes=[
-            Route(MCP_PATH, endpoint=Endpoint()),
-            Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
-            Mount(CONSOLE_PATH, app=for_server(server, tokens, host)),
-        ],
-        lifespan=lifespan,
-    )
-    app = BearerAuth(app, tokens) if tokens else app
+    routes = [
+        Route(MCP_PATH, endpoint=Endpoint()),
+        Route(HEALTH_PATH, endpoint=healthz, methods=["GET", "HEAD"]),
+        Mount(CONSOLE_PATH, app=for_server(server, tokens, host)),
+    ]
+    if metrics:
+        from .metrics import scrape_endpoint
+
+        routes.append(Route(METRICS_PATH, endpoint=scrape_endpoint(server), methods=["GET"]))
+    app: Any = Starlette(routes=routes, lifespan=lifespan)
+    public = frozenset({METRICS_PATH} if metrics and metrics_public else ())
+    app = BearerAuth(app, tokens, public) if tokens else app
     return server.access_log.http(app) if server.access_log is not None else app
 
 
@@ -250,6 +270,8 @@ def serve_http(
     tokens: Tokens | None,
     log_level: str = "warning",
     sock: socket.socket | None = None,
+    metrics: bool = False,
+    metrics_public: bool = False,
 ) -> None:
     """Serve until interrupted, on ``sock`` (``listening_socket``) or a new one."""
     import uvicorn
@@ -258,6 +280,8 @@ def serve_http(
 
     install()  # every log line escaped (definitions/printable.py)
     sock = sock or listening_socket(host, port)
-    app = http_app(server, host=host, port=port, tokens=tokens)
+    app = http_app(
+        server, host=host, port=port, tokens=tokens, metrics=metrics, metrics_public=metrics_public
+    )
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])

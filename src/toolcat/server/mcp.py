@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import mcp.types as types
+from mcp.server._otel import OpenTelemetryMiddleware
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
@@ -49,6 +50,7 @@ from .access import AccessLog
 from .events import ArtifactLinks, forward_events
 from .listcache import ListCache
 from .scope import Scope
+from .telemetry import Telemetry, noted
 from .usage import Gaps, RecentSearches
 from .watcher import RevisionWatcher
 
@@ -366,6 +368,13 @@ class CatalogServer:
             on_read_resource=self._read_resource,
             on_subscriptions_listen=self.listen,
         )
+        # Our spans and durations in place of the SDK's own (server/telemetry.py): outermost,
+        # so answers from the list cache are traced and counted too.
+        self.telemetry = Telemetry(self._who)
+        self.server.middleware[:] = [
+            m for m in self.server.middleware if not isinstance(m, OpenTelemetryMiddleware)
+        ]
+        self.server.middleware.insert(0, self.telemetry)
         self.access_log = AccessLog(self._who) if o.access_log else None
         if self.access_log is not None:
             self.server.middleware.append(self.access_log)
@@ -620,6 +629,7 @@ class CatalogServer:
         except ToolcatError as e:
             failed = error_result(e, 0.0)
             return _error(failed.error_code or e.code, failed.error or str(e))
+        noted().tool = tool.id  # a catalog tool in the caller's scope: a bounded label
         pinned = "@" in name
         if self.options.refuse_unsearched and (pinned or not self._in_list_mode(tool, scope)):
             if connection is not None:
@@ -644,6 +654,9 @@ class CatalogServer:
             if outcome.success
             else []
         )
+        facts = noted()
+        facts.events.update(event.kind for event in outcome.events)
+        facts.artifacts = len(handed)
         return _result(outcome, structured=tool.output_schema is not None, artifacts=handed)
 
     # -- artifacts (server/events.py) -------------------------------------------------------
@@ -673,6 +686,8 @@ class CatalogServer:
     # -- search_tools -----------------------------------------------------------------------
 
     async def _search(self, ctx: Any, arguments: dict[str, Any]) -> types.CallToolResult:
+        facts = noted()
+        facts.tool = SEARCH_TOOL
         query = arguments.get("query")
         k = arguments.get("k", 5)
         tag_lists = {key: arguments.get(key) or [] for key in TAG_ARGUMENTS}
@@ -726,6 +741,7 @@ class CatalogServer:
         shown = found.model_copy(update={"hits": hits})  # SearchResult's rule, on what is shown
         if shown.no_match:
             self.gaps.add(self._learner(ctx), query, found.mode)
+        facts.search_mode, facts.no_match = found.mode, shown.no_match
         payload: dict[str, Any] = {
             "query": query,
             "mode": found.mode,

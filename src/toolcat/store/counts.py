@@ -123,3 +123,15 @@ def index_totals(conn: sqlite3.Connection) -> tuple[int, int]:
         return 0, 0
     values = _varints(row[0])
     return values[0], sum(values[1:])
+
+
+def tool_states(conn: sqlite3.Connection) -> dict[str, int]:
+    """Tools by state: ``active`` (listed: an active version's, not deferred), ``deferred``
+    (an active version's, found by search) and ``deprecated`` (of a deprecated version).
+    A scan of every tool: callers keep the answer per revision."""
+    row = conn.execute(
+        "SELECT coalesce(sum(k.active AND NOT t.defer_loading), 0),"
+        " coalesce(sum(k.active AND t.defer_loading), 0), coalesce(sum(k.deprecated), 0)"
+        " FROM tools t JOIN toolkits k ON k.id = t.toolkit_id"
+    ).fetchone()
+    return {"active": int(row[0]), "deferred": int(row[1]), "deprecated": int(row[2])}
