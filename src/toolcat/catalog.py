@@ -59,6 +59,7 @@ from .store.reader import Filters
 if TYPE_CHECKING:
     from .export.providers import ExportedTools
     from .models import (
+        EvalResult,
         RegisteredTool,
         RegistrationResult,
         ReindexReport,
@@ -1421,6 +1422,30 @@ class Catalog:
 
             info["replica"] = replica.health(replica.read_state(self.path))
         return info
+
+    def save_eval_result(self, result: EvalResult) -> None:
+        """Keep ``result`` as the catalog's last ``toolcat eval`` (``--save``), which the web
+        console's quality page shows. Not a change to the tools: the revision stays.
+
+        Raises:
+            CatalogError: The result is over ``MAX_EVAL_BYTES`` as JSON.
+            ReadOnlyReplicaError: This is a replica: save on the primary.
+        """
+        from .store import evaluations
+
+        with self._lock:
+            evaluations.save(self._conn, result)
+
+    def eval_result(self) -> EvalResult | None:
+        """The last saved ``toolcat eval`` result; None when none was saved.
+
+        Raises:
+            CatalogDamagedError: The stored result is not one toolcat wrote.
+        """
+        from .store import evaluations
+
+        with self._snapshot() as conn:
+            return evaluations.load(conn)
 
 
 def _pinned(toolkit: str, version: str | None, verb: str) -> tuple[str, str]:
