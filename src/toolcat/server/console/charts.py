@@ -20,12 +20,12 @@ PLOT_HEIGHT = 200.0  # a bar of recall 1.0
 BAR_WIDTH = 14.0
 GROUP_GAP = 18.0
 LEFT, TOP, BOTTOM = 48.0, 16.0, 56.0  # room for the axis' numbers; for the sources' names
-LEGEND_WIDTH = 190.0
+LEGEND_WIDTH = 240.0
 LEGEND_ROW = 18.0
 MAX_GROUPS = 24  # sources drawn; the table below lists every row
 MAX_SERIES = 12  # modes drawn per source
 LABEL_CHARS = 18  # a source's name under its group (the whole name is in its tooltip)
-LEGEND_CHARS = 26
+LEGEND_CHARS = 34
 TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
