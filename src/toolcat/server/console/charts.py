@@ -19,12 +19,13 @@ METRICS = ("R@1", "R@5", "R@10")
 PLOT_HEIGHT = 200.0  # a bar of recall 1.0
 BAR_WIDTH = 14.0
 GROUP_GAP = 18.0
-LEFT, TOP, BOTTOM = 48.0, 16.0, 56.0  # room for the axis' numbers; for the sources' names
-LEGEND_WIDTH = 240.0
+MIN_GROUP_WIDTH = 100.0  # room for a source's name under its bars
+LEFT, TOP, BOTTOM = 60.0, 16.0, 36.0  # room for the axis and its numbers; for the names
+LEGEND_WIDTH = 210.0
 LEGEND_ROW = 18.0
 MAX_GROUPS = 24  # sources drawn; the table below lists every row
 MAX_SERIES = 12  # modes drawn per source
-LABEL_CHARS = 18  # a source's name under its group (the whole name is in its tooltip)
+LABEL_CHARS = 15  # a source's name under its group (the whole name is in its tooltip)
 LEGEND_CHARS = 34
 TICKS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -92,7 +93,7 @@ def charts(result: EvalResult) -> list[Chart]:
         series.append(Series(i, label(text, LEGEND_CHARS), key in plain, css))
     shown = sources[:MAX_GROUPS]
     value = {(r.source, _series_key(r)): r for r in result.rows}
-    group_width = len(series) * BAR_WIDTH + GROUP_GAP
+    group_width = max(len(series) * BAR_WIDTH + GROUP_GAP, MIN_GROUP_WIDTH)
     plot_right = LEFT + max(1, len(shown)) * group_width
     legend_height = len(series) * LEGEND_ROW
     height = TOP + max(PLOT_HEIGHT, legend_height) + BOTTOM
@@ -101,7 +102,7 @@ def charts(result: EvalResult) -> list[Chart]:
         bars = []
         groups = []
         for g, source in enumerate(shown):
-            x0 = LEFT + g * group_width + GROUP_GAP / 2
+            x0 = LEFT + g * group_width + (group_width - len(series) * BAR_WIDTH) / 2
             groups.append((x0 + len(series) * BAR_WIDTH / 2, label(source, LABEL_CHARS)))
             for s, key in zip(series, keys, strict=True):
                 row = value.get((source, key))
