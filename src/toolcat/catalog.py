@@ -1170,10 +1170,14 @@ class Catalog:
                 raise unknown_toolkit(name, reader.toolkit_names(self._conn))
         return sort_versions(found)
 
-    def toolkits(self) -> builtins.list[ToolkitVersion]:
-        """The active version of every toolkit, by name."""
+    def toolkits(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> builtins.list[ToolkitVersion]:
+        """The active version of every toolkit, by name; with ``after`` and ``limit``, the
+        first ``limit`` toolkits named after ``after`` (a page: what it costs does not grow
+        with the catalog)."""
         with self._lock:
-            return reader.toolkit_versions(self._conn)
+            return reader.toolkit_versions(self._conn, after=after, limit=limit)
 
     # -- calling --------------------------------------------------------------------------
 

@@ -130,9 +130,10 @@ def build(source: Source) -> Any:
         )
 
     async def toolkits(request: Request, viewer: Principal, scope: Any) -> Response:
-        data = await source.run(lambda c: views.toolkits(c, scope))
+        after = request.query_params.get("after") or None
+        data = await source.run(lambda c: views.toolkits(c, scope, after))
         done = DONE.get(request.query_params.get("done", ""))
-        return page(request, "toolkits.html", toolkits=data, done=done)
+        return page(request, "toolkits.html", **data, done=done)
 
     async def tool(request: Request, viewer: Principal, scope: Any) -> Response:
         p = request.path_params
