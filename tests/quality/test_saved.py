@@ -123,3 +123,11 @@ def test_an_oversized_result_is_refused_and_the_last_one_kept(tmp_path: Path) ->
         with pytest.raises(CatalogError, match="bytes as JSON"):
             catalog.save_eval_result(big)
         assert catalog.eval_result() == small
+
+
+def test_a_hostile_source_name_reaches_the_terminal_printable(tmp_path: Path) -> None:
+    bench = bench_with_hostile_source(tmp_path)
+    shown = CliRunner().invoke(cli, ["eval", str(bench), "--mode", "bm25"])
+    assert shown.exit_code == 0, shown.output
+    assert "\x1b" not in shown.stdout and "\x1b" not in shown.stderr
+    assert "\\x1b[31m" in shown.stdout and "\\x1b[31m" in shown.stderr  # shown, as an escape

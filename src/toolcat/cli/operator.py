@@ -373,9 +373,12 @@ def eval_(
     target = open_catalog(ctx) if save else None
     model = saved.target_model(target) if target is not None else None
 
+    from ..definitions.printable import escape
+
     def progress(message: str) -> None:
-        if not quiet:
-            click.echo(f"[{time.monotonic() - started:5.0f}s] {message}", err=True)
+        if not quiet:  # a source's name is a bench folder's: made printable for the terminal
+            line = escape(message, 2000, spaces=True)
+            click.echo(f"[{time.monotonic() - started:5.0f}s] {line}", err=True)
 
     header = [False]
     done: list[dict[str, Any]] = []
@@ -406,8 +409,9 @@ def eval_(
             )
         multi = r["multi_tool"]
         multi_cell = f"  {multi['R@5']:.3f} ({multi['queries']})" if multi["queries"] else ""
+        source = escape(r["source"], 255, spaces=True)
         click.echo(
-            f"{r['source']:<12} {r['mode']:<15} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
+            f"{source:<12} {r['mode']:<15} {r['queries']:>7}  {r['R@1']:.3f} {r['R@5']:.3f} "
             f"{r['R@10']:.3f} {r['nDCG@10']:.3f}   {r['MRR@10']:.3f}{multi_cell}"
         )
         if "lenient" in r:
