@@ -130,4 +130,4 @@ def test_a_hostile_source_name_reaches_the_terminal_printable(tmp_path: Path) ->
     shown = CliRunner().invoke(cli, ["eval", str(bench), "--mode", "bm25"])
     assert shown.exit_code == 0, shown.output
     assert "\x1b" not in shown.stdout and "\x1b" not in shown.stderr
-    assert "\\x1b[31m" in shown.stdout and "\\x1b[31m" in shown.stderr  # shown, as an escape
+    assert "\\x1b[31m" in shown.stdout  # shown, as an escape
