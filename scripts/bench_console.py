@@ -1,6 +1,6 @@
-"""Time the web console through HTTP at catalog scale: the first browse page, a tool page
-and a playground search (BM25), on catalogs of generated tools (bench_scale.py's seeded
-generator over ../shared/bench).
+"""Time the web console through HTTP at catalog scale: the first browse page, a tool page,
+a playground search (BM25), the first toolkits page and the quality page, on catalogs of
+generated tools (bench_scale.py's seeded generator over ../shared/bench).
 
 Each size: a catalog is generated (or reused from --keep), ``toolcat ui --no-browser`` is
 started on it, its one-time link is exchanged for a session, and each page is fetched
@@ -31,6 +31,8 @@ PAGES = {
     "browse_filtered": "/ui/?deferred=only&size=50",
     "tool_page": None,  # the first listed tool, found at run time
     "search_bm25": "/ui/search?q=get+the+weather+forecast+for+a+city&mode=bm25&k=10",
+    "toolkits_page": "/ui/toolkits",
+    "quality_page": "/ui/quality",
 }
 
 

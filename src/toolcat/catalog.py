@@ -59,6 +59,7 @@ from .store.reader import Filters
 if TYPE_CHECKING:
     from .export.providers import ExportedTools
     from .models import (
+        EvalResult,
         RegisteredTool,
         RegistrationResult,
         ReindexReport,
@@ -1169,10 +1170,14 @@ class Catalog:
                 raise unknown_toolkit(name, reader.toolkit_names(self._conn))
         return sort_versions(found)
 
-    def toolkits(self) -> builtins.list[ToolkitVersion]:
-        """The active version of every toolkit, by name."""
+    def toolkits(
+        self, *, after: str | None = None, limit: int | None = None
+    ) -> builtins.list[ToolkitVersion]:
+        """The active version of every toolkit, by name; with ``after`` and ``limit``, the
+        first ``limit`` toolkits named after ``after`` (a page: what it costs does not grow
+        with the catalog)."""
         with self._lock:
-            return reader.toolkit_versions(self._conn)
+            return reader.toolkit_versions(self._conn, after=after, limit=limit)
 
     # -- calling --------------------------------------------------------------------------
 
@@ -1429,6 +1434,30 @@ class Catalog:
 
             info["replica"] = replica.health(replica.read_state(self.path))
         return info
+
+    def save_eval_result(self, result: EvalResult) -> None:
+        """Keep ``result`` as the catalog's last ``toolcat eval`` (``--save``), which the web
+        console's quality page shows. Not a change to the tools: the revision stays.
+
+        Raises:
+            CatalogError: The result is over ``MAX_EVAL_BYTES`` as JSON.
+            ReadOnlyReplicaError: This is a replica: save on the primary.
+        """
+        from .store import evaluations
+
+        with self._lock:
+            evaluations.save(self._conn, result)
+
+    def eval_result(self) -> EvalResult | None:
+        """The last saved ``toolcat eval`` result; None when none was saved.
+
+        Raises:
+            CatalogDamagedError: The stored result is not one toolcat wrote.
+        """
+        from .store import evaluations
+
+        with self._snapshot() as conn:
+            return evaluations.load(conn)
 
 
 def _pinned(toolkit: str, version: str | None, verb: str) -> tuple[str, str]:

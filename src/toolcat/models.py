@@ -556,3 +556,49 @@ class ToolResult(BaseModel):
     def artifacts(self) -> list[ToolEvent]:
         """The artifacts the tool handed back, in the order it reported them."""
         return [event for event in self.events if event.kind == "artifact"]
+
+
+# A saved eval (``toolcat eval --save``) is one meta value: every run's rows, bounded so the
+# quality page reads and draws it in a few milliseconds, and so a value written into the file
+# by someone else cannot make it read or draw without end.
+MAX_EVAL_ROWS = 1000
+MAX_EVAL_BYTES = 512 * 1024
+EvalScore = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class EvalRow(BaseModel):
+    """One source and search mode of a saved ``toolcat eval``: its strict scores, averaged
+    over its queries. ``baseline`` marks the plain baseline's rows (``--baseline``);
+    ``learned_from`` the uses recorded before scoring (``--learn-split``)."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, populate_by_name=True, frozen=True, defer_build=True
+    )
+
+    source: str = Field(min_length=1, max_length=255)  # a bench folder's name
+    mode: str = Field(min_length=1, max_length=64)
+    baseline: bool = False
+    queries: int = Field(ge=0, le=10**9)
+    learned_from: int = Field(default=0, ge=0, le=10**12)
+    r1: EvalScore = Field(alias="R@1")
+    r5: EvalScore = Field(alias="R@5")
+    r10: EvalScore = Field(alias="R@10")
+    ndcg10: EvalScore = Field(alias="nDCG@10")
+    mrr10: EvalScore = Field(alias="MRR@10")
+
+
+class EvalResult(BaseModel):
+    """The last ``toolcat eval --save``: what the web console's quality page shows.
+
+    ``revision`` is the catalog's when the result was saved, ``model`` the embedding model
+    the evaluation searched with (the catalog's), ``pooled`` whether every source's queries
+    were searched among all sources' tools (else each source in a catalog of its own).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, defer_build=True)
+
+    saved_at: str = Field(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+    revision: int = Field(ge=0)
+    model: str = Field(max_length=200)
+    pooled: bool
+    rows: list[EvalRow] = Field(min_length=1, max_length=MAX_EVAL_ROWS)

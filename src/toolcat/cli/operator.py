@@ -443,9 +443,17 @@ EVAL_EXTRA = (
     help="Also score the plain baseline on the same queries: rank-bm25 + base MiniLM fused "
     "by reciprocal rank (rrf-baseline), and base MiniLM alone (minilm-baseline).",
 )
+@click.option(
+    "--save",
+    is_flag=True,
+    help="Keep the result in the catalog (--db) as its last eval, for the web console's "
+    "quality page; the catalog's embedding model is the one evaluated.",
+)
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @json_option
+@click.pass_context
 def eval_(
+    ctx: click.Context,
     bench_dir: Path,
     sources: tuple[str, ...],
     modes: tuple[str, ...],
@@ -457,6 +465,7 @@ def eval_(
     abstention: bool,
     vector_cache: Path | None,
     baseline: bool,
+    save: bool,
     quiet: bool,
     as_json: bool,
 ) -> None:
@@ -466,9 +475,12 @@ def eval_(
     nDCG@10 and MRR@10 of every query, per source and mode, through the public search API.
     Progress goes to stderr; each source's rows are printed as soon as they are computed.
     """
+    from ..quality import saved
     from ..quality.evaluate import DEFAULT_MODES, evaluate, summary
 
     started = time.monotonic()
+    target = open_catalog(ctx) if save else None
+    model = saved.target_model(target) if target is not None else None
 
     def progress(message: str) -> None:
         if not quiet:
@@ -552,6 +564,7 @@ def eval_(
             abstention=abstention,
             vector_cache=vector_cache,
             baseline=baseline,
+            embedding_model=model,
             progress=progress,
             on_row=print_row,
         )
@@ -574,6 +587,9 @@ def eval_(
                 f"{line['mode'] + learned:<24} {line['R@5']:.3f} {line['nDCG@10']:.3f}"
                 + (f"    {margin['R@5']:+.3f} {margin['nDCG@10']:+.3f}" if margin else "")
             )
+    if target is not None and model is not None:  # after the output: a refusal loses nothing
+        kept = saved.save(target, done, model=model)
+        progress(f"saved as the last eval of {str(target.path)!r} (revision {kept.revision})")
 
 
 COMMANDS = [serve, usage, cache, eval_]

@@ -426,14 +426,23 @@ def find_rows(
     return rows
 
 
-def toolkit_versions(conn: sqlite3.Connection, name: str | None = None) -> list[ToolkitVersion]:
-    """Registered toolkit versions, one toolkit's or (``name=None``) the active ones of all."""
+def toolkit_versions(
+    conn: sqlite3.Connection,
+    name: str | None = None,
+    *,
+    after: str | None = None,
+    limit: int | None = None,
+) -> list[ToolkitVersion]:
+    """Registered toolkit versions, one toolkit's or (``name=None``) the active ones of all;
+    of those, the first ``limit`` named after ``after`` (keyset: any page costs the same)."""
     where, params = ("k.name = ?", [name]) if name is not None else ("k.active = 1", [])
+    if after is not None:
+        where, params = f"{where} AND k.name > ?", [*params, after]
     rows = conn.execute(
         "SELECT k.name, k.version, k.description, k.tags, k.active, k.deprecated, "
         "k.registered_at, k.source, (SELECT count(*) FROM tools t WHERE t.toolkit_id = k.id) "
-        f"FROM toolkits k WHERE {where} ORDER BY k.name, k.id",
-        params,
+        f"FROM toolkits k WHERE {where} ORDER BY k.name, k.id LIMIT ?",
+        [*params, -1 if limit is None else limit],
     ).fetchall()
     from ..models import ToolkitVersion
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import httpx
 import yaml
 
 from tests.helpers import SAMPLE_TOOLKITS, toolkit_data, write_manifest
+from tests.quality.test_evaluate import _write_bench
 from tests.server.clients import http_server
 from toolcat import Catalog
 
@@ -115,3 +116,30 @@ def login(base: str, token: str) -> httpx.Client:
     assert answer.status_code == 303, answer.text
     assert answer.headers["location"] == "/ui/"
     return client
+
+
+# Bench folder names are outside text; a folder name cannot hold "/", the rest of a script can.
+HOSTILE_SOURCES = [f'<img src=x onerror="{PWNED}">', "<script>x<", "tab\there\x1b[2J\x07"]
+
+
+def hostile_bench(tmp: Path) -> Path:
+    """A benchmark of three small sources named ``HOSTILE_SOURCES``."""
+    bench, more = tmp / "bench", tmp / "more"
+    _write_bench(bench)
+    _write_bench(more)
+    (bench / "alpha").rename(bench / HOSTILE_SOURCES[0])
+    (bench / "beta").rename(bench / HOSTILE_SOURCES[1])
+    (more / "alpha").rename(bench / HOSTILE_SOURCES[2])
+    return bench
+
+
+def letters(texts: Sequence[str]) -> Any:
+    """A stand-in for the plain baseline's MiniLM: each text as its letter counts, unit length."""
+    import numpy as np
+
+    out = np.zeros((len(texts), 26), dtype=np.float32)
+    for i, text in enumerate(texts):
+        for c in text.lower():
+            if "a" <= c <= "z":
+                out[i, ord(c) - 97] += 1
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-9)

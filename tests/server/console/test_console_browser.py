@@ -20,7 +20,17 @@ pytest.importorskip("selenium")
 
 from tests.helpers import ROOT
 from tests.server.clients import MODERN, http_session, run
-from tests.server.console.site import ADMIN_TOKEN, MATH_TOKEN, console_server
+from tests.server.console.site import (
+    ADMIN_TOKEN,
+    HOSTILE_SOURCES,
+    MATH_TOKEN,
+    console_server,
+    hostile_bench,
+    letters,
+)
+from toolcat import Catalog
+from toolcat.quality import saved
+from toolcat.quality.evaluate import evaluate
 
 pytestmark = pytest.mark.slow
 SHOTS = ROOT / "docs" / "img"
@@ -157,6 +167,34 @@ def test_browse_tool_diff_search_usage_in_a_browser(browser: Any, tmp_path: Path
         shot(browser, "status")
 
 
+def test_quality_page_in_a_browser(browser: Any, tmp_path: Path) -> None:
+    """A saved eval whose source names carry markup: drawn as bars, no script runs."""
+    from selenium.webdriver.common.by import By
+
+    with console_server(tmp_path) as (base, db):
+        sign_in(browser, base, ADMIN_TOKEN)
+        go(browser, browser.find_element(By.LINK_TEXT, "Quality"))
+        assert "No eval saved yet" in browser.find_element(By.TAG_NAME, "main").text
+        rows = evaluate(
+            hostile_bench(tmp_path),
+            modes=["bm25", "hybrid"],
+            baseline=True,
+            baseline_encoder=letters,
+        )
+        with Catalog(db) as catalog:
+            saved.save(catalog, rows, model=catalog.status()["embedding_model"])
+        browser.refresh()
+        assert browser.title == "Quality · toolcat console"  # the injected handler never ran
+        assert browser.find_elements(By.CSS_SELECTOR, "main img") == []
+        charts = browser.find_elements(By.CSS_SELECTOR, "main figure.chart svg")
+        assert len(charts) == 3
+        bars = charts[1].find_elements(By.CSS_SELECTOR, "rect.bar title")
+        assert len(bars) == len(rows)
+        heads = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "main tbody th")]
+        assert HOSTILE_SOURCES[0] in heads  # shown as text
+        shot(browser, "quality")
+
+
 def test_keyboard_reaches_every_nav_link_and_form_control(browser: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -170,7 +208,15 @@ def test_keyboard_reaches_every_nav_link_and_form_control(browser: Any, tmp_path
             active = browser.switch_to.active_element
             reached.append(active.get_attribute("id") or active.text or active.tag_name)
             active.send_keys(Keys.TAB)
-        for wanted in ("Skip to content", "Browse", "Toolkits", "Search", "Usage", "Status"):
+        for wanted in (
+            "Skip to content",
+            "Browse",
+            "Toolkits",
+            "Search",
+            "Usage",
+            "Status",
+            "Quality",
+        ):
             assert wanted in reached, reached
         for control in ("f-toolkit", "f-tag", "f-any", "f-not", "f-deferred"):
             assert control in reached, reached

@@ -9,7 +9,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ...definitions.names import TOOLKIT_NAME_RE
-from ...errors import ToolcatError
+from ...definitions.printable import escape
+from ...errors import CatalogDamagedError, ToolcatError
 from ...search.modes import SEARCH_MODES
 from ..tokens import Principal
 from . import views
@@ -39,6 +40,7 @@ def build(source: Source) -> Any:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["when"] = lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    env.filters["printable"] = lambda text: escape(text, 300, spaces=True)
     env.filters["query"] = lambda params: urlencode(
         [(k, v) for k, v in params if v not in (None, "")]
     )
@@ -128,9 +130,10 @@ def build(source: Source) -> Any:
         )
 
     async def toolkits(request: Request, viewer: Principal, scope: Any) -> Response:
-        data = await source.run(lambda c: views.toolkits(c, scope))
+        after = request.query_params.get("after") or None
+        data = await source.run(lambda c: views.toolkits(c, scope, after))
         done = DONE.get(request.query_params.get("done", ""))
-        return page(request, "toolkits.html", toolkits=data, done=done)
+        return page(request, "toolkits.html", **data, done=done)
 
     async def tool(request: Request, viewer: Principal, scope: Any) -> Response:
         p = request.path_params
@@ -174,6 +177,26 @@ def build(source: Source) -> Any:
             info=info,
             health=health,
             info_json=json.dumps(info, indent=2, sort_keys=True, default=str),
+        )
+
+    async def quality(request: Request, viewer: Principal, scope: Any) -> Response:
+        from .charts import charts
+
+        try:
+            result = await source.run(lambda c: c.eval_result())
+        except CatalogDamagedError as e:  # only this page needs it: the others still work
+            why = f" ({e.reason})" if viewer.admin else ""
+            damaged = (
+                f"The saved eval result cannot be read{why}: run `toolcat eval BENCH --save` again."
+            )
+            return page(request, "quality.html", result=None, damaged=damaged)
+        return page(
+            request,
+            "quality.html",
+            result=result,
+            damaged=None,
+            charts=charts(result) if result is not None else [],
+            baseline=result is not None and any(r.baseline for r in result.rows),
         )
 
     async def admin(request: Request, viewer: Principal, scope: Any) -> Response:
@@ -274,6 +297,7 @@ def build(source: Source) -> Any:
         Route("/search", guarded(search)),
         Route("/usage", guarded(usage)),
         Route("/status", guarded(status)),
+        Route("/quality", guarded(quality)),
         Route("/admin/{action}", guarded(admin, admin=True), methods=["POST"]),
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),

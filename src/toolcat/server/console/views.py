@@ -15,7 +15,7 @@ from typing import Any
 from ...catalog import Catalog
 from ...definitions.names import TOOL_NAME_RE, TOOLKIT_NAME_RE
 from ...errors import ToolcatError
-from ...models import RegisteredTool
+from ...models import RegisteredTool, ToolkitVersion
 from ...policy.tags import TagFilter
 from ...search.modes import SEARCH_MODES
 from ...text.tokenize import split_words, tokenize, tokenize_all
@@ -31,6 +31,7 @@ MAX_DIFF_LINES = 2_000
 MAX_USES = 2_000  # usage rows read per page
 MAX_TAGS = 20  # tags per filter list
 MAX_VERSIONS = 200  # versions of one toolkit shown
+TOOLKITS_PAGE = 50  # toolkits per page
 
 
 class NotFound(Exception):
@@ -141,25 +142,45 @@ def check_toolkit(catalog: Catalog, scope: Scope, name: str) -> None:
         raise NotFound from None
 
 
-def toolkits(catalog: Catalog, scope: Scope) -> list[dict[str, Any]]:
-    """Toolkits in scope, each with its versions (active, deprecated, pinned) and tags; a
-    version none of whose tools the scope shows is left out, and a toolkit with none."""
-    shown = []
-    for active in catalog.toolkits():
-        if not toolkit_in_scope(scope, active.toolkit):
-            continue
-        versions = [v for v in catalog.versions(active.toolkit)[-MAX_VERSIONS:]]
-        visible = [v for v in versions if _version_visible(catalog, scope, v.toolkit, v.version)]
-        if visible:
-            pins = pinned(scope, active.toolkit)
-            shown.append(
-                {
-                    "name": active.toolkit,
-                    "active": active,
-                    "versions": [{"v": v, "pinned": v.version in pins} for v in visible],
-                }
-            )
-    return shown
+def toolkits(catalog: Catalog, scope: Scope, after: str | None = None) -> dict[str, Any]:
+    """One page of the toolkits in scope named after ``after`` (keyset on the name), each
+    with its versions (active, deprecated, pinned) and tags; a version none of whose tools
+    the scope shows is left out, and a toolkit with none. ``next`` is the ``after`` of the
+    next page, None on the last."""
+    if after is not None and not TOOLKIT_NAME_RE.fullmatch(after):
+        raise BadRequest("after must be a toolkit name")
+    shown: list[dict[str, Any]] = []
+    scanned = 0
+    last = after
+    while scanned < MAX_SCAN:
+        batch = catalog.toolkits(after=last, limit=TOOLKITS_PAGE + 1)
+        for active in batch:
+            if len(shown) == TOOLKITS_PAGE:
+                return {"toolkits": shown, "next": last}  # ``active`` is on the next page
+            scanned += 1
+            last = active.toolkit
+            kit = _toolkit(catalog, scope, active)
+            if kit is not None:
+                shown.append(kit)
+        if len(batch) <= TOOLKITS_PAGE:
+            return {"toolkits": shown, "next": None}
+    return {"toolkits": shown, "next": last}  # a narrow scope: the next page reads on
+
+
+def _toolkit(catalog: Catalog, scope: Scope, active: ToolkitVersion) -> dict[str, Any] | None:
+    """``active``'s toolkit as the page shows it; None when the scope shows none of it."""
+    if not toolkit_in_scope(scope, active.toolkit):
+        return None
+    versions = catalog.versions(active.toolkit)[-MAX_VERSIONS:]
+    visible = [v for v in versions if _version_visible(catalog, scope, v.toolkit, v.version)]
+    if not visible:
+        return None
+    pins = pinned(scope, active.toolkit)
+    return {
+        "name": active.toolkit,
+        "active": active,
+        "versions": [{"v": v, "pinned": v.version in pins} for v in visible],
+    }
 
 
 def _version_visible(catalog: Catalog, scope: Scope, toolkit: str, version: str) -> bool:
