@@ -26,8 +26,9 @@ README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```(sh|bash|shell|python)\n(.*?)^```", re.S | re.M)
 SETUP_LINE = re.compile(r"^\s*(make|source|\.|pip|python3? -m pip)\b")
-# A server runs until stopped: give it this long to fail, then stop it.
-SERVE_LINE = re.compile(r"^\s*toolcat\b[^\"']*\sserve\b")
+# A server (the MCP server, the console) runs until stopped: give it this long to fail, then
+# stop it.
+SERVE_LINE = re.compile(r"^\s*toolcat\b[^\"']*\s(serve|ui)\b")
 SERVE_SECONDS = 6
 
 

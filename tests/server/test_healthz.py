@@ -158,3 +158,46 @@ def test_without_tokens_the_details_are_shown_redacted(replica: Follower) -> Non
     assert response.status_code == 200 and "primary" in response.json()
     for secret in SECRET_URL_PARTS:
         assert secret not in response.text
+
+
+def test_a_balancers_probe_without_a_host_header_is_answered(replica: Follower) -> None:
+    """haproxy's ``option httpchk GET /healthz`` is an HTTP/1.0 request with no ``Host``: it
+    is answered (a browser, the rebinding risk, always sends one, and a foreign one is 421)."""
+    from toolcat.server.http import http_app
+    from toolcat.server.mcp import CatalogServer
+    from toolcat.server.tokens import Tokens
+
+    async def probe() -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+        with Catalog(replica.path) as catalog:
+            server = CatalogServer(catalog, follower=replica)
+            app = http_app(server, host="127.0.0.1", port=8765, tokens=Tokens.single(TOKEN))
+            scope = {
+                "type": "http",
+                "http_version": "1.0",
+                "method": "GET",
+                "scheme": "http",
+                "path": "/healthz",
+                "raw_path": b"/healthz",
+                "query_string": b"",
+                "root_path": "",
+                "headers": [],
+                "client": ("127.0.0.1", 40000),
+                "server": ("127.0.0.1", 8765),
+            }
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message: dict[str, Any]) -> None:
+                sent.append(message)
+
+            try:
+                await app(scope, receive, send)
+            finally:
+                server.close()
+        return sent
+
+    start = next(m for m in anyio.run(probe) if m["type"] == "http.response.start")
+    assert start["status"] == 200
+    assert get(replica, "/healthz", host="evil.example:8765").status_code == 421

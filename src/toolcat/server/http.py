@@ -151,7 +151,9 @@ def http_app(
     async def healthz(request: Any) -> Any:
         from starlette.responses import JSONResponse
 
-        if checked_host is not None:
+        # A foreign Host is refused as on /mcp (DNS rebinding: a browser always sends one);
+        # a balancer's HTTP/1.0 probe sends none (haproxy's `option httpchk GET /healthz`).
+        if checked_host is not None and "host" in request.headers:
             refused = await checked_host.validate_request(request)
             if refused is not None:
                 return refused
