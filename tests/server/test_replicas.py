@@ -394,6 +394,27 @@ async def hits(url: str, query: str) -> list[tuple[str, float]]:
         return [(t["name"], round(t["score"], 6)) for t in found.structured_content["tools"]]
 
 
+def test_the_console_answers_alike_through_the_balancer(cluster: Cluster) -> None:
+    """The web console behind the balancer (no tokens: open and read-only): both replicas
+    serve its pages, and a playground search ranks the same tools on each."""
+    import re
+
+    base = cluster.url.removesuffix("/mcp")
+    replicas: set[str | None] = set()
+    rankings: set[tuple[str, ...]] = set()
+    for _ in range(6):
+        page = httpx2.get(
+            f"{base}/ui/search", params={"q": "prime factors", "mode": "bm25"}, timeout=30
+        )
+        assert page.status_code == 200, page.text[:300]
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        replicas.add(page.headers.get("X-Replica"))
+        rankings.add(tuple(re.findall(r'href="/ui/tools/([^"/]+/[^"/]+)"', page.text)))
+    assert len(replicas) == 2, replicas
+    assert len(rankings) == 1 and next(iter(rankings)), rankings
+    assert httpx2.get(f"{base}/ui/", timeout=30).status_code == 200
+
+
 def test_a_2026_client_works_through_the_balancer_and_replicas_agree(cluster: Cluster) -> None:
     async def check() -> None:
         async with http_session(cluster.url, None, mode=MODERN) as s:
