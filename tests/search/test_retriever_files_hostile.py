@@ -55,3 +55,24 @@ def test_a_file_that_is_not_regular_is_damage_not_missing(
     message = str(raised.value)
     assert "not a regular file" in message
     assert message.count("pip install") == 1 and "reinstall toolcat" not in message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero-link"])
+def test_a_description_that_is_not_regular_is_never_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """``retriever.json`` itself a FIFO (which a read would wait on for ever) or a link to
+    /dev/zero: refused as damage at once, and search answers with BM25."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(exports, "_digests", {})
+    copy = tmp_path / "retriever"
+    shutil.copytree(RETRIEVER_FOLDER, copy)
+    plant(copy / "retriever.json", kind)
+    monkeypatch.setattr(embeddings, "RETRIEVER_FOLDER", copy)
+    monkeypatch.setattr(embeddings, "_embedders", {})
+    with pytest.raises(exports.ExportMismatch, match=r"retriever\.json is not a regular file"):
+        exports.read_export(copy)
+    with Catalog(tmp_path / "catalog.db") as catalog:
+        catalog.register(SAMPLE_TOOLKITS / "files.yaml")
+        result = catalog.search("erase an old document", k=3, mode="hybrid")
+        assert result.mode == "bm25" and result.hits

@@ -164,12 +164,29 @@ class Export:
         check_digests(self.folder, self.sha256)
 
 
+MAX_META = 1024 * 1024  # an export's description is a few KB
+
+
+def _read_meta(path: Path) -> Any:
+    """An export's JSON description, read as a small regular file: a link, a FIFO or a
+    device there is ``ExportMismatch`` (damage), never followed or waited on."""
+    from ...files.checks import read_regular
+
+    try:
+        data = read_regular(path, limit=MAX_META)
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError):  # OSError: a symlink (O_NOFOLLOW)
+        raise ExportMismatch(f"{path.name} is not a regular file of at most 1 MB") from None
+    return json.loads(data)
+
+
 def read_export(folder: Path) -> Export:
     """The export in ``folder`` (a cache folder with ``meta.json``, or a packaged model
     with ``retriever.json``)."""
     packaged = folder / "retriever.json"
-    if packaged.exists():
-        meta = json.loads(packaged.read_text())
+    if os.path.lexists(packaged):
+        meta = _read_meta(packaged)
         sha = {str(k): str(v) for k, v in dict(meta["sha256"]).items()}
         model_id = str(meta["model_id"])
         key = hashlib.sha256(json.dumps(sha, sort_keys=True).encode()).hexdigest()[:16]
@@ -181,7 +198,7 @@ def read_export(folder: Path) -> Export:
             _slot(model_id, key),
             int8=meta.get("quantization") == "int8",
         )
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = _read_meta(folder / "meta.json")
     return Export(
         str(meta["model"]),
         folder,

@@ -516,8 +516,11 @@ def load(
         folder = Path(location)
         what = f"the packaged model {model_id}"
     else:
-        folder = export_dir(model_id, location)
         what = f"the ONNX export of {model_id}"
+        try:
+            folder = export_dir(model_id, location)
+        except (ExportMismatch, OSError, ValueError, KeyError) as e:  # damaged: fall back
+            return None, f"{what} cannot be found ({e})"
         if not (folder / "meta.json").exists():
             slug = folder.name.rsplit("-", 1)[0]
             older = folder.parent.is_dir() and any(
