@@ -14,6 +14,7 @@ import click
 from ..catalog import SEARCH_MODES
 from ..errors import ServeError
 from ..policy.rules import Policy
+from ..server.loopback import is_loopback
 
 if TYPE_CHECKING:
     from ..store.replica import Follower
@@ -294,19 +295,6 @@ def check_authentication(
     )
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (``localhost``, 127.0.0.0/8, ``::1``); any
-    other name could resolve anywhere, and an empty one binds every address."""
-    import ipaddress
-
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 @click.command()
 @click.argument("action", type=click.Choice(["show", "clear", "on", "off"]), default="show")
 @click.option("--toolkit", help="Only this toolkit's tools.")
@@ -334,14 +322,10 @@ def usage(ctx: click.Context, action: str, toolkit: str | None, limit: int, as_j
     if as_json:
         emit_json({"learning": catalog.learning, "uses": uses[:limit], "total": len(uses)})
         return
-    echo(
-        f"learning from use: {'on' if catalog.learning else 'off'}, {plural(len(uses), 'use')}"
-    )
+    echo(f"learning from use: {'on' if catalog.learning else 'off'}, {plural(len(uses), 'use')}")
     for use in uses[:limit]:
         who = use["principal"] or "(catalog)"
-        echo(
-            f"{use['recorded_at']}  {who:<12} {use['tool']:<36} {one_line(use['query'], 60)}"
-        )
+        echo(f"{use['recorded_at']}  {who:<12} {use['tool']:<36} {one_line(use['query'], 60)}")
 
 
 @click.command()

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..errors import ServeError
 from .access import note_caller
+from .loopback import host_names
 from .mcp import PARAM_HEADERS, PRINCIPAL_KEY, CatalogServer
 from .tokens import Tokens
 from .wire import repairing_receive
@@ -37,7 +38,6 @@ from .wire import repairing_receive
 MCP_PATH = "/mcp"
 HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MAX_BODY_BYTES = 4 * 1024 * 1024
 SHORT_HEALTH = ("role", "revision", "primary_revision")  # what /healthz says without a token
 
@@ -108,17 +108,16 @@ def http_app(
     from starlette.routing import Mount, Route
 
     security = None
-    if host in LOOPBACK:
+    names = host_names(host)
+    if names:
         # Any loopback port: a balancer on this host forwards its own Host header (a
-        # rebinding page names a foreign host, which stays refused).
+        # rebinding page names a foreign host, which stays refused); and no port (a
+        # balancer on port 80 forwards a bare Host).
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
-            allowed_hosts=[f"{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")],
-            allowed_origins=[f"http://{h}:*" for h in ("127.0.0.1", "localhost", "[::1]")],
+            allowed_hosts=[f"{h}:*" for h in names] + list(names),
+            allowed_origins=[f"http://{h}:*" for h in names] + [f"http://{h}" for h in names],
         )
-        # ... and without a port (a balancer on port 80 forwards a bare Host).
-        security.allowed_hosts += ["127.0.0.1", "localhost", "[::1]"]
-        security.allowed_origins += [f"http://{h}" for h in ("127.0.0.1", "localhost", "[::1]")]
     manager = StreamableHTTPSessionManager(
         app=server.server, security_settings=security, max_request_body_size=MAX_BODY_BYTES
     )

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..loopback import host_names
 from .auth import Sessions
-from .source import LOOPBACK_BINDS, LOOPBACK_NAMES, PATH, Source
+from .source import PATH, Source
 
 __all__ = ["PATH", "Source", "console_app", "for_server"]
 
@@ -48,6 +49,6 @@ def for_server(server: Any, tokens: Any, host: str) -> Any:
             health=server.health,
             gaps=server.gaps.newest,
             sessions=Sessions(tokens=tokens),
-            hosts=LOOPBACK_NAMES if host in LOOPBACK_BINDS else (),
+            hosts=host_names(host),
         )
     )

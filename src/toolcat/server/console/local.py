@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ...catalog import Catalog
+from ..loopback import LOOPBACK_NAMES
 from ..scope import Scope
 from . import console_app
 from .auth import Sessions
-from .source import LOOPBACK_NAMES, PATH, Source
+from .source import PATH, Source
 
 HOST = "127.0.0.1"
 

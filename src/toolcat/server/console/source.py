@@ -48,7 +48,3 @@ class Source:
     gaps: Callable[[], list[tuple[float, str, str, str]]]
     sessions: Sessions
     hosts: tuple[str, ...] = ()
-
-
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
-LOOPBACK_BINDS = ("127.0.0.1", "localhost", "::1")
