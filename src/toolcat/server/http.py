@@ -280,6 +280,7 @@ def serve_http(
     from ..definitions.printable import install
 
     install()  # every log line escaped (definitions/printable.py)
+    install("mcp")  # the SDK's own warnings quote a client's headers and messages
     sock = sock or listening_socket(host, port)
     app = http_app(
         server, host=host, port=port, tokens=tokens, metrics=metrics, metrics_public=metrics_public

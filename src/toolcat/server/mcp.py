@@ -858,6 +858,7 @@ async def serve_stdio(server: CatalogServer) -> None:
     from .wire import claimed_stdin
 
     install()  # every log line escaped (definitions/printable.py)
+    install("mcp")  # the SDK's own warnings quote a client's headers and messages
     try:
         with claimed_stdin() as stdin:  # lone surrogate escapes repaired (server/wire.py)
             async with stdio_server(stdin=stdin) as (read, write):
