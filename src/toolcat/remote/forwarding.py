@@ -30,6 +30,5 @@ def _refusal(spec: str, kind: str | None) -> str | None:
 
 
 def install() -> None:
-    remote.register(MCP_PREFIX, _mcp)
-    remote.register(OPENAPI_PREFIX, _openapi)
-    remote.refuse_with(_refusal)
+    remote.register(MCP_PREFIX, _mcp, _refusal)
+    remote.register(OPENAPI_PREFIX, _openapi, _refusal)

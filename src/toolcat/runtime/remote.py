@@ -21,30 +21,30 @@ class Forwarder(Protocol):
         ...
 
 
-_forwarders: dict[str, Forwarder] = {}
-# Why a toolkit of this kind may not call this forwarded implementation (it would send this
-# process's environment), or None: ``toolcat.remote.secrets`` installs it with the forwarders.
-def _refusal(spec: str, kind: str | None) -> str | None:
-    return None
+# Why a toolkit of this kind may not call a forwarded implementation (it would send this
+# process's environment), or None: given with each forwarder (``toolcat.remote.secrets``).
+Refusal = Callable[[str, "str | None"], "str | None"]
+
+_forwarders: dict[str, tuple[Forwarder, Refusal]] = {}
 
 
-
-def register(prefix: str, forwarder: Forwarder) -> None:
-    """Forward implementations that start with ``prefix`` through ``forwarder``."""
-    _forwarders[prefix] = forwarder
-
-
-def refuse_with(check: Callable[[str, str | None], str | None]) -> None:
-    """Ask ``check(spec, toolkit kind)`` before a forwarded implementation is first called."""
-    global _refusal
-    _refusal = check  # type: ignore[assignment]
+def register(prefix: str, forwarder: Forwarder, refusal: Refusal) -> None:
+    """Forward implementations that start with ``prefix`` through ``forwarder``, once
+    ``refusal(spec, toolkit kind)`` says nothing against it."""
+    _forwarders[prefix] = (forwarder, refusal)
 
 
 def refusal(spec: str, kind: str | None) -> str | None:
     """Why a toolkit of ``kind`` may not call ``spec``, or ``None``."""
-    return _refusal(spec, kind) if forwarder(spec) is not None else None
+    found = _registered(spec)
+    return found[1](spec, kind) if found is not None else None
+
+
+def _registered(spec: str) -> tuple[Forwarder, Refusal] | None:
+    return next((pair for prefix, pair in _forwarders.items() if spec.startswith(prefix)), None)
 
 
 def forwarder(spec: str) -> Forwarder | None:
     """The forwarder for ``spec``; None for a Python implementation (``module:attr``)."""
-    return next((f for prefix, f in _forwarders.items() if spec.startswith(prefix)), None)
+    found = _registered(spec)
+    return found[0] if found is not None else None
