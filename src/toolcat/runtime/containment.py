@@ -171,7 +171,8 @@ def _outer(init: int, status_read: int) -> NoReturn:
 
 @functools.cache
 def probe() -> str:
-    """Which containment a worker started now gets (asks a fresh process; cached)."""
+    """Which containment a worker started now gets (asks a fresh process, ~0.1 s: only
+    `toolcat status` calls it)."""
     import subprocess
 
     from ..definitions.importpath import child_environment
