@@ -16,6 +16,7 @@ import inspect
 import json
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -256,6 +257,9 @@ class Catalog:
         self._lock = _CatalogLock(str(self.path))
         self.embedding_model = embedding_model
         self._engine: SearchEngine | None = None
+        # Open ``bulk()`` blocks: while any is, writes leave saving the search index to its end.
+        self._bulk = 0
+        self.index_error = ""  # why the search index was not saved after the last write
         # Learning from use: tool id -> the latest query whose search returned it.
         self._recent_hits: collections.OrderedDict[str, str] = collections.OrderedDict()
         try:
@@ -329,6 +333,59 @@ class Catalog:
         """A counter bumped by every change to the catalog."""
         with self._lock:
             return reader.revision(self._conn)
+
+    @contextlib.contextmanager
+    def bulk(self) -> Iterator[None]:
+        """Save the search index once, when the block ends, instead of after each write.
+
+        Every write (``register``, ``remove``, ``deprecate``, ``reindex``...) saves the BM25
+        index beside the catalog at its new revision before it returns, so that a server
+        started next answers at full speed from its first query; building it takes about
+        as long as registering the catalog's tools. Registering many toolkits one call at a
+        time, do it inside ``with catalog.bulk():`` to build it once, at the end (even when
+        the block raises: what was committed is indexed). Blocks may nest.
+        """
+        with self._lock:
+            self._bulk += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._bulk -= 1
+                last = self._bulk == 0
+            if last:
+                self._save_index()
+
+    def _changed(self) -> None:
+        """After a write committed: save the search index at the new revision, unless a
+        ``bulk()`` block saves it when it ends."""
+        with self._lock:
+            if self._bulk:
+                return
+        self._save_index()
+
+    def _save_index(self) -> None:
+        """Save the BM25 index at the catalog's revision (``lexical_index.save_current``);
+        an index the search engine of this catalog then serves too. A failure leaves the
+        catalog as written (the next server builds the index) and says so on stderr."""
+        from .search.bm25 import DEFAULT_WEIGHTS
+        from .search.engine import BACKGROUND_BUILD_FROM
+        from .search.lexical_index import save_current
+
+        try:
+            built = save_current(str(self.path), DEFAULT_WEIGHTS, BACKGROUND_BUILD_FROM)
+        except OSError as e:
+            self.index_error = str(e)
+            print(
+                f"toolcat: warning: the catalog is written, but its search index was not saved "
+                f"({e}); the first server to search it builds it, answering from SQLite "
+                "meanwhile",
+                file=sys.stderr,
+            )
+            return
+        self.index_error = ""
+        if built is not None and self._engine is not None:
+            self._engine.postings.adopt(built)
 
     # -- registration ---------------------------------------------------------------------
 
@@ -410,6 +467,7 @@ class Catalog:
             results = writer.register_stream(self._conn, entries(), replace=replace, check=check)
         if not results:
             raise ManifestError("nothing to register")
+        self._changed()
         return results
 
     def register_mcp(
@@ -628,6 +686,7 @@ class Catalog:
                 result = writer.register(
                     self._conn, [(built, source)], replace=False, change_kind=replace, kind=kind
                 )[0]
+        self._changed()
         return result.model_copy(update={"changes": changes})
 
     def _newest_version(self, toolkit: str) -> str | None:
@@ -645,7 +704,9 @@ class Catalog:
 
         name, version = _pinned(toolkit, version, "deprecate")
         with self._lock:
-            return writer.deprecate(self._conn, name, version)
+            revision = writer.deprecate(self._conn, name, version)
+        self._changed()
+        return revision
 
     def activate(self, toolkit: str, version: str | None = None) -> int:
         """Take back the deprecation of one version (``toolkit@version`` or ``version=``);
@@ -661,7 +722,9 @@ class Catalog:
 
         name, version = _pinned(toolkit, version, "activate")
         with self._lock:
-            return writer.activate(self._conn, name, version)
+            revision = writer.activate(self._conn, name, version)
+        self._changed()
+        return revision
 
     def remove(self, toolkit: str, version: str | None = None) -> int:
         """Remove one version of a toolkit (``toolkit@version``) or all of it; returns the
@@ -671,6 +734,7 @@ class Catalog:
         name, pinned = parse_toolkit_ref(toolkit)
         with self._lock:
             removed, _revision = writer.remove(self._conn, name, version or pinned)
+        self._changed()
         return removed
 
     def check_policy(self, policy: Policy | None = None) -> builtins.list[str]:
@@ -1058,6 +1122,7 @@ class Catalog:
 
         with self._lock:
             writer.set_learning(self._conn, enabled)
+        self._changed()
 
     def get(self, address: str, *, within: Selection | None = None) -> RegisteredTool:
         """The tool at ``address``: ``name``, ``toolkit.name``, or either with ``@version``.
@@ -1393,16 +1458,22 @@ class Catalog:
         from .search import reindex as reindexing
 
         self._writable()
-        return reindexing.reindex(
-            self._conn,
-            self._lock,
-            self._search,
-            model=model,
-            batch_size=batch_size,
-            full=full,
-            progress=progress,
-            stage=stage,
-        )
+        try:
+            report = reindexing.reindex(
+                self._conn,
+                self._lock,
+                self._search,
+                model=model,
+                batch_size=batch_size,
+                full=full,
+                progress=progress,
+                stage=stage,
+            )
+        except ToolcatError:  # a failed reindex keeps the batches it committed
+            self._changed()
+            raise
+        self._changed()
+        return report
 
     def export_query_encoder(self) -> bool:
         """Make this host's ONNX export of the catalog's embedding model when it has none

@@ -19,7 +19,7 @@ import pytest
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.files import checks as saved_files
-from toolcat.search import bm25, lexical_file
+from toolcat.search import bm25, lexical_file, lexical_index
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
 
 pytest.importorskip("tantivy")
@@ -80,8 +80,12 @@ def test_a_change_makes_the_saved_index_stale(
 ) -> None:
     path, queries, _ = saved
     new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers")
+    # A write that did not save (another toolcat's, or one whose save failed): the stamp
+    # names the revision before it.
+    monkeypatch.setattr(lexical_index, "save_current", lambda *args: None)
     with Catalog(path) as catalog:
         catalog.register(Toolkit(name="flora", version="1", tools=[new]))
+    monkeypatch.undo()
     builds = no_builds(monkeypatch)
     _, catalog = served(path, ["zygomorphic flowers", *queries])
     hits = catalog.search("zygomorphic flowers", mode="bm25").hits
@@ -118,6 +122,7 @@ def test_another_catalogs_index_at_the_same_revision_is_not_taken(
     path, queries, _ = saved
     other = tmp_path / "other.db"
     kits, _ = bench_toolkits(1100)
+    monkeypatch.setattr(lexical_index, "save_current", lambda *args: None)  # copied instead
     with Catalog(other) as catalog:
         catalog.register(kits)
         catalog._conn.execute(

@@ -132,6 +132,16 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
             entry.unlink(missing_ok=True)
 
 
+def stamped(catalog_path: str, valid_for: dict[str, Any]) -> bool:
+    """Whether the saved stamp says it was saved for ``valid_for`` (its files are not
+    checked here: ``load`` checks them before anything is served)."""
+    root = trusted_folder(catalog_path)
+    if root is None:
+        return False
+    header = saved_files.read_stamp(root)
+    return header is not None and all(header.get(key) == value for key, value in valid_for.items())
+
+
 def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
     """(tantivy folder, saved state) when a saved index matches ``valid_for``, else None."""
     root = trusted_folder(catalog_path)

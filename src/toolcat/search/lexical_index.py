@@ -555,13 +555,7 @@ class LexicalIndex:
 
     def _build_from_file(self, path: str, weights: tuple[float, ...]) -> None:
         try:
-            conn = sqlite3.connect(
-                Path(path).resolve().as_uri() + "?mode=ro",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-            )
+            conn = _read_only(path)
         except sqlite3.Error as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
             self.index, self.error = None, f"background build: {e}"
             return
@@ -636,6 +630,13 @@ class LexicalIndex:
         self.backend, self.index = "tantivy", index
         return True
 
+    def adopt(self, index: TantivyIndex) -> None:
+        """Serve ``index`` (built and saved by ``save_current`` in this process) unless this
+        one serves the pure-Python index or holds a newer revision."""
+        with self._starting:
+            if self.backend != "postings" and index.revision > self.revision:
+                self.backend, self.index = "tantivy", index
+
     def build(self, conn: sqlite3.Connection, revision: int, weights: Sequence[float]) -> None:
         """Rebuild from ``tools_fts`` (call inside the read transaction of ``revision``)."""
         if self.backend is None:
@@ -660,3 +661,94 @@ class LexicalIndex:
         """The ``k`` best (row id, score), best first; call only when ``current``."""
         assert self.index is not None
         return self.index.search(text, k, max_terms)
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    """A read-only connection of its own on the catalog file at ``path``."""
+    return sqlite3.connect(
+        Path(path).resolve().as_uri() + "?mode=ro",
+        uri=True,
+        isolation_level=None,
+        check_same_thread=False,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+    )
+
+
+def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> TantivyIndex | None:
+    """Bring the BM25 index saved beside the catalog at ``path`` (search/lexical_file.py) to
+    the catalog's revision now, so that the next process to serve it loads it instead of
+    building it: what every write to the catalog calls once it has committed.
+
+    A full build: tantivy could add and delete documents, but the padding that makes its
+    scores bound FTS5's depends on the catalog's average length, which any change moves.
+
+    Returns:
+        The index built and saved; None when there was nothing to do: the saved one is
+        current, the catalog indexes fewer than ``min_tools`` tools (a process builds those
+        in memory without looking for a saved index), or tantivy is not installed.
+
+    Raises:
+        OSError: It could not be saved: the folder is not one toolcat may trust, another
+            process held the build lock past ``LOCK_WAIT_S``, the disk is full, tantivy
+            failed. Nothing half-written stays; the next process to serve builds it.
+    """
+    import shutil
+
+    from ..files import checks as saved_files
+    from . import lexical_file
+
+    weights = tuple(weights)
+    if tantivy_module() is None or len(weights) != len(COLUMNS):
+        return None
+    try:
+        conn = _read_only(path)
+    except sqlite3.Error as e:
+        raise OSError(f"cannot read the catalog: {e}") from e
+    try:
+        if _saved_is_current(conn, path, weights, min_tools):
+            return None
+        root = lexical_file.trusted_folder(path, create=True)
+        if root is None:
+            raise OSError(
+                f"{str(lexical_file.folder(path))!r} is not a folder toolcat may trust (a real "
+                "folder, not a symlink, of the catalog's owner, that not everyone may write)"
+            )
+        with saved_files.build_lock(root) as held:
+            if not held:
+                raise OSError(f"could not take {str(root / saved_files.LOCK)!r}")
+            conn.execute("BEGIN")
+            try:
+                revision = reader.revision(conn)
+                valid_for = lexical_file.stamp(conn, revision, weights)
+                if valid_for["rows"] < min_tools or lexical_file.stamped(path, valid_for):
+                    return None  # saved by another process while this one waited
+                directory = lexical_file.new_tantivy_folder(root)
+                index = TantivyIndex()
+                try:
+                    index.build(conn, revision, weights, directory)
+                    lexical_file.save(root, valid_for, directory, index.state())
+                except BaseException:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    raise
+            finally:
+                conn.execute("ROLLBACK")  # a read transaction: nothing to keep
+    except (AttributeError, TypeError, ValueError, sqlite3.Error) as e:
+        raise OSError(f"building it failed: {e}") from e
+    finally:
+        conn.close()
+    return index
+
+
+def _saved_is_current(
+    conn: sqlite3.Connection, path: str, weights: tuple[float, ...], min_tools: int
+) -> bool:
+    """Whether nothing needs saving: the stamp is of the revision ``conn`` reads now, or
+    the catalog is too small to be served from a saved index."""
+    from . import lexical_file
+
+    conn.execute("BEGIN")
+    try:
+        valid_for = lexical_file.stamp(conn, reader.revision(conn), weights)
+    finally:
+        conn.execute("ROLLBACK")
+    return valid_for["rows"] < min_tools or lexical_file.stamped(path, valid_for)

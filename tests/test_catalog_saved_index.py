@@ -1,0 +1,297 @@
+"""Every write leaves the catalog ready to serve: the BM25 index saved beside it at the new
+revision before the write returns, so the next process loads it instead of building it (and
+answers from FTS5 meanwhile). ``bulk()`` saves once for many writes; a save that fails
+leaves the catalog as written and says so on stderr."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures import openapi_app
+from tests.helpers import ROOT, SAMPLE_TOOLKITS
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import engine, lexical_file, lexical_index
+from toolcat.search.lexical_index import TantivyIndex
+
+pytest.importorskip("tantivy")
+
+MCP_SERVER = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_server.py'}"
+QUERIES = ["read a file", "add two numbers", "convert a time zone", "count the words in a text"]
+
+
+@pytest.fixture(autouse=True)
+def small_catalogs_use_saved_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample catalog is far below ``BACKGROUND_BUILD_FROM``: treat it as large."""
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 0)
+
+
+def saved_revision(path: Path) -> int | None:
+    """The revision the saved index's stamp names, once its files check out."""
+    header = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
+    with Catalog(path) as catalog, catalog._snapshot() as conn:
+        valid_for = lexical_file.stamp(conn, catalog.revision, header["weights"])
+    return header["revision"] if lexical_file.load(str(path), valid_for) else None
+
+
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    counted: list[int] = []
+    original = TantivyIndex.build
+
+    def counting(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
+        counted.append(1)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(TantivyIndex, "build", counting)
+    return counted
+
+
+def served(path: Path) -> list[list[tuple[str, float]]]:
+    """A fresh process's warm answers: its index loaded (or built) off the request path."""
+    with Catalog(path) as catalog:
+        for _ in range(engine.POSTINGS_AFTER):
+            catalog.search("warm up", mode="bm25")
+        catalog._search.postings.wait(60)
+        assert catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
+        return [[(h.tool.id, h.score) for h in catalog.search(q).hits] for q in QUERIES]
+
+
+@pytest.fixture
+def registered(db_path: Path) -> Path:
+    with Catalog(db_path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        assert saved_revision(db_path) == catalog.revision
+    return db_path
+
+
+def test_register_saves_the_index_and_the_next_process_loads_it(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = builds(monkeypatch)
+    first = served(registered)
+    assert counted == []
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)  # built in memory instead
+    assert served(registered) == first
+
+
+NEW = Toolkit(
+    name="flora",
+    version="1.0.0",
+    tools=[Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers")],
+)
+
+
+def _register(catalog: Catalog) -> None:
+    catalog.register(NEW)
+
+
+def _register_again_unchanged(catalog: Catalog) -> None:
+    catalog.register(SAMPLE_TOOLKITS)  # nothing changes: the revision stays, nothing built
+
+
+def _replace_with_new_tags(catalog: Catalog) -> None:
+    catalog.register(NEW)
+    tagged = NEW.model_copy(update={"tools": [NEW.tools[0].model_copy(update={"tags": ["x"]})]})
+    catalog.register(tagged, replace=True)
+
+
+def _defer(catalog: Catalog) -> None:
+    catalog.register(NEW)
+    catalog.register(NEW.model_copy(update={"defer_loading": True}), replace=True)
+
+
+def _deprecate(catalog: Catalog) -> None:
+    catalog.register(NEW)
+    catalog.deprecate("flora@1.0.0")
+
+
+def _activate(catalog: Catalog) -> None:
+    catalog.register(NEW)
+    catalog.deprecate("flora@1.0.0")
+    catalog.activate("flora@1.0.0")
+
+
+def _remove_version(catalog: Catalog) -> None:
+    catalog.register([NEW, NEW.model_copy(update={"version": "2.0.0"})])
+    catalog.remove("flora@2.0.0")
+
+
+def _remove(catalog: Catalog) -> None:
+    catalog.register(NEW)
+    catalog.remove("flora")
+
+
+def _learning_off(catalog: Catalog) -> None:
+    catalog.learning = False
+
+
+def _reindex_full(catalog: Catalog) -> None:
+    pytest.importorskip("onnxruntime")
+    catalog.reindex(full=True)
+
+
+def _register_openapi(catalog: Catalog) -> None:
+    catalog.register_openapi(
+        copy.deepcopy(openapi_app.DOCUMENT), toolkit="notes", base_url="http://127.0.0.1:9"
+    )
+
+
+def _register_mcp(catalog: Catalog) -> None:
+    pytest.importorskip("mcp")
+    from toolcat.remote.mcp import close_all
+
+    try:
+        catalog.register_mcp(MCP_SERVER, toolkit="weather")
+    finally:
+        close_all()
+
+
+WRITES = [
+    _register,
+    _register_again_unchanged,
+    _replace_with_new_tags,
+    _defer,
+    _deprecate,
+    _activate,
+    _remove_version,
+    _remove,
+    _learning_off,
+    _reindex_full,
+    _register_openapi,
+    _register_mcp,
+]
+
+
+@pytest.mark.parametrize("write", WRITES, ids=[w.__name__.strip("_") for w in WRITES])
+def test_every_write_returns_with_the_index_saved_at_its_revision(
+    registered: Path, monkeypatch: pytest.MonkeyPatch, write: Any
+) -> None:
+    with Catalog(registered) as catalog:
+        write(catalog)
+        revision = catalog.revision
+        assert catalog.index_error == ""
+    assert saved_revision(registered) == revision
+    counted = builds(monkeypatch)
+    warm = served(registered)
+    assert counted == []  # loaded, not built
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm  # what an index built from scratch answers
+
+
+def test_the_cli_register_returns_with_the_index_saved(tmp_path: Path) -> None:
+    """A real ``toolcat register`` process, past ``BACKGROUND_BUILD_FROM`` (1,000 tools)."""
+    from tests.search.test_postings import bench_toolkits
+
+    kits, _ = bench_toolkits(1100)
+    folder = tmp_path / "manifests"
+    folder.mkdir()
+    for kit in kits:
+        (folder / f"{kit.name}.json").write_text(kit.model_dump_json(exclude_none=True))
+    db = tmp_path / "cli.db"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, "-m", "toolcat", "--db", str(db), "register", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert saved_revision(db) == Catalog(db).revision
+
+
+def test_writes_in_a_bulk_block_save_once_at_its_end(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = builds(monkeypatch)
+    with Catalog(db_path) as catalog:
+        with catalog.bulk():
+            for manifest in sorted(SAMPLE_TOOLKITS.glob("*.yaml")):
+                catalog.register(manifest)
+            with catalog.bulk():  # nested: the outer block saves
+                catalog.register(NEW)
+            assert counted == []
+            assert not (lexical_file.folder(str(db_path)) / lexical_file.STAMP).exists()
+        assert counted == [1]
+        assert saved_revision(db_path) == catalog.revision
+
+
+def test_a_bulk_block_that_raises_still_saves_what_was_committed(db_path: Path) -> None:
+    with Catalog(db_path) as catalog:
+        with pytest.raises(RuntimeError), catalog.bulk():
+            catalog.register(SAMPLE_TOOLKITS)
+            raise RuntimeError("the caller's own failure")
+        assert saved_revision(db_path) == catalog.revision
+
+
+def test_a_catalog_that_searched_serves_the_index_it_saved(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Catalog(registered) as catalog:
+        for _ in range(engine.POSTINGS_AFTER):
+            catalog.search("warm up", mode="bm25")
+        catalog._search.postings.wait(60)
+        catalog.register(NEW)
+        counted = builds(monkeypatch)
+        index = catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
+        assert index is not None
+        hits = catalog.search("zygomorphic flowers", mode="bm25").hits
+        assert counted == []
+    assert hits[0].tool.id == "flora.zygomorphic_lookup"
+
+
+def test_a_small_catalog_saves_nothing(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``BACKGROUND_BUILD_FROM`` tools a process builds in memory, never loading."""
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 1000)
+    counted = builds(monkeypatch)
+    with Catalog(db_path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    assert counted == []
+    assert not lexical_file.folder(str(db_path)).exists()
+
+
+def test_a_save_that_fails_keeps_the_registration_and_says_so(
+    db_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The folder is a symlink (planted, or a mistake): never written through, the
+    registration stands, stderr says why, the next server builds the index itself."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, lexical_file.folder(str(db_path)))
+    with Catalog(db_path) as catalog:
+        results = catalog.register(SAMPLE_TOOLKITS)
+        assert "is not a folder toolcat may trust" in catalog.index_error
+    assert {r.status for r in results} == {"added"}
+    assert list(elsewhere.iterdir()) == []
+    err = capsys.readouterr().err
+    assert "warning: the catalog is written, but its search index was not saved" in err
+    with Catalog(db_path) as catalog:
+        assert len(catalog.search("read a file", mode="bm25").hits) > 0
+
+
+def test_a_full_disk_fails_the_save_not_the_registration(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = lexical_file.save
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(lexical_file, "save", full)
+    with Catalog(db_path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        revision = catalog.revision
+    assert "No space left on device" in capsys.readouterr().err
+    folder = lexical_file.folder(str(db_path))
+    assert [p.name for p in folder.iterdir() if p.name != "lock"] == []  # nothing half-written
+    monkeypatch.setattr(lexical_file, "save", original)
+    assert lexical_index.save_current(str(db_path), engine.bm25.DEFAULT_WEIGHTS) is not None
+    assert saved_revision(db_path) == revision
