@@ -41,6 +41,11 @@ def saved_revision(path: Path) -> int | None:
     return header["revision"] if lexical_file.load(str(path), valid_for) else None
 
 
+def revision_of(path: Path) -> int:
+    with Catalog(path) as catalog:
+        return catalog.revision
+
+
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     counted: list[int] = []
     original = TantivyIndex.build
@@ -205,7 +210,7 @@ def test_the_cli_register_returns_with_the_index_saved(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert saved_revision(db) == Catalog(db).revision
+    assert saved_revision(db) == revision_of(db)
 
 
 def test_writes_in_a_bulk_block_save_once_at_its_end(
@@ -295,3 +300,20 @@ def test_a_full_disk_fails_the_save_not_the_registration(
     monkeypatch.setattr(lexical_file, "save", original)
     assert lexical_index.save_current(str(db_path), engine.bm25.DEFAULT_WEIGHTS) is not None
     assert saved_revision(db_path) == revision
+
+
+def test_register_no_index_leaves_the_save_to_the_last_call(db_path: Path) -> None:
+    """A script registering one toolkit a call: ``--no-index`` on all but the last."""
+    from click.testing import CliRunner
+
+    from toolcat.cli import cli
+
+    manifests = sorted(SAMPLE_TOOLKITS.glob("*.yaml"))
+    runner = CliRunner()
+    for manifest in manifests[:-1]:
+        done = runner.invoke(cli, ["--db", str(db_path), "register", "--no-index", str(manifest)])
+        assert done.exit_code == 0, done.output
+    assert not (lexical_file.folder(str(db_path)) / lexical_file.STAMP).exists()
+    done = runner.invoke(cli, ["--db", str(db_path), "register", str(manifests[-1])])
+    assert done.exit_code == 0, done.output
+    assert saved_revision(db_path) == revision_of(db_path)

@@ -335,15 +335,19 @@ class Catalog:
             return reader.revision(self._conn)
 
     @contextlib.contextmanager
-    def bulk(self) -> Iterator[None]:
+    def bulk(self, *, save_index: bool = True) -> Iterator[None]:
         """Save the search index once, when the block ends, instead of after each write.
 
         Every write (``register``, ``remove``, ``deprecate``, ``reindex``...) saves the BM25
-        index beside the catalog at its new revision before it returns, so that a server
-        started next answers at full speed from its first query; building it takes about
-        as long as registering the catalog's tools. Registering many toolkits one call at a
+        index beside the catalog at its new revision before it returns (from 1,000 tools
+        on), so that a server started next answers at full speed from its first query; a
+        full build, a few seconds per 100k tools. Registering many toolkits one call at a
         time, do it inside ``with catalog.bulk():`` to build it once, at the end (even when
         the block raises: what was committed is indexed). Blocks may nest.
+
+        Args:
+            save_index: False leaves it to a later write, or to the first server, which
+                builds it while answering from SQLite (``toolcat register --no-index``).
         """
         with self._lock:
             self._bulk += 1
@@ -353,7 +357,7 @@ class Catalog:
             with self._lock:
                 self._bulk -= 1
                 last = self._bulk == 0
-            if last:
+            if last and save_index:
                 self._save_index()
 
     def _changed(self) -> None:

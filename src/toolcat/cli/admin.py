@@ -103,6 +103,14 @@ def init(ctx: click.Context) -> None:
     help="With --mcp-*: when the server's definition of a tool no longer matches the "
     "registered one at its first call, refuse the call or only warn.",
 )
+@click.option(
+    "--no-index",
+    is_flag=True,
+    help="Do not save the search index now (by default it is saved before this returns, "
+    "a few seconds per 100k tools): for scripts registering many toolkits one call at a "
+    "time, all but the last. Without it, the first server builds it, answering from "
+    "SQLite meanwhile.",
+)
 @json_option
 @click.pass_context
 def register(
@@ -126,6 +134,7 @@ def register(
     env_items: tuple[str, ...],
     cwd: str | None,
     on_change: str,
+    no_index: bool,
     as_json: bool,
 ) -> None:
     """Register toolkits from manifests (YAML, TOML, JSON), directories, modules, plugins
@@ -159,7 +168,7 @@ def register(
         if not toolkit_name:
             raise click.UsageError("--openapi needs --toolkit NAME")
         _warn_literal_secrets(headers, env)
-        result = open_catalog(ctx, create=True).register_openapi(
+        result = _writing(ctx, no_index).register_openapi(
             openapi_spec,
             toolkit=toolkit_name,
             base_url=base_url,
@@ -184,7 +193,7 @@ def register(
         if not toolkit_name:
             raise click.UsageError("--mcp-stdio/--mcp-http need --toolkit NAME")
         _warn_literal_secrets(headers, env)
-        result = open_catalog(ctx, create=True).register_mcp(
+        result = _writing(ctx, no_index).register_mcp(
             mcp_command or mcp_url or "",
             toolkit=toolkit_name,
             version=toolkit_version,
@@ -208,7 +217,7 @@ def register(
     sources += [toolkit_from_module(m, name=toolkit_name, version=toolkit_version) for m in modules]
     if entry_points:
         sources += [toolkit for toolkit, _ in toolkits_from_entry_points()]
-    results = open_catalog(ctx, create=True).register(*sources, replace=replace)
+    results = _writing(ctx, no_index).register(*sources, replace=replace)
     if as_json:
         emit_json({"results": [r.model_dump() for r in results]})
         return
@@ -216,6 +225,14 @@ def register(
         echo(f"{r.status:<9} {r.toolkit} {r.version} ({plural(r.tools, 'tool')})")
     if results:
         echo(f"revision {results[-1].revision}")
+
+
+def _writing(ctx: click.Context, no_index: bool) -> Catalog:
+    """The catalog to write to; with ``no_index`` its writes leave the search index unsaved."""
+    catalog = open_catalog(ctx, create=True)
+    if no_index:
+        ctx.with_resource(catalog.bulk(save_index=False))
+    return catalog
 
 
 def _warn_literal_secrets(headers: dict[str, str], env: dict[str, str]) -> None:
