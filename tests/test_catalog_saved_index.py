@@ -31,6 +31,14 @@ QUERIES = ["read a file", "add two numbers", "convert a time zone", "count the w
 def small_catalogs_use_saved_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The sample catalog is far below ``BACKGROUND_BUILD_FROM``: treat it as large."""
     monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 0)
+    monkeypatch.setattr(lexical_file, "SAVED_FROM", 0)
+
+
+AS_SHIPPED = (lexical_file.SAVED_FROM, engine.BACKGROUND_BUILD_FROM)  # before any patch
+
+
+def test_writes_save_from_the_size_processes_load_saved_indexes_from() -> None:
+    assert AS_SHIPPED[0] == AS_SHIPPED[1]
 
 
 def saved_revision(path: Path) -> int | None:
@@ -256,6 +264,7 @@ def test_a_catalog_that_searched_serves_the_index_it_saved(
 def test_a_small_catalog_saves_nothing(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under ``BACKGROUND_BUILD_FROM`` tools a process builds in memory, never loading."""
     monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 1000)
+    monkeypatch.setattr(lexical_file, "SAVED_FROM", 1000)
     counted = builds(monkeypatch)
     with Catalog(db_path) as catalog:
         catalog.register(SAMPLE_TOOLKITS)

@@ -26,7 +26,9 @@ QUERIES = 300
 
 
 def bench_scale() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "scripts" / "bench_scale.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_scale", ROOT / "scripts" / "bench_scale.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

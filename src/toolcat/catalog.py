@@ -372,12 +372,18 @@ class Catalog:
         """Save the BM25 index at the catalog's revision (``lexical_index.save_current``);
         an index the search engine of this catalog then serves too. A failure leaves the
         catalog as written (the next server builds the index) and says so on stderr."""
+        from .search.lexical_file import SAVED_FROM
+        from .store.counts import index_totals
+
+        with self._lock:
+            indexed, _ = index_totals(self._conn)
+        if indexed < SAVED_FROM:  # served without a saved index: nothing to import or read
+            return
         from .search.bm25 import DEFAULT_WEIGHTS
-        from .search.engine import BACKGROUND_BUILD_FROM
         from .search.lexical_index import save_current
 
         try:
-            built = save_current(str(self.path), DEFAULT_WEIGHTS, BACKGROUND_BUILD_FROM)
+            built = save_current(str(self.path), DEFAULT_WEIGHTS, SAVED_FROM)
         except OSError as e:
             self.index_error = str(e)
             print(

@@ -45,6 +45,10 @@ from ..files.checks import STAGING, digest_regular, read_regular
 from ..store.counts import index_totals
 
 FORMAT = 2
+# Catalogs from this many tools on are served from a saved index (a process builds smaller
+# ones in memory, in the query: ``engine.BACKGROUND_BUILD_FROM``, which a test keeps equal),
+# so writes save one from here on.
+SAVED_FROM = 1000
 STAMP = saved_files.STAMP
 SECTIONS = ("terms", "doc_freq", "names", "rows", "sizes", "tools", "positions")
 _TANTIVY = re.compile(r"tantivy-[0-9a-f]{32}")
