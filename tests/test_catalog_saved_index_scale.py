@@ -1,6 +1,6 @@
 """At 100k tools: registering returns with the BM25 index saved at the new revision, and a
 fresh process that loads it ranks exactly as a warm process that built its own (ids and
-scores, a few hundred seeded queries), and as FTS5 does."""
+scores, a few hundred seeded queries)."""
 
 from __future__ import annotations
 
@@ -37,8 +37,7 @@ def bench_scale() -> Any:
     return module
 
 
-# A fresh process: its index loaded from the save (a build would be counted and refused),
-# then the same queries asked of FTS5 (no index: what a one-shot command answers).
+# A fresh process: its index loaded from the save (a build would fail it).
 FRESH = """
 import json, sys
 from toolcat import Catalog
@@ -56,10 +55,7 @@ with Catalog(sys.argv[1]) as catalog:
     catalog._search.postings.wait(600)
     assert catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
     loaded = [[[h.tool.id, h.score] for h in catalog.search(q, mode="bm25").hits] for q in queries]
-engine.POSTINGS_AFTER = 10**9
-with Catalog(sys.argv[1]) as catalog:
-    fts5 = [[[h.tool.id, h.score] for h in catalog.search(q, mode="bm25").hits] for q in queries]
-print(json.dumps({"loaded": loaded, "fts5": fts5}))
+print(json.dumps(loaded))
 """
 
 
@@ -96,7 +92,5 @@ def test_registering_100k_tools_leaves_the_index_saved_and_ranking_alike(
         timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    fresh = json.loads(done.stdout)
     assert sum(map(len, built)) > QUERIES * 5  # the queries find tools
-    assert fresh["loaded"] == built
-    assert fresh["fts5"] == built
+    assert json.loads(done.stdout) == built
