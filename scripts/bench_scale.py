@@ -21,7 +21,9 @@ are the process's own (``uptime`` load printed beside):
 - ``register_s``: ``toolcat register DIR`` (the CLI) for each directory of manifests of
   2,500 tools, summed (the manifests are written beforehand and not timed), and
   ``register_cpu_s`` its CPU time (workers included); ``--register-only one-call``: one
-  ``toolcat register DIR...`` for every directory instead;
+  ``toolcat register DIR...`` for every directory instead. Every call but the last passes
+  ``--no-index``; the last saves the BM25 index. ``--index-apart``: the last one too, then
+  ``save_s`` / ``save_cpu_s`` time that save alone, in a child process;
 - ``first_list_ms``: ``toolcat list --json`` in a fresh process, beside ``python -c pass``;
   ``open_ms`` / ``status_ms`` / ``list_ms``: ``Catalog(path)``, ``status()`` and
   ``list(limit=50)`` timed inside a fresh process;
@@ -743,7 +745,24 @@ def child_hybrid(
     return out
 
 
+def child_save_index(db: str) -> dict[str, Any]:
+    """``lexical_index.save_current`` alone on a catalog registered with ``--no-index``."""
+    from toolcat.search import bm25, lexical_file, lexical_index
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    built = lexical_index.save_current(db, bm25.DEFAULT_WEIGHTS, lexical_file.SAVED_FROM)
+    return {
+        "save_s": round(time.perf_counter() - t0, 2),
+        "save_cpu_s": round(time.process_time() - c0, 2),
+        "saved": built is not None,
+        "saved_mb": round(
+            sum(f.stat().st_size for f in lexical_file.folder(db).rglob("*") if f.is_file()) / 2**20
+        ),
+    }
+
+
 CHILDREN = {
+    "save_index": child_save_index,
     "serve": child_serve,
     "peers": child_peers,
     "vectors": child_vectors,
@@ -794,19 +813,25 @@ def cold_list(db: Path, runs: int = 7) -> dict[str, Any]:
     }
 
 
-def register(db: Path, batches: list[Path], one_call: bool = False) -> dict[str, Any]:
+def register(
+    db: Path, batches: list[Path], one_call: bool = False, index_apart: bool = False
+) -> dict[str, Any]:
     """``toolcat register DIR`` per directory of ~2,500 tools (or, ``one_call``, one
     ``toolcat register DIR...`` for all of them); wall and CPU time (the CLI's and its
-    workers')."""
+    workers'). Every call but the last passes ``--no-index``: the last one saves the BM25
+    index (a full build). ``index_apart``: the last one too, and the save is timed alone
+    (``save_s``, ``save_cpu_s``) in a child process."""
     env = {**os.environ, "PYTHONPATH": os.environ.get("BENCH_SCALE_SRC", str(SRC))}
     calls = [batches] if one_call else [[batch] for batch in batches]
     each = []
     cpu = 0.0
-    for dirs in calls:
+    for i, dirs in enumerate(calls):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
+        no_index = ["--no-index"] if index_apart or i < len(calls) - 1 else []
+        command = [sys.executable, "-m", "toolcat", "--db", str(db), "register", *no_index]
         subprocess.run(
-            [sys.executable, "-m", "toolcat", "--db", str(db), "register", *map(str, dirs)],
+            [*command, *map(str, dirs)],
             check=True,
             stdout=subprocess.DEVNULL,
             env=env,
@@ -816,7 +841,9 @@ def register(db: Path, batches: list[Path], one_call: bool = False) -> dict[str,
         cpu += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if len(each) % 40 == 0:
             print(f"registered {len(each)} of {len(calls)}: {sum(each):.0f} s", file=sys.stderr)
+    saved = in_child("save_index", db=str(db)) if index_apart else {}
     return {
+        **saved,
         "register_s": round(sum(each), 1),
         "register_cpu_s": round(cpu, 1),
         "register_calls": len(each),
@@ -828,7 +855,12 @@ def register(db: Path, batches: list[Path], one_call: bool = False) -> dict[str,
 
 
 def bench_size(
-    size: int, workdir: Path, warm: int, skip: set[str], register_only: str | None = None
+    size: int,
+    workdir: Path,
+    warm: int,
+    skip: set[str],
+    register_only: str | None = None,
+    index_apart: bool = False,
 ) -> dict[str, Any]:
     rng = random.Random(SEED + size)
     qs = queries(rng, 600 + warm)
@@ -839,7 +871,8 @@ def bench_size(
     t0 = time.perf_counter()
     batches = write_batches(size, manifests)
     result["generate_s"] = round(time.perf_counter() - t0, 1)
-    phase(result, "register", register(db, batches, one_call=register_only == "one-call"))
+    one_call = register_only == "one-call"
+    phase(result, "register", register(db, batches, one_call, index_apart))
     shutil.rmtree(manifests)
     if register_only:
         return result
@@ -897,6 +930,11 @@ def main() -> None:
         const="each-call",
         choices=["each-call", "one-call"],
         help="Only generate and register (a CLI call per ~2,500 tools, or one call for all).",
+    )
+    parser.add_argument(
+        "--index-apart",
+        action="store_true",
+        help="Register with --no-index, then time saving the BM25 index alone (save_s).",
     )
     parser.add_argument(
         "--catalog",
@@ -977,7 +1015,9 @@ def main() -> None:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         for size in args.sizes:
-            result = bench_size(size, workdir, args.warm, set(args.skip), args.register_only)
+            result = bench_size(
+                size, workdir, args.warm, set(args.skip), args.register_only, args.index_apart
+            )
             results.append(result)
             if not args.json:
                 print(json.dumps(result), flush=True)
