@@ -326,3 +326,18 @@ def test_register_no_index_leaves_the_save_to_the_last_call(db_path: Path) -> No
     done = runner.invoke(cli, ["--db", str(db_path), "register", str(manifests[-1])])
     assert done.exit_code == 0, done.output
     assert saved_revision(db_path) == revision_of(db_path)
+
+
+def test_the_warning_prints_no_control_character_of_the_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A catalog path with an escape sequence and a newline (a shared folder's name) reaches
+    the terminal escaped: one warning line, no raw control character."""
+    path = tmp_path / "odd\x1b]0;title\x07\nname.db"
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", lexical_file.folder(str(path)))
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    err = capsys.readouterr().err
+    assert "search index was not saved" in err
+    assert not any(c in err.rstrip("\n") for c in "\x1b\x07\n")
