@@ -282,7 +282,7 @@ def test_a_save_that_fails_keeps_the_registration_and_says_so(
     os.symlink(elsewhere, lexical_file.folder(str(db_path)))
     with Catalog(db_path) as catalog:
         results = catalog.register(SAMPLE_TOOLKITS)
-        assert "is not a folder toolcat may trust" in catalog.index_error
+        assert "is not a folder toolcat could make or may trust" in catalog.index_error
     assert {r.status for r in results} == {"added"}
     assert list(elsewhere.iterdir()) == []
     err = capsys.readouterr().err

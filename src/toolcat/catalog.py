@@ -341,7 +341,7 @@ class Catalog:
         Every write (``register``, ``remove``, ``deprecate``, ``reindex``...) saves the BM25
         index beside the catalog at its new revision before it returns (from 1,000 tools
         on), so that a server started next answers at full speed from its first query; a
-        full build, a few seconds per 100k tools. Registering many toolkits one call at a
+        full build, ~10 s of one core per 100k tools. Registering many toolkits one call at a
         time, do it inside ``with catalog.bulk():`` to build it once, at the end (even when
         the block raises: what was committed is indexed). Blocks may nest.
 
@@ -415,6 +415,8 @@ class Catalog:
                 (or lists and tuples of them).
             replace: Overwrite a registered version whose content differs, and let a
                 toolkit change the kind of source it comes from.
+
+        It returns with the search index saved at the new revision (see ``bulk()``).
 
         A toolkit keeps its kind of source: a manifest, Python code (a ``Toolkit`` object,
         ``--module``, plugins), an MCP server or an OpenAPI document. Registering it from

@@ -710,8 +710,9 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
         root = lexical_file.trusted_folder(path, create=True)
         if root is None:
             raise OSError(
-                f"{str(lexical_file.folder(path))!r} is not a folder toolcat may trust (a real "
-                "folder, not a symlink, of the catalog's owner, that not everyone may write)"
+                f"{str(lexical_file.folder(path))!r} is not a folder toolcat could make or "
+                "may trust (a real folder, not a symlink, of the catalog's owner, that not "
+                "everyone may write)"
             )
         with saved_files.build_lock(root) as held:
             if not held:
