@@ -7,7 +7,7 @@ answer), of ``terms``, of ``rank`` alone, of tantivy's top 26 and top 104 for th
 query, and of the same query scoring every matching tool (``count=True``: no pruning); and
 counts the tools rescored, the postings of the query's terms and the tantivy rounds.
 
-    python scripts/research/bm25_stages.py DB SIZE
+    python scripts/research/bm25_query_stages.py DB SIZE
 
 Prints one JSON object: each figure as [p50, p99, mean] (ms, or a count).
 """
