@@ -147,6 +147,9 @@ def candidates(index: TantivyIndex, queries: list[list[str]]) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) < 4 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
     db, size, wanted = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
     conn = sqlite3.connect(db)
     conn.execute("BEGIN")

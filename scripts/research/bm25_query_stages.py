@@ -34,6 +34,9 @@ COUNTS = ("rescored", "terms_asked", "postings")
 
 
 def main() -> None:
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
     db, size = sys.argv[1], int(sys.argv[2])
     texts = bench_scale.queries(random.Random(bench_scale.SEED + size), 900)
     warm, then = texts[600:], texts[300:600]
