@@ -341,3 +341,57 @@ def test_the_warning_prints_no_control_character_of_the_path(
     err = capsys.readouterr().err
     assert "search index was not saved" in err
     assert not any(c in err.rstrip("\n") for c in "\x1b\x07\n")
+
+
+def test_a_fresh_process_asks_fts5_once_then_loads_the_saved_index_on_the_spot(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window of FTS5 answers while a background thread builds: the query that takes up
+    the index (the ``POSTINGS_AFTER``-th) loads what the last write saved, on its thread."""
+    counted = builds(monkeypatch)
+    with Catalog(registered) as catalog:
+        for _ in range(engine.POSTINGS_AFTER):
+            catalog.search("warm up", mode="bm25")
+        postings = catalog._search.postings
+        assert not postings.building
+        assert postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS) is not None
+    assert counted == []
+
+
+def test_warm_takes_up_the_saved_index_before_the_first_query(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted = builds(monkeypatch)
+    asked: list[str] = []
+    original = engine.bm25.search
+
+    def fts5(*args: Any, **kwargs: Any) -> Any:
+        asked.append("fts5")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(engine.bm25, "search", fts5)
+    with Catalog(registered) as catalog:
+        catalog.warm()
+        assert catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
+        first = [(h.tool.id, h.score) for h in catalog.search(QUERIES[0], mode="bm25").hits]
+    assert counted == [] and asked == []  # loaded, not built; the first query not FTS5's
+    assert first
+    with Catalog(registered) as catalog:  # ranked as a process that built its own index
+        monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+        for _ in range(engine.POSTINGS_AFTER):
+            catalog.search("warm up", mode="bm25")
+        built = [(h.tool.id, h.score) for h in catalog.search(QUERIES[0], mode="bm25").hits]
+    assert counted == [1] and built == first
+
+
+def test_warm_without_a_saved_index_builds_in_the_background(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Catalog(db_path) as catalog, catalog.bulk(save_index=False):
+        catalog.register(SAMPLE_TOOLKITS)
+    counted = builds(monkeypatch)
+    with Catalog(db_path) as catalog:
+        catalog.warm()
+        catalog._search.postings.wait(60)
+        assert catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
+    assert counted == [1]

@@ -1487,6 +1487,14 @@ class Catalog:
         self._changed()
         return report
 
+    def warm(self) -> None:
+        """Get ready to answer searches at settled speed (a server, before it answers): the
+        BM25 index loaded from the one the last write saved beside the catalog (or built:
+        in the background from 1,000 tools, when nothing was saved at this revision). A
+        process that only asks a question or two need not call it."""
+        with self._snapshot() as conn:
+            self._search.warm_bm25(conn, reader.revision(conn))
+
     def export_query_encoder(self) -> bool:
         """Make this host's ONNX export of the catalog's embedding model when it has none
         (what ``reindex`` does first), writing nothing: for a replica, whose catalog

@@ -226,6 +226,8 @@ def serve(
     if follower is not None:  # a replica listens once it can answer its revision at speed
         server.prepare(server.watcher.revision)
         follower.look()  # how fresh the copy is now, not when the last process looked
+    else:  # the index the last write saved: the first query is not FTS5's (readers share it)
+        catalog.warm()
     if not use_http:
         anyio.run(serve_stdio, server)
         return

@@ -536,16 +536,29 @@ class SearchEngine:
             count = count + 1 if seen == revision else 1
             self._bm25_queries = (revision, count)
             if count >= POSTINGS_AFTER:
-                weights = bm25.DEFAULT_WEIGHTS
-                self.term_stats.refresh(conn, revision)
-                if self.term_stats.n_docs >= BACKGROUND_BUILD_FROM:
-                    self.postings.build_soon(
-                        conn, revision, weights, getattr(conn, "path", "") or ""
-                    )
-                else:
-                    self.postings.build(conn, revision, weights)
+                self._make_index(conn, revision)
                 index = self._index(conn, revision)
         return index
+
+    def _make_index(self, conn: sqlite3.Connection, revision: int) -> None:
+        """Serve ``revision`` from the in-memory index: loaded from the one its last write
+        saved (search/lexical_file.py) when there is one, else built, on a background
+        thread from ``BACKGROUND_BUILD_FROM`` tools on (FTS5 answers meanwhile)."""
+        weights = bm25.DEFAULT_WEIGHTS
+        self.term_stats.refresh(conn, revision)
+        if self.term_stats.n_docs < BACKGROUND_BUILD_FROM:
+            self.postings.build(conn, revision, weights)
+            return
+        path = getattr(conn, "path", "") or ""
+        if not self.postings.load_saved(conn, revision, weights, path):
+            self.postings.build_soon(conn, revision, weights, path)
+
+    def warm_bm25(self, conn: sqlite3.Connection, revision: int) -> None:
+        """Make ``revision``'s in-memory BM25 index now (a server before it answers): the
+        next query is ranked by it, not by FTS5, unless a big catalog's index is still
+        being built in the background (nothing was saved at this revision)."""
+        if self._index(conn, revision) is None:
+            self._make_index(conn, revision)
 
     def _index(
         self, conn: sqlite3.Connection, revision: int

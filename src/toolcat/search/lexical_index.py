@@ -577,6 +577,32 @@ class LexicalIndex:
         finally:
             conn.close()
 
+    def load_saved(
+        self, conn: sqlite3.Connection, revision: int, weights: Sequence[float], path: str
+    ) -> bool:
+        """Take up the index saved beside the catalog at ``path`` now, on the calling thread,
+        when it was saved at ``revision`` (call inside that revision's read transaction).
+        Loading is a small part of building (about a second at 1M tools against a minute
+        or two), and every write saves it: so a process asks FTS5 only for its first query,
+        not for the minutes a background build would take. False when there is none."""
+        from . import lexical_file
+
+        weights = tuple(weights)
+        if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
+            return False
+        if self.at(revision, weights) is not None:
+            return True
+        if not path:
+            return False
+        with self._starting:
+            if self.building:  # a background build (or load) of its own is under way
+                return False
+            return self._restore(
+                lexical_file.load(path, lexical_file.stamp(conn, revision, weights)),
+                revision,
+                weights,
+            )
+
     def _load_or_build_saved(
         self, conn: sqlite3.Connection, revision: int, weights: tuple[float, ...], path: str
     ) -> bool:

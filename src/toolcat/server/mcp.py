@@ -260,8 +260,10 @@ class Readers:
         for _ in range(self._size):
             reader = self._open()
             try:
-                if not opened and reader.export_query_encoder():
-                    logger.info("revision %d: exported the query encoder here", revision)
+                if not opened:
+                    if reader.export_query_encoder():
+                        logger.info("revision %d: exported the query encoder here", revision)
+                    reader.warm()  # the readers share the BM25 index: loaded once
                 reader.list(limit=1)
                 reader.search("warm up", k=1)
             except ToolcatError as e:  # served as the primary serves it: say so, go on
