@@ -225,3 +225,72 @@ def test_the_server_renews_its_readers_before_announcing(
         assert anyio.run(server.watcher.check) is True
         assert heard == [revision] and server.health()["revision"] == revision
         server.close()
+
+
+def test_a_restarted_replica_serves_its_checked_copy_at_once_and_checks_it_at_its_first_look(
+    primary: Primary, follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file the last process checked and swapped in (same inode, size, time) is served
+    without reading it whole first; its ``quick_check`` comes at the first look instead."""
+    follower.sync()
+    checks: list[Path] = []
+    problem = replica.copy_problem
+
+    def counted(path: Path, primary: str) -> str | None:
+        checks.append(path)
+        return problem(path, primary)
+
+    monkeypatch.setattr(replica, "copy_problem", counted)
+    restarted = Follower(follower.path, primary.url)
+    assert restarted.serving and restarted.restarted and checks == []
+    assert restarted.sync() is False and checks == [follower.path]  # checked, still current
+    assert restarted.serving and restarted.state["error"] is None
+    assert restarted.sync() is False and len(checks) == 1  # once per copy
+
+
+def test_a_copy_damaged_under_its_stamp_is_served_only_until_the_first_look(
+    primary: Primary, follower: Follower
+) -> None:
+    """A bad disk that keeps the file's size and time fools the stamp, not the check: the
+    restarted replica's first look finds the damage and restores the copy again."""
+    follower.sync()
+    info = follower.path.stat()
+    with open(follower.path, "r+b") as f:
+        f.seek(-3 * 4096, 2)
+        f.write(b"\xff" * 3 * 4096)
+    os.utime(follower.path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    restarted = Follower(follower.path, primary.url)
+    assert restarted.serving  # the stamp matches: served at once
+    assert restarted.sync() is True  # checked, found damaged, restored again
+    assert restarted.state["error"] is None
+    assert replica.copy_problem(follower.path, primary.url) is None
+
+
+def test_a_restarted_replica_with_a_changed_copy_checks_it_before_serving(
+    primary: Primary, follower: Follower
+) -> None:
+    follower.sync()
+    with open(follower.path, "r+b") as f:
+        f.truncate(4096)
+    restarted = Follower(follower.path, primary.url)
+    assert not restarted.serving and not restarted.restarted
+    assert "damaged" in restarted.state["error"]
+
+
+def test_a_restarted_server_warms_its_readers_at_its_first_look(
+    primary: Primary, follower: Follower
+) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+
+    from toolcat.server.mcp import CatalogServer
+
+    follower.sync()
+    restarted = Follower(follower.path, primary.url)
+    with Catalog(restarted.path) as catalog:
+        server = CatalogServer(catalog, follower=restarted)
+        assert server.watcher.prepared is None  # listening before any warm reader
+        assert anyio.run(server.watcher.check) is False  # same revision: nobody told
+        assert server.watcher.prepared == server.watcher.revision == catalog.revision
+        assert server._prepared[0] == catalog.revision  # the tools/list made meanwhile
+        server.close()
