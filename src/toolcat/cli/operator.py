@@ -33,7 +33,7 @@ def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
     from ..store.replica import Follower
 
     db = ctx.find_root().params.get("db")
-    follower = Follower(Path(db) if db else default_path(), source)
+    follower = Follower(Path(db) if db else default_path(), source, follow=True)
     if follower.serving:
         return follower
     said = None

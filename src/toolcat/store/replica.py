@@ -49,6 +49,20 @@ logger = logging.getLogger(__name__)
 # is imported where it is used.
 
 INCOMING_SUFFIX = ".incoming"
+STAGING_SUFFIX = ".follow"  # Litestream's own copy in follow mode (``restore -f``)
+FOLLOW_INTERVAL = "200ms"  # how often Litestream's follow mode looks for new transactions
+# Seconds published work may wait for follow mode before a full restore fetches it instead
+# (follow mode's first restore of a big catalog, a follower that died, a store that pruned
+# the history follow mode would resume from).
+FOLLOW_GRACE = 20.0
+MAX_TXID_FILE = 64  # Litestream's ``-txid`` sidecar: 16 hex digits and a newline
+# SQLite's lock bytes, as Litestream's follow mode takes them (a write lock on the shared
+# range while it writes a transaction's pages): a read lock there waits for a whole one.
+# Follow mode runs as long as the replica: this shell stops it when the replica's end of its
+# stdin closes, however the replica ended (kill -9 included), or when it stops by itself.
+ORPHAN_GUARD = 'exec 3<&0; "$0" "$@" </dev/null & c=$!; { read _ <&3; kill $c; } & wait $c'
+SQLITE_SHARED_FIRST = 0x40000000 + 2
+SQLITE_SHARED_SIZE = 510
 LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as unreachable
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
 MAX_STATE = 64 * 1024  # a state file is a few hundred bytes: a bigger one is not ours
@@ -241,6 +255,12 @@ class Follower:
             ``abs://``, ``file:///path``). Credentials come from Litestream's environment
             (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
         litestream: The ``litestream`` executable (default: found on PATH or in the venv).
+        follow: Keep a Litestream ``restore -f`` running into a staging file beside
+            ``path`` (``PATH.follow``), which applies each new transaction's pages as it is
+            published; a new revision is then a local copy of that file (under SQLite's
+            lock, so never half a transaction), checked and swapped in, instead of a full
+            restore from the store. Published work it has not applied after
+            ``FOLLOW_GRACE`` seconds is restored in full as before. ``close`` stops it.
 
     Raises:
         CatalogError: ``source`` is no replica URL toolcat follows, or ``path`` is an
@@ -248,13 +268,22 @@ class Follower:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], source: str, *, litestream: str | None = None
+        self,
+        path: str | os.PathLike[str],
+        source: str,
+        *,
+        litestream: str | None = None,
+        follow: bool = False,
     ) -> None:
         self.path = Path(path)
         self.source = check_source(source)
         self.primary = redacted(source)
         self.litestream = litestream or litestream_binary()
         self.incoming = Path(f"{self.path}{INCOMING_SUFFIX}")
+        self.staging = Path(f"{self.path}{STAGING_SUFFIX}") if follow else None
+        self._follower: Any = None  # Litestream's follow mode (subprocess.Popen), if any
+        self._waiting_since: float | None = None  # since when published work waits for it
+        self._follow_starts: list[float] = []  # when it was started, the last few times
         self._child: Any = None  # the Litestream process running now (subprocess.Popen)
         self._closed = False
         self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
@@ -366,9 +395,18 @@ class Follower:
         if unapplied and "pending_since" not in self.state:
             self.state["pending_since"] = min(unapplied)
         try:
-            revision = self._restore(newest)
+            staged = self._staged(newest) if self.staging is not None else None
+            if staged is not None:
+                newest, revision = staged
+                self.state["primary_txid"] = max(newest, self.state["primary_txid"])
+            elif self.staging is not None and self._follow_soon():
+                self._save()
+                return False  # follow mode applies it soon: look again
+            else:
+                revision = self._restore(newest)
         except CatalogError as e:
             return self._failed(e)
+        self._waiting_since = None
         os.replace(self.incoming, self.path)  # atomic: readers see the old or the new file
         self._copy = _stamp(self.path)
         self._damage = None
@@ -397,11 +435,143 @@ class Follower:
             self._save()
 
     def close(self) -> None:
-        """Stop the Litestream process running now, and start none again."""
+        """Stop the Litestream processes running now (follow mode's too), and start none
+        again."""
         self._closed = True
-        child = self._child
-        if child is not None:
-            _kill(child)
+        for child in (self._child, self._follower):
+            if child is not None:
+                _kill(child)
+                with contextlib.suppress(Exception):
+                    child.wait(5)
+                    if child.stdin is not None:
+                        child.stdin.close()
+
+    def _following(self) -> None:
+        """Keep Litestream's follow mode running into the staging file: started on the first
+        look, started again when it stopped. One that stops soon after each of three starts
+        cannot resume (a torn staging file, history the store pruned): its files are
+        removed and it restores afresh."""
+        import subprocess
+
+        assert self.staging is not None
+        child = self._follower
+        if self._closed or (child is not None and child.poll() is None):
+            return
+        now = time.monotonic()
+        self._follow_starts = [t for t in self._follow_starts if now - t < 60][-3:]
+        if len(self._follow_starts) >= 3:
+            logger.warning("replica %s: follow mode keeps stopping; restoring it afresh", self.path)
+            self._refollow()
+            self._follow_starts = []
+        args = ("restore", "-f", "-follow-interval", FOLLOW_INTERVAL, "-o", str(self.staging))
+        try:
+            self._follower = subprocess.Popen(
+                ["sh", "-c", ORPHAN_GUARD, self.litestream, *args, "--", self.source],
+                stdin=subprocess.PIPE,  # held open by this process: its end ends follow mode
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
+        self._follow_starts.append(now)
+
+    def _staged_txid(self) -> int | None:
+        """The transaction follow mode says the staging file holds (its ``-txid`` sidecar,
+        read as input: a small regular file, not a link, 16 hex digits); None otherwise."""
+        import stat
+
+        sidecar = f"{self.staging}-txid"
+        try:
+            fd = os.open(sidecar, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = f.read(MAX_TXID_FILE + 1)
+        text = data.decode("ascii", "replace").strip()
+        if len(data) > MAX_TXID_FILE or len(text) != 16:
+            return None
+        try:
+            txid = int(text, 16)
+        except ValueError:
+            return None
+        return txid if 0 < txid <= MAX_TXID else None
+
+    def _staged(self, newest: int) -> tuple[int, int] | None:
+        """(transaction, revision) of a checked copy of the staging file made into the
+        incoming file, when follow mode holds ``newest`` or later; None while it does not."""
+
+        self._following()
+        if (self._staged_txid() or 0) < newest:
+            return None
+        try:
+            return self._copy_staged(newest)
+        except CatalogError as e:  # a staging file that does not check out: afresh
+            logger.warning("replica %s: %s; follow mode restores afresh", self.path, e)
+            self._refollow()
+            return None
+
+    def _follow_soon(self) -> bool:
+        """Whether to wait for follow mode rather than restore in full now: its first
+        restore is running (up to ``RESTORE_TIMEOUT``), or the work waited less than
+        ``FOLLOW_GRACE`` seconds (this process's clock, from its first look that saw it)."""
+        assert self.staging is not None
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        waited = now - self._waiting_since
+        child = self._follower
+        first = child is not None and child.poll() is None and not self.staging.exists()
+        return waited < (RESTORE_TIMEOUT if first else FOLLOW_GRACE)
+
+    def _refollow(self) -> None:
+        """Stop follow mode and remove its files: the next look starts it afresh."""
+        assert self.staging is not None
+        if self._follower is not None:
+            _kill(self._follower)
+            with contextlib.suppress(Exception):
+                self._follower.wait(5)
+                self._follower.stdin.close()
+            self._follower = None
+        for leftover in (self.staging, Path(f"{self.staging}-txid")):
+            _remove_own_file(leftover)
+        with contextlib.suppress(OSError):
+            self.incoming.unlink()
+
+    def _copy_staged(self, newest: int) -> tuple[int, int] | None:
+        import fcntl
+        import stat
+
+        assert self.staging is not None
+        with contextlib.suppress(OSError):
+            self.incoming.unlink()
+        try:
+            source = os.open(self.staging, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(source).st_mode):
+                raise CatalogError("follow mode's file is not a regular file")
+            # Litestream writes a transaction's pages under a write lock on these bytes:
+            # holding a read lock, the copy is of whole transactions only. (Closing any
+            # other descriptor of the file would drop it: the copy reads through this one.)
+            fcntl.lockf(source, fcntl.LOCK_SH, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+            txid = self._staged_txid()  # what it holds now: at least this
+            if txid is None or txid < newest:
+                return None
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            target = os.open(self.incoming, flags, 0o644)
+            try:
+                _copy_range(source, target, os.fstat(source).st_size)
+            finally:
+                os.close(target)
+        except OSError as e:
+            raise CatalogError(f"cannot copy follow mode's file: {e.strerror or e}") from e
+        finally:
+            os.close(source)  # and the lock with it
+        return txid, check_copy(self.incoming, self.primary)
 
     def _failed(self, error: CatalogError) -> bool:
         said = printable(str(error))
@@ -506,6 +676,39 @@ class Follower:
             os.fchmod(fd, 0o644)
             f.write(json.dumps(self.state, indent=1, sort_keys=True))
         os.replace(temporary, target)
+
+
+def _copy_range(source: int, target: int, size: int) -> None:
+    """Copy ``size`` bytes from the start of ``source`` to ``target`` (descriptors), in the
+    kernel where it can (``copy_file_range``), else through a buffer."""
+    offset = 0
+    try:
+        while offset < size:
+            copied = os.copy_file_range(source, target, size - offset, offset, offset)
+            if copied == 0:
+                break
+            offset += copied
+        return
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    while offset < size:
+        chunk = os.pread(source, min(8 << 20, size - offset), offset)
+        if not chunk:
+            break
+        os.pwrite(target, chunk, offset)
+        offset += len(chunk)
+
+
+def _remove_own_file(path: Path) -> None:
+    """Remove ``path`` when it is a regular file (never a link or a folder)."""
+    import stat
+
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            path.unlink()
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
