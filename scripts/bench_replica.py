@@ -16,7 +16,8 @@ after each (``rss_mb``, the growth each step caused): ``restore`` (``litestream 
 the newest transaction), ``quick_check`` (SQLite's, alone), ``check`` (``check_copy``: the
 quick_check again, migrations, the marker), ``open`` (a reader catalog and its first
 ``list``), ``bm25`` (the first BM25 search: the lexical index), ``vectors`` (the first
-embedding search: the query encoder and the vector matrix), ``list`` (the server's
+embedding search: the query encoder and the vector matrix), ``vectors_again`` (the matrix
+alone loaded again, as each new revision does), ``list`` (the server's
 ``tools/list`` of the always-on tools), ``second_reader`` (another reader sharing the first
 one's indexes, as the server's pool does, and its first search).
 
@@ -177,6 +178,9 @@ def stages_here(source: str, folder: Path, vectors: bool) -> dict[str, Any]:
     timed("bm25", lambda: catalog.search("warm up", k=1, mode="bm25"))
     if vectors:
         timed("vectors", lambda: catalog.search("warm up", k=1, mode="embedding"))
+        catalog._search.vectors.key = None  # the matrix alone, as a new revision reloads it
+
+        timed("vectors_again", lambda: catalog.search("warm up", k=2, mode="embedding"))
     server = CatalogServer(catalog)
     listed = timed("list", lambda: server._read_list(catalog, server.scope))
     second = Catalog(copy)
