@@ -459,8 +459,13 @@ class Follower:
             return
         now = time.monotonic()
         self._follow_starts = [t for t in self._follow_starts if now - t < 60][-3:]
-        if len(self._follow_starts) >= 3:
-            logger.warning("replica %s: follow mode keeps stopping; restoring it afresh", self.path)
+        # Litestream 0.5.17 refuses to resume a staging file whose transaction is past the
+        # store's latest snapshot (most restarts: snapshots are daily), and exits at once.
+        resume_refused = (
+            child is not None and self._follow_starts and now - self._follow_starts[-1] < 10
+        )
+        if len(self._follow_starts) >= 3 or resume_refused:
+            logger.warning("replica %s: follow mode stopped; restoring it afresh", self.path)
             self._refollow()
             self._follow_starts = []
         args = ("restore", "-f", "-follow-interval", FOLLOW_INTERVAL, "-o", str(self.staging))
