@@ -10,6 +10,14 @@ holding the old file keeps reading it whole; the next one opens the new one. So 
 serves only complete revisions: Litestream publishes committed transactions only, and a
 restore that fails or a copy that does not check out is thrown away.
 
+With ``follow=True`` (``serve --replica-of``) the follower keeps Litestream's follow mode
+(``restore -f``) applying each published transaction's pages to a staging file beside the
+served one; a new revision is then a local copy of that file, taken under SQLite's lock
+bytes (Litestream writes a transaction's pages holding them), checked and renamed over the
+served file as above, so a change costs a local copy and a check rather than a download of
+the whole catalog. A restarted follower serves the copy it checked (the state's stamp of
+it) at once and checks it again at its first look.
+
 Vectors, FTS5 and learned queries live in the same SQLite file, so they travel with every
 revision: a replica answers each revision as the primary does.
 
