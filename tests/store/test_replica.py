@@ -376,10 +376,11 @@ def test_a_damaged_staging_file_is_restored_afresh_never_served(
         f.write(b"\xff" * (following.staging.stat().st_size - 4096))
     revision = primary.register(SAMPLE_TOOLKITS / "text.yaml")
     Path(f"{following.staging}-txid").write_text(f"{2**40:016x}\n")  # says it holds it
-    assert following.sync() is False  # the copy did not check out: nothing swapped in
-    assert following.path.read_bytes() == served
-    assert not Path(f"{following.staging}-txid").exists()  # follow mode starts afresh
+    # The staging copy does not check out: it is removed (follow mode starts afresh) and
+    # the serving replica restores the change in full meanwhile.
     synced(following, seconds=40)
+    assert following.path.read_bytes() != served
+    assert replica.copy_problem(following.path, primary.url) is None
     with Catalog(following.path) as copy:
         assert copy.revision == revision
 

@@ -527,17 +527,22 @@ class Follower:
             return None
 
     def _follow_soon(self) -> bool:
-        """Whether to wait for follow mode rather than restore in full now: its first
-        restore is running (up to ``RESTORE_TIMEOUT``), or the work waited less than
-        ``FOLLOW_GRACE`` seconds (this process's clock, from its first look that saw it)."""
+        """Whether to wait for follow mode rather than restore in full now: it follows
+        and the work waited less than ``FOLLOW_GRACE`` seconds (this process's clock, from
+        its first look that saw it), or nothing is served yet and its first restore runs
+        (up to ``RESTORE_TIMEOUT``: one download, not two). A serving replica whose follow
+        mode has no copy yet (a restart whose follow mode had to start afresh) restores in
+        full at once and lets follow mode take the next changes."""
         assert self.staging is not None
         now = time.monotonic()
         if self._waiting_since is None:
             self._waiting_since = now
         waited = now - self._waiting_since
         child = self._follower
-        first = child is not None and child.poll() is None and not self.staging.exists()
-        return waited < (RESTORE_TIMEOUT if first else FOLLOW_GRACE)
+        running = child is not None and child.poll() is None
+        if not self.staging.exists():
+            return running and self.state.get("txid") is None and waited < RESTORE_TIMEOUT
+        return running and waited < FOLLOW_GRACE
 
     def _refollow(self) -> None:
         """Stop follow mode and remove its files: the next look starts it afresh."""
