@@ -115,6 +115,11 @@ def rss_mb(pid: int) -> dict[str, float]:
     return fields
 
 
+def progress(report: dict[str, Any]) -> None:
+    """What is measured so far, on stderr: a run cut short still says it."""
+    print(json.dumps(report), file=sys.stderr, flush=True)
+
+
 def own_rss_mb() -> float:
     return rss_mb(os.getpid())["VmRSS"]
 
@@ -273,6 +278,7 @@ def main() -> None:
             report["publish_s"] = round(time.perf_counter() - started, 1)
             if not args.no_stages:
                 report["stages"] = stages(cluster, Path(tmp) / "stages", args.vectors)
+                progress(report)
             started = time.perf_counter()
             cluster.spawn("replica0", replica_args(cluster))
             health = wait_health(cluster, started)
@@ -282,11 +288,13 @@ def main() -> None:
             report["fresh_replica_lists_s"] = round(time.perf_counter() - started, 1)
             anyio.run(search, cluster.replica_url(0))
             report["fresh_replica_searches_s"] = round(time.perf_counter() - started, 1)
+            progress(report)
             lags = []
             for n in range(args.changes):
                 started = time.perf_counter()
                 revision = cluster.register(one_tool_toolkit(f"lag{n}"))
                 lags.append(wait_revision(cluster, revision, started))
+                progress({"change_s": lags})
             if lags:
                 report["change_s"] = {
                     "each": lags,
@@ -300,6 +308,7 @@ def main() -> None:
             health = wait_health(cluster, started)
             report["restart_serving_s"] = round(time.perf_counter() - started, 2)
             report["restart_served_revision"] = health["revision"]
+            progress(report)
             report["restart_caught_up_s"] = wait_revision(cluster, revision, started)
             anyio.run(search, cluster.replica_url(0))
             report["rss_mb"] = {
