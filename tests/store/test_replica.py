@@ -325,6 +325,7 @@ def test_follow_mode_applies_each_change_without_a_full_restore(
         raise AssertionError("a full restore")
 
     monkeypatch.setattr(Follower, "_restore", no_full_restore)
+    monkeypatch.setattr(replica, "FOLLOW_SETTLED", 0.0)  # follow mode is waited for at once
     for toolkit in ("text.yaml", "files.yaml"):
         revision = primary.register(SAMPLE_TOOLKITS / toolkit)
         synced(following)

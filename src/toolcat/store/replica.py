@@ -63,6 +63,7 @@ FOLLOW_INTERVAL = "200ms"  # how often Litestream's follow mode looks for new tr
 # (follow mode's first restore of a big catalog, a follower that died, a store that pruned
 # the history follow mode would resume from).
 FOLLOW_GRACE = 20.0
+FOLLOW_SETTLED = 5.0  # seconds after its start from which follow mode is waited for
 MAX_TXID_FILE = 64  # Litestream's ``-txid`` sidecar: 16 hex digits and a newline
 # SQLite's lock bytes, as Litestream's follow mode takes them (a write lock on the shared
 # range while it writes a transaction's pages): a read lock there waits for a whole one.
@@ -542,7 +543,11 @@ class Follower:
         running = child is not None and child.poll() is None
         if not self.staging.exists():
             return running and self.state.get("txid") is None and waited < RESTORE_TIMEOUT
-        return running and waited < FOLLOW_GRACE
+        # Only a follow mode past its start is worth waiting for: one just started is
+        # resuming (which Litestream refuses past the store's latest snapshot) or restoring
+        # afresh, so a serving replica catches up in full meanwhile.
+        settled = bool(self._follow_starts) and now - self._follow_starts[-1] > FOLLOW_SETTLED
+        return running and settled and waited < FOLLOW_GRACE
 
     def _refollow(self) -> None:
         """Stop follow mode and remove its files: the next look starts it afresh."""
