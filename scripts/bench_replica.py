@@ -10,6 +10,25 @@ folder and times it: until ``/healthz`` answers (first restore checked and swapp
 readers warmed) and until a 2026 ``tools/list`` and a ``search_tools`` answer. It then reads
 each process's resident memory (VmRSS; VmHWM is the peak).
 
+Where the time goes (``stages``): before the server starts, the same steps a replica takes are
+timed one by one in this process on a copy of their own, with this process's resident memory
+after each (``rss_mb``, the growth each step caused): ``restore`` (``litestream restore`` of
+the newest transaction), ``quick_check`` (SQLite's, alone), ``check`` (``check_copy``: the
+quick_check again, migrations, the marker), ``open`` (a reader catalog and its first
+``list``), ``bm25`` (the first BM25 search: the lexical index), ``vectors`` (the first
+embedding search: the query encoder and the vector matrix), ``vectors_again`` (the matrix
+alone loaded again, as each new revision does), ``list`` (the server's
+``tools/list`` of the always-on tools), ``second_reader`` (another reader sharing the first
+one's indexes, as the server's pool does, and its first search).
+
+Then ``--changes`` one-toolkit registrations on the primary, each timed until the replica's
+``/healthz`` reports the new revision (``change_s``: from the call; ``after_register_median``:
+from its return, the commit being inside it; at 100k tools the register call itself takes
+minutes on this machine), and a restart: the replica killed, one
+more change registered, the replica started again on its folder, timed until ``/healthz``
+answers (``restart_serving_s``: the revision it then serves is its last copy's) and until it
+serves the new revision (``restart_caught_up_s``).
+
     python scripts/bench_replica.py --tools 100000 --vectors
     python scripts/bench_replica.py --tools 1000 --json
 
@@ -22,6 +41,9 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
+import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +57,7 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 import anyio  # noqa: E402
 import httpx2  # noqa: E402
 from tests.server.clients import MODERN, http_session  # noqa: E402
-from tests.server.test_replicas import Cluster, bare_list  # noqa: E402
+from tests.server.test_replicas import Cluster, bare_list, one_tool_toolkit  # noqa: E402
 
 from toolcat import Catalog, Toolkit  # noqa: E402
 
@@ -95,12 +117,158 @@ def rss_mb(pid: int) -> dict[str, float]:
     return fields
 
 
+def committed(primary: Path) -> int:
+    """The primary's revision as its file says, on a connection of its own (at 100k tools the
+    registering ``Catalog.revision`` answered the revision before its change in one run)."""
+    conn = sqlite3.connect(f"{primary.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def progress(report: dict[str, Any]) -> None:
+    """What is measured so far, on stderr: a run cut short still says it."""
+    print(json.dumps(report), file=sys.stderr, flush=True)
+
+
+def own_rss_mb() -> float:
+    return rss_mb(os.getpid())["VmRSS"]
+
+
+def stages(cluster: Cluster, folder: Path, vectors: bool) -> dict[str, Any]:
+    """``stages_here`` in a fresh process (this one's heap holds the primary's build)."""
+    args = [sys.executable, __file__, "--stages-into", str(folder), "--source", cluster.source]
+    done = subprocess.run(
+        [*args, *(["--vectors"] if vectors else [])],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=cluster.env,
+    )
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def stages_here(source: str, folder: Path, vectors: bool) -> dict[str, Any]:
+    """Each step a replica takes to serve a revision, timed alone (seconds) with this
+    process's resident memory after it."""
+    from toolcat.server.mcp import CatalogServer
+    from toolcat.store.replica import check_copy, litestream_binary, redacted
+
+    folder.mkdir()
+    copy = folder / "catalog.db"
+    times: dict[str, float] = {}
+    rss: dict[str, float] = {"start": own_rss_mb()}
+
+    def timed(name: str, step: Any) -> Any:
+        started = time.perf_counter()
+        result = step()
+        times[name] = round(time.perf_counter() - started, 3)
+        rss[name] = own_rss_mb()
+        return result
+
+    timed(
+        "restore",
+        lambda: subprocess.run(
+            [litestream_binary(), "restore", "-o", str(copy), "--", source],
+            check=True,
+            capture_output=True,
+        ),
+    )
+
+    def quick_check() -> None:
+        conn = sqlite3.connect(copy)
+        try:
+            assert conn.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        finally:
+            conn.close()
+
+    timed("quick_check", quick_check)
+    timed("check", lambda: check_copy(copy, redacted(source)))
+
+    def open_reader() -> Catalog:
+        opened = Catalog(copy)
+        opened.list(limit=1)
+        return opened
+
+    catalog = timed("open", open_reader)
+    timed("bm25", lambda: catalog.search("warm up", k=1, mode="bm25"))
+    if vectors:
+        timed("vectors", lambda: catalog.search("warm up", k=1, mode="embedding"))
+        catalog._search.vectors.key = None  # the matrix alone, as a new revision reloads it
+
+        timed("vectors_again", lambda: catalog.search("warm up", k=2, mode="embedding"))
+    server = CatalogServer(catalog)
+    listed = timed("list", lambda: server._read_list(catalog, server.scope))
+    second = Catalog(copy)
+    second.share_indexes(catalog)
+    timed(
+        "second_reader",
+        lambda: second.search("warm up", k=1, mode="embedding" if vectors else "bm25"),
+    )
+    second.close()
+    catalog.close()
+    steps = list(times)
+    growth = {
+        name: round(rss[name] - rss[steps[i - 1] if i else "start"], 1)
+        for i, name in enumerate(steps)
+    }
+    return {
+        "s": times,
+        "rss_growth_mb": growth,
+        "rss_mb": round(rss[steps[-1]], 1),
+        "listed_tools": len(listed),
+        "file_mb": round(copy.stat().st_size / 2**20, 1),
+    }
+
+
+def wait_health(cluster: Cluster, started: float, seconds: float = 900) -> dict[str, Any]:
+    while True:
+        try:
+            return cluster.health(0)
+        except httpx2.HTTPError:
+            if time.perf_counter() - started > seconds:
+                raise
+            time.sleep(0.1)
+
+
+def wait_revision(cluster: Cluster, revision: int, started: float, seconds: float = 900) -> float:
+    while wait_health(cluster, started)["revision"] < revision:
+        if time.perf_counter() - started > seconds:
+            raise TimeoutError(f"revision {revision} not served in {seconds} s")
+        time.sleep(0.05)
+    return round(time.perf_counter() - started, 2)
+
+
+def replica_args(cluster: Cluster) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "toolcat.cli",
+        "--db",
+        str(cluster.replicas[0]),
+        "serve",
+        "--http",
+        "--port",
+        str(cluster.replica_ports[0]),
+        "--replica-of",
+        cluster.source,
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--tools", type=int, default=100_000)
     parser.add_argument("--vectors", action="store_true", help="Store a vector per tool.")
     parser.add_argument("--json", action="store_true", help="Print JSON only.")
+    parser.add_argument("--changes", type=int, default=5, help="One-toolkit changes to time.")
+    parser.add_argument("--no-stages", action="store_true", help="Skip the per-step timings.")
+    parser.add_argument("--stages-into", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--source", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stages_into:
+        print(json.dumps(stages_here(args.source, args.stages_into, args.vectors)))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp))
         try:
@@ -120,35 +288,48 @@ def main() -> None:
                     break
                 time.sleep(0.5)
             report["publish_s"] = round(time.perf_counter() - started, 1)
+            if not args.no_stages:
+                report["stages"] = stages(cluster, Path(tmp) / "stages", args.vectors)
+                progress(report)
             started = time.perf_counter()
-            cluster.spawn(
-                "replica0",
-                [
-                    sys.executable,
-                    "-m",
-                    "toolcat.cli",
-                    "--db",
-                    str(cluster.replicas[0]),
-                    "serve",
-                    "--http",
-                    "--port",
-                    str(cluster.replica_ports[0]),
-                    "--replica-of",
-                    cluster.source,
-                ],
-            )
-            while True:
-                try:
-                    health = cluster.health(0)
-                    break
-                except httpx2.HTTPError:
-                    time.sleep(0.2)
+            cluster.spawn("replica0", replica_args(cluster))
+            health = wait_health(cluster, started)
             report["fresh_replica_healthy_s"] = round(time.perf_counter() - started, 1)
             assert health["revision"] == revision, health
             assert bare_list(cluster.replica_url(0)).status_code == 200
             report["fresh_replica_lists_s"] = round(time.perf_counter() - started, 1)
             anyio.run(search, cluster.replica_url(0))
             report["fresh_replica_searches_s"] = round(time.perf_counter() - started, 1)
+            progress(report)
+            lags, registering = [], []
+            for n in range(args.changes):
+                started = time.perf_counter()
+                cluster.register(one_tool_toolkit(f"lag{n}"))
+                revision = committed(cluster.primary)
+                registering.append(round(time.perf_counter() - started, 2))
+                lags.append(wait_revision(cluster, revision, started))
+                progress({"change_s": lags, "register_one_s": registering})
+            if lags:
+                after = [lag - took for lag, took in zip(lags, registering, strict=True)]
+                report["change_s"] = {
+                    "each": lags,
+                    "median": statistics.median(lags),
+                    "max": max(lags),
+                    # the primary's register call (its commit is inside it) excluded
+                    "after_register_median": round(statistics.median(after), 2),
+                    "register_one_s": registering,
+                }
+            cluster.kill("replica0")
+            cluster.register(one_tool_toolkit("while_down"))
+            revision = committed(cluster.primary)
+            started = time.perf_counter()
+            cluster.spawn("replica0", replica_args(cluster))
+            health = wait_health(cluster, started)
+            report["restart_serving_s"] = round(time.perf_counter() - started, 2)
+            report["restart_served_revision"] = health["revision"]
+            progress(report)
+            report["restart_caught_up_s"] = wait_revision(cluster, revision, started)
+            anyio.run(search, cluster.replica_url(0))
             report["rss_mb"] = {
                 name: rss_mb(process.pid)
                 for name, process in cluster.procs.items()

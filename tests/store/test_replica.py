@@ -225,3 +225,195 @@ def test_the_server_renews_its_readers_before_announcing(
         assert anyio.run(server.watcher.check) is True
         assert heard == [revision] and server.health()["revision"] == revision
         server.close()
+
+
+def test_a_restarted_replica_serves_its_checked_copy_at_once_and_checks_it_at_its_first_look(
+    primary: Primary, follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file the last process checked and swapped in (same inode, size, time) is served
+    without reading it whole first; its ``quick_check`` comes at the first look instead."""
+    follower.sync()
+    checks: list[Path] = []
+    problem = replica.copy_problem
+
+    def counted(path: Path, primary: str) -> str | None:
+        checks.append(path)
+        return problem(path, primary)
+
+    monkeypatch.setattr(replica, "copy_problem", counted)
+    restarted = Follower(follower.path, primary.url)
+    assert restarted.serving and restarted.restarted and checks == []
+    assert restarted.sync() is False and checks == [follower.path]  # checked, still current
+    assert restarted.serving and restarted.state["error"] is None
+    assert restarted.sync() is False and len(checks) == 1  # once per copy
+
+
+def test_a_copy_damaged_under_its_stamp_is_served_only_until_the_first_look(
+    primary: Primary, follower: Follower
+) -> None:
+    """A bad disk that keeps the file's size and time fools the stamp, not the check: the
+    restarted replica's first look finds the damage and restores the copy again."""
+    follower.sync()
+    info = follower.path.stat()
+    with open(follower.path, "r+b") as f:
+        f.seek(-3 * 4096, 2)
+        f.write(b"\xff" * 3 * 4096)
+    os.utime(follower.path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    restarted = Follower(follower.path, primary.url)
+    assert restarted.serving  # the stamp matches: served at once
+    assert restarted.sync() is True  # checked, found damaged, restored again
+    assert restarted.state["error"] is None
+    assert replica.copy_problem(follower.path, primary.url) is None
+
+
+def test_a_restarted_replica_with_a_changed_copy_checks_it_before_serving(
+    primary: Primary, follower: Follower
+) -> None:
+    follower.sync()
+    with open(follower.path, "r+b") as f:
+        f.truncate(4096)
+    restarted = Follower(follower.path, primary.url)
+    assert not restarted.serving and not restarted.restarted
+    assert "damaged" in restarted.state["error"]
+
+
+def test_a_restarted_server_warms_its_readers_at_its_first_look(
+    primary: Primary, follower: Follower
+) -> None:
+    pytest.importorskip("mcp")
+    import anyio
+
+    from toolcat.server.mcp import CatalogServer
+
+    follower.sync()
+    restarted = Follower(follower.path, primary.url)
+    with Catalog(restarted.path) as catalog:
+        server = CatalogServer(catalog, follower=restarted)
+        assert server.watcher.prepared is None  # listening before any warm reader
+        assert anyio.run(server.watcher.check) is False  # same revision: nobody told
+        assert server.watcher.prepared == server.watcher.revision == catalog.revision
+        assert server._prepared[0] == catalog.revision  # the tools/list made meanwhile
+        server.close()
+
+
+def synced(follower: Follower, seconds: float = 20) -> None:
+    """Look until a new copy is swapped in (follow mode applies a change within a look or
+    a few)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not follower.sync():
+        assert time.monotonic() < deadline, follower.state
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def following(primary: Primary, tmp_path: Path) -> Iterator[Follower]:
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    follower = Follower(tmp_path / "replica" / "catalog.db", primary.url, follow=True)
+    yield follower
+    follower.close()
+
+
+def test_follow_mode_applies_each_change_without_a_full_restore(
+    primary: Primary, following: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced(following)
+    assert following.staging is not None and following.staging.exists()
+
+    def no_full_restore(self: Follower, txid: int) -> int:
+        raise AssertionError("a full restore")
+
+    monkeypatch.setattr(Follower, "_restore", no_full_restore)
+    monkeypatch.setattr(replica, "FOLLOW_SETTLED", 0.0)  # follow mode is waited for at once
+    for toolkit in ("text.yaml", "files.yaml"):
+        revision = primary.register(SAMPLE_TOOLKITS / toolkit)
+        synced(following)
+        with Catalog(following.path) as copy:
+            assert copy.revision == following.state["revision"] == revision
+            assert copy.replica_of == primary.url  # a checked copy, marked, not the staging file
+    assert following.state["txid"] == following.state["primary_txid"]
+    child = following._follower
+    following.close()
+    assert child is not None and child.poll() is not None
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    ["link", "garbage", "huge", "zero", "fifo"],
+)
+def test_follow_modes_txid_file_is_input(
+    primary: Primary, following: Follower, tmp_path: Path, sidecar: str
+) -> None:
+    """A planted ``-txid`` sidecar is never a reason to swap in a copy: not a regular file,
+    not 16 hex digits, too big or zero is no transaction."""
+    synced(following)
+    following.close()  # follow mode stopped: the sidecar stays as planted
+    assert following.staging is not None
+    path = Path(f"{following.staging}-txid")
+    path.unlink()
+    if sidecar == "link":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.write_text("ffffffffffffffff\n")
+        path.symlink_to(elsewhere)
+    elif sidecar == "fifo":
+        os.mkfifo(path)
+    else:
+        text = {"garbage": "\x1b[2Jnot-a-txid\n", "huge": "0" * 100_000, "zero": "0" * 16}
+        path.write_text(text[sidecar])
+    assert following._staged_txid() is None
+
+
+def test_a_damaged_staging_file_is_restored_afresh_never_served(
+    primary: Primary, following: Follower
+) -> None:
+    synced(following)
+    served = following.path.read_bytes()
+    following.close()
+    following._closed = False  # follow mode may start again
+    assert following.staging is not None
+    with open(following.staging, "r+b") as f:  # torn: garbage over every page but the first
+        f.seek(4096)
+        f.write(b"\xff" * (following.staging.stat().st_size - 4096))
+    revision = primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    Path(f"{following.staging}-txid").write_text(f"{2**40:016x}\n")  # says it holds it
+    # The staging copy does not check out: it is removed (follow mode starts afresh) and
+    # the serving replica restores the change in full meanwhile.
+    synced(following, seconds=40)
+    assert following.path.read_bytes() != served
+    assert replica.copy_problem(following.path, primary.url) is None
+    with Catalog(following.path) as copy:
+        assert copy.revision == revision
+
+
+def test_follow_mode_ends_with_a_replica_killed_outright(primary: Primary, tmp_path: Path) -> None:
+    """kill -9 leaves no Litestream following on its own (its stdin's end closes)."""
+    import signal
+    import time
+
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    script = (
+        "import os, sys, time\n"
+        "from toolcat.store.replica import Follower\n"
+        "f = Follower(sys.argv[1], sys.argv[2], follow=True)\n"
+        "while not f.sync(): time.sleep(0.1)\n"
+        "print(f._follower.pid, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "r" / "catalog.db"), primary.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert done.returncode == -signal.SIGKILL
+    group = int(done.stdout.strip())
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            break  # the guard and Litestream are gone
+        assert time.monotonic() < deadline, "follow mode outlived the replica"
+        time.sleep(0.1)

@@ -114,6 +114,12 @@ VALID = {"primary": "s3://bucket/catalog", "txid": 3, "primary_txid": 3, "revisi
         ({"primary": "s3://user:PLANTEDPW@bucket/x"}, "primary is not"),
         ({"primary": "s3://b/x\x1b[2J"}, "primary is not"),
         ({"error": {"a": 1}}, "error is not text"),
+        ({"copy": "1 2 3"}, "copy is not a file stamp"),
+        ({"copy": [1, 2]}, "copy is not a file stamp"),
+        ({"copy": [1, 2, -3]}, "copy is not a file stamp"),
+        ({"copy": [1, 2, True]}, "copy is not a file stamp"),
+        ({"copy": [1, 2, 2.5]}, "copy is not a file stamp"),
+        ({"copy": [1, 2, 2**70]}, "copy is not a file stamp"),
     ],
     ids=repr,
 )

@@ -33,7 +33,7 @@ def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
     from ..store.replica import Follower
 
     db = ctx.find_root().params.get("db")
-    follower = Follower(Path(db) if db else default_path(), source)
+    follower = Follower(Path(db) if db else default_path(), source, follow=True)
     if follower.serving:
         return follower
     said = None
@@ -197,6 +197,7 @@ def serve(
 
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     follower = first_revision(ctx, replica_of, replica_wait) if replica_of else None
+    restarted = follower is not None and follower.restarted
     if follower is not None:
         ctx.call_on_close(follower.close)  # its Litestream child stops with it
     catalog = open_catalog(ctx)
@@ -223,8 +224,11 @@ def serve(
         ),
         follower=follower,
     )
-    if follower is not None:  # a replica listens once it can answer its revision at speed
-        server.prepare(server.watcher.revision)
+    if follower is not None:
+        if not restarted:  # a fresh replica listens once it can answer its revision at speed
+            server.prepare(server.watcher.revision)
+        # A restarted one answers from its last copy at once: its watcher's first look checks
+        # that copy, catches up and warms the readers off the request path.
         follower.look()  # how fresh the copy is now, not when the last process looked
     else:  # the index the last write saved: the first query is not FTS5's (readers share it)
         catalog.warm()

@@ -515,6 +515,7 @@ class CatalogServer:
                 self._prepared = (revision, {self.scope: self._read_list(catalog, self.scope)})
         except ToolcatError as e:
             logger.warning("revision %d: building tools/list: %s", revision, e)
+        self.watcher.prepared = revision
 
     def _list_key(self, ctx: Any) -> Scope | None:
         """What a 2026 ``tools/list`` answer depends on besides revision, version and params:

@@ -53,6 +53,9 @@ class RevisionWatcher:
         self.interval = interval
         self.follow = follow
         self.prepare = prepare
+        # The revision ``prepare`` last made ready: a restarted replica listens before its
+        # first, which its first tick then makes (off the request path).
+        self.prepared: int | None = None
         self._conn: sqlite3.Connection | None = None
         self._inode: int | None = None
         self.revision = self._read()
@@ -105,8 +108,9 @@ class RevisionWatcher:
         revision = self._read()
         # A copy restored again on the same revision (the old one was damaged) needs
         # readers on the new file too.
-        if (swapped or revision != self.revision) and self.prepare is not None:
+        if (swapped or revision != self.prepared) and self.prepare is not None:
             self.prepare(revision)
+            self.prepared = revision
         return revision
 
     async def check(self) -> bool:

@@ -10,6 +10,14 @@ holding the old file keeps reading it whole; the next one opens the new one. So 
 serves only complete revisions: Litestream publishes committed transactions only, and a
 restore that fails or a copy that does not check out is thrown away.
 
+With ``follow=True`` (``serve --replica-of``) the follower keeps Litestream's follow mode
+(``restore -f``) applying each published transaction's pages to a staging file beside the
+served one; a new revision is then a local copy of that file, taken under SQLite's lock
+bytes (Litestream writes a transaction's pages holding them), checked and renamed over the
+served file as above, so a change costs a local copy and a check rather than a download of
+the whole catalog. A restarted follower serves the copy it checked (the state's stamp of
+it) at once and checks it again at its first look.
+
 Vectors, FTS5 and learned queries live in the same SQLite file, so they travel with every
 revision: a replica answers each revision as the primary does.
 
@@ -49,6 +57,21 @@ logger = logging.getLogger(__name__)
 # is imported where it is used.
 
 INCOMING_SUFFIX = ".incoming"
+STAGING_SUFFIX = ".follow"  # Litestream's own copy in follow mode (``restore -f``)
+FOLLOW_INTERVAL = "200ms"  # how often Litestream's follow mode looks for new transactions
+# Seconds published work may wait for follow mode before a full restore fetches it instead
+# (follow mode's first restore of a big catalog, a follower that died, a store that pruned
+# the history follow mode would resume from).
+FOLLOW_GRACE = 20.0
+FOLLOW_SETTLED = 5.0  # seconds after its start from which follow mode is waited for
+MAX_TXID_FILE = 64  # Litestream's ``-txid`` sidecar: 16 hex digits and a newline
+# SQLite's lock bytes, as Litestream's follow mode takes them (a write lock on the shared
+# range while it writes a transaction's pages): a read lock there waits for a whole one.
+# Follow mode runs as long as the replica: this shell stops it when the replica's end of its
+# stdin closes, however the replica ended (kill -9 included), or when it stops by itself.
+ORPHAN_GUARD = 'exec 3<&0; "$0" "$@" </dev/null & c=$!; { read _ <&3; kill $c; } & wait $c'
+SQLITE_SHARED_FIRST = 0x40000000 + 2
+SQLITE_SHARED_SIZE = 510
 LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as unreachable
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
 MAX_STATE = 64 * 1024  # a state file is a few hundred bytes: a bigger one is not ours
@@ -171,6 +194,15 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         found = _number(state, key, whole=False, path=marker)
         if found is not None:
             checked[key] = float(found)
+    stamp = state.get("copy")
+    if stamp is not None:
+        if (
+            type(stamp) is not list
+            or len(stamp) != 3
+            or any(type(n) is not int or not 0 <= n <= MAX_TXID for n in stamp)
+        ):
+            raise DamagedStateError(marker, "copy is not a file stamp")
+        checked["copy"] = stamp
     return checked
 
 
@@ -232,6 +264,12 @@ class Follower:
             ``abs://``, ``file:///path``). Credentials come from Litestream's environment
             (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``).
         litestream: The ``litestream`` executable (default: found on PATH or in the venv).
+        follow: Keep a Litestream ``restore -f`` running into a staging file beside
+            ``path`` (``PATH.follow``), which applies each new transaction's pages as it is
+            published; a new revision is then a local copy of that file (under SQLite's
+            lock, so never half a transaction), checked and swapped in, instead of a full
+            restore from the store. Published work it has not applied after
+            ``FOLLOW_GRACE`` seconds is restored in full as before. ``close`` stops it.
 
     Raises:
         CatalogError: ``source`` is no replica URL toolcat follows, or ``path`` is an
@@ -239,13 +277,22 @@ class Follower:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], source: str, *, litestream: str | None = None
+        self,
+        path: str | os.PathLike[str],
+        source: str,
+        *,
+        litestream: str | None = None,
+        follow: bool = False,
     ) -> None:
         self.path = Path(path)
         self.source = check_source(source)
         self.primary = redacted(source)
         self.litestream = litestream or litestream_binary()
         self.incoming = Path(f"{self.path}{INCOMING_SUFFIX}")
+        self.staging = Path(f"{self.path}{STAGING_SUFFIX}") if follow else None
+        self._follower: Any = None  # Litestream's follow mode (subprocess.Popen), if any
+        self._waiting_since: float | None = None  # since when published work waits for it
+        self._follow_starts: list[float] = []  # when it was started, the last few times
         self._child: Any = None  # the Litestream process running now (subprocess.Popen)
         self._closed = False
         self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
@@ -253,6 +300,8 @@ class Follower:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.state: dict[str, Any] = {"primary": self.primary}
         self.state = self._own_state()
+        # Whether this follower started on a copy it serves (a restart), not on none.
+        self.restarted = self.serving
         self._save()
 
     def _own_state(self) -> dict[str, Any]:
@@ -283,6 +332,14 @@ class Follower:
                 f"{str(self.path)!r} cannot be read as a catalog and no state names it a "
                 f"replica of {self.primary}; move it away, or give the replica its own file"
             )
+        stamp = _stamp(self.path)
+        trusted = marked == self.primary and stamp is not None
+        if state is not None and trusted and state.get("copy") == list(stamp or ()):
+            # The very file this follower checked and swapped in (same inode, size and
+            # time): served at once, checked again (``quick_check``) at the first look,
+            # off the request path. At 1M tools that check alone is seconds a restart
+            # would otherwise wait before it answers.
+            return state
         if state is None or not self._copy_intact():
             return {**fresh, "error": self._damage}
         return state
@@ -311,9 +368,11 @@ class Follower:
         if problem is not None:
             self._damage = f"the served copy is damaged ({problem}): restoring it again"
             self.state["error"] = self._damage
+            self.state.pop("copy", None)
             logger.warning("replica %s: %s", self.path, self._damage)
             return False
         self._copy = seen
+        self.state["copy"] = list(seen)
         return True
 
     def sync(self) -> bool:
@@ -345,14 +404,28 @@ class Follower:
         if unapplied and "pending_since" not in self.state:
             self.state["pending_since"] = min(unapplied)
         try:
-            revision = self._restore(newest)
+            staged = self._staged(newest) if self.staging is not None else None
+            if staged is not None:
+                newest, revision = staged
+                self.state["primary_txid"] = max(newest, self.state["primary_txid"])
+            elif self.staging is not None and self._follow_soon():
+                self._save()
+                return False  # follow mode applies it soon: look again
+            else:
+                revision = self._restore(newest)
         except CatalogError as e:
             return self._failed(e)
+        self._waiting_since = None
         os.replace(self.incoming, self.path)  # atomic: readers see the old or the new file
-        info = os.stat(self.path)
-        self._copy = (info.st_ino, info.st_size, info.st_mtime_ns)
+        self._copy = _stamp(self.path)
         self._damage = None
-        self.state.update(txid=newest, revision=revision, applied_at=time.time(), error=None)
+        self.state.update(
+            txid=newest,
+            revision=revision,
+            applied_at=time.time(),
+            error=None,
+            copy=list(self._copy) if self._copy else None,
+        )
         self.state.pop("pending_since", None)
         self._save()
         return True
@@ -371,11 +444,157 @@ class Follower:
             self._save()
 
     def close(self) -> None:
-        """Stop the Litestream process running now, and start none again."""
+        """Stop the Litestream processes running now (follow mode's too), and start none
+        again."""
         self._closed = True
-        child = self._child
-        if child is not None:
-            _kill(child)
+        for child in (self._child, self._follower):
+            if child is not None:
+                _kill(child)
+                with contextlib.suppress(Exception):
+                    child.wait(5)
+                    if child.stdin is not None:
+                        child.stdin.close()
+
+    def _following(self) -> None:
+        """Keep Litestream's follow mode running into the staging file: started on the first
+        look, started again when it stopped. One that stops soon after each of three starts
+        cannot resume (a torn staging file, history the store pruned): its files are
+        removed and it restores afresh."""
+        import subprocess
+
+        assert self.staging is not None
+        child = self._follower
+        if self._closed or (child is not None and child.poll() is None):
+            return
+        now = time.monotonic()
+        self._follow_starts = [t for t in self._follow_starts if now - t < 60][-3:]
+        # Litestream 0.5.17 refuses to resume a staging file whose transaction is past the
+        # store's latest snapshot (most restarts: snapshots are daily), and exits at once.
+        resume_refused = (
+            child is not None and self._follow_starts and now - self._follow_starts[-1] < 10
+        )
+        if len(self._follow_starts) >= 3 or resume_refused:
+            logger.warning("replica %s: follow mode stopped; restoring it afresh", self.path)
+            self._refollow()
+            self._follow_starts = []
+        args = ("restore", "-f", "-follow-interval", FOLLOW_INTERVAL, "-o", str(self.staging))
+        try:
+            self._follower = subprocess.Popen(
+                ["sh", "-c", ORPHAN_GUARD, self.litestream, *args, "--", self.source],
+                stdin=subprocess.PIPE,  # held open by this process: its end ends follow mode
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as e:
+            raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
+        self._follow_starts.append(now)
+
+    def _staged_txid(self) -> int | None:
+        """The transaction follow mode says the staging file holds (its ``-txid`` sidecar,
+        read as input: a small regular file, not a link, 16 hex digits); None otherwise."""
+        import stat
+
+        sidecar = f"{self.staging}-txid"
+        try:
+            fd = os.open(sidecar, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = f.read(MAX_TXID_FILE + 1)
+        text = data.decode("ascii", "replace").strip()
+        if len(data) > MAX_TXID_FILE or len(text) != 16:
+            return None
+        try:
+            txid = int(text, 16)
+        except ValueError:
+            return None
+        return txid if 0 < txid <= MAX_TXID else None
+
+    def _staged(self, newest: int) -> tuple[int, int] | None:
+        """(transaction, revision) of a checked copy of the staging file made into the
+        incoming file, when follow mode holds ``newest`` or later; None while it does not."""
+
+        self._following()
+        if (self._staged_txid() or 0) < newest:
+            return None
+        try:
+            return self._copy_staged(newest)
+        except CatalogError as e:  # a staging file that does not check out: afresh
+            logger.warning("replica %s: %s; follow mode restores afresh", self.path, e)
+            self._refollow()
+            return None
+
+    def _follow_soon(self) -> bool:
+        """Whether to wait for follow mode rather than restore in full now: it follows
+        and the work waited less than ``FOLLOW_GRACE`` seconds (this process's clock, from
+        its first look that saw it), or nothing is served yet and its first restore runs
+        (up to ``RESTORE_TIMEOUT``: one download, not two). A serving replica whose follow
+        mode has no copy yet (a restart whose follow mode had to start afresh) restores in
+        full at once and lets follow mode take the next changes."""
+        assert self.staging is not None
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        waited = now - self._waiting_since
+        child = self._follower
+        running = child is not None and child.poll() is None
+        if not self.staging.exists():
+            return running and self.state.get("txid") is None and waited < RESTORE_TIMEOUT
+        # Only a follow mode past its start is worth waiting for: one just started is
+        # resuming (which Litestream refuses past the store's latest snapshot) or restoring
+        # afresh, so a serving replica catches up in full meanwhile.
+        settled = bool(self._follow_starts) and now - self._follow_starts[-1] > FOLLOW_SETTLED
+        return running and settled and waited < FOLLOW_GRACE
+
+    def _refollow(self) -> None:
+        """Stop follow mode and remove its files: the next look starts it afresh."""
+        assert self.staging is not None
+        if self._follower is not None:
+            _kill(self._follower)
+            with contextlib.suppress(Exception):
+                self._follower.wait(5)
+                self._follower.stdin.close()
+            self._follower = None
+        for leftover in (self.staging, Path(f"{self.staging}-txid")):
+            _remove_own_file(leftover)
+        with contextlib.suppress(OSError):
+            self.incoming.unlink()
+
+    def _copy_staged(self, newest: int) -> tuple[int, int] | None:
+        import fcntl
+        import stat
+
+        assert self.staging is not None
+        with contextlib.suppress(OSError):
+            self.incoming.unlink()
+        try:
+            source = os.open(self.staging, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(source).st_mode):
+                raise CatalogError("follow mode's file is not a regular file")
+            # Litestream writes a transaction's pages under a write lock on these bytes:
+            # holding a read lock, the copy is of whole transactions only. (Closing any
+            # other descriptor of the file would drop it: the copy reads through this one.)
+            fcntl.lockf(source, fcntl.LOCK_SH, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+            txid = self._staged_txid()  # what it holds now: at least this
+            if txid is None or txid < newest:
+                return None
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            target = os.open(self.incoming, flags, 0o644)
+            try:
+                _copy_range(source, target, os.fstat(source).st_size)
+            finally:
+                os.close(target)
+        except OSError as e:
+            raise CatalogError(f"cannot copy follow mode's file: {e.strerror or e}") from e
+        finally:
+            os.close(source)  # and the lock with it
+        return txid, check_copy(self.incoming, self.primary)
 
     def _failed(self, error: CatalogError) -> bool:
         said = printable(str(error))
@@ -480,6 +699,48 @@ class Follower:
             os.fchmod(fd, 0o644)
             f.write(json.dumps(self.state, indent=1, sort_keys=True))
         os.replace(temporary, target)
+
+
+def _copy_range(source: int, target: int, size: int) -> None:
+    """Copy ``size`` bytes from the start of ``source`` to ``target`` (descriptors), in the
+    kernel where it can (``copy_file_range``), else through a buffer."""
+    offset = 0
+    try:
+        while offset < size:
+            copied = os.copy_file_range(source, target, size - offset, offset, offset)
+            if copied == 0:
+                break
+            offset += copied
+        return
+    except OSError as e:
+        import errno
+
+        if e.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+    while offset < size:
+        chunk = os.pread(source, min(8 << 20, size - offset), offset)
+        if not chunk:
+            break
+        os.pwrite(target, chunk, offset)
+        offset += len(chunk)
+
+
+def _remove_own_file(path: Path) -> None:
+    """Remove ``path`` when it is a regular file (never a link or a folder)."""
+    import stat
+
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            path.unlink()
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """The served file's identity as last seen: inode, size, modification time (ns)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 def _kill(child: Any) -> None:
