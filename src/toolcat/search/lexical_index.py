@@ -595,6 +595,8 @@ class LexicalIndex:
         if not path:
             return False
         with self._starting:
+            if self.at(revision, weights) is not None:  # another reader loaded it meanwhile
+                return True
             if self.building:  # a background build (or load) of its own is under way
                 return False
             return self._restore(
