@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import json
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -56,6 +57,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cover .15": {"merge": "cover", "penalty": 0.15},
     "clauses cover .15": {"segmentation": "clauses", "merge": "cover", "penalty": 0.15},
     "clauses cover .3": {"segmentation": "clauses", "merge": "cover", "penalty": 0.3},
+    "cover .15 gated": {"merge": "cover", "penalty": 0.15, "cover_gated": True},
+    "clauses cover .15 gated": {
+        "segmentation": "clauses",
+        "merge": "cover",
+        "penalty": 0.15,
+        "cover_gated": True,
+    },
 }
 CONNECTORS = (". ", " Also, ", ", and also ", ", and ")
 SETS = ("multi", "single", "joined")
@@ -68,6 +76,7 @@ def apply(settings: dict[str, Any]) -> None:
     split.GATED = settings.get("gated", True)
     split.INTERLEAVE_DEPTH = settings.get("depth", 2)
     coverage.COVER_PENALTY = settings.get("penalty", 0.3)
+    coverage.GATED = settings.get("cover_gated", False)
 
 
 def joined(queries: list[Query], count: int, rng: random.Random) -> list[Query]:
@@ -294,54 +303,63 @@ def report(args: argparse.Namespace) -> None:
 
 
 def latency(args: argparse.Namespace) -> None:
-    """Warm hybrid search in the pooled catalog (every source's tools), ``today`` against
-    ``args.variant`` alternated query by query, the query cache emptied before each search
-    (the request and its parts encoded every time): single-tool queries and split ones."""
-    import statistics
-
-    from toolcat.search.embeddings import embedder
-
+    """Warm hybrid search, ``today`` against ``args.variant`` alternated query by query, the
+    query cache emptied before each search (the request and its parts encoded every time):
+    the benchmark's single-tool queries, then its multi-tool and joined ones. In the pooled
+    catalog, or in ``--db`` (a copy of a catalog that has vectors)."""
     sources = [load_source(f) for f in source_folders(Path(args.bench))]
     sets = {s.name: samples(s, args.max_queries) for s in sources}
     sources = [
         reduced(s, [q for v in sets[s.name].values() for q in v], args.max_tools) for s in sources
     ]
     model = args.model or RETRIEVER
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "catalog.db"
+        if args.db:
+            shutil.copy(args.db, path)
+        with Catalog(path, embedding_model=model) as catalog:
+            if not args.db:
+                catalog.register(*(s.toolkit for s in sources))
+                reindex_with_vector_cache(catalog, args.cache)
+            _latency(catalog, sets, model, args)
+
+
+def _latency(
+    catalog: Catalog, sets: dict[str, dict[str, list[Query]]], model: str, args: argparse.Namespace
+) -> None:
+    import statistics
+
+    from toolcat.search.embeddings import embedder
+
     variants = ["today", args.variant]
-    with (
-        tempfile.TemporaryDirectory() as tmp,
-        Catalog(Path(tmp) / "pooled.db", embedding_model=model) as catalog,
-    ):
-        catalog.register(*(s.toolkit for s in sources))
-        reindex_with_vector_cache(catalog, args.cache)
-        for q in [q for s in sets.values() for q in s["single"]][:50]:
-            catalog.search(q.text, mode="hybrid", k=10)  # warm: matrix, postings, session
-        for kind in ("single", "multi+joined"):
-            names = ("single",) if kind == "single" else ("multi", "joined")
-            queries = [q for s in sets.values() for n in names for q in s[n]]
-            timings: dict[str, list[float]] = {v: [] for v in variants}
-            split_share = {v: 0 for v in variants}
-            for round_ in range(args.rounds):
-                for i, q in enumerate(queries):
-                    order = variants if (i + round_) % 2 == 0 else variants[::-1]
-                    for variant in order:
-                        apply(VARIANTS[variant])
-                        split_share[variant] += bool(split.split_request(q.text))
-                        embedder(model)._queries.clear()
-                        started = time.perf_counter()
-                        catalog.search(q.text, mode="hybrid", k=10)
-                        timings[variant].append(time.perf_counter() - started)
-            apply({})
-            for variant in variants:
-                t = sorted(timings[variant])
-                print(
-                    f"{kind} {variant}: n {len(t)} split {split_share[variant] / len(t):.2f} "
-                    f"p50 {1000 * statistics.median(t):.2f} ms "
-                    f"p90 {1000 * t[int(0.9 * len(t))]:.2f} ms "
-                    f"mean {1000 * statistics.mean(t):.2f} ms"
-                )
-            ratio = statistics.median(timings[args.variant]) / statistics.median(timings["today"])
-            print(f"{kind}: p50 ratio {args.variant} / today {ratio:.3f}", flush=True)
+    for q in [q for s in sets.values() for q in s["single"]][:50]:
+        catalog.search(q.text, mode="hybrid", k=10)  # warm: matrix, postings, session
+    for kind in ("single", "multi+joined"):
+        names = ("single",) if kind == "single" else ("multi", "joined")
+        queries = [q for s in sets.values() for n in names for q in s[n]]
+        timings: dict[str, list[float]] = {v: [] for v in variants}
+        split_share = {v: 0 for v in variants}
+        for round_ in range(args.rounds):
+            for i, q in enumerate(queries):
+                order = variants if (i + round_) % 2 == 0 else variants[::-1]
+                for variant in order:
+                    apply(VARIANTS[variant])
+                    split_share[variant] += bool(split.split_request(q.text))
+                    embedder(model)._queries.clear()
+                    started = time.perf_counter()
+                    catalog.search(q.text, mode="hybrid", k=10)
+                    timings[variant].append(time.perf_counter() - started)
+        apply({})
+        for variant in variants:
+            t = sorted(timings[variant])
+            print(
+                f"{kind} {variant}: n {len(t)} split {split_share[variant] / len(t):.2f} "
+                f"p50 {1000 * statistics.median(t):.2f} ms "
+                f"p90 {1000 * t[int(0.9 * len(t))]:.2f} ms "
+                f"mean {1000 * statistics.mean(t):.2f} ms"
+            )
+        ratio = statistics.median(timings[args.variant]) / statistics.median(timings["today"])
+        print(f"{kind}: p50 ratio {args.variant} / today {ratio:.3f}", flush=True)
 
 
 def main() -> None:
@@ -366,6 +384,7 @@ def main() -> None:
     t.add_argument("--rounds", type=int, default=2)
     t.add_argument("--model", default="")
     t.add_argument("--max-tools", type=int, default=0)
+    t.add_argument("--db", help="Time a copy of this catalog (with vectors) instead.")
     t.add_argument("--cache", default="vectors.db")
     args = parser.parse_args()
     {"run": run, "report": report, "latency": latency}[args.command](args)

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 
 COVER_DEPTH = 20
 COVER_PENALTY = 0.3
+# Whether only the parts whose best tool fits them clearly (search/split.py ``fits``) count.
+GATED = False
 
 
 def assign(item: int, parts: Sequence[Mapping[int, float]], floors: Sequence[float]) -> int:

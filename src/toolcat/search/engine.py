@@ -325,8 +325,10 @@ class SearchEngine:
                 if best is None:
                     continue
                 tops.append(found[0][0])
-                part_cosines.append({i: c.semantic for i, c in found_signals.items()})
-                if not split.GATED or split.fits(best.semantic, best.cover):
+                clear = split.fits(best.semantic, best.cover)
+                if clear or not coverage.GATED:
+                    part_cosines.append({i: c.semantic for i, c in found_signals.items()})
+                if clear or not split.GATED:
                     per_part.append(found)
                     for item, candidate in found_signals.items():
                         part_signals.setdefault(item, candidate)
