@@ -57,6 +57,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cover .15": {"merge": "cover", "penalty": 0.15},
     "clauses cover .15": {"segmentation": "clauses", "merge": "cover", "penalty": 0.15},
     "clauses cover .3": {"segmentation": "clauses", "merge": "cover", "penalty": 0.3},
+    "fill": {"merge": "fill"},
+    "clauses fill": {"segmentation": "clauses", "merge": "fill"},
+    "fill gated": {"merge": "fill", "cover_gated": True},
+    "clauses fill gated": {"segmentation": "clauses", "merge": "fill", "cover_gated": True},
     "cover .15 gated": {"merge": "cover", "penalty": 0.15, "cover_gated": True},
     "clauses cover .15 gated": {
         "segmentation": "clauses",
@@ -254,7 +258,7 @@ def report(args: argparse.Namespace) -> None:
                 for kind in ("own", "pooled")
                 for s in names
                 for n in sets
-                if by[kind][s].get(n) and by[kind][s][n].get(variant)
+                if by[kind].get(s, {}).get(n) and by[kind][s][n].get(variant)
             ]
             return mean(values)
 
@@ -271,7 +275,9 @@ def report(args: argparse.Namespace) -> None:
                     table = data["rrf"] if variant == "rrf" else None
                     values = []
                     for s in sources:
-                        got = table[kind][s].get(n) if table else by[kind][s][n].get(variant)
+                        at = table if table else by
+                        got = at[kind].get(s, {}).get(n)
+                        got = got if table else (got or {}).get(variant)
                         if got:
                             values.append(mean(got))
                     cells.append(f"{mean(values):.3f}")
@@ -292,7 +298,7 @@ def report(args: argparse.Namespace) -> None:
             cells = []
             for kind in ("own", "pooled"):
                 for n in SETS:
-                    got = by[kind][held].get(n, {})
+                    got = by[kind].get(held, {}).get(n, {})
                     if not got:
                         cells.append("–")
                         continue

@@ -5,11 +5,14 @@ caller, so the splitter is also fed hostile text and must stay linear in it."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from tests.helpers import BENCH
+from toolcat import Catalog
 from toolcat.search import split
-from toolcat.search.coverage import assign, cover
+from toolcat.search.coverage import assign, cover, fill
 from toolcat.search.split import interleave, split_request
 
 SEGMENTATIONS = ("sequencing", "clauses")
@@ -92,3 +95,53 @@ def test_cover_lets_the_part_without_a_hit_into_the_top() -> None:
     assert [i for i, _ in cover(whole, parts, 5, penalty=0.0)] == [1, 2, 3, 4, 6]
     assert [i for i, _ in cover(whole, parts[:1], 5)] == [1, 2, 3, 4, 6]  # one part: as is
     assert cover([], parts, 5) == []
+
+
+TWO_INTENTS = (
+    "Can you search for news articles about sustainable development goals? Also, can you add "
+    "a reminder for me?\nCan you remind me to call John at 3 pm tomorrow? Today is 2022-05-24\n"
+    "Username is user1 and password is user1pass."
+)
+
+
+@pytest.fixture(scope="module")
+def apibank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    """apibank's 101 tools from ../shared/bench, embedded by the shipped retriever."""
+    if not (BENCH / "apibank").is_dir():
+        pytest.skip("../shared/bench is not here")
+    pytest.importorskip("onnxruntime")
+    from toolcat.quality.evaluate import load_source
+
+    source = load_source(BENCH / "apibank")
+    with Catalog(tmp_path_factory.mktemp("apibank") / "c.db") as catalog:
+        catalog.register(source.toolkit)
+        catalog.reindex()
+        yield catalog
+
+
+def test_a_two_intent_request_gets_both_tools_in_the_top_five(
+    apibank: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two apibank requests joined as one: the whole request's ranking fills its top five
+    with tools for the first (search, news, information), and the reminder tool of the
+    second is sixth or lower; the coverage-aware ranking lets it in."""
+    wanted = {"SearchEngine", "AddReminder"}
+
+    def top5() -> set[str]:
+        return {h.tool.name for h in apibank.search(TWO_INTENTS, mode="hybrid", k=5).hits}
+
+    assert wanted <= top5()
+    monkeypatch.setattr(split, "PART_MERGE", "first")  # the merge before coverage
+    assert not wanted <= top5()
+
+
+def test_fill_gives_a_part_without_a_hit_the_place_of_a_crowded_parts_lowest() -> None:
+    whole = [(1, 1.0), (2, 0.95), (3, 0.9), (4, 0.85), (6, 0.82), (5, 0.8), (7, 0.1)]
+    parts = [{1: 0.8, 2: 0.7, 3: 0.7, 4: 0.7, 5: 0.2, 7: 0.1}, {5: 0.6, 1: 0.2, 7: 0.1}]
+    # Part 1's tool 5 takes the place of tool 4, part 0's lowest; tool 6 serves no part.
+    assert [i for i, _ in fill(whole, parts, 7, top=5)] == [1, 2, 3, 5, 6, 4, 7]
+    assert [s for _, s in fill(whole, parts, 7, top=5)] == [s for _, s in whole]
+    # Every part has a hit already: nothing moves.
+    assert fill(whole, parts, 7, top=6) == whole
+    assert fill(whole, parts[:1], 7) == whole
+    assert fill([], parts, 5) == []

@@ -65,3 +65,42 @@ def cover(
     order += [item for item, _ in rest] + [item for item, _ in whole[depth:]]
     scores = [score for _, score in whole]
     return list(zip(order, scores, strict=False))[:limit]
+
+
+# "fill": the top this many hits are where every part should have one.
+FILL_TOP = 5
+
+
+def fill(
+    whole: Sequence[tuple[int, float]],
+    parts: Sequence[Mapping[int, float]],
+    limit: int,
+    top: int = FILL_TOP,
+    depth: int = COVER_DEPTH,
+) -> list[tuple[int, float]]:
+    """``whole`` (best first) where a part that has no tool in the first ``top`` hits gets
+    its best-ranked tool of the first ``depth`` in, in place of the lowest of the top hits
+    whose part has another above it (never the first hit); nothing moves when every part has
+    a hit or no part has two. Scores stay those of the places."""
+    if len(parts) < 2 or len(whole) <= top:
+        return list(whole[:limit])
+    floors = [min(cosines.values(), default=0.0) for cosines in parts]
+    order = [item for item, _ in whole[:depth]]
+    served = {item: assign(item, parts, floors) for item in order}
+    for part in range(len(parts)):
+        head = order[:top]
+        if any(served[item] == part for item in head):
+            continue
+        below = [item for item in order[top:] if served[item] == part]
+        counts = [sum(served[i] == served[item] for i in head) for item in head]
+        crowded = [n for n in range(1, top) if served[head[n]] >= 0 and counts[n] >= 2]
+        if not below or not crowded:
+            continue
+        out, moved = crowded[-1], below[0]
+        displaced = order[out]
+        order.remove(moved)
+        order[out] = moved
+        order.insert(top, displaced)  # the displaced tool is the first below the top
+    order += [item for item, _ in whole[depth:]]
+    scores = [score for _, score in whole]
+    return list(zip(order, scores, strict=False))[:limit]

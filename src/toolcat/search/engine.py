@@ -334,7 +334,11 @@ class SearchEngine:
                         part_signals.setdefault(item, candidate)
             if mode == "hybrid" and HYBRID_FUSION == "hybrid":  # the whole request, not its parts
                 if tops:  # each part's best tool gains in the whole ranking (fusion.py)
-                    deep = max(k, coverage.COVER_DEPTH) if split.PART_MERGE == "cover" else k
+                    deep = (
+                        k
+                        if split.PART_MERGE in ("first", "interleave")
+                        else max(k, coverage.COVER_DEPTH)
+                    )
                     ranked = fusion.lift_part_tops(signals, tops, deep, fusion.params_for(model_id))
                 context = calibration.query_context(signals, calibration.for_model(model_id))
             if parts:
@@ -342,6 +346,10 @@ class SearchEngine:
                     signals.setdefault(item, candidate)
                 if split.PART_MERGE == "cover":  # search/coverage.py
                     ranked = coverage.cover(ranked, part_cosines, k)
+                elif split.PART_MERGE == "fill":
+                    ranked = coverage.fill(
+                        split.merge(ranked, per_part, len(ranked)), part_cosines, k
+                    )
                 else:
                     ranked = split.combine(ranked, per_part, k)
             exact = reader.exact_matches(conn, text, filters)
