@@ -240,10 +240,19 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+def merged(into: dict[str, Any], more: dict[str, Any]) -> None:
+    """``more``'s results added to ``into``'s, down to each variant's list."""
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merged(into[key], value)
+        else:
+            into[key] = value
+
+
 def report(args: argparse.Namespace) -> None:
     data: dict[str, Any] = {}
-    for path in args.out:  # one file per model, and the baseline's
-        data.update(json.loads(Path(path).read_text()))
+    for path in args.out:  # one file per model or per set of variants, and the baseline's
+        merged(data, json.loads(Path(path).read_text()))
     models = [m for m in data if m not in ("sets", "rrf")]
     for model in models:
         by = data[model]
@@ -290,6 +299,7 @@ def report(args: argparse.Namespace) -> None:
             + " |"
         )
         print("|---|---|" + "---|" * 6)
+        held_out: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
         for held in sources:
             others = [s for s in sources if s != held]
             today_single = score("today", others, ("single",))
@@ -306,6 +316,24 @@ def report(args: argparse.Namespace) -> None:
                     c, t = mean(got[chosen]), mean(got["today"])
                     cells.append(f"{c:.3f} ({c - t:+.3f} today, {c - rrf:+.3f} rrf)")
             print(f"| {held} | {chosen} | " + " | ".join(cells) + " |")
+            for kind in ("own", "pooled"):
+                for n in SETS:
+                    got = by[kind].get(held, {}).get(n, {})
+                    if got.get(chosen):
+                        held_out.setdefault((kind, n), []).append(
+                            (
+                                mean(got[chosen]),
+                                mean(got["today"]),
+                                mean(data["rrf"][kind][held][n]) if "rrf" in data else 0.0,
+                            )
+                        )
+        cells = []
+        for kind in ("own", "pooled"):
+            for n in SETS:
+                rows_ = held_out.get((kind, n), [])
+                c, t, r = (mean([row[i] for row in rows_]) for i in range(3))
+                cells.append(f"{c:.3f} ({c - t:+.3f} today, {c - r:+.3f} rrf)")
+        print("| mean (held out) | | " + " | ".join(cells) + " |")
 
 
 def latency(args: argparse.Namespace) -> None:

@@ -98,40 +98,42 @@ def test_cover_lets_the_part_without_a_hit_into_the_top() -> None:
 
 
 TWO_INTENTS = (
-    "Can you search for news articles about sustainable development goals? Also, can you add "
-    "a reminder for me?\nCan you remind me to call John at 3 pm tomorrow? Today is 2022-05-24\n"
-    "Username is user1 and password is user1pass."
+    "Show me some English movies rating no less than 7.0 and no earlier than 2021, and what "
+    "is the name of the song I playing right now?"
 )
 
 
 @pytest.fixture(scope="module")
-def apibank(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
-    """apibank's 101 tools from ../shared/bench, embedded by the shipped retriever."""
-    if not (BENCH / "apibank").is_dir():
+def restbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    """restbench's 94 TMDB and Spotify tools from ../shared/bench, embedded by the shipped
+    retriever."""
+    if not (BENCH / "restbench").is_dir():
         pytest.skip("../shared/bench is not here")
     pytest.importorskip("onnxruntime")
     from toolcat.quality.evaluate import load_source
 
-    source = load_source(BENCH / "apibank")
-    with Catalog(tmp_path_factory.mktemp("apibank") / "c.db") as catalog:
+    source = load_source(BENCH / "restbench")
+    with Catalog(tmp_path_factory.mktemp("restbench") / "c.db") as catalog:
         catalog.register(source.toolkit)
         catalog.reindex()
         yield catalog
 
 
 def test_a_two_intent_request_gets_both_tools_in_the_top_five(
-    apibank: Catalog, monkeypatch: pytest.MonkeyPatch
+    restbench: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two apibank requests joined as one: the whole request's ranking fills its top five
-    with tools for the first (search, news, information), and the reminder tool of the
-    second is sixth or lower; the coverage-aware ranking lets it in."""
-    wanted = {"SearchEngine", "AddReminder"}
+    """Two requests joined by ", and" (one of the synthetic joined requests of
+    scripts/research/multi_intent.py): split into clauses, the song playing now joins the
+    movie search in the top five; cut only at sentence ends and sequencing words, the request
+    stays whole and the Spotify tool is not there."""
+    wanted = {"tmdb_get_discover_movie", "spotify_get_me_player_currently_playing"}
 
     def top5() -> set[str]:
-        return {h.tool.name for h in apibank.search(TWO_INTENTS, mode="hybrid", k=5).hits}
+        return {h.tool.name for h in restbench.search(TWO_INTENTS, mode="hybrid", k=5).hits}
 
+    assert split.SEGMENTATION == "clauses"
     assert wanted <= top5()
-    monkeypatch.setattr(split, "PART_MERGE", "first")  # the merge before coverage
+    monkeypatch.setattr(split, "SEGMENTATION", "sequencing")  # the split before
     assert not wanted <= top5()
 
 

@@ -2,9 +2,14 @@
 
 "Find the movie The Dark Knight, then list its cast" needs a search tool and a credits tool;
 one ranking of the whole request tends to fill its top hits with tools for the stronger half.
-``split_request`` cuts a request at sentence ends and at sequencing words ("then", "and
-then", "after that", ";"), keeping parts of at least ``MIN_PART_TERMS`` words; ``merge``
-keeps the whole request's ranking and lets each part's best tool into the top hits.
+``split_request`` cuts a request into clauses: at sentence ends, sequencing words ("then",
+"and then", "after that", ";"), a comma before a conjunction (", and", ", but") and "and"
+before a request verb ("find the movie and list its cast"), keeping parts of at least
+``MIN_PART_WORDS`` words; ``merge`` keeps the whole request's ranking and lets each part's
+best tool into the top hits. The other segmentation and part merges measured beside these
+(``SEGMENTATION``, ``PART_MERGE``; search/coverage.py) stay switchable for
+scripts/research/multi_intent.py, which chose these leaving each benchmark source out
+(docs/benchmarks.md, "Requests that need several tools").
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ _LEADING_CLAUSE = re.compile(
 )
 # Which segmentation ``split_request`` uses: "sequencing" (sentence ends and sequencing
 # words) or "clauses" (those and the conjunctions above).
-SEGMENTATION = "sequencing"
+SEGMENTATION = "clauses"
 
 
 def split_request(text: str, segmentation: str | None = None) -> list[str]:
