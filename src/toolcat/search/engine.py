@@ -326,7 +326,7 @@ class SearchEngine:
                     continue
                 tops.append(found[0][0])
                 clear = split.fits(best.semantic, best.cover)
-                if clear or not coverage.GATED:
+                if split.PART_MERGE in ("cover", "fill") and (clear or not coverage.GATED):
                     part_cosines.append({i: c.semantic for i, c in found_signals.items()})
                 if clear or not split.GATED:
                     per_part.append(found)
