@@ -312,7 +312,7 @@ def report(args: argparse.Namespace) -> None:
                     if not got:
                         cells.append("–")
                         continue
-                    rrf = mean(data["rrf"][kind][held][n]) if "rrf" in data else float("nan")
+                    rrf = mean(data.get("rrf", {}).get(kind, {}).get(held, {}).get(n) or [])
                     c, t = mean(got[chosen]), mean(got["today"])
                     cells.append(f"{c:.3f} ({c - t:+.3f} today, {c - rrf:+.3f} rrf)")
             print(f"| {held} | {chosen} | " + " | ".join(cells) + " |")
@@ -324,7 +324,7 @@ def report(args: argparse.Namespace) -> None:
                             (
                                 mean(got[chosen]),
                                 mean(got["today"]),
-                                mean(data["rrf"][kind][held][n]) if "rrf" in data else 0.0,
+                                mean(data.get("rrf", {}).get(kind, {}).get(held, {}).get(n) or []),
                             )
                         )
         cells = []

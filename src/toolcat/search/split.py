@@ -8,8 +8,9 @@ before a request verb ("find the movie and list its cast"), keeping parts of at 
 ``MIN_PART_WORDS`` words; ``merge`` keeps the whole request's ranking and lets each part's
 best tool into the top hits. The other segmentation and part merges measured beside these
 (``SEGMENTATION``, ``PART_MERGE``; search/coverage.py) stay switchable for
-scripts/research/multi_intent.py, which chose these leaving each benchmark source out
-(docs/benchmarks.md, "Requests that need several tools").
+scripts/research/multi_intent.py: leaving each benchmark source out it chose clauses with the
+shipped retriever (a few thousandths of R@5; not with the base MiniLM) and none of the
+coverage merges (docs/benchmarks.md, "Requests that need several tools: clauses...").
 """
 
 from __future__ import annotations
