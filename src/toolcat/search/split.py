@@ -2,9 +2,15 @@
 
 "Find the movie The Dark Knight, then list its cast" needs a search tool and a credits tool;
 one ranking of the whole request tends to fill its top hits with tools for the stronger half.
-``split_request`` cuts a request at sentence ends and at sequencing words ("then", "and
-then", "after that", ";"), keeping parts of at least ``MIN_PART_TERMS`` words; ``merge``
-keeps the whole request's ranking and lets each part's best tool into the top hits.
+``split_request`` cuts a request into clauses: at sentence ends, sequencing words ("then",
+"and then", "after that", ";"), a comma before a conjunction (", and", ", but") and "and"
+before a request verb ("find the movie and list its cast"), keeping parts of at least
+``MIN_PART_WORDS`` words; ``merge`` keeps the whole request's ranking and lets each part's
+best tool into the top hits. The other segmentation and part merges measured beside these
+(``SEGMENTATION``, ``PART_MERGE``; search/coverage.py) stay switchable for
+scripts/research/multi_intent.py: leaving each benchmark source out it chose clauses with the
+shipped retriever (a few thousandths of R@5; not with the base MiniLM) and none of the
+coverage merges (docs/benchmarks.md, "Requests that need several tools: clauses...").
 """
 
 from __future__ import annotations
@@ -24,13 +30,42 @@ _SEPARATORS = re.compile(
 
 
 _LEADING = re.compile(r"^(?:and then|then|after that|afterwards|and also|also)\s+", re.IGNORECASE)
+# Clauses (``SEGMENTATION = "clauses"``): also a comma followed by a conjunction (", and I
+# also need", ", plus"), "additionally"/"as well as"/"in addition", and "and" followed by a
+# request verb ("find the movie and list its cast"). Every alternative is a fixed word list
+# or a bounded run of whitespace: linear in the text, no backtracking blow-up.
+_REQUEST_VERBS = (
+    "tell|show|give|find|get|list|check|calculate|compute|provide|send|create|add|book|set|"
+    "search|look|retrieve|fetch|delete|remove|update|make|convert|translate|schedule|"
+    "recommend|suggest|play|open|cancel|share|post|buy|order|track|record|let me know"
+)
+_CLAUSES = re.compile(
+    r"(?<=[.?!])\s+|\n+|;\s+"
+    r"|,?\s+(?:and then|then|after that|afterwards|and also|additionally|as well as"
+    r"|in addition(?: to that)?|plus)\s+"
+    r",?|,\s+(?:and|but|also)\s+"
+    rf"|\s+and\s+(?=(?:please\s+)?(?:{_REQUEST_VERBS})\b)",
+    re.IGNORECASE,
+)
+_LEADING_CLAUSE = re.compile(
+    r"^(?:and then|then|after that|afterwards|and also|also|additionally|and|but|plus"
+    r"|in addition(?: to that)?|as well as)\b[\s,]*",
+    re.IGNORECASE,
+)
+# Which segmentation ``split_request`` uses: "sequencing" (sentence ends and sequencing
+# words) or "clauses" (those and the conjunctions above).
+SEGMENTATION = "clauses"
 
 
-def split_request(text: str) -> list[str]:
+def split_request(text: str, segmentation: str | None = None) -> list[str]:
     """The parts of a compound request, or ``[]`` when it is one request."""
     if len(text) > MAX_SPLIT_CHARS:
         return []
-    parts = [_LEADING.sub("", p.strip(" ,.;")) for p in _SEPARATORS.split(text)]
+    if (segmentation or SEGMENTATION) == "clauses":
+        separators, leading = _CLAUSES, _LEADING_CLAUSE
+    else:
+        separators, leading = _SEPARATORS, _LEADING
+    parts = [leading.sub("", p.strip(" ,.;")) for p in separators.split(text) if p]
     parts = [p for p in parts if len(p.split()) >= MIN_PART_WORDS]
     if len(parts) < 2:
         return []
@@ -60,3 +95,57 @@ def merge(
     merged = order + [item for item, _ in whole if item not in order]
     scores = [score for _, score in whole]
     return list(zip(merged, scores, strict=False))[:limit]
+
+
+# How parts' rankings join the whole request's (``combine``): "first" (``merge``: each part's
+# best tool after the whole's first hit) or "interleave" (``interleave``).
+PART_MERGE = "first"
+# Whether a part joins only when its best tool fits it clearly (``fits``).
+GATED = True
+# "interleave": how many of each part's hits take turns with the whole request's.
+INTERLEAVE_DEPTH = 2
+
+
+def interleave(
+    whole: Sequence[tuple[int, float]],
+    parts: Sequence[Sequence[tuple[int, float]]],
+    limit: int,
+    depth: int = INTERLEAVE_DEPTH,
+) -> list[tuple[int, float]]:
+    """Round robin: the whole request's first hit, then each part's first, the whole's
+    second, each part's second ... down to each part's ``depth``-th hit, then the rest of
+    the whole ranking. Scores are those of the whole ranking's places, as in ``merge``."""
+    if not whole:
+        return []
+    order: dict[int, None] = {}
+    for rank in range(max(depth, 1)):
+        if rank < len(whole):
+            order.setdefault(whole[rank][0])
+        for ranking in parts:
+            if rank < len(ranking):
+                order.setdefault(ranking[rank][0])
+        if len(order) >= limit:
+            break
+    for item, _ in whole:
+        if len(order) >= limit:
+            break
+        order.setdefault(item)
+    scores = [score for _, score in whole]
+    scores += [scores[-1]] * max(0, len(order) - len(scores))
+    return list(zip(order, scores, strict=False))[:limit]
+
+
+def part_depth() -> int:
+    """How many hits of each part's ranking ``combine`` reads."""
+    return max(1, INTERLEAVE_DEPTH) if PART_MERGE == "interleave" else 1
+
+
+def combine(
+    whole: Sequence[tuple[int, float]],
+    parts: Sequence[Sequence[tuple[int, float]]],
+    limit: int,
+) -> list[tuple[int, float]]:
+    """The whole request's ranking joined with its parts' as ``PART_MERGE`` says."""
+    if PART_MERGE == "interleave":
+        return interleave(whole, parts, limit)
+    return merge(whole, parts, limit)

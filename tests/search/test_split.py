@@ -1,0 +1,149 @@
+"""Splitting a compound request (search/split.py) and joining its parts' rankings
+(search/split.py, search/coverage.py), without a model: the request text is input from any
+caller, so the splitter is also fed hostile text and must stay linear in it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import BENCH
+from toolcat import Catalog
+from toolcat.search import split
+from toolcat.search.coverage import assign, cover, fill
+from toolcat.search.split import interleave, split_request
+
+SEGMENTATIONS = ("sequencing", "clauses")
+
+
+def test_clauses_split_commas_with_conjunctions_and_request_verbs() -> None:
+    text = (
+        "I'm planning a trip to Japan next month, and I want to start budgeting. Can you "
+        "tell me the exchange rate from US dollars to yen, and also the average rate in July?"
+    )
+    assert split_request(text, "clauses") == [
+        "I'm planning a trip to Japan next month",
+        "I want to start budgeting",
+        "Can you tell me the exchange rate from US dollars to yen",
+        "the average rate in July?",
+    ]
+    assert split_request("Find the movie The Dark Knight and list its cast", "clauses") == [
+        "Find the movie The Dark Knight",
+        "list its cast",
+    ]
+    # "and" between nouns is no clause: one request stays whole.
+    assert split_request("search and replace text in a file", "clauses") == []
+    assert split_request("Find the movie The Dark Knight and list its cast", "sequencing") == []
+
+
+@pytest.mark.parametrize("segmentation", SEGMENTATIONS)
+def test_short_pieces_and_empty_parts_are_dropped(segmentation: str) -> None:
+    assert split_request("", segmentation) == []
+    assert split_request(" ; ; \n\n , and , and then ", segmentation) == []
+    assert split_request("a b. c d. e f", segmentation) == []  # every part under three words
+    parts = split_request("Get the weather in Paris;;; ;\n\nthen book a flight there", segmentation)
+    assert parts == ["Get the weather in Paris", "book a flight there"]
+
+
+@pytest.mark.parametrize("segmentation", SEGMENTATIONS)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x " * 100_000,  # over the length limit: not split at all
+        ", and " * 333,  # separators only, just under the limit
+        "and " * 499,
+        "a, and b and find " * 110,
+        "Find it. " * 222,
+        "\u00e9t\u00e9 \u2014 \u0645\u0631\u062d\u0628\u0627\u3002 \U0001f600 and list \u00df "
+        * 40,
+        "\x00\x1b[2J, and then \u202e\u200b" * 150,
+        "then " * 399,
+    ],
+)
+def test_hostile_text_is_split_quickly_into_bounded_parts(segmentation: str, text: str) -> None:
+    started = time.perf_counter()
+    for _ in range(20):
+        parts = split_request(text, segmentation)
+    assert (time.perf_counter() - started) / 20 < 0.02  # measured well under 1 ms
+    assert len(parts) <= split.MAX_PARTS
+    assert all(len(p.split()) >= split.MIN_PART_WORDS for p in parts)
+    assert all(p in text for p in parts)  # pieces of the request, nothing made up
+
+
+def test_interleave_takes_turns_down_to_the_depth() -> None:
+    whole = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.5), (6, 0.4)]
+    parts = [[(7, 0.5), (2, 0.4)], [(8, 0.9), (9, 0.3)]]
+    merged = interleave(whole, parts, 6, depth=2)
+    assert [i for i, _ in merged] == [1, 7, 8, 2, 9, 3]
+    assert [s for _, s in merged] == [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]  # the places' scores
+    assert [i for i, _ in interleave(whole, parts, 6, depth=1)] == [1, 7, 8, 2, 3, 4]
+    assert interleave([], parts, 5) == []
+    assert [i for i, _ in interleave([(1, 1.0)], [[(2, 0.5)]], 5)] == [1, 2]
+
+
+def test_cover_lets_the_part_without_a_hit_into_the_top() -> None:
+    # Tools 1-4 all serve part 0 (closest to it); tool 5 serves part 1, and the whole
+    # request ranks it sixth. A penalty of .3 per tool already serving a part lifts it.
+    whole = [(1, 1.0), (2, 0.95), (3, 0.9), (4, 0.85), (6, 0.82), (5, 0.8), (7, 0.1)]
+    parts = [{1: 0.8, 2: 0.7, 3: 0.7, 4: 0.7, 5: 0.2, 7: 0.1}, {5: 0.6, 1: 0.2, 7: 0.1}]
+    assert assign(5, parts, [0.1, 0.1]) == 1 and assign(2, parts, [0.1, 0.1]) == 0
+    assert assign(6, parts, [0.1, 0.1]) == -1  # in no part's candidates
+    ranked = [i for i, _ in cover(whole, parts, 5, penalty=0.3)]
+    assert ranked[0] == 1 and 5 in ranked
+    assert [i for i, _ in cover(whole, parts, 5, penalty=0.0)] == [1, 2, 3, 4, 6]
+    assert [i for i, _ in cover(whole, parts[:1], 5)] == [1, 2, 3, 4, 6]  # one part: as is
+    assert cover([], parts, 5) == []
+
+
+TWO_INTENTS = (
+    "Show me some English movies rating no less than 7.0 and no earlier than 2021, and what "
+    "is the name of the song I playing right now?"
+)
+
+
+@pytest.fixture(scope="module")
+def restbench(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Catalog]:
+    """restbench's 94 TMDB and Spotify tools from ../shared/bench, embedded by the shipped
+    retriever."""
+    if not (BENCH / "restbench").is_dir():
+        pytest.skip("../shared/bench is not here")
+    pytest.importorskip("onnxruntime")
+    from toolcat.quality.evaluate import load_source
+
+    source = load_source(BENCH / "restbench")
+    with Catalog(tmp_path_factory.mktemp("restbench") / "c.db") as catalog:
+        catalog.register(source.toolkit)
+        catalog.reindex()
+        yield catalog
+
+
+def test_a_two_intent_request_gets_both_tools_in_the_top_five(
+    restbench: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests joined by ", and" (one of the synthetic joined requests of
+    scripts/research/multi_intent.py): split into clauses, the song playing now joins the
+    movie search in the top five; cut only at sentence ends and sequencing words, the request
+    stays whole and the Spotify tool is not there."""
+    wanted = {"tmdb_get_discover_movie", "spotify_get_me_player_currently_playing"}
+
+    def top5() -> set[str]:
+        return {h.tool.name for h in restbench.search(TWO_INTENTS, mode="hybrid", k=5).hits}
+
+    assert split.SEGMENTATION == "clauses"
+    assert wanted <= top5()
+    monkeypatch.setattr(split, "SEGMENTATION", "sequencing")  # the split before
+    assert not wanted <= top5()
+
+
+def test_fill_gives_a_part_without_a_hit_the_place_of_a_crowded_parts_lowest() -> None:
+    whole = [(1, 1.0), (2, 0.95), (3, 0.9), (4, 0.85), (6, 0.82), (5, 0.8), (7, 0.1)]
+    parts = [{1: 0.8, 2: 0.7, 3: 0.7, 4: 0.7, 5: 0.2, 7: 0.1}, {5: 0.6, 1: 0.2, 7: 0.1}]
+    # Part 1's tool 5 takes the place of tool 4, part 0's lowest; tool 6 serves no part.
+    assert [i for i, _ in fill(whole, parts, 7, top=5)] == [1, 2, 3, 5, 6, 4, 7]
+    assert [s for _, s in fill(whole, parts, 7, top=5)] == [s for _, s in whole]
+    # Every part has a hit already: nothing moves.
+    assert fill(whole, parts, 7, top=6) == whole
+    assert fill(whole, parts[:1], 7) == whole
+    assert fill([], parts, 5) == []
