@@ -123,17 +123,18 @@ def test_a_two_intent_request_gets_both_tools_in_the_top_five(
     restbench: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two requests joined by ", and" (one of the synthetic joined requests of
-    scripts/research/multi_intent.py): split into clauses, the song playing now joins the
-    movie search in the top five; cut only at sentence ends and sequencing words, the request
-    stays whole and the Spotify tool is not there."""
+    scripts/research/multi_intent.py): split into clauses (an option: it did not carry over
+    leaving sources out), the song playing now joins the movie search in the top five; cut
+    only at sentence ends and sequencing words, the request stays whole and the Spotify tool
+    is not there."""
     wanted = {"tmdb_get_discover_movie", "spotify_get_me_player_currently_playing"}
 
     def top5() -> set[str]:
         return {h.tool.name for h in restbench.search(TWO_INTENTS, mode="hybrid", k=5).hits}
 
-    assert split.SEGMENTATION == "clauses"
+    monkeypatch.setattr(split, "SEGMENTATION", "clauses")
     assert wanted <= top5()
-    monkeypatch.setattr(split, "SEGMENTATION", "sequencing")  # the split before
+    monkeypatch.setattr(split, "SEGMENTATION", "sequencing")  # the default
     assert not wanted <= top5()
 
 

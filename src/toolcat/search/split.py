@@ -53,8 +53,11 @@ _LEADING_CLAUSE = re.compile(
     re.IGNORECASE,
 )
 # Which segmentation ``split_request`` uses: "sequencing" (sentence ends and sequencing
-# words) or "clauses" (those and the conjunctions above).
-SEGMENTATION = "clauses"
+# words) or "clauses" (those and the conjunctions above). Clauses were the retriever's pick
+# leaving each source out, by +.001 to +.004 R@5 (noise at 40 queries a source), but that
+# encoder was trained on those sources; with base MiniLM, trained on none, they lost .005
+# to .010 on multi-tool queries (docs/benchmarks.md): no evidence that carries over.
+SEGMENTATION = "sequencing"
 
 
 def split_request(text: str, segmentation: str | None = None) -> list[str]:
