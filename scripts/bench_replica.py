@@ -199,7 +199,9 @@ def stages_here(source: str, folder: Path, vectors: bool) -> dict[str, Any]:
 
         timed("vectors_again", lambda: catalog.search("warm up", k=2, mode="embedding"))
     server = CatalogServer(catalog)
-    listed = timed("list", lambda: server._read_list(catalog, server.scope))
+    page = server.options.page_size + 1
+    timed("list", lambda: server._pages(server.scope).upto(catalog, page))  # as prepare does
+    listed = timed("list_whole", lambda: server._pages(server.scope).upto(catalog, 10**9))
     second = Catalog(copy)
     second.share_indexes(catalog)
     timed(
