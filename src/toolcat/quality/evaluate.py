@@ -417,6 +417,67 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+MARGIN_METRICS = ("R@5", "nDCG@10")
+# The table of ``margins``: the default (hybrid), toolcat's single modes, the plain baseline.
+MARGIN_MODES = ("hybrid", "bm25", "embedding", "rrf-baseline", "minilm-baseline")
+
+
+def margins(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per source (and before/after learning), R@5 and nDCG@10 of the default (hybrid), of
+    toolcat's single modes and of the plain baseline, and the margins the issue judges: the
+    default over plain RRF (``vs_rrf``), the default over the better of toolcat's single
+    modes for that metric (``vs_best_single``: fusion must never cost), and toolcat's
+    embedding over the base MiniLM (``embedding_vs_minilm``). A margin whose modes were not
+    both scored is absent. The last line (``source`` "mean") averages every source alike,
+    margins included (over the sources that have them)."""
+    by_source: dict[tuple[str, bool], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        if row["mode"] in MARGIN_MODES:
+            key = (row["source"], bool(row.get("learned_from")))
+            by_source.setdefault(key, {})[row["mode"]] = row
+    lines: list[dict[str, Any]] = []
+    for (source, learned), modes in by_source.items():
+        line: dict[str, Any] = {"source": source, "pooled": bool(_first(modes).get("pooled"))}
+        if learned:
+            line["learned"] = True
+        for mode in MARGIN_MODES:
+            if mode in modes:
+                line[mode] = {k: modes[mode][k] for k in MARGIN_METRICS}
+        singles = [line[m] for m in ("bm25", "embedding") if m in line]
+        for name, high, low in (
+            ("vs_rrf", line.get("hybrid"), line.get("rrf-baseline")),
+            (
+                "vs_best_single",
+                line.get("hybrid"),
+                {k: max(s[k] for s in singles) for k in MARGIN_METRICS} if singles else None,
+            ),
+            ("embedding_vs_minilm", line.get("embedding"), line.get("minilm-baseline")),
+        ):
+            if high is not None and low is not None:
+                line[name] = {k: round(high[k] - low[k], 4) for k in MARGIN_METRICS}
+        lines.append(line)
+    for learned in (False, True):
+        group = [line for line in lines if bool(line.get("learned")) is learned]
+        if not group:
+            continue
+        mean: dict[str, Any] = {"source": "mean", "pooled": group[0]["pooled"]}
+        if learned:
+            mean["learned"] = True
+        for key in (*MARGIN_MODES, "vs_rrf", "vs_best_single", "embedding_vs_minilm"):
+            have = [line[key] for line in group if key in line]
+            if have:
+                mean[key] = {
+                    k: round(sum(h[k] for h in have) / len(have), 4) for k in MARGIN_METRICS
+                }
+                mean[key]["sources"] = len(have)
+        lines.append(mean)
+    return lines
+
+
+def _first(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return next(iter(modes.values()))
+
+
 def _copy_vectors(catalog: Catalog, source: Path) -> None:
     """Take the vectors of identical tool definitions from another catalog file (same model),
     so that the abstention catalog and the per-source ones embed each tool once."""
