@@ -261,3 +261,13 @@ def test_margin_table_prints_every_column() -> None:
     assert "default-best" in text[1] and "emb-minilm" in text[1]
     assert "-0.040/+0.000" in text[2] and "+0.140/+0.000" in text[2]
     assert text[-1].startswith("mean")
+
+
+def test_score_only_keeps_the_other_sources_as_distractors(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    pooled = evaluate(tmp_path, modes=["bm25"], pooled=True, score_only=["beta"])
+    assert [r["source"] for r in pooled] == ["beta"] and pooled[0]["pooled"]
+    own = evaluate(tmp_path, modes=["bm25"], score_only=["alpha"])
+    assert [r["source"] for r in own] == ["alpha"]
+    with pytest.raises(ToolcatError, match="cannot score gamma"):
+        evaluate(tmp_path, modes=["bm25"], pooled=True, score_only=["gamma"])

@@ -282,6 +282,7 @@ def evaluate(
     embedding_model: str | None = None,
     progress: Progress | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    score_only: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Score search modes on benchmark sources.
 
@@ -310,6 +311,8 @@ def evaluate(
         embedding_model: The catalogs' embedding model (default: a new catalog's).
         progress: Called with a line of progress now and then.
         on_row: Called with each row as soon as it is computed.
+        score_only: Score only these sources' queries; the other sources still give their
+            tools (with ``pooled``: distractors). Default: every source.
 
     Returns:
         One row per source and mode (the baseline's two after toolcat's): ``source``,
@@ -322,6 +325,11 @@ def evaluate(
     folders = validate(bench, sources, modes, max_queries, learn_split, learn_fraction)
     say = progress or _quiet
     loaded = [load_source(f) for f in folders]
+    unknown = sorted(set(score_only) - {s.name for s in loaded})
+    if unknown:
+        raise ToolcatError(f"cannot score {', '.join(unknown)}: not among the sources loaded")
+    scoring = {s.name for s in loaded if not score_only or s.name in score_only}
+    scored = [s for s in loaded if s.name in scoring]
     plans = {
         s.name: split_queries(
             s,
@@ -353,7 +361,7 @@ def evaluate(
             _reindex(foreign, "all sources", say, cache)
         try:
             # One catalog of every source's tools (pooled), or one per source.
-            groups = [(loaded, "pooled")] if pooled else [([s], s.name) for s in loaded]
+            groups = [(loaded, "pooled")] if pooled else [([s], s.name) for s in scored]
             for group, label in groups:
                 path = Path(tmp) / ("pooled.db" if pooled else f"{group[0].toolkit.name}.db")
                 with Catalog(path, embedding_model=embedding_model) as catalog:
@@ -364,13 +372,13 @@ def evaluate(
                         _reindex(catalog, label, say, cache)
                     learned = 0
                     if learning:  # the same queries scored before learning, then after
-                        for source in group:
+                        for source in (s for s in group if s.name in scoring):
                             score = plans[source.name].score
                             emit(_run(catalog, source, score, modes, pooled, 0, None, False, say))
                         for source in group:
                             learned += _learn(catalog, source, plans[source.name].learn, say)
                         _reindex(catalog, f"{label}, after learning", say)
-                    for source in group:
+                    for source in (s for s in group if s.name in scoring):
                         score = plans[source.name].score
                         emit(
                             _run(
