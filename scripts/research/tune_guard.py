@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import itertools
 import json
+import random
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ from toolcat.search.fusion import (  # noqa: E402
 )
 from tune_fusion import fused, load, new_rule, recall5, small_misses  # noqa: E402
 
-STEPS = 40  # BM25 weights looked up: 0, 1/STEPS, ..., 1
+STEPS = 20  # BM25 weights looked up: 0, 1/STEPS, ..., 1
 BIASES = tuple(round(-0.6 + 0.1 * i, 2) for i in range(11))  # -0.6 .. 0.4
 LEXICAL = (0.0, 0.2, 0.4, 0.8)
 SEMANTIC = (0.0, 2.0, 4.0, 8.0)
@@ -119,9 +120,16 @@ _data: dict[str, dict[str, list[Row]]] = {}
 _params: list[HybridParams] = []
 
 
+_fit_queries: list[int] = []
+
+
 def _prepare(key: tuple[str, str]) -> tuple[tuple[str, str], list[dict[str, Any]]]:
+    """One catalog's queries looked up (a seeded sample of ``--fit-queries`` of them)."""
     setting, name = key
-    return key, [prepare_row(_params[0], q) for q in _data[setting][name]]
+    rows = _data[setting][name]
+    if _fit_queries and len(rows) > _fit_queries[0]:
+        rows = random.Random(f"guard:{name}").sample(rows, _fit_queries[0])
+    return key, [prepare_row(_params[0], q) for q in rows]
 
 
 METRICS = ("R@5", "nDCG@10")
@@ -154,11 +162,16 @@ def main() -> None:
     parser.add_argument("--small", type=Path, help="gather_rankings.py --small for the model")
     parser.add_argument("--json", type=Path, help="write the fitted settings and scores here")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--fit-queries", type=int, default=0, help="fit on a seeded sample of this many a catalog"
+    )
     parser.add_argument("--baseline", type=Path, help="plain_baseline.py's rows, for margins")
     args = parser.parse_args()
     _data.update(load(args.rankings))
     base = unguarded(params_for(args.model))
     _params.append(base)
+    if args.fit_queries > 0:
+        _fit_queries.append(args.fit_queries)
     small = load(args.small)["own"] if args.small else {}
     names = sorted(_data["own"])
     keys = [(s, n) for s in ("own", "pooled") for n in names if n in _data.get(s, {})]

@@ -612,8 +612,8 @@ def eval_(
                 + (f"    {margin['R@5']:+.3f} {margin['nDCG@10']:+.3f}" if margin else "")
             )
         echo()
-        for line in margin_table(margins(done)):
-            echo(line)
+        for text in margin_table(margins(done)):
+            echo(text)
     if target is not None and model is not None:  # after the output: a refusal loses nothing
         kept = saved.save(target, done, model=model)
         progress(f"saved as the last eval of {str(target.path)!r} (revision {kept.revision})")

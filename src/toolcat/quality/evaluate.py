@@ -471,13 +471,13 @@ def margins(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         mean: dict[str, Any] = {"source": "mean", "pooled": group[0]["pooled"]}
         if learned:
             mean["learned"] = True
-        for key in (*MARGIN_MODES, "vs_rrf", "vs_best_single", "embedding_vs_minilm"):
-            have = [line[key] for line in group if key in line]
+        for column in (*MARGIN_MODES, "vs_rrf", "vs_best_single", "embedding_vs_minilm"):
+            have = [line[column] for line in group if column in line]
             if have:
-                mean[key] = {
+                mean[column] = {
                     k: round(sum(h[k] for h in have) / len(have), 4) for k in MARGIN_METRICS
                 }
-                mean[key]["sources"] = len(have)
+                mean[column]["sources"] = len(have)
         lines.append(mean)
     return lines
 
