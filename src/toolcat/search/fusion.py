@@ -15,6 +15,8 @@ from what the query and the rankings say about themselves, no labels at query ti
 - Then a little of the raw cosine and of the cosine times the query coverage: min-max
   normalisation forgets how close the embeddings' best hits really are, and a tool that is
   both close and holds the request's words is likelier than one that is either alone.
+- Where the two rankings part, a guard can move BM25's weight towards the surer one
+  (``guarded_trust``); no shipped model turns it on.
 - In a request split into parts (search/split.py), each part's best tool is raised by
   ``part_bonus`` in the whole request's ranking, up to just below its first hit
   (``lift_part_tops``).
@@ -261,9 +263,10 @@ def guarded_trust(trust: float, lexical: Ranking, semantic: Ranking, params: Hyb
     by (1 - ``agreement``) times (``guard_bias`` + ``guard_lexical`` x BM25's lead -
     ``guard_semantic`` x the embeddings' lead), kept in [0, 1]. A lead is how far a ranking's
     first hit stands above its second: a ranking sure of its first hit, against one that is
-    not, is the likelier to be right where they part. Labels play no part at query time; the
-    three constants were fitted leaving each benchmark source out
-    (scripts/research/tune_guard.py)."""
+    not, is the likelier to be right where they part. Labels play no part at query time.
+    No shipped model sets the constants: fitted leaving each benchmark source out
+    (scripts/research/tune_guard.py), they did not carry to the source left out
+    (docs/benchmarks.md, "One catalog of everything")."""
     if not (params.guard_bias or params.guard_lexical or params.guard_semantic):
         return trust
     apart = 1.0 - agreement(lexical, semantic)
