@@ -11,7 +11,19 @@ baseline (``toolcat eval --baseline``: rank-bm25 + base MiniLM by RRF, and base 
 today's default (hybrid with the base model).
 
     python scripts/loso_eval.py --data prepared.json.gz --vectors DIR [--json out.json]
-        [--fusion FITTED.json] [--no-base]
+        [--fusion FITTED.json] [--no-base] [--pooled]
+
+``--pooled`` scores each left-out source S a second time, pooled: S's queries searched in one
+catalog of every source's tools (``evaluate(pooled=True, score_only=[S])``, the ``toolcat eval
+--pooled`` catalog). It needs each LOSO model's vectors of every other source's tools
+(``alltools-S.npz``, ``train_retriever.py --loso --all-tools``, fp32), and takes the base
+model's vectors of every tool from the union of the ``base-*.npz`` files. Mind what pooled
+means here: the other six sources' tools are distractors the left-out model was trained on
+(their tools and queries), so the trained rows are pooled among seen tools. Pooled among
+unseen tools cannot be built from the dev sources under a LOSO model (each has seen all but
+one); the base MiniLM rows are pooled among unseen tools by construction, and for the trained
+model the held-out public sources of issue 22 (none of them trained on) pooled together are
+that table (``toolcat eval --pooled --baseline`` on them).
 
 The trained rows rank with the retriever's fusion constants (``fusion.MODEL_PARAMS``) and
 the base rows with the base MiniLM's (``fusion.HYBRID_PARAMS``), as toolcat does. The
@@ -90,18 +102,82 @@ def score(
     vectors: dict[str, np.ndarray],
     modes: Sequence[str],
     params: fusion.HybridParams | None = None,
+    pooled: bool = False,
     **options: Any,
 ) -> dict[str, dict[str, float]]:
     """``evaluate`` on one source with the embedder answering from ``vectors`` (and the
-    retriever's fusion constants ``params`` when given)."""
+    retriever's fusion constants ``params`` when given); ``pooled``: its queries searched
+    among every source's tools."""
     embeddings._embedders = Every(Stored(vectors))  # type: ignore[assignment]
     shipped = fusion.MODEL_PARAMS[RETRIEVER]
     fusion.MODEL_PARAMS[RETRIEVER] = params or shipped
     try:
-        rows = evaluate(bench, sources=[source], modes=modes, max_queries=EVAL_QUERIES, **options)
+        rows = evaluate(
+            bench,
+            sources=() if pooled else [source],
+            score_only=[source],
+            pooled=pooled,
+            modes=modes,
+            max_queries=EVAL_QUERIES,
+            **options,
+        )
     finally:
         fusion.MODEL_PARAMS[RETRIEVER] = shipped
     return {r["mode"]: {k: r[k] for k in ("queries", "R@1", "R@5", "nDCG@10")} for r in rows}
+
+
+def every_base_vector(args: argparse.Namespace, data: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The base model's vectors of every source's texts (tools, plain texts, eval queries):
+    one model, so the union of the ``base-*.npz`` files."""
+    found: dict[str, np.ndarray] = {}
+    for other, source in data["sources"].items():
+        texts = loso_texts(source) + list(source["plain"].values())
+        found.update(lookup(texts, np.load(args.vectors / f"base-{other}.npz")["vectors"]))
+    return found
+
+
+def pooled_row(
+    args: argparse.Namespace, data: dict[str, Any], name: str, fitted: dict[str, Any]
+) -> dict[str, Any]:
+    """Source ``name``'s queries among every source's tools: the base model's modes and the
+    plain baseline, and (with ``alltools-NAME.npz``) the model that left ``name`` out."""
+    base = every_base_vector(args, data)
+    row: dict[str, Any] = {}
+    today = score(
+        args.bench,
+        name,
+        base,
+        ("bm25", "embedding", "hybrid"),
+        pooled=True,
+        baseline=True,
+        baseline_encoder=lambda texts: np.stack([base[t] for t in texts]),
+        embedding_model=MINILM,
+    )
+    row["bm25"] = today["bm25"]
+    row["base embedding"] = today["embedding"]
+    row["base hybrid"] = today["hybrid"]
+    row["minilm-baseline"] = today["minilm-baseline"]
+    row["rrf-baseline"] = today["rrf-baseline"]
+    every = args.vectors / f"alltools-{name}.npz"
+    if not every.exists():
+        return row
+    others = np.load(every)
+    for variant in args.variant or ("fp32", "int8"):
+        trained = np.load(args.vectors / f"loso-{name}.npz")
+        if variant not in trained:
+            continue
+        vectors = lookup(loso_texts(data["sources"][name]), trained[variant])
+        for other, source in data["sources"].items():
+            if other != name:  # fp32 only: the other sources' tools under the same model
+                vectors.update(lookup(list(source["tools"].values()), others[f"tools-{other}"]))
+        found = score(args.bench, name, vectors, ("embedding", "hybrid"), pooled=True)
+        row[f"trained embedding {variant}"] = found["embedding"]
+        row[f"trained hybrid {variant}"] = found["hybrid"]
+        if name in fitted:
+            held_out = fusion.HybridParams(**fitted[name])
+            found = score(args.bench, name, vectors, ("hybrid",), held_out, pooled=True)
+            row[f"trained hybrid {variant}, held-out fit"] = found["hybrid"]
+    return row
 
 
 def main() -> None:
@@ -114,12 +190,24 @@ def main() -> None:
     parser.add_argument("--fusion", type=Path, help="tune_loso.py's constants per held-out source")
     parser.add_argument("--no-base", action="store_true", help="skip the base model's modes")
     parser.add_argument("--variant", action="append", default=[], help="only these (fp32, int8)")
+    parser.add_argument(
+        "--pooled", action="store_true", help="also score each source among every source's tools"
+    )
     args = parser.parse_args()
     with gzip.open(args.data, "rt", encoding="utf-8") as f:
         data = json.load(f)
     fitted = json.loads(args.fusion.read_text()) if args.fusion else {}
     table: dict[str, dict[str, Any]] = {}
+    pooled: dict[str, dict[str, Any]] = {}
     for name in args.source or sorted(data["sources"]):
+        if args.pooled:
+            pooled[name] = pooled_row(args, data, name, fitted)
+            print(
+                name,
+                "pooled",
+                json.dumps({k: (v["R@5"], v["nDCG@10"]) for k, v in pooled[name].items()}),
+                flush=True,
+            )
         source = data["sources"][name]
         texts = loso_texts(source)
         plain = list(source["plain"].values())
@@ -160,24 +248,35 @@ def main() -> None:
                         row[f"trained hybrid {variant}, {label}"] = found["hybrid"]
         table[name] = row
         print(name, json.dumps({k: (v["R@5"], v["nDCG@10"]) for k, v in row.items()}), flush=True)
-    modes = list(next(iter(table.values())))
-    print(f"\n{'source':<12}" + "".join(f"{m[:26]:>28}" for m in modes))
+    out = {"per_source": table, "mean": printed("own catalogs", table)}
+    if pooled:
+        out["pooled"] = pooled
+        out["pooled_mean"] = printed("pooled (every source's tools)", pooled)
+    if args.json is not None:
+        args.json.write_text(json.dumps(out, indent=2))
+
+
+def printed(title: str, table: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Print one table (R@5 and nDCG@10 per source and mode, "-" where a mode was not scored)
+    and return its mean row (each mode over the sources that have it)."""
+    modes = list(dict.fromkeys(m for row in table.values() for m in row))
+    print(f"\n{title}\n{'source':<12}" + "".join(f"{m[:26]:>28}" for m in modes))
     for name, row in table.items():
-        cells = "".join(f"{row[m]['R@5']:>16.3f} {row[m]['nDCG@10']:.3f}    " for m in modes)
+        cells = "".join(
+            f"{row[m]['R@5']:>16.3f} {row[m]['nDCG@10']:.3f}    " if m in row else f"{'-':>28}"
+            for m in modes
+        )
         print(f"{name:<12}{cells}")
     mean = {
-        m: {
-            k: round(sum(r[m][k] for r in table.values()) / len(table), 4)
-            for k in ("R@5", "nDCG@10")
-        }
+        m: {k: round(sum(r[m][k] for r in have) / len(have), 4) for k in ("R@5", "nDCG@10")}
         for m in modes
+        if (have := [r for r in table.values() if m in r])
     }
     print(
         f"{'mean':<12}"
         + "".join(f"{mean[m]['R@5']:>16.3f} {mean[m]['nDCG@10']:.3f}    " for m in modes)
     )
-    if args.json is not None:
-        args.json.write_text(json.dumps({"per_source": table, "mean": mean}, indent=2))
+    return mean
 
 
 if __name__ == "__main__":

@@ -144,3 +144,29 @@ def test_eval_cli_baseline_table_and_json(tmp_path: Path) -> None:
     assert [r["mode"] for r in data["results"]] == ["bm25", *BASELINE_MODES]
     assert {m["mode"] for m in data["mean"]} == {"bm25", *BASELINE_MODES}
     assert all("vs_rrf_baseline" in m for m in data["mean"])
+
+
+def test_eval_cli_pooled_baseline_prints_the_margin_table(tmp_path: Path) -> None:
+    """`toolcat eval --pooled --baseline`: per source, the default, both single modes and
+    the plain baseline with the margins, then the mean line; the JSON holds the same."""
+    pytest.importorskip("sentence_transformers")
+    bench = _tiny_bench(tmp_path)
+    runner = CliRunner()
+    args = ["eval", str(bench), "--pooled", "--baseline", "--quiet"]
+    table = runner.invoke(cli, args)
+    assert table.exit_code == 0, table.output
+    lines = table.output.splitlines()
+    start = lines.index("per source, pooled catalog (R@5/nDCG@10)")
+    header, *rows = [line for line in lines[start + 1 :] if line.strip()]
+    assert header.split() == [
+        "source", "default", "bm25", "embedding", "rrf-baseline", "minilm-base",
+        "default-rrf", "default-best", "emb-minilm",
+    ]  # fmt: skip
+    assert [r.split()[0] for r in rows] == ["tiny", "mean"]
+    assert all(len(r.split()) == 9 and "-" not in r.split()[1:6] for r in rows)
+    data = json.loads(runner.invoke(cli, [*args, "--json"]).stdout)
+    tiny, mean = data["margins"]
+    assert tiny["source"] == "tiny" and mean["source"] == "mean" and tiny["pooled"] is True
+    assert set(tiny) >= {"vs_rrf", "vs_best_single", "embedding_vs_minilm"}
+    best = max(tiny["bm25"]["R@5"], tiny["embedding"]["R@5"])
+    assert tiny["vs_best_single"]["R@5"] == pytest.approx(tiny["hybrid"]["R@5"] - best, abs=1e-4)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from tests.helpers import BENCH
 from toolcat.cli import cli
 from toolcat.errors import ToolcatError
-from toolcat.quality.evaluate import catalog_name, evaluate, score_query
+from toolcat.quality.evaluate import catalog_name, evaluate, margins, score_query
 
 
 def test_score_query_strict() -> None:
@@ -205,3 +206,68 @@ def test_bm25_beats_the_published_baseline_on_toolalpaca() -> None:
     [row] = evaluate(BENCH, sources=["toolalpaca"], modes=["bm25"])
     assert row["queries"] == 209
     assert row["R@5"] >= 0.859 and row["nDCG@10"] >= 0.778  # ../shared/bench/README.md
+
+
+def _row(source: str, mode: str, r5: float, ndcg: float, pooled: bool = True) -> dict[str, Any]:
+    return {"source": source, "mode": mode, "pooled": pooled, "R@5": r5, "nDCG@10": ndcg}
+
+
+def test_margins_per_source_and_mean() -> None:
+    """The default against plain RRF, against the better single mode per metric (a fusion
+    that costs shows negative), and the embedding against the base MiniLM."""
+    rows = [
+        _row("a", "bm25", 0.50, 0.40),
+        _row("a", "embedding", 0.78, 0.60),
+        _row("a", "hybrid", 0.74, 0.65),
+        _row("a", "rrf-baseline", 0.60, 0.50),
+        _row("a", "minilm-baseline", 0.70, 0.55),
+        _row("b", "bm25", 0.30, 0.20),
+        _row("b", "embedding", 0.20, 0.10),
+        _row("b", "hybrid", 0.40, 0.30),
+        _row("b", "rrf-baseline", 0.30, 0.25),
+        _row("b", "minilm-baseline", 0.25, 0.12),
+    ]
+    lines = {line["source"]: line for line in margins(rows)}
+    assert lines["a"]["vs_best_single"] == {"R@5": -0.04, "nDCG@10": 0.05}
+    assert lines["a"]["vs_rrf"] == {"R@5": 0.14, "nDCG@10": 0.15}
+    assert lines["b"]["embedding_vs_minilm"] == {"R@5": -0.05, "nDCG@10": -0.02}
+    mean = lines["mean"]
+    assert mean["vs_best_single"]["R@5"] == pytest.approx(0.03)  # (-.04 + .10) / 2
+    assert mean["hybrid"]["R@5"] == pytest.approx(0.57) and mean["hybrid"]["sources"] == 2
+    assert mean["pooled"] is True
+
+
+def test_margins_leave_out_what_was_not_scored() -> None:
+    lines = margins([_row("a", "bm25", 0.5, 0.4, pooled=False)])
+    assert lines[0] == {"source": "a", "pooled": False, "bm25": {"R@5": 0.5, "nDCG@10": 0.4}}
+    assert "vs_rrf" not in lines[1] and lines[1]["source"] == "mean"
+
+
+def test_margin_table_prints_every_column() -> None:
+    from toolcat.cli.operator import margin_table
+
+    rows = [
+        _row("a", mode, r5, 0.5)
+        for mode, r5 in [
+            ("bm25", 0.5),
+            ("embedding", 0.78),
+            ("hybrid", 0.74),
+            ("rrf-baseline", 0.6),
+            ("minilm-baseline", 0.7),
+        ]
+    ]
+    text = margin_table(margins(rows))
+    assert text[0] == "per source, pooled catalog (R@5/nDCG@10)"
+    assert "default-best" in text[1] and "emb-minilm" in text[1]
+    assert "-0.040/+0.000" in text[2] and "+0.140/+0.000" in text[2]
+    assert text[-1].startswith("mean")
+
+
+def test_score_only_keeps_the_other_sources_as_distractors(tmp_path: Path) -> None:
+    _write_bench(tmp_path)
+    pooled = evaluate(tmp_path, modes=["bm25"], pooled=True, score_only=["beta"])
+    assert [r["source"] for r in pooled] == ["beta"] and pooled[0]["pooled"]
+    own = evaluate(tmp_path, modes=["bm25"], score_only=["alpha"])
+    assert [r["source"] for r in own] == ["alpha"]
+    with pytest.raises(ToolcatError, match="cannot score gamma"):
+        evaluate(tmp_path, modes=["bm25"], pooled=True, score_only=["gamma"])

@@ -4,6 +4,7 @@ tool's name must not outrank the other ranking's clear semantic match."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ from toolcat.search.fusion import (
     HYBRID_PARAMS,
     MODEL_PARAMS,
     Candidate,
+    agreement,
     coverage,
     fts_document,
+    guarded_trust,
     hybrid_fusion,
     lift_part_tops,
     params_for,
@@ -312,3 +315,33 @@ def test_split_request_and_merge() -> None:
     assert [i for i, _ in merged] == [1, 4, 2]
     assert [s for _, s in merged] == [0.9, 0.8, 0.7]
     assert fits(0.6, 0.0) and fits(0.1, 0.9) and not fits(0.3, 0.5)
+
+
+def test_the_guard_follows_the_surer_ranking_where_the_two_part() -> None:
+    """BM25 and the embeddings share none of their top hits; BM25's are level (one word of
+    a long request in each name), the embeddings' first stands far above the rest. The
+    unguarded fusion trusts BM25 for a request whose every word the catalog knows and puts
+    its first hit on top; the guard moves the weight to the surer ranking."""
+    terms = ["send", "invoice", "customer", "overdue"]
+    df = {t: 3 for t in terms}
+    lexical = [(i, 5.0 - 0.01 * i) for i in range(1, 6)]
+    semantic = [(10, 0.72), (11, 0.41), (12, 0.40), (13, 0.39), (14, 0.38)]
+    docs = {i: fts_document((f"tool{i}", "", "", "", ""), terms) for i in range(1, 15)}
+    plain, found = hybrid_fusion(terms, df, 200, lexical, semantic, docs, 5, 3)
+    assert plain[0][0] == 1 and found[1].trust == pytest.approx(HYBRID_PARAMS.lexical_weight)
+    guard = dataclasses.replace(
+        HYBRID_PARAMS, guard_bias=-0.2, guard_lexical=0.2, guard_semantic=4.0
+    )
+    guarded, found = hybrid_fusion(terms, df, 200, lexical, semantic, docs, 5, 3, guard)
+    assert guarded[0][0] == 10 and found[10].trust < 0.1
+    # Rankings that agree keep the weight the query's visibility gave.
+    assert guarded_trust(0.6, lexical, lexical, guard) == 0.6
+    assert agreement(lexical, semantic) == 0.0 and agreement([], semantic) == 1.0
+
+
+def test_the_guard_is_off_for_the_shipped_models() -> None:
+    """No guard is shipped: fitted leaving each source out it leaned on the packaged
+    retriever's in-sample embeddings, and for the base MiniLM it did not carry to the source
+    left out (docs/benchmarks.md, "One catalog of everything")."""
+    for params in (HYBRID_PARAMS, *MODEL_PARAMS.values()):
+        assert (params.guard_bias, params.guard_lexical, params.guard_semantic) == (0, 0, 0)

@@ -391,6 +391,44 @@ EVAL_EXTRA = (
 )
 
 
+MARGIN_COLUMNS = (
+    ("hybrid", "default"),
+    ("bm25", "bm25"),
+    ("embedding", "embedding"),
+    ("rrf-baseline", "rrf-baseline"),
+    ("minilm-baseline", "minilm-base"),
+    ("vs_rrf", "default-rrf"),
+    ("vs_best_single", "default-best"),
+    ("embedding_vs_minilm", "emb-minilm"),
+)
+
+
+def margin_table(lines: list[dict[str, Any]]) -> list[str]:
+    """``quality.evaluate.margins`` as text: one line per source and a mean line, each cell
+    R@5/nDCG@10; the margins signed ("default-best": hybrid minus the better of bm25 and
+    embedding)."""
+    if not lines:
+        return []
+    where = "pooled catalog" if lines[0]["pooled"] else "own catalogs"
+    out = [
+        f"per source, {where} (R@5/nDCG@10)",
+        f"{'source':<16}" + "".join(f"{title:>14}" for _, title in MARGIN_COLUMNS),
+    ]
+    for line in lines:
+        cells = []
+        for key, _ in MARGIN_COLUMNS:
+            value = line.get(key)
+            if value is None:
+                cells.append(f"{'-':>14}")
+            elif key.startswith(("vs_", "embedding_vs")):
+                cells.append(f"{value['R@5']:+.3f}/{value['nDCG@10']:+.3f}".rjust(14))
+            else:
+                cells.append(f"{value['R@5']:.3f}/{value['nDCG@10']:.3f}".rjust(14))
+        label = line["source"] + (" (learned)" if line.get("learned") else "")
+        out.append(f"{label[:16]:<16}" + "".join(cells))
+    return out
+
+
 @click.command(name="eval")
 @click.argument("bench_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--source", "sources", multiple=True, help="Only this source (repeatable).")
@@ -466,7 +504,7 @@ def eval_(
     Progress goes to stderr; each source's rows are printed as soon as they are computed.
     """
     from ..quality import saved
-    from ..quality.evaluate import DEFAULT_MODES, evaluate, summary
+    from ..quality.evaluate import DEFAULT_MODES, evaluate, margins, summary
 
     started = time.monotonic()
     target = open_catalog(ctx) if save else None
@@ -486,7 +524,9 @@ def eval_(
                 for r in done
             ]
         }
-        return {**results, "mean": summary(done)} if baseline else results
+        if not baseline:
+            return results
+        return {**results, "mean": summary(done), "margins": margins(done)}
 
     def print_row(r: dict[str, Any]) -> None:
         done.append(r)
@@ -577,6 +617,9 @@ def eval_(
                 f"{line['mode'] + learned:<24} {line['R@5']:.3f} {line['nDCG@10']:.3f}"
                 + (f"    {margin['R@5']:+.3f} {margin['nDCG@10']:+.3f}" if margin else "")
             )
+        echo()
+        for text in margin_table(margins(done)):
+            echo(text)
     if target is not None and model is not None:  # after the output: a refusal loses nothing
         kept = saved.save(target, done, model=model)
         progress(f"saved as the last eval of {str(target.path)!r} (revision {kept.revision})")

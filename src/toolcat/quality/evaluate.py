@@ -282,6 +282,7 @@ def evaluate(
     embedding_model: str | None = None,
     progress: Progress | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    score_only: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Score search modes on benchmark sources.
 
@@ -310,6 +311,8 @@ def evaluate(
         embedding_model: The catalogs' embedding model (default: a new catalog's).
         progress: Called with a line of progress now and then.
         on_row: Called with each row as soon as it is computed.
+        score_only: Score only these sources' queries; the other sources still give their
+            tools (with ``pooled``: distractors). Default: every source.
 
     Returns:
         One row per source and mode (the baseline's two after toolcat's): ``source``,
@@ -322,6 +325,11 @@ def evaluate(
     folders = validate(bench, sources, modes, max_queries, learn_split, learn_fraction)
     say = progress or _quiet
     loaded = [load_source(f) for f in folders]
+    unknown = sorted(set(score_only) - {s.name for s in loaded})
+    if unknown:
+        raise ToolcatError(f"cannot score {', '.join(unknown)}: not among the sources loaded")
+    scoring = {s.name for s in loaded if not score_only or s.name in score_only}
+    scored = [s for s in loaded if s.name in scoring]
     plans = {
         s.name: split_queries(
             s,
@@ -353,7 +361,7 @@ def evaluate(
             _reindex(foreign, "all sources", say, cache)
         try:
             # One catalog of every source's tools (pooled), or one per source.
-            groups = [(loaded, "pooled")] if pooled else [([s], s.name) for s in loaded]
+            groups = [(loaded, "pooled")] if pooled else [([s], s.name) for s in scored]
             for group, label in groups:
                 path = Path(tmp) / ("pooled.db" if pooled else f"{group[0].toolkit.name}.db")
                 with Catalog(path, embedding_model=embedding_model) as catalog:
@@ -364,13 +372,13 @@ def evaluate(
                         _reindex(catalog, label, say, cache)
                     learned = 0
                     if learning:  # the same queries scored before learning, then after
-                        for source in group:
+                        for source in (s for s in group if s.name in scoring):
                             score = plans[source.name].score
                             emit(_run(catalog, source, score, modes, pooled, 0, None, False, say))
                         for source in group:
                             learned += _learn(catalog, source, plans[source.name].learn, say)
                         _reindex(catalog, f"{label}, after learning", say)
-                    for source in group:
+                    for source in (s for s in group if s.name in scoring):
                         score = plans[source.name].score
                         emit(
                             _run(
@@ -415,6 +423,67 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             line["vs_rrf_baseline"] = {k: round(mean[k] - plain[k], 4) for k in mean}
         out.append(line)
     return out
+
+
+MARGIN_METRICS = ("R@5", "nDCG@10")
+# The table of ``margins``: the default (hybrid), toolcat's single modes, the plain baseline.
+MARGIN_MODES = ("hybrid", "bm25", "embedding", "rrf-baseline", "minilm-baseline")
+
+
+def margins(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per source (and before/after learning), R@5 and nDCG@10 of the default (hybrid), of
+    toolcat's single modes and of the plain baseline, and the margins the issue judges: the
+    default over plain RRF (``vs_rrf``), the default over the better of toolcat's single
+    modes for that metric (``vs_best_single``: fusion must never cost), and toolcat's
+    embedding over the base MiniLM (``embedding_vs_minilm``). A margin whose modes were not
+    both scored is absent. The last line (``source`` "mean") averages every source alike,
+    margins included (over the sources that have them)."""
+    by_source: dict[tuple[str, bool], dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        if row["mode"] in MARGIN_MODES:
+            key = (row["source"], bool(row.get("learned_from")))
+            by_source.setdefault(key, {})[row["mode"]] = row
+    lines: list[dict[str, Any]] = []
+    for (source, learned), modes in by_source.items():
+        line: dict[str, Any] = {"source": source, "pooled": bool(_first(modes).get("pooled"))}
+        if learned:
+            line["learned"] = True
+        for mode in MARGIN_MODES:
+            if mode in modes:
+                line[mode] = {k: modes[mode][k] for k in MARGIN_METRICS}
+        singles = [line[m] for m in ("bm25", "embedding") if m in line]
+        for name, high, low in (
+            ("vs_rrf", line.get("hybrid"), line.get("rrf-baseline")),
+            (
+                "vs_best_single",
+                line.get("hybrid"),
+                {k: max(s[k] for s in singles) for k in MARGIN_METRICS} if singles else None,
+            ),
+            ("embedding_vs_minilm", line.get("embedding"), line.get("minilm-baseline")),
+        ):
+            if high is not None and low is not None:
+                line[name] = {k: round(high[k] - low[k], 4) for k in MARGIN_METRICS}
+        lines.append(line)
+    for learned in (False, True):
+        group = [line for line in lines if bool(line.get("learned")) is learned]
+        if not group:
+            continue
+        mean: dict[str, Any] = {"source": "mean", "pooled": group[0]["pooled"]}
+        if learned:
+            mean["learned"] = True
+        for column in (*MARGIN_MODES, "vs_rrf", "vs_best_single", "embedding_vs_minilm"):
+            have = [line[column] for line in group if column in line]
+            if have:
+                mean[column] = {
+                    k: round(sum(h[k] for h in have) / len(have), 4) for k in MARGIN_METRICS
+                }
+                mean[column]["sources"] = len(have)
+        lines.append(mean)
+    return lines
+
+
+def _first(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return next(iter(modes.values()))
 
 
 def _copy_vectors(catalog: Catalog, source: Path) -> None:

@@ -15,6 +15,8 @@ from what the query and the rankings say about themselves, no labels at query ti
 - Then a little of the raw cosine and of the cosine times the query coverage: min-max
   normalisation forgets how close the embeddings' best hits really are, and a tool that is
   both close and holds the request's words is likelier than one that is either alone.
+- Where the two rankings part, a guard can move BM25's weight towards the surer one
+  (``guarded_trust``); no shipped model turns it on.
 - In a request split into parts (search/split.py), each part's best tool is raised by
   ``part_bonus`` in the whole request's ranking, up to just below its first hit
   (``lift_part_tops``).
@@ -215,6 +217,11 @@ class HybridParams:
     cosine_weight: float = 0.096  # plus this times its cosine
     cosine_cover_weight: float = 0.101  # plus this times its cosine times its query coverage
     part_bonus: float = 0.208  # a part's best tool, in the whole request's ranking
+    # The disagreement guard (``guarded_trust``): when the two rankings' top hits disagree,
+    # BM25's weight moves by these times how far they disagree. 0: no guard.
+    guard_bias: float = 0.0  # towards BM25 (> 0) or the embeddings (< 0) whatever the leads
+    guard_lexical: float = 0.0  # times BM25's lead (1 - its second score / its first)
+    guard_semantic: float = 0.0  # minus this times the embeddings' lead (first - second cosine)
 
 
 # The base MiniLM's constants, fitted on its cosines; any model without its own entry below
@@ -237,6 +244,46 @@ def params_for(model_id: str) -> HybridParams:
     return MODEL_PARAMS.get(model_id, HYBRID_PARAMS)
 
 
+GUARD_TOP = 5  # the top hits whose overlap says how far the rankings agree
+
+
+def agreement(lexical: Ranking, semantic: Ranking, top: int = GUARD_TOP) -> float:
+    """The share of each ranking's first ``top`` hits found in the other's first ``top``
+    (1: the same tools, 0: none in common); 1 when either ranking is empty (nothing to
+    disagree with)."""
+    if not lexical or not semantic:
+        return 1.0
+    first = {item for item, _ in lexical[:top]}
+    second = {item for item, _ in semantic[:top]}
+    return len(first & second) / min(top, len(first), len(second))
+
+
+def guarded_trust(trust: float, lexical: Ranking, semantic: Ranking, params: HybridParams) -> float:
+    """BM25's weight ``trust`` moved towards the stronger ranking when the two disagree:
+    by (1 - ``agreement``) times (``guard_bias`` + ``guard_lexical`` x BM25's lead -
+    ``guard_semantic`` x the embeddings' lead), kept in [0, 1]. A lead is how far a ranking's
+    first hit stands above its second: a ranking sure of its first hit, against one that is
+    not, is the likelier to be right where they part. Labels play no part at query time.
+    No shipped model sets the constants: fitted leaving each benchmark source out
+    (scripts/research/tune_guard.py), they did not carry to the source left out
+    (docs/benchmarks.md, "One catalog of everything")."""
+    if not (params.guard_bias or params.guard_lexical or params.guard_semantic):
+        return trust
+    apart = 1.0 - agreement(lexical, semantic)
+    if not apart:
+        return trust
+    lexical_lead = (
+        1.0 - lexical[1][1] / lexical[0][1] if len(lexical) > 1 and lexical[0][1] > 0 else 1.0
+    )
+    semantic_lead = semantic[0][1] - semantic[1][1] if len(semantic) > 1 else 0.0
+    shift = (
+        params.guard_bias
+        + params.guard_lexical * lexical_lead
+        - params.guard_semantic * semantic_lead
+    )
+    return min(1.0, max(0.0, trust + apart * shift))
+
+
 def hybrid_fusion(
     terms: Sequence[str],
     doc_freq: Mapping[str, int],
@@ -248,12 +295,15 @@ def hybrid_fusion(
     limit: int,
     params: HybridParams = HYBRID_PARAMS,
     names: Mapping[int, NameWeight] | None = None,
+    trust: float | None = None,
 ) -> tuple[list[tuple[int, float]], dict[int, Candidate]]:
     """Fuse a BM25 and an embedding ranking (each at most ``depth`` hits, best first).
 
     ``doc_freq`` holds the document frequency of the query's terms and, unless ``names``
-    gives each candidate's ``name_weight``, of the candidates' name terms. Returns ((id,
-    fused score) best first, the candidates with their signals).
+    gives each candidate's ``name_weight``, of the candidates' name terms. ``trust``, when
+    given, is BM25's weight instead of the one the query's visibility and the guard decide
+    (the fitting scripts try weights with it). Returns ((id, fused score) best first, the
+    candidates with their signals).
     """
     found = candidates(terms, doc_freq, n_docs, lexical, semantic, documents)
     if not found:
@@ -261,7 +311,10 @@ def hybrid_fusion(
     weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in [*terms, *doc_freq]}
     total = sum(weights[t] for t in terms)
     visibility = sum(weights[t] for t in terms if doc_freq.get(t, 0) > 0) / total if total else 0.0
-    trust = params.lexical_weight * visibility**params.visibility_power
+    if trust is None:
+        trust = guarded_trust(
+            params.lexical_weight * visibility**params.visibility_power, lexical, semantic, params
+        )
     lexical_part = _normalised(lexical, floor_at_zero=len(lexical) < depth)
     semantic_part = _normalised(semantic)
     query_terms = set(terms)
