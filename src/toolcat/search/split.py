@@ -29,6 +29,16 @@ _SEPARATORS = re.compile(
 )
 
 
+# A run of whitespace becomes one character before splitting: every separator starts with
+# ``\s+`` tried at each place, so a run of n blanks cost O(n^2) steps (2,000 blanks between
+# two words: 0.3 s a query, 0.7 s with clauses). A run holding a line end stays a line end.
+_BLANKS = re.compile(r"\s+")
+
+
+def _squeezed(text: str) -> str:
+    return _BLANKS.sub(lambda run: "\n" if "\n" in run.group() else " ", text)
+
+
 _LEADING = re.compile(r"^(?:and then|then|after that|afterwards|and also|also)\s+", re.IGNORECASE)
 # Clauses (``SEGMENTATION = "clauses"``): also a comma followed by a conjunction (", and I
 # also need", ", plus"), "additionally"/"as well as"/"in addition", and "and" followed by a
@@ -68,7 +78,7 @@ def split_request(text: str, segmentation: str | None = None) -> list[str]:
         separators, leading = _CLAUSES, _LEADING_CLAUSE
     else:
         separators, leading = _SEPARATORS, _LEADING
-    parts = [leading.sub("", p.strip(" ,.;")) for p in separators.split(text) if p]
+    parts = [leading.sub("", p.strip(" ,.;")) for p in separators.split(_squeezed(text)) if p]
     parts = [p for p in parts if len(p.split()) >= MIN_PART_WORDS]
     if len(parts) < 2:
         return []
