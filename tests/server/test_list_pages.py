@@ -89,3 +89,21 @@ def test_a_scope_pages_through_only_what_it_allows(big: Path) -> None:
             assert names[2:] == expected and len(expected) == 2 * LISTED // 12
 
     run(check)
+
+
+@pytest.mark.parametrize("cursor", ["o\u00b2", "o\u2460", "o\u0661\u0662", "o\U0001d7d7", "o-1"])
+def test_a_cursor_of_other_digits_is_invalid_params(big: Path, cursor: str) -> None:
+    """str.isdigit() holds for "²" and "①", which int() refuses: the cursor raised a
+    ValueError out of the handler instead of INVALID_PARAMS."""
+    from mcp import MCPError
+
+    server = CatalogServer(Catalog(big), ServeOptions(page_size=10, watch_interval=3600))
+
+    async def check() -> None:
+        async with Client(server.server, mode=MODERN) as client:
+            with pytest.raises(MCPError, match="invalid cursor") as caught:
+                await client.list_tools(cursor=cursor)
+            assert caught.value.error.code == -32602  # INVALID_PARAMS
+            assert len((await client.list_tools()).tools) == 12  # still serving
+
+    run(check)

@@ -849,8 +849,10 @@ def _key(tool: RegisteredTool) -> str:
 def _decode_offset(cursor: str | None) -> int:
     if cursor is None:
         return 0
-    if cursor.startswith("o") and cursor[1:].isdigit() and len(cursor) < 12:
-        return int(cursor[1:])
+    digits = cursor[1:]
+    # ASCII digits only: str.isdigit() also holds for "²" and "①", which int() refuses.
+    if cursor.startswith("o") and digits.isascii() and digits.isdigit() and len(cursor) < 12:
+        return int(digits)
     raise MCPError(
         types.INVALID_PARAMS, f"invalid cursor {cursor[:40]!r}: pass nextCursor as given"
     )
