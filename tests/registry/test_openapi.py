@@ -19,6 +19,7 @@ from tests.helpers import free_port, run_script, table_snapshot
 from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ImportFailedError, ManifestError
+from toolcat.registry.openapi import toolkit_from_openapi
 from toolcat.remote.openapi import parse_implementation
 
 SHARED = next(
@@ -450,3 +451,27 @@ def test_documents_are_bounded_and_read_safely(
     chain["paths"]["/text"]["get"]["parameters"] = [{"$ref": "#/components/parameters/P0"}]
     with pytest.raises(ManifestError, match="starts a chain of over 24"):
         catalog.register_openapi(chain, toolkit="pets", base_url="http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize("index", ["\u00b2", "%C2%B2", "\u2460"])
+def test_a_ref_index_of_other_digits_points_to_nothing(index: str) -> None:
+    """str.isdigit() holds for "²" and "①", which int() refuses: such a list index in a
+    document's $ref raised a ValueError, not a ManifestError."""
+    doc = {
+        "openapi": "3.0.0",
+        "info": {"title": "t", "version": "1"},
+        "servers": [{"url": "https://api.example.com"}],
+        "x-list": [{"type": "string"}],
+        "paths": {
+            "/a": {
+                "get": {
+                    "operationId": "get_a",
+                    "parameters": [
+                        {"name": "q", "in": "query", "schema": {"$ref": f"#/x-list/{index}"}}
+                    ],
+                }
+            }
+        },
+    }
+    with pytest.raises(ManifestError, match="points to nothing"):
+        toolkit_from_openapi(doc, "k", "1.0.0")

@@ -253,7 +253,12 @@ class _Resolver:
             part = unquote(part).replace("~1", "/").replace("~0", "~")
             if isinstance(node, dict) and part in node:
                 node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            elif (
+                isinstance(node, list)
+                and part.isascii()
+                and part.isdigit()
+                and int(part) < len(node)
+            ):
                 node = node[int(part)]
             else:
                 raise ManifestError(
