@@ -325,6 +325,6 @@ def _int(value: str | None, default: int, low: int, high: int, field: str) -> in
     if value in (None, ""):
         return default
     assert value is not None
-    if not value.isdigit() or len(value) > 6 or not low <= int(value) <= high:
+    if not (value.isascii() and value.isdigit()) or len(value) > 6 or not low <= int(value) <= high:
         raise views.BadRequest(f"{field} must be a whole number from {low} to {high}")
     return int(value)
