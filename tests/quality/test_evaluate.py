@@ -271,3 +271,27 @@ def test_score_only_keeps_the_other_sources_as_distractors(tmp_path: Path) -> No
     assert [r["source"] for r in own] == ["alpha"]
     with pytest.raises(ToolcatError, match="cannot score gamma"):
         evaluate(tmp_path, modes=["bm25"], pooled=True, score_only=["gamma"])
+
+
+@pytest.mark.parametrize(
+    ("tools", "queries"),
+    [
+        (b"\xff\xfe{}", b""),  # not UTF-8
+        (b'{"name": "t", "description": "d"}', b"{}"),  # a query without its fields
+        (b'{"name": "t", "description": "d"}', b"nope"),  # not JSON
+        (b"[1]", b""),  # a tool that is not an object
+    ],
+)
+def test_a_malformed_source_is_a_one_line_error_naming_it(
+    tmp_path: Path, tools: bytes, queries: bytes
+) -> None:
+    """Benchmark files are downloaded input: each of these was "unexpected ...Error (a bug
+    in toolcat)"."""
+    source = tmp_path / "bad"
+    source.mkdir()
+    (source / "tools.jsonl").write_bytes(tools)
+    (source / "queries.jsonl").write_bytes(queries)
+    with pytest.raises(ToolcatError, match="benchmark source 'bad' cannot be read"):
+        evaluate(tmp_path, modes=["bm25"])
+    result = CliRunner().invoke(cli, ["eval", str(tmp_path), "--mode", "bm25"])
+    assert result.exit_code not in (0, 70) and "bug in toolcat" not in result.output

@@ -80,7 +80,17 @@ def _toolkit_name(source: str) -> str:
 
 
 def load_source(folder: Path) -> Source:
-    """Read one source folder into a ``Toolkit`` and its queries."""
+    """Read one source folder into a ``Toolkit`` and its queries; ``ToolcatError`` naming
+    the folder when a file is not UTF-8 JSON lines of the expected shape."""
+    try:
+        return _read_source(folder)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ToolcatError(
+            f"benchmark source {folder.name!r} cannot be read: {type(e).__name__}: {str(e)[:200]}"
+        ) from None
+
+
+def _read_source(folder: Path) -> Source:
     name = folder.name
     tools: list[Tool] = []
     taken: set[str] = set()
