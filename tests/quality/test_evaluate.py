@@ -295,3 +295,32 @@ def test_a_malformed_source_is_a_one_line_error_naming_it(
         evaluate(tmp_path, modes=["bm25"])
     result = CliRunner().invoke(cli, ["eval", str(tmp_path), "--mode", "bm25"])
     assert result.exit_code not in (0, 70) and "bug in toolcat" not in result.output
+
+
+def test_a_source_without_queries_counts_in_no_mean(tmp_path: Path) -> None:
+    """A source with no query scored 0.0 everywhere (``_average`` of nothing) and halved
+    every mean of the summary and the margin table."""
+    from toolcat.quality.evaluate import summary
+
+    for name, queries in (
+        ("empty", ""),
+        ("full", '{"id": 1, "query": "weather 1", "relevant": ["t1"]}'),
+    ):
+        source = tmp_path / name
+        source.mkdir()
+        (source / "tools.jsonl").write_text(
+            "\n".join(
+                json.dumps({"name": f"t{i}", "description": f"weather {i}"}) for i in range(5)
+            )
+        )
+        (source / "queries.jsonl").write_text(queries)
+    rows = evaluate(tmp_path, modes=["bm25"])
+    assert {(r["source"], r["queries"]) for r in rows} == {("empty", 0), ("full", 1)}
+    (mean,) = summary(rows)
+    assert mean["R@5"] == 1.0 and mean["sources"] == 1
+    lines = {line["source"]: line for line in margins(rows)}
+    assert "empty" not in lines and lines["mean"]["bm25"] == {
+        "R@5": 1.0,
+        "nDCG@10": 1.0,
+        "sources": 1,
+    }

@@ -417,7 +417,7 @@ def summary(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     (each source weighs the same), with the margin over ``rrf-baseline`` where it was
     scored: the line every table ends with under ``--baseline``."""
     groups: dict[tuple[str, bool], list[dict[str, Any]]] = {}
-    for row in rows:
+    for row in _with_queries(rows):
         groups.setdefault((row["mode"], bool(row.get("learned_from"))), []).append(row)
     means = {
         key: {k: round(sum(r[k] for r in group) / len(group), 4) for k in ("R@5", "nDCG@10")}
@@ -449,7 +449,7 @@ def margins(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     both scored is absent. The last line (``source`` "mean") averages every source alike,
     margins included (over the sources that have them)."""
     by_source: dict[tuple[str, bool], dict[str, dict[str, Any]]] = {}
-    for row in rows:
+    for row in _with_queries(rows):
         if row["mode"] in MARGIN_MODES:
             key = (row["source"], bool(row.get("learned_from")))
             by_source.setdefault(key, {})[row["mode"]] = row
@@ -490,6 +490,12 @@ def margins(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 mean[column]["sources"] = len(have)
         lines.append(mean)
     return lines
+
+
+def _with_queries(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a mean may count: a source with no query to score has no figure (its rows'
+    0.0 would pull every mean down)."""
+    return [row for row in rows if row.get("queries") != 0]
 
 
 def _first(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
