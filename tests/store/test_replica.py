@@ -364,6 +364,37 @@ def test_follow_modes_txid_file_is_input(
     assert following._staged_txid() is None
 
 
+def test_a_fifo_as_follow_modes_file_hangs_no_look(primary: Primary, following: Follower) -> None:
+    """A FIFO planted as ``FILE.follow`` (with a sidecar saying it holds the newest
+    transaction): opening it to copy blocked the watcher until a writer came, forever."""
+    import threading
+
+    synced(following)
+    following.close()
+    assert following.staging is not None
+    following.staging.unlink()
+    os.mkfifo(following.staging)
+    Path(f"{following.staging}-txid").write_text(f"{2**40:016x}\n")
+    outcome: list[object] = []
+
+    def copy() -> None:
+        try:
+            outcome.append(following._copy_staged(1))
+        except Exception as e:  # what it raised is the outcome
+            outcome.append(e)
+
+    worker = threading.Thread(target=copy, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # let the blocked open return before failing
+        with open(following.staging, "wb"):
+            pass
+        pytest.fail("opening follow mode's FIFO blocked")
+    (result,) = outcome
+    assert isinstance(result, replica.CatalogError) and "not a regular file" in str(result)
+    assert not following.incoming.exists()
+
+
 def test_a_damaged_staging_file_is_restored_afresh_never_served(
     primary: Primary, following: Follower
 ) -> None:

@@ -570,8 +570,8 @@ class Follower:
         assert self.staging is not None
         with contextlib.suppress(OSError):
             self.incoming.unlink()
-        try:
-            source = os.open(self.staging, os.O_RDONLY | os.O_NOFOLLOW)
+        try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
+            source = os.open(self.staging, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         try:
