@@ -207,6 +207,11 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
         and meta.get("counts") in ("I", "d")
         and all(_positive(meta.get(key)) for key in ("scale", "avgdl"))
         and all(type(meta.get(key)) is bool for key in ("bounded", "holds_every_term"))
+        # a packed tool starts with its 4-byte length (``lexical_index._unpack``)
+        and min(sizes, default=4) >= 4
+        # tantivy's documents in row order (one pass over the same rows builds both): a
+        # position naming a row not held was a KeyError from every search once served
+        and (not positions or positions == rows)
     ):
         raise ValueError("a saved index of another shape")
     return {

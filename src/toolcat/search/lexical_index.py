@@ -130,11 +130,14 @@ def _unpack(blob: bytes, typecode: str) -> tuple[int, memoryview[int], memoryvie
     """``_pack``'s (length, term ids, counts), the last two read in place (no copies: a
     query unpacks ~20 tools)."""
     view = memoryview(blob)
-    n = (len(blob) - 4) // (4 + _COUNT_SIZE[typecode])
+    size = _COUNT_SIZE[typecode]
+    n = (len(blob) - 4) // (4 + size)
     return (
         _LENGTH.unpack_from(blob)[0],
         view[4 : 4 + 4 * n].cast("I"),
-        view[4 + 4 * n :].cast(typecode),  # type: ignore[call-overload]
+        # n counts exactly: a saved tool of another length (a forged save) scores what it
+        # holds instead of raising from every search
+        view[4 + 4 * n : 4 + (4 + size) * n].cast(typecode),  # type: ignore[call-overload]
     )
 
 
