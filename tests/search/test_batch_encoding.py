@@ -308,3 +308,56 @@ def test_killing_a_reindex_whose_workers_hang_kills_the_workers(tmp_path: Path) 
     for pid in left:  # do not leave them behind whatever happens
         os.kill(pid, signal.SIGKILL)
     assert left == {}
+
+
+def test_texts_sorted_by_tokens_get_the_vectors_of_unsorted_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    np = pytest.importorskip("numpy")
+    from toolcat.search import reindex as reindexing
+
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "0")
+    unsorted, tokens = registered(tmp_path / "unsorted.db"), registered(tmp_path / "tokens.db")
+    real = reindexing.by_tokens
+    monkeypatch.setattr(reindexing, "by_tokens", lambda encoder, texts, order: order)
+    with Catalog(unsorted) as catalog:
+        catalog.reindex(batch_size=8)
+    orders: list[tuple[list[str], list[str]]] = []
+
+    def spied(encoder: Any, texts: dict[str, str], order: list[str]) -> list[str]:
+        orders.append((order, real(encoder, texts, order)))
+        return orders[-1][1]
+
+    monkeypatch.setattr(reindexing, "by_tokens", spied)
+    with Catalog(tokens) as catalog:
+        assert catalog.reindex(batch_size=8).embedded == 38
+    ((given, ran),) = orders
+    assert given != ran  # the order really changed, so the batches did
+    plain, sorted_ = vectors(unsorted), vectors(tokens)
+    assert plain.keys() == sorted_.keys() and len(plain) == 38
+    for key, blob in plain.items():
+        a, b = np.frombuffer(blob, "<f4"), np.frombuffer(sorted_[key], "<f4")
+        assert float(a @ b) > 1 - 1e-5  # each tool's own vector, wherever its text ran
+
+
+def test_by_tokens_sorts_by_truncated_token_count_and_keeps_ties_in_order() -> None:
+    from toolcat.search.reindex import by_tokens
+
+    encoder = embedder(RETRIEVER)
+    tokenizer = encoder.document_encoder().tokenizer  # type: ignore[union-attr]
+    texts = {
+        "long": "word " * 600,  # past the model's 256 tokens: counted as truncated
+        "b": "search files",
+        "a": "read a file",
+        "mid": "send an email to a colleague with the report attached",
+        "empty": "",
+    }
+    order = ["long", "mid", "b", "a", "empty"]
+    ranked = by_tokens(encoder, texts, order, chunk=2)
+    counts = [len(tokenizer.encode(texts[h]).ids) for h in ranked]
+    assert sorted(ranked) == sorted(order) and counts == sorted(counts)
+    assert counts[-1] == 256 and ranked[-1] == "long"
+    ties = [h for h in ranked if len(tokenizer.encode(texts[h]).ids) == 4]
+    assert ties == [h for h in order if h in ties]  # equal counts keep the order given
+    assert by_tokens(object(), texts, order) == order  # no document encoder: unchanged
+    assert by_tokens(encoder, texts, ["a"]) == ["a"]
