@@ -1,5 +1,5 @@
 """Splitting a compound request (search/split.py) and joining its parts' rankings
-(search/split.py, search/coverage.py), without a model: the request text is input from any
+(search/split.py), without a model: the request text is input from any
 caller, so the splitter is also fed hostile text and must stay linear in it."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import pytest
 from tests.helpers import BENCH
 from toolcat import Catalog
 from toolcat.search import split
-from toolcat.search.coverage import assign, cover, fill
-from toolcat.search.split import interleave, split_request
+from toolcat.search.split import split_request
 
 SEGMENTATIONS = ("sequencing", "clauses")
 
@@ -79,31 +78,6 @@ def test_hostile_text_is_split_quickly_into_bounded_parts(segmentation: str, tex
     assert all(" ".join(p.split()) in words for p in parts)  # pieces of the request
 
 
-def test_interleave_takes_turns_down_to_the_depth() -> None:
-    whole = [(1, 0.9), (2, 0.8), (3, 0.7), (4, 0.6), (5, 0.5), (6, 0.4)]
-    parts = [[(7, 0.5), (2, 0.4)], [(8, 0.9), (9, 0.3)]]
-    merged = interleave(whole, parts, 6, depth=2)
-    assert [i for i, _ in merged] == [1, 7, 8, 2, 9, 3]
-    assert [s for _, s in merged] == [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]  # the places' scores
-    assert [i for i, _ in interleave(whole, parts, 6, depth=1)] == [1, 7, 8, 2, 3, 4]
-    assert interleave([], parts, 5) == []
-    assert [i for i, _ in interleave([(1, 1.0)], [[(2, 0.5)]], 5)] == [1, 2]
-
-
-def test_cover_lets_the_part_without_a_hit_into_the_top() -> None:
-    # Tools 1-4 all serve part 0 (closest to it); tool 5 serves part 1, and the whole
-    # request ranks it sixth. A penalty of .3 per tool already serving a part lifts it.
-    whole = [(1, 1.0), (2, 0.95), (3, 0.9), (4, 0.85), (6, 0.82), (5, 0.8), (7, 0.1)]
-    parts = [{1: 0.8, 2: 0.7, 3: 0.7, 4: 0.7, 5: 0.2, 7: 0.1}, {5: 0.6, 1: 0.2, 7: 0.1}]
-    assert assign(5, parts, [0.1, 0.1]) == 1 and assign(2, parts, [0.1, 0.1]) == 0
-    assert assign(6, parts, [0.1, 0.1]) == -1  # in no part's candidates
-    ranked = [i for i, _ in cover(whole, parts, 5, penalty=0.3)]
-    assert ranked[0] == 1 and 5 in ranked
-    assert [i for i, _ in cover(whole, parts, 5, penalty=0.0)] == [1, 2, 3, 4, 6]
-    assert [i for i, _ in cover(whole, parts[:1], 5)] == [1, 2, 3, 4, 6]  # one part: as is
-    assert cover([], parts, 5) == []
-
-
 TWO_INTENTS = (
     "Show me some English movies rating no less than 7.0 and no earlier than 2021, and what "
     "is the name of the song I playing right now?"
@@ -143,15 +117,3 @@ def test_a_two_intent_request_gets_both_tools_in_the_top_five(
     assert wanted <= top5()
     monkeypatch.setattr(split, "SEGMENTATION", "sequencing")  # the default
     assert not wanted <= top5()
-
-
-def test_fill_gives_a_part_without_a_hit_the_place_of_a_crowded_parts_lowest() -> None:
-    whole = [(1, 1.0), (2, 0.95), (3, 0.9), (4, 0.85), (6, 0.82), (5, 0.8), (7, 0.1)]
-    parts = [{1: 0.8, 2: 0.7, 3: 0.7, 4: 0.7, 5: 0.2, 7: 0.1}, {5: 0.6, 1: 0.2, 7: 0.1}]
-    # Part 1's tool 5 takes the place of tool 4, part 0's lowest; tool 6 serves no part.
-    assert [i for i, _ in fill(whole, parts, 7, top=5)] == [1, 2, 3, 5, 6, 4, 7]
-    assert [s for _, s in fill(whole, parts, 7, top=5)] == [s for _, s in whole]
-    # Every part has a hit already: nothing moves.
-    assert fill(whole, parts, 7, top=6) == whole
-    assert fill(whole, parts[:1], 7) == whole
-    assert fill([], parts, 5) == []

@@ -22,7 +22,7 @@ from ..errors import EmbeddingError, InvalidQueryError
 from ..store import reader
 from ..store.reader import Filters
 from ..text.tokenize import tokenize
-from . import bm25, calibration, coverage, fusion, modes, split
+from . import bm25, calibration, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, QueryEncodingFailed, VectorIndex, embedder
 from .lexical_index import LexicalIndex, TantivyIndex
 from .postings import PostingsIndex
@@ -315,43 +315,26 @@ class SearchEngine:
             per_part: list[list[tuple[int, float]]] = []
             tops: list[int] = []  # each part's best tool
             part_signals: dict[int, fusion.Candidate] = {}
-            part_depth = split.part_depth()
-            part_cosines: list[dict[int, float]] = []  # each part's candidates' cosines
             for part, vector in parts:
                 found, found_signals = self._rank(
-                    conn, mode, part, (model_id, vector), filters, part_depth, [], revision
+                    conn, mode, part, (model_id, vector), filters, 1, [], revision
                 )
                 best = found_signals.get(found[0][0]) if found else None
                 if best is None:
                     continue
                 tops.append(found[0][0])
-                clear = split.fits(best.semantic, best.cover)
-                if split.PART_MERGE in ("cover", "fill") and (clear or not coverage.GATED):
-                    part_cosines.append({i: c.semantic for i, c in found_signals.items()})
-                if clear or not split.GATED:
+                if split.fits(best.semantic, best.cover):
                     per_part.append(found)
                     for item, candidate in found_signals.items():
                         part_signals.setdefault(item, candidate)
             if mode == "hybrid" and HYBRID_FUSION == "hybrid":  # the whole request, not its parts
                 if tops:  # each part's best tool gains in the whole ranking (fusion.py)
-                    deep = (
-                        k
-                        if split.PART_MERGE in ("first", "interleave")
-                        else max(k, coverage.COVER_DEPTH)
-                    )
-                    ranked = fusion.lift_part_tops(signals, tops, deep, fusion.params_for(model_id))
+                    ranked = fusion.lift_part_tops(signals, tops, k, fusion.params_for(model_id))
                 context = calibration.query_context(signals, calibration.for_model(model_id))
             if parts:
                 for item, candidate in part_signals.items():
                     signals.setdefault(item, candidate)
-                if split.PART_MERGE == "cover":  # search/coverage.py
-                    ranked = coverage.cover(ranked, part_cosines, k)
-                elif split.PART_MERGE == "fill":
-                    ranked = coverage.fill(
-                        split.merge(ranked, per_part, len(ranked)), part_cosines, k
-                    )
-                else:
-                    ranked = split.combine(ranked, per_part, k)
+                ranked = split.merge(ranked, per_part, k)
             exact = reader.exact_matches(conn, text, filters)
         top = ranked[0][1] if ranked else 0.0
         ordered = [(row_id, top + 1.0, "strong") for row_id in exact]
