@@ -2,15 +2,13 @@
 
 "Find the movie The Dark Knight, then list its cast" needs a search tool and a credits tool;
 one ranking of the whole request tends to fill its top hits with tools for the stronger half.
-``split_request`` cuts a request into clauses: at sentence ends, sequencing words ("then",
-"and then", "after that", ";"), a comma before a conjunction (", and", ", but") and "and"
-before a request verb ("find the movie and list its cast"), keeping parts of at least
-``MIN_PART_WORDS`` words; ``merge`` keeps the whole request's ranking and lets each part's
-best tool into the top hits. The other segmentation and part merges measured beside these
-(``SEGMENTATION``, ``PART_MERGE``; search/coverage.py) stay switchable for
-scripts/research/multi_intent.py: leaving each benchmark source out it chose clauses with the
-shipped retriever (a few thousandths of R@5; not with the base MiniLM) and none of the
-coverage merges (docs/benchmarks.md, "Requests that need several tools: clauses...").
+``split_request`` cuts a request at sentence ends and sequencing words ("then", "and then",
+"after that", ";"), keeping parts of at least ``MIN_PART_WORDS`` words; ``merge`` keeps the
+whole request's ranking and lets each part's best tool into the top hits. ``SEGMENTATION =
+"clauses"`` also cuts at a comma before a conjunction and at "and" before a request verb: an
+option, since leaving each benchmark source out it gained a few thousandths of R@5 with the
+shipped retriever and lost as much with the base MiniLM; the coverage-aware merges measured
+beside it lost (docs/benchmarks.md, "Requests that need several tools: clauses...").
 """
 
 from __future__ import annotations
