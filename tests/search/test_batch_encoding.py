@@ -361,3 +361,52 @@ def test_by_tokens_sorts_by_truncated_token_count_and_keeps_ties_in_order() -> N
     assert ties == [h for h in order if h in ties]  # equal counts keep the order given
     assert by_tokens(object(), texts, order) == order  # no document encoder: unchanged
     assert by_tokens(encoder, texts, ["a"]) == ["a"]
+
+
+def test_by_tokens_leaves_a_gpu_encoder_its_own_sorting() -> None:
+    """A GPU encoder sorts each call's texts by token count itself: nothing is tokenized
+    here for it (that cost a tokenization of every text)."""
+    from toolcat.search.reindex import by_tokens
+
+    class Untouchable:
+        def encode_batch(self, texts: list[str]) -> Any:
+            raise AssertionError("tokenized for a GPU encoder")
+
+    class Documents:
+        def __init__(self, device: str) -> None:
+            self.device, self.tokenizer = device, Untouchable()
+
+    class Encoder:
+        def __init__(self, device: str) -> None:
+            self.found = Documents(device)
+
+        def document_encoder(self) -> Documents:
+            return self.found
+
+    texts = {"long": "word " * 50, "short": "read"}
+    assert by_tokens(Encoder("cuda"), texts, ["long", "short"]) == ["long", "short"]
+    with pytest.raises(AssertionError, match="tokenized"):
+        by_tokens(Encoder("cpu"), texts, ["long", "short"])
+
+
+def test_a_reindex_of_everything_decodes_each_definition_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh catalog (no producer recorded) lists every tool before the encoder loads and
+    again after its vectors are reset: each definition is decoded once all the same."""
+    from toolcat.store import reader
+
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "0")
+    db = registered(tmp_path / "once.db")
+    real = reader.decode_definition
+    decoded: list[str] = []
+
+    def counted(text: Any, where: str) -> Any:
+        decoded.append(where)
+        return real(text, where)
+
+    monkeypatch.setattr(reader, "decode_definition", counted)
+    with Catalog(db) as catalog:
+        assert catalog.reindex(batch_size=8).embedded == 38
+    reindexed = [w for w in decoded if w.startswith("hash ")]
+    assert len(reindexed) == 38 and len(set(reindexed)) == 38

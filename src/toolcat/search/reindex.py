@@ -51,10 +51,7 @@ def reindex(
         dimension = reader.meta(conn, "embedding_dim") if recorded == model_id else None
     # Shortest texts first: batches of like lengths pad little (measured 2.3x the tools/s of
     # catalog order on the benchmark texts with sentence-transformers).
-    texts = {
-        h: embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
-        for h, d in stale
-    }
+    texts = _texts(stale)
     order = sorted(texts, key=lambda h: len(texts[h]))
     encoder = None
     export_seconds = 0.0
@@ -71,10 +68,7 @@ def reindex(
             with lock:
                 writer.reset_vectors(conn, model_id, made)
                 stale = reader.stale_vectors(conn, model_id, everything=full)
-            texts = {
-                h: embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
-                for h, d in stale
-            }
+            texts = _texts(stale, texts)
             order = sorted(texts, key=lambda h: len(texts[h]))
     fts_rows = 0
     if full:
@@ -131,6 +125,19 @@ def reindex(
     )
 
 
+def _texts(stale: list[tuple[str, str]], known: dict[str, str] | None = None) -> dict[str, str]:
+    """Each stale tool's embedding text by content hash; those in ``known`` are not decoded
+    again (a catalog re-embedded whole after its producer changed lists the same tools twice:
+    decoding them twice was ~18 s of a 100k-tool reindex around the encoder)."""
+    known = known or {}
+    return {
+        h: known[h]
+        if h in known
+        else embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
+        for h, d in stale
+    }
+
+
 def _save_shortlist(
     conn: sqlite3.Connection,
     lock: AbstractContextManager[Any],
@@ -163,7 +170,8 @@ def by_tokens(
     encoder: Any, texts: dict[str, str], order: list[str], chunk: int = COUNT_CHUNK
 ) -> list[str]:
     """``order`` sorted by each text's token count as the document encoder truncates it
-    (ties keep ``order``), when that encoder has a tokenizer; else ``order``.
+    (ties keep ``order``), when that encoder has a tokenizer and runs on the CPU; else
+    ``order``.
 
     Batches cut from characters-sorted texts ran 1.080x their tokens in token slots on
     the generator's 5,000 tools, against 1.006x cut from token-sorted ones: ~7% of the
@@ -171,8 +179,12 @@ def by_tokens(
     (docs/benchmarks.md, "What the document side needs"). Only the padding changes,
     never a vector: each text is encoded on its own tokens, masked."""
     documents = getattr(encoder, "document_encoder", None)
-    tokenizer = getattr(documents() if documents else None, "tokenizer", None)
-    if tokenizer is None or len(order) < 2:
+    found = documents() if documents else None
+    tokenizer = getattr(found, "tokenizer", None)
+    # A GPU encoder sorts each call's thousands of texts by token count itself
+    # (encoders/torch.py): counting here too would only tokenize every text once more,
+    # 35 s of a 100k-tool reindex on two cores against ~20 s of encoding on an H200.
+    if tokenizer is None or getattr(found, "device", "cpu") != "cpu" or len(order) < 2:
         return order
     count: dict[str, int] = {}
     for start in range(0, len(order), chunk):
