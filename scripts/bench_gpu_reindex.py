@@ -127,8 +127,7 @@ def stored_texts(db: Path, count: int, seed: int = 7) -> tuple[list[str], Any]:
     """``count`` random tools' embedding texts and their stored vectors."""
     import numpy as np
 
-    from toolcat.models import Tool
-    from toolcat.search.embeddings import RETRIEVER, embedding_text
+    from toolcat.search.embeddings import RETRIEVER, stored_embedding_text
     from toolcat.store import reader
 
     with sqlite3.connect(db) as conn:
@@ -138,10 +137,7 @@ def stored_texts(db: Path, count: int, seed: int = 7) -> tuple[list[str], Any]:
             (RETRIEVER,),
         ).fetchall()
     rows = random.Random(seed).sample(rows, min(count, len(rows)))
-    texts = [
-        embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
-        for h, d, _ in rows
-    ]
+    texts = [stored_embedding_text(reader.decode_definition(d, f"hash {h}")) for h, d, _ in rows]
     vectors = np.vstack([np.frombuffer(v, dtype="<f4") for _, _, v in rows])
     return texts, vectors
 

@@ -256,13 +256,12 @@ def workload(size: int, seed: int) -> tuple[list[dict[str, Any]], list[str]]:
 
 def stored_texts(db: Path) -> tuple[list[tuple[str, str]], list[str]]:
     """(toolkit, name) and embedding text of each tool of a catalog, in id order."""
-    from toolcat import Tool
-    from toolcat.search.embeddings import embedding_text
+    from toolcat.search.embeddings import stored_embedding_text
 
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT toolkit, name, definition FROM tools ORDER BY id").fetchall()
     keys = [(kit, name) for kit, name, _ in rows]
-    texts = [embedding_text(Tool.model_construct(**json.loads(d))) for _, _, d in rows]
+    texts = [stored_embedding_text(json.loads(d)) for _, _, d in rows]
     return keys, texts
 
 

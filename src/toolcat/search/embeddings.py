@@ -73,14 +73,33 @@ def embedding_text(tool: Tool) -> str:
     """What the model reads for a tool (the document text that training, eval and serving
     share): its name as words, description, search hint, examples, and its parameters' names,
     descriptions and enum values, nested ones too."""
-    parts = [" ".join(split_words(tool.name)) + ":", tool.description]
-    if tool.search_hint:
-        parts.append(tool.search_hint)
-    if tool.examples:
-        parts.append("For example: " + "; ".join(tool.examples))
+    return _document(tool.name, tool.description, tool.search_hint, tool.examples, tool.parameters)
+
+
+def stored_embedding_text(definition: dict[str, Any]) -> str:
+    """``embedding_text`` of the tool a stored definition (``reader.decode_definition``)
+    holds, without building a ``Tool`` (a reindex reads every definition: pydantic's
+    ``model_construct`` was a third of that). Absent fields read as ``Tool``'s defaults."""
+    return _document(
+        definition["name"],
+        definition["description"],
+        definition.get("search_hint"),
+        definition.get("examples") or [],
+        definition.get("parameters"),
+    )
+
+
+def _document(
+    name: str, description: str, hint: str | None, examples: Sequence[str], parameters: Any
+) -> str:
+    parts = [" ".join(split_words(name)) + ":", description]
+    if hint:
+        parts.append(hint)
+    if examples:
+        parts.append("For example: " + "; ".join(examples))
     # Parameter descriptions too: without them toolcat's embedding mode fell below a plain
     # MiniLM over name + description + parameter names and descriptions (issue 22).
-    params = [text for text in schema_texts(tool.parameters) if text.strip()]
+    params = [text for text in schema_texts(parameters) if text.strip()]
     if params:
         parts.append("Parameters: " + " ".join(params))
     return " ".join(parts)[:MAX_TEXT_CHARS]
@@ -254,9 +273,7 @@ class Embedder:
         if os.environ.get("TOOLCAT_ONNX", "1") == "0" and not self.packaged:
             return "sentence-transformers"
         location = model_location(self.model_id)
-        folder = (
-            Path(location) if self.packaged else exports.export_dir(self.model_id, location)
-        )
+        folder = Path(location) if self.packaged else exports.export_dir(self.model_id, location)
         try:
             export = exports.read_export(folder)
             export.check()

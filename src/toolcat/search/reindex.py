@@ -10,11 +10,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..errors import InvalidQueryError
-from ..models import ReindexReport, Tool
+from ..models import ReindexReport
 from ..store import counts, reader, writer
 from ..store.counts import index_totals
 from . import ann, batch_encoding
-from .embeddings import embedder, embedding_text, to_blob
+from .embeddings import embedder, stored_embedding_text, to_blob
 from .engine import SearchEngine, embeddings_installed
 
 
@@ -133,7 +133,7 @@ def _texts(stale: list[tuple[str, str]], known: dict[str, str] | None = None) ->
     return {
         h: known[h]
         if h in known
-        else embedding_text(Tool.model_construct(**reader.decode_definition(d, f"hash {h}")))
+        else stored_embedding_text(reader.decode_definition(d, f"hash {h}"))
         for h, d in stale
     }
 
