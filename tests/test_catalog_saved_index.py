@@ -395,3 +395,80 @@ def test_warm_without_a_saved_index_builds_in_the_background(
         catalog._search.postings.wait(60)
         assert catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
     assert counted == [1]
+
+
+def stamp_of(path: Path) -> dict[str, Any]:
+    header: dict[str, Any] = json.loads(
+        (lexical_file.folder(str(path)) / lexical_file.STAMP).read_text()
+    )
+    return header
+
+
+def test_a_revision_with_the_same_rows_keeps_the_saved_index(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that leaves tools_fts as it was (vectors, a switch) stamps the saved index
+    for its revision instead of building it again (80 s at 1M tools after a reindex)."""
+    before = stamp_of(registered)
+    counted = builds(monkeypatch)
+    with Catalog(registered) as catalog:
+        catalog.learning = False  # a new revision; no recorded use, so the same rows
+        revision = catalog.revision
+        assert catalog.index_error == ""
+    after = stamp_of(registered)
+    assert counted == []
+    assert after["revision"] == revision != before["revision"]
+    assert (after["tantivy"], after["data"], after["content"]) == (
+        before["tantivy"],
+        before["data"],
+        before["content"],
+    )
+    assert saved_revision(registered) == revision  # its files check out at the new revision
+    warm = served(registered)
+    assert counted == []
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm  # what an index built from scratch answers
+
+
+def test_changed_rows_build_the_index_again(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = stamp_of(registered)
+    counted = builds(monkeypatch)
+    with Catalog(registered) as catalog:
+        catalog.register(NEW)
+    after = stamp_of(registered)
+    assert counted == [1] and after["tantivy"] != before["tantivy"]
+    assert after["content"] != before["content"]
+
+
+@pytest.mark.parametrize("content", [None, "", 7, ["x"], "0" * 64])
+def test_a_stamp_without_the_rows_digest_is_built_again(
+    registered: Path, monkeypatch: pytest.MonkeyPatch, content: Any
+) -> None:
+    """A stamp from before the digest, or one whose digest is not a string of these rows
+    (edited, foreign), is never stamped forward: the index is built."""
+    root = lexical_file.folder(str(registered))
+    header = stamp_of(registered)
+    header["content"] = content
+    (root / lexical_file.STAMP).write_text(json.dumps(header))
+    counted = builds(monkeypatch)
+    with Catalog(registered) as catalog:
+        catalog.learning = False
+        revision = catalog.revision
+    assert counted == [1]
+    assert stamp_of(registered)["tantivy"] != header["tantivy"]
+    assert saved_revision(registered) == revision
+
+
+def test_other_weights_are_never_stamped_forward(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = lexical_file.folder(str(registered))
+    header = stamp_of(registered)
+    header["weights"] = [1.0] * len(header["weights"])
+    (root / lexical_file.STAMP).write_text(json.dumps(header))
+    counted = builds(monkeypatch)
+    with Catalog(registered) as catalog:
+        catalog.learning = False
+    assert counted == [1]

@@ -45,6 +45,7 @@ many times; one-shot commands never build an index (engine.py, ``POSTINGS_AFTER`
 from __future__ import annotations
 
 import functools
+import hashlib
 import heapq
 import itertools
 import math
@@ -126,6 +127,20 @@ _LENGTH = struct.Struct("I")  # a packed tool's first field
 _COUNT_SIZE = {code: array(code).itemsize for code in ("I", "d")}
 
 
+def _row_bytes(row: tuple[Any, ...]) -> bytes:
+    """One ``tools_fts`` row (row id and column texts) as ``content_digest`` hashes it."""
+    return repr(row).encode("utf-8", "backslashreplace") + b"\n"
+
+
+def content_digest(conn: sqlite3.Connection) -> str:
+    """sha256 of what an index is built from: every ``tools_fts`` row as ``build`` reads
+    it (call inside a read transaction)."""
+    content = hashlib.sha256()
+    for row in conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts"):
+        content.update(_row_bytes(row))
+    return content.hexdigest()
+
+
 def _unpack(blob: bytes, typecode: str) -> tuple[int, memoryview[int], memoryview[Any]]:
     """``_pack``'s (length, term ids, counts), the last two read in place (no copies: a
     query unpacks ~20 tools)."""
@@ -171,6 +186,9 @@ class TantivyIndex(TermIndex):
         self._row_ids: array[int] = array("q")  # doc id in the one segment -> row id
         self._searcher: Any = None
         self._schema: Any = None
+        # sha256 of the rows built from (``content_digest``): a later revision whose rows are
+        # the same (a reindex changes vectors, not tools_fts) keeps the saved index.
+        self.content = ""
 
     def build(
         self,
@@ -197,7 +215,9 @@ class TantivyIndex(TermIndex):
         packed: dict[int, bytes] = {}
         names: dict[int, str] = {}
         typecode = "I" if bounded else "d"
+        content = hashlib.sha256()
         for row in conn.execute(select):
+            content.update(_row_bytes(row))
             texts = [text or "" for text in row[1:]]
             length = sum(len(text.split()) for text in texts)
             lengths.append(length)
@@ -279,6 +299,7 @@ class TantivyIndex(TermIndex):
         if bounded and not self._bound_holds():
             self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
         self.revision, self.weights = revision, weights
+        self.content = content.hexdigest()
 
     def state(self) -> dict[str, Any]:
         """What ``restore`` needs besides tantivy's folder (``lexical_file.save``)."""
@@ -291,6 +312,7 @@ class TantivyIndex(TermIndex):
             "sizes": [len(self._tools[row]) for row in rows],
             "tools": b"".join(self._tools.values()),
             "positions": self._row_ids,
+            "content": self.content,
             "meta": {
                 "n_docs": self.n_docs,
                 "counts": self._counts,
@@ -762,6 +784,8 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
                 valid_for = lexical_file.stamp(conn, revision, weights)
                 if valid_for["rows"] < min_tools or lexical_file.stamped(path, valid_for):
                     return None  # saved by another process while this one waited
+                if lexical_file.restamp_unchanged(root, valid_for, lambda: content_digest(conn)):
+                    return None  # the same rows at a new revision (vectors changed): kept
                 directory = lexical_file.new_tantivy_folder(root)
                 index = TantivyIndex()
                 try:
