@@ -1,8 +1,10 @@
 """What a reindex costs around its encoder: ``Catalog.reindex()`` of a copy of a catalog
 with the encoder replaced by an instant one (seeded random unit vectors), so the figure
 is the floor no device can take a reindex under (decoding definitions, building texts,
-ordering them, storing vectors, pruning). ``--gpu-shaped``: the document encoder reports
-a GPU device, as the torch encoder on CUDA does (what ``by_tokens`` looks at).
+ordering them, storing vectors, pruning, saving what the new revision needs). The
+catalog's saved BM25 index is copied beside the copy, as a registered catalog has one.
+``--gpu-shaped``: the document encoder reports a GPU device, as the torch encoder on CUDA
+does (what ``by_tokens`` looks at).
 
     python scripts/research/reindex_floor.py CATALOG.db --gpu-shaped [--src OLD/src]
 
@@ -73,6 +75,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "floor.db"
         shutil.copy(args.catalog, copy)
+        saved = args.catalog.with_name(args.catalog.name + ".bm25")  # its saved BM25 index
+        if saved.is_dir():
+            shutil.copytree(saved, copy.with_name(copy.name + ".bm25"))
         catalog = Catalog(copy)
         profile = cProfile.Profile()
         wall, cpu = time.perf_counter(), time.process_time()
