@@ -51,9 +51,9 @@ def main() -> None:
     scored = [0]
     score = index._score
 
-    def counting(doc: int, ids: Any, wanted: Any = None) -> float:
+    def counting(doc: int, ids: Any, keep: bool = True) -> float:
         scored[0] += 1
-        return float(score(doc, ids, wanted))
+        return float(score(doc, ids, keep))
 
     index._score = counting
     index.rounds.clear()
