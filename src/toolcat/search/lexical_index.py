@@ -355,10 +355,10 @@ class TantivyIndex(TermIndex):
         if decoded is None:
             length, held_ids, counts = _unpack(self._tools[doc], self._counts)
             norm = self._scale * K1 * (1 - B + B * length / self._avgdl)
-            held = dict(zip(held_ids, counts))
+            held = dict(zip(held_ids, counts, strict=True))
             if len(held) < len(held_ids):  # a forged save repeats a term: its first count
                 held = {}
-                for term_id, count in zip(held_ids, counts):
+                for term_id, count in zip(held_ids, counts, strict=True):
                     held.setdefault(term_id, count)
             decoded = (norm, held)
             if keep:
@@ -414,12 +414,14 @@ class TantivyIndex(TermIndex):
         index does not hold every term: a column weighing 0)."""
         if not self.holds_every_term:
             return None
-        wanted = dict(zip(self._ids(terms), terms, strict=True))
+        wanted = [(i, term) for i, term in zip(self._ids(terms), terms, strict=True) if i >= 0]
         tools, names, decode = self._tools, self.names, self._decode
         found: dict[int, Document] = {}
         for doc in ids:
-            if doc in tools:  # the hits were rescored just now: unpacked already
-                found[doc] = (names[doc], {wanted[t] for t in wanted.keys() & decode(doc)[1]})
+            if doc in tools:
+                # BM25's hits were rescored (and kept) just now; hybrid's others not kept
+                held = decode(doc, keep=False)[1]
+                found[doc] = (names[doc], {term for i, term in wanted if i in held})
         return found
 
     def rank(
