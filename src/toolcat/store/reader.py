@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import json.scanner
 import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -184,7 +185,7 @@ _REQUIRED = ("description", "parameters")
 # The C scanner ``json.loads`` ends in, without its wrapper's regex passes (two decodes a
 # tool built, up to ten tools a search): ``_json`` falls back to ``json.loads`` for anything
 # it does not parse from the first character to the last.
-_scan_json = json.JSONDecoder().scan_once
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed
 # Stored tag lists (one text is shared by many tools: a toolkit's tags and a few of its own),
 # decoded once per process: this many at most, each of at most this many characters.
 TAGS_CACHE = 4096
@@ -237,7 +238,7 @@ def decode_definition(text: Any, tool: str) -> dict[str, Any]:
             raise CatalogDamagedError(
                 f"tool {tool!r}: field {name!r} of its definition is {value!r:.40}"
             )
-        if kind is list and not _strings(value):
+        if isinstance(value, list) and not _strings(value):
             raise CatalogDamagedError(f"tool {tool!r}: field {name!r} holds a non-string")
     return data
 
