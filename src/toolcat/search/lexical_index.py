@@ -44,6 +44,7 @@ many times; one-shot commands never build an index (engine.py, ``POSTINGS_AFTER`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import itertools
@@ -87,7 +88,7 @@ MAX_REPEAT = 16
 QUERY_CACHE = 50_000
 # Rescored tools kept unpacked per revision (``TantivyIndex._decoded``): a warm query
 # rescores ~11 tools, mostly ones earlier queries rescored, and reads its hits' terms
-# again for fusion's signals. ~1.5 KB a tool; all forgotten past this many.
+# again for fusion's signals. ~1.5 KB a tool; the oldest forgotten past this many.
 DECODED_CACHE = 8192
 
 
@@ -362,9 +363,14 @@ class TantivyIndex(TermIndex):
                     held.setdefault(term_id, count)
             decoded = (norm, held)
             if keep:
-                if len(self._decoded) >= DECODED_CACHE:
-                    self._decoded.clear()  # one atomic step: a server's readers share it
-                self._decoded[doc] = decoded
+                kept = self._decoded
+                if len(kept) >= DECODED_CACHE:
+                    # The oldest one, not all at once: freeing 8k tools took ~5 ms of one
+                    # query (its p99). A server's readers share the index: another may
+                    # have taken it out already.
+                    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                        del kept[next(iter(kept))]
+                kept[doc] = decoded
         return decoded
 
     def _score(self, doc: int, ids: Sequence[int], keep: bool = True) -> float:
