@@ -8,8 +8,13 @@ query, and of the same query scoring every matching tool (``count=True``: no pru
 counts the tools rescored, the postings of the query's terms and the tantivy rounds.
 
     python scripts/research/bm25_query_stages.py DB SIZE
+    python scripts/research/bm25_query_stages.py DB SIZE --split
 
-Prints one JSON object: each figure as [p50, p99, mean] (ms, or a count).
+Prints one JSON object: each figure as [p50, p99, mean] (ms, or a count). ``--split``: the
+same 300 searches with the engine's steps wrapped in timers instead (tokenize, the terms
+kept, the index's ``rank``, tantivy's own call, the hits' documents and match signals,
+building the answer and its tools, remembering the hits...): each step's mean thread CPU a
+query, inclusive of the steps inside it (the wrappers add ~1 µs each).
 """
 
 from __future__ import annotations
@@ -33,6 +38,74 @@ from toolcat import Catalog  # noqa: E402
 COUNTS = ("rescored", "terms_asked", "postings")
 
 
+def split(catalog: Any, index: Any, then: list[str]) -> dict[str, Any]:
+    """``--split``: mean thread CPU a query of each wrapped step (inclusive)."""
+    from toolcat import catalog as catalog_module
+    from toolcat.search import bm25, calibration, engine, fusion, lexical_index
+
+    spent: dict[str, float] = {}
+
+    def wrap(owner: Any, name: str, label: str) -> None:
+        step = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return step(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.thread_time() - started
+
+        setattr(owner, name, timed)
+
+    search_engine = engine.SearchEngine
+    for owner, name, label in [
+        (search_engine, "rank", "engine.rank (ranking, signals, match)"),
+        (search_engine, "_rank", "engine._rank"),
+        (search_engine, "bm25", "engine.bm25 (terms kept, index rank)"),
+        (lexical_index.TantivyIndex, "rank", "index.rank"),
+        (search_engine, "_documents", "hits' documents"),
+        (fusion, "candidates", "fusion.candidates (match signals)"),
+        (search_engine, "result", "result (SearchResult, hits)"),
+        (search_engine, "_tools", "result's tools (kept or read)"),
+        (catalog_module.Catalog, "searched", "Catalog.searched (hits remembered)"),
+        (engine, "tokenize", "tokenize"),
+        (bm25, "useful_terms", "useful_terms"),
+        (calibration, "down_the_ranks", "down_the_ranks"),
+        (engine.reader, "revision", "reader.revision (SQL)"),
+    ]:
+        wrap(owner, name, label)
+    searcher = index._searcher
+
+    class TimedSearcher:
+        def search(self, *args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return searcher.search(*args, **kwargs)
+            finally:
+                spent["tantivy's search"] = (
+                    spent.get("tantivy's search", 0.0) + time.thread_time() - started
+                )
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(searcher, name)
+
+    index._searcher = TimedSearcher()
+    answers = getattr(catalog._search, "_answers", {})
+    whole = []
+    for q in then:
+        answers.clear()
+        started = time.thread_time()
+        catalog.search(q, k=10, mode="bm25")
+        whole.append(time.thread_time() - started)
+    out: dict[str, Any] = {
+        "whole search p50": round(statistics.median(whole) * 1e3, 3),
+        "whole search mean": round(statistics.mean(whole) * 1e3, 3),
+    }
+    for label, total in sorted(spent.items(), key=lambda item: -item[1]):
+        out[label] = round(total / len(then) * 1e3, 3)
+    return out
+
+
 def main() -> None:
     if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -47,13 +120,16 @@ def main() -> None:
     for q in warm:
         catalog.search(q, k=10, mode="bm25")
     index: Any = catalog._search.postings.index
+    if "--split" in sys.argv[3:]:
+        print(json.dumps({"tools": size, **split(catalog, index, then)}))
+        return
     answers = getattr(catalog._search, "_answers", {})
     scored = [0]
     score = index._score
 
-    def counting(doc: int, ids: Any, wanted: Any = None) -> float:
+    def counting(doc: int, ids: Any, keep: bool = True) -> float:
         scored[0] += 1
-        return float(score(doc, ids, wanted))
+        return float(score(doc, ids, keep))
 
     index._score = counting
     index.rounds.clear()

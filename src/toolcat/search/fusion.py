@@ -176,26 +176,46 @@ def candidates(
     documents: Mapping[int, Document],
 ) -> dict[int, Candidate]:
     """Every tool either ranking returned, with its absolute signals."""
-    weights = {t: idf(n_docs, doc_freq.get(t, 0)) for t in terms}
+    log = math.log  # ``idf``, inline: this runs for every query term of every search
+    weights = {t: log(1 + n_docs / max(doc_freq.get(t, 0), 1)) for t in terms}
     floor = semantic[-1][1] if semantic else 0.0
     found: dict[int, Candidate] = {}
     for item, score in semantic:
         found[item] = Candidate(semantic=score)
     for item, _score in lexical:
-        found.setdefault(item, Candidate(semantic=floor))
+        if item not in found:
+            found[item] = Candidate(semantic=floor)
     pairs = [(t, weights[t]) for t in terms]
     total = sum(w for _, w in pairs)
     rare = 0.5 * idf(n_docs, 1)  # ``distinctive``'s bar, with the weights at hand
-    known = [(t, w) for t, w in pairs if doc_freq.get(t, 0) > 0 and w >= rare]
-    known_total = sum(w for _, w in known)
+    # Each term marked when it is one of the ``known`` (distinctive) ones: both coverages
+    # in one pass, each sum in its own terms' order (as ``_coverage`` adds them).
+    marked = [(t, w, doc_freq.get(t, 0) > 0 and w >= rare) for t, w in pairs]
+    known_terms = sum(1 for *_, is_known in marked if is_known)
+    known_total = sum(w for _, w, is_known in marked if is_known)
     for item, candidate in found.items():
         document = documents.get(item)
-        if document is not None:
-            split = (document[0].split(), document[1])  # the name split once for both
-            candidate.cover, candidate.name_cover = _coverage(pairs, total, split)
-            candidate.known_cover, in_name = _coverage(known, known_total, split)
-            candidate.known_terms = len(known)
-            candidate.known_in_name = in_name > 0
+        if document is None:
+            continue
+        name, held = set(document[0].split()), document[1]
+        in_name = anywhere = known_in_name = known_anywhere = 0.0
+        for term, weight, is_known in marked:
+            if term in name:
+                in_name += weight
+                anywhere += weight
+                if is_known:
+                    known_in_name += weight
+                    known_anywhere += weight
+            elif term in held:
+                anywhere += weight
+                if is_known:
+                    known_anywhere += weight
+        if total:
+            candidate.cover, candidate.name_cover = anywhere / total, in_name / total
+        if known_total:
+            candidate.known_cover = known_anywhere / known_total
+            candidate.known_in_name = known_in_name / known_total > 0
+        candidate.known_terms = known_terms
     return found
 
 

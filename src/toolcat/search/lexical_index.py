@@ -44,6 +44,7 @@ many times; one-shot commands never build an index (engine.py, ``POSTINGS_AFTER`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import heapq
@@ -86,6 +87,10 @@ MAX_PADDED_LENGTH = 4000
 MAX_REPEAT = 16
 # Term queries kept per revision (agents repeat words); forgotten past this many.
 QUERY_CACHE = 50_000
+# Rescored tools kept unpacked per revision (``TantivyIndex._decoded``): a warm query
+# rescores ~11 tools, mostly ones earlier queries rescored, and reads its hits' terms
+# again for fusion's signals. ~1.5 KB a tool; the oldest forgotten past this many.
+DECODED_CACHE = 8192
 
 
 @functools.cache
@@ -184,6 +189,8 @@ class TantivyIndex(TermIndex):
         self._boost: dict[str, float] = {}  # term -> FTS5's IDF / tantivy's
         self._queries: dict[str, Any] = {}  # term -> tantivy term query
         self._row_ids: array[int] = array("q")  # doc id in the one segment -> row id
+        # Row id -> (its length normalisation, {term id: weighted count}): ``_decode``.
+        self._decoded: dict[int, tuple[float, dict[int, Any]]] = {}
         self._searcher: Any = None
         self._schema: Any = None
         # sha256 of the rows built from (``content_digest``): a later revision whose rows are
@@ -292,6 +299,7 @@ class TantivyIndex(TermIndex):
         self.names = names
         self.holds_every_term = all(times) or not counted_in_body
         self.bounded, self._boost, self._queries = bounded, boost, {}
+        self._decoded = {}
         # One writer thread and one commit make one segment with documents in the order
         # they were added; anything else is mapped through the "id" fast field.
         self._row_ids = array("q", row_ids if searcher.num_segments == 1 else [])
@@ -356,29 +364,46 @@ class TantivyIndex(TermIndex):
         self.doc_freq, self.n_docs = doc_freq, n_docs
         self.names = dict(zip(state["rows"], state["names"], strict=True))
         self.holds_every_term, self.bounded = meta["holds_every_term"], meta["bounded"]
-        self._boost, self._queries = boost, {}
+        self._boost, self._queries, self._decoded = boost, {}, {}
         positions = array("q", state["positions"])
         self._row_ids = positions if searcher.num_segments == 1 else array("q")
         self._searcher, self._schema = searcher, index.schema
         self.revision, self.weights = revision, tuple(weights)
 
-    def _score(self, doc: int, ids: Sequence[int], wanted: frozenset[int] | None = None) -> float:
-        """Tool ``doc``'s bm25() for these term ids (``wanted``: the same ids as a set,
-        when the caller scores many tools): each term's whole contribution (IDF times the
-        saturated, length-normalised weighted count) summed in the query's term order, as
-        FTS5 sums (a term the tool lacks adds nothing): tools that tie in FTS5 tie here,
-        bit for bit, and keep the lower row id first."""
-        length, held_ids, counts = _unpack(self._tools[doc], self._counts)
-        # The query's terms the tool holds, found in C (a tool holds ~35 terms, a query
-        # matches a few of them): ~30% less than a dict of every held term.
-        common = (frozenset(ids) if wanted is None else wanted).intersection(held_ids)
-        if not common:
-            return 0.0
-        at = held_ids.tolist().index
-        # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
-        norm = self._scale * K1 * (1 - B + B * length / self._avgdl)
+    def _decode(self, doc: int, keep: bool = True) -> tuple[float, dict[int, Any]]:
+        """Tool ``doc``'s length normalisation (``K1 (1 - B + B len / avgdl)`` times
+        ``scale``: tantivy's counts are ``scale`` times FTS5's) and its {term id: count},
+        unpacked once and, with ``keep``, kept (``DECODED_CACHE``)."""
+        decoded = self._decoded.get(doc)
+        if decoded is None:
+            length, held_ids, counts = _unpack(self._tools[doc], self._counts)
+            norm = self._scale * K1 * (1 - B + B * length / self._avgdl)
+            held = dict(zip(held_ids, counts, strict=True))
+            if len(held) < len(held_ids):  # a forged save repeats a term: its first count
+                held = {}
+                for term_id, count in zip(held_ids, counts, strict=True):
+                    held.setdefault(term_id, count)
+            decoded = (norm, held)
+            if keep:
+                kept = self._decoded
+                if len(kept) >= DECODED_CACHE:
+                    # The oldest one, not all at once: freeing 8k tools took ~5 ms of one
+                    # query (its p99). A server's readers share the index: another may
+                    # have taken it out already.
+                    with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                        del kept[next(iter(kept))]
+                kept[doc] = decoded
+        return decoded
+
+    def _score(self, doc: int, ids: Sequence[int], keep: bool = True) -> float:
+        """Tool ``doc``'s bm25() for these term ids: each term's whole contribution (IDF
+        times the saturated, length-normalised weighted count) summed in the query's term
+        order, as FTS5 sums (a term the tool lacks adds nothing): tools that tie in FTS5 tie
+        here, bit for bit, and keep the lower row id first."""
+        norm, held = self._decode(doc, keep)
         idf = self._idf
-        score: float = sum([idf[t] * (f := counts[at(t)]) / (f + norm) for t in ids if t in common])
+        # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
+        score: float = sum([idf[t] * (f := held[t]) / (f + norm) for t in ids if t in held])
         return score
 
     def contribution(self, doc: int, term: str) -> float:
@@ -417,14 +442,14 @@ class TantivyIndex(TermIndex):
         index does not hold every term: a column weighing 0)."""
         if not self.holds_every_term:
             return None
-        wanted = dict(zip(self._ids(terms), terms, strict=True))
-        tools, names, typecode = self._tools, self.names, self._counts
+        wanted = [(i, term) for i, term in zip(self._ids(terms), terms, strict=True) if i >= 0]
+        tools, names, decode = self._tools, self.names, self._decode
         found: dict[int, Document] = {}
         for doc in ids:
-            blob = tools.get(doc)
-            if blob is not None:
-                held = wanted.keys() & _unpack(blob, typecode)[1]
-                found[doc] = (names[doc], {wanted[t] for t in held})
+            if doc in tools:
+                # BM25's hits were rescored (and kept) just now; hybrid's others not kept
+                held = decode(doc, keep=False)[1]
+                found[doc] = (names[doc], {term for i, term in wanted if i in held})
         return found
 
     def rank(
@@ -456,7 +481,7 @@ class TantivyIndex(TermIndex):
             clauses.append((should, query))
         query = tantivy.Query.boolean_query(clauses)
         term_ids = self._ids(terms)
-        wanted = frozenset(term_ids)
+        score = self._score
         rounds = 0
         while True:
             rounds += 1
@@ -482,7 +507,7 @@ class TantivyIndex(TermIndex):
                     continue
                 # Summed in the query's term order (``_score``; a set's order made tools
                 # that tie in FTS5 differ by an ulp).
-                entry = (self._score(doc, term_ids, wanted), -doc)
+                entry = (score(doc, term_ids), -doc)
                 if len(best) < k:
                     heapq.heappush(best, entry)
                 elif entry > best[0]:
@@ -509,7 +534,8 @@ class TantivyIndex(TermIndex):
         for doc in allowed:
             blob = tools.get(doc)
             if blob is not None and not wanted.isdisjoint(_unpack(blob, typecode)[1]):
-                scored.append((self._score(doc, ids, wanted), -doc))  # as ``rank`` sums
+                # as ``rank`` sums; not kept: a scan would push out the tools queries share
+                scored.append((self._score(doc, ids, keep=False), -doc))
         self.rounds[-1] += 1
         return [(-doc, score) for score, doc in heapq.nlargest(k, scored)]
 

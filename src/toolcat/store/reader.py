@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import json.scanner
 import sqlite3
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -181,6 +182,39 @@ _DEFINITION_TYPES: dict[str, type | tuple[type, ...]] = {
 _REQUIRED = ("description", "parameters")
 
 
+# The C scanner ``json.loads`` ends in, without its wrapper's regex passes (two decodes a
+# tool built, up to ten tools a search): ``_json`` falls back to ``json.loads`` for anything
+# it does not parse from the first character to the last.
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed
+# Stored tag lists (one text is shared by many tools: a toolkit's tags and a few of its own),
+# decoded once per process: this many at most, each of at most this many characters.
+TAGS_CACHE = 4096
+MAX_CACHED_TAGS_CHARS = 1000
+_tags_cache: dict[str, tuple[str, ...]] = {}
+
+
+def _json(text: Any) -> Any:
+    """``json.loads(text)``, the same value or the same error."""
+    if type(text) is str:
+        try:
+            value, end = _scan_json(text, 0)
+        except (StopIteration, ValueError):
+            pass  # json.loads says why
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
+
+
+def _strings(values: list[Any]) -> bool:
+    """Whether every item is a ``str`` (``join`` checks each in C)."""
+    try:
+        "".join(values)
+    except TypeError:
+        return False
+    return True
+
+
 def decode_definition(text: Any, tool: str) -> dict[str, Any]:
     """A tool's stored definition (JSON), checked for the fields and types readers use.
 
@@ -188,7 +222,7 @@ def decode_definition(text: Any, tool: str) -> dict[str, Any]:
         CatalogDamagedError: the definition was edited or damaged (names the tool).
     """
     try:
-        data = json.loads(text)
+        data = _json(text)
     except (TypeError, ValueError):
         raise CatalogDamagedError(f"tool {tool!r}: its definition is not JSON") from None
     if not isinstance(data, dict):
@@ -204,7 +238,7 @@ def decode_definition(text: Any, tool: str) -> dict[str, Any]:
             raise CatalogDamagedError(
                 f"tool {tool!r}: field {name!r} of its definition is {value!r:.40}"
             )
-        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+        if isinstance(value, list) and not _strings(value):
             raise CatalogDamagedError(f"tool {tool!r}: field {name!r} holds a non-string")
     return data
 
@@ -215,19 +249,24 @@ def decode_tags(text: Any, owner: str) -> list[str]:
     Raises:
         CatalogDamagedError: they were edited or damaged (names their tool or toolkit).
     """
+    kept = _tags_cache.get(text) if type(text) is str else None
+    if kept is not None:
+        return list(kept)
     try:
-        tags = json.loads(text)
+        tags = _json(text)
     except (TypeError, ValueError):
         tags = None
-    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+    if not isinstance(tags, list) or not _strings(tags):
         raise CatalogDamagedError(f"{owner}: its tags are not a JSON list of strings")
+    if type(text) is str and len(text) <= MAX_CACHED_TAGS_CHARS and len(_tags_cache) < TAGS_CACHE:
+        _tags_cache[text] = tuple(tags)
     return tags
 
 
 def _checked_row(row: tuple[Any, ...]) -> str:
     """The id of a row selected with ``TOOL_COLUMNS``, once its columns are checked."""
     _id, name, toolkit, version = row[:4]
-    if not all(isinstance(text, str) for text in (name, toolkit, version)):
+    if not (isinstance(name, str) and isinstance(toolkit, str) and isinstance(version, str)):
         raise CatalogDamagedError(
             f"tool row {_id}: name {name!r:.40}, toolkit {toolkit!r:.40} and version "
             f"{version!r:.40} must be text"
