@@ -472,3 +472,24 @@ def test_other_weights_are_never_stamped_forward(
     with Catalog(registered) as catalog:
         catalog.learning = False
     assert counted == [1]
+
+
+def test_a_server_stamps_forward_what_a_write_left_unsaved_on_the_same_rows(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revision no write saved an index for (``bulk(save_index=False)``, a replica's
+    copy) with the same rows: the serving process stamps the saved index forward and loads
+    it instead of building one."""
+    before = stamp_of(registered)
+    with Catalog(registered) as catalog:
+        with catalog.bulk(save_index=False):
+            catalog.learning = False
+        revision = catalog.revision
+    assert stamp_of(registered)["revision"] == before["revision"] != revision
+    counted = builds(monkeypatch)
+    warm = served(registered)
+    assert counted == []
+    after = stamp_of(registered)
+    assert after["revision"] == revision and after["tantivy"] == before["tantivy"]
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm

@@ -679,6 +679,12 @@ class LexicalIndex:
             # Another process may have saved it while this one waited for the lock.
             if self._restore(lexical_file.load(path, valid_for), revision, weights):
                 return True
+            # A revision that changed no row (vectors, by a writer that saved nothing): the
+            # saved index is stamped forward and loaded, not built (a replica's case).
+            if lexical_file.restamp_unchanged(
+                root, valid_for, lambda: content_digest(conn)
+            ) and self._restore(lexical_file.load(path, valid_for), revision, weights):
+                return True
             try:
                 directory = lexical_file.new_tantivy_folder(root)
             except OSError:
