@@ -39,8 +39,9 @@ are the process's own (``uptime`` load printed beside):
   (scripts/bare_mcp_server.py, same transport) in one run (``load_mcp.measure``): the first
   and kept ``tools/list`` (wall and server CPU), ``search_tools`` beside ``Catalog.search``
   of the same queries in the driving process, and 16 concurrent clients per request kind
-  (a trivial call, ``search_tools``), rounds alternating the servers; ``targets`` sums up
-  the issue's rows (capacity: the bare server's CPU per trivial call over toolcat's).
+  (a trivial call, ``search_tools`` over 100 queries, ``search_tools`` with a new query each
+  time), rounds alternating the servers; ``targets`` sums up the issue's rows (capacity: the
+  bare server's CPU per trivial call over toolcat's).
 
     python scripts/bench_scale.py --sizes 100000
     python scripts/bench_scale.py --sizes 100000 1000000 --json
@@ -775,12 +776,18 @@ def child_mcp(
     server (scripts/bare_mcp_server.py), driven from this process (``load_mcp.measure``):
     the first and kept ``tools/list``, ``search_tools`` of ``qs`` beside ``Catalog.search``
     here (server CPU and wall), then ``clients`` concurrent clients, ``rounds`` rounds
-    alternating the servers, for a trivial call and ``search_tools``; ``targets`` holds the
-    issue's rows as measured (capacity: the bare server's CPU per trivial call over
-    toolcat's per request)."""
+    alternating the servers, for a trivial call and ``search_tools`` (cycling through ``qs``,
+    so repeats get the catalog's kept answers; ``search_tools new``: a query never asked
+    before each time); ``targets`` holds the issue's rows as measured (capacity: the bare
+    server's CPU per trivial call over toolcat's per request)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import load_mcp
 
+    asked = set(qs) | set(warm)
+    needed = rounds * clients * (requests + 1)
+    fresh = [
+        q for q in queries(random.Random(SEED + size + 1), needed + len(asked)) if q not in asked
+    ]
     report = load_mcp.measure(
         Path(db),
         qs,
@@ -788,11 +795,14 @@ def child_mcp(
         clients=clients,
         requests=requests,
         rounds=rounds,
+        kinds=(load_mcp.TRIVIAL, "search_tools", load_mcp.NEW_SEARCH),
+        fresh=fresh[:needed],
         settle=2 + size / 40_000,  # 27 s at 1M tools: the server loads its BM25 index
         src=SRC,
     )
     listed, latency, rows = report["tools/list"], report["latency"], report["throughput"]
     trivial, search = rows[f"toolcat {load_mcp.TRIVIAL}"], rows["toolcat search_tools"]
+    new = rows[f"toolcat {load_mcp.NEW_SEARCH}"]
     report["targets"] = {
         "tools_list_first_ms": listed["toolcat"]["first_ms"],
         "tools_list_first_cpu_ms": listed["toolcat"]["first_cpu_ms"],
@@ -806,6 +816,8 @@ def child_mcp(
         "trivial_rps_vs_bare": trivial["rps_vs_bare_call"],
         "search_tools_capacity_vs_bare": search["capacity_vs_bare_call"],
         "search_tools_rps_vs_bare": search["rps_vs_bare_call"],
+        "search_tools_new_capacity_vs_bare": new["capacity_vs_bare_call"],
+        "search_tools_new_rps_vs_bare": new["rps_vs_bare_call"],
     }
     return report
 
@@ -820,7 +832,7 @@ CHILDREN = {
     "hybrid": child_hybrid,
     "mcp": child_mcp,
 }
-MCP_CLIENTS, MCP_REQUESTS, MCP_ROUNDS, MCP_QUERIES = 16, 20, 3, 100
+MCP_CLIENTS, MCP_REQUESTS, MCP_ROUNDS, MCP_QUERIES = 16, 20, 5, 100
 
 
 def mcp_phase(db: Path, size: int, then: list[str], warm: list[str]) -> dict[str, Any]:

@@ -60,6 +60,7 @@ MAX_REQUESTS = 1000
 K = 5
 Request = Callable[[Any, int], Awaitable[Any]]
 TRIVIAL = "trivial call"
+NEW_SEARCH = "search_tools new"
 
 
 @dataclass(frozen=True)
@@ -177,16 +178,33 @@ def calling(call: TrivialCall) -> Request:
     return call_it
 
 
-def toolcat_requests(qs: list[str], call: TrivialCall = ADD) -> dict[str, Request]:
+def toolcat_requests(
+    qs: list[str], call: TrivialCall = ADD, fresh: Sequence[str] = ()
+) -> dict[str, Request]:
+    """Each request kind of toolcat's: ``search_tools`` cycles through ``qs`` (so the
+    catalog's kept answers serve repeats), ``search_tools new`` takes the next of
+    ``fresh``, each asked once."""
+
     async def search(c: Any, i: int) -> Any:
         return await c.call_tool("search_tools", {"query": qs[i % len(qs)], "k": K})
+
+    unasked = iter(fresh)
+
+    async def search_new(c: Any, i: int) -> Any:
+        return await c.call_tool("search_tools", {"query": next(unasked), "k": K})
 
     trivial = calling(call)
 
     async def mix(c: Any, i: int) -> Any:
         return await (search, _listed, trivial)[i % 3](c, i // 3)
 
-    return {"search_tools": search, "tools/list": _listed, TRIVIAL: trivial, "mix": mix}
+    return {
+        "search_tools": search,
+        NEW_SEARCH: search_new,
+        "tools/list": _listed,
+        TRIVIAL: trivial,
+        "mix": mix,
+    }
 
 
 BARE: dict[str, Request] = {TRIVIAL: calling(ADD), "tools/list": _listed}
@@ -356,12 +374,17 @@ def measure(
     slow: int = 0,
     settle: float = 2.0,
     src: Path = ROOT / "src",
+    fresh: Sequence[str] = (),
 ) -> dict[str, Any]:
     """toolcat serving ``db`` over HTTP beside the bare SDK server, in one run: the first
     and kept ``tools/list``; ``search_tools`` of ``qs`` (after ``warm``) beside
     ``Catalog.search`` in this process; ``rounds`` rounds of ``clients`` concurrent clients
     per request kind in ``kinds``, alternating the servers; ``slow`` > 0: the mix beside
-    clients calling a 2 s tool (the fixtures' ``sleeps``)."""
+    clients calling a 2 s tool (the fixtures' ``sleeps``). ``fresh``: queries none of the
+    others are, for ``search_tools new`` (each asked once: enough for every round's
+    requests and each client's first, untimed one)."""
+    if NEW_SEARCH in kinds and len(fresh) < rounds * clients * (requests + 1):
+        raise ValueError(f"{NEW_SEARCH} needs {rounds * clients * (requests + 1)} queries")
     with Catalog(db) as catalog:
         call = trivial_call(catalog)
     command = [sys.executable, "-m", "toolcat.cli", "--db", str(db), "serve", "--http"]
@@ -400,7 +423,7 @@ def measure(
                 search["cpu_p50_ms"] - floor["cpu_p50_ms"] - python["cpu_p50_ms"], 3
             ),
         }
-        ours = toolcat_requests(qs, call)
+        ours = toolcat_requests(qs, call, fresh)
         taken: dict[str, list[dict[str, Any]]] = {}
         for _ in range(rounds):
             for kind in kinds:
