@@ -8,8 +8,9 @@ default; the clients are the SDK's ``Client`` in this process.
 
 0. **first tools/list**: the first list a fresh server answers, then kept ones.
 1. **latency** (one client per server, request by request, the two servers interleaved):
-   ``search_tools`` (each query asked once) beside ``Catalog.search`` of the same queries in
-   this process (k=5, BM25), ``tools/list`` and a trivial call on both servers.
+   ``search_tools`` (each query asked once) beside ``Catalog.search`` of the same query in
+   this process right before it (k=5, BM25, the caller the server ranks for: interleaved,
+   so load drift hits both), ``tools/list`` and a trivial call on both servers.
 2. **throughput** (``--clients`` concurrent clients): rounds alternating bare / toolcat,
    per request kind; requests/s, p50/p99 and each server's CPU time per request (from
    ``/proc``: on a shared machine the server's own work, whatever the scheduler does).
@@ -25,6 +26,7 @@ the generated 10k/100k/1M catalogs (which have no ``add``: see ``TrivialCall``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -54,6 +56,7 @@ from bench_scale import SEED, queries, register_generated  # noqa: E402
 from toolcat import Catalog  # noqa: E402
 from toolcat.errors import ToolcatError  # noqa: E402
 from toolcat.registry.python import toolkit_from_module  # noqa: E402
+from toolcat.server.mcp import ANONYMOUS  # noqa: E402
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000
@@ -242,9 +245,12 @@ async def latency(
     warm: list[str],
     settle: float,
     call: TrivialCall = ADD,
+    local: Catalog | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Each request kind on each server, one at a time, the servers interleaved: wall
-    time at the client and the server's CPU time for the request."""
+    time at the client and the server's CPU time for the request; with ``local``, each
+    query also asked of ``Catalog.search`` in this process right before (its thread's CPU),
+    as the server asks it (k, BM25, the anonymous caller's learned uses)."""
     samples: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     t_http, t_client = client(toolcat.url, mode)
@@ -259,6 +265,11 @@ async def latency(
             if i == len(warm) // 2:
                 await anyio.sleep(settle)  # the BM25 index builds off the request path
         for i, query in enumerate(qs):
+            if local is not None:
+                used, started = time.thread_time(), time.perf_counter()
+                local.search(query, k=K, mode="bm25", principal=ANONYMOUS)
+                samples.setdefault("python search", []).append(time.perf_counter() - started)
+                cpu.setdefault("python search", []).append(time.thread_time() - used)
             steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
                 (
                     "toolcat search_tools",
@@ -281,21 +292,14 @@ async def latency(
     return samples, cpu
 
 
-def python_search(db: Path, qs: list[str], warm: list[str]) -> tuple[list[float], list[float]]:
-    """``Catalog.search`` of the same queries in this process, warmed up the same way:
-    wall and CPU time of each."""
-    samples: list[float] = []
-    cpu: list[float] = []
+@contextlib.contextmanager
+def warmed_catalog(db: Path, warm: list[str]) -> Iterator[Catalog]:
+    """The catalog opened in this process, its BM25 index built, as the server's is."""
     with Catalog(db) as catalog:
         for query in warm:
-            catalog.search(query, k=K, mode="bm25")
-        catalog._search.postings.wait()  # its BM25 index built, as the server's has
-        for query in qs:
-            used, started = time.thread_time(), time.perf_counter()
-            catalog.search(query, k=K, mode="bm25")
-            samples.append(time.perf_counter() - started)
-            cpu.append(time.thread_time() - used)
-    return samples, cpu
+            catalog.search(query, k=K, mode="bm25", principal=ANONYMOUS)
+        catalog._search.postings.wait()
+        yield catalog
 
 
 async def load_round(
@@ -400,10 +404,8 @@ def measure(
     }
     try:
         report["tools/list"] = anyio.run(first_lists, toolcat, bare, era)
-        api, api_cpu = python_search(db, qs, warm)
-        served, served_cpu = anyio.run(latency, toolcat, bare, era, qs, warm, settle, call)
-        wall = {"python search": api} | served
-        cpu = {"python search": api_cpu} | served_cpu
+        with warmed_catalog(db, warm) as local:
+            wall, cpu = anyio.run(latency, toolcat, bare, era, qs, warm, settle, call, local)
         report["latency"] = lat = {
             name: figures(wall[name]) | {"cpu_p50_ms": figures(cpu[name])["p50_ms"]}
             for name in wall
