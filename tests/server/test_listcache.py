@@ -341,3 +341,26 @@ def test_callers_never_share_a_resolved_name(db: Path, tmp_path: Path) -> None:
             assert len(server.resolved) == 1  # only what was found is kept
 
         run(check)
+
+
+def test_resolved_names_are_bounded_and_forget_an_old_revision(db: Path) -> None:
+    """Hostile: however many names callers resolve, at most ``size`` are kept (the least
+    recently called go first), and none is answered at another revision."""
+    from toolcat.server.mcp import ResolvedTools
+    from toolcat.server.scope import Scope
+
+    with Catalog(db) as catalog:
+        tools = list(catalog.iter_tools())[:5]
+    kept = ResolvedTools(size=3)
+    scope = Scope()
+    for tool in tools:
+        kept.keep(7, scope, tool.name, tool)
+        assert kept.get(7, scope, tools[2].name) in (None, tools[2])  # touched: kept longer
+    assert len(kept) == 3
+    assert kept.get(7, scope, tools[0].name) is None  # the oldest went first
+    assert kept.get(7, scope, tools[2].name) is tools[2]
+    assert kept.get(7, Scope(toolkits=(tools[2].toolkit,)), tools[2].name) is None
+    assert kept.get(8, scope, tools[2].name) is None  # another revision: nothing
+    assert kept.get(None, scope, tools[2].name) is None  # the revision unreadable
+    kept.keep(8, scope, tools[0].name, tools[0])
+    assert len(kept) == 1 and kept.get(7, scope, tools[2].name) is None
