@@ -34,7 +34,14 @@ are the process's own (``uptime`` load printed beside):
 - ``tantivy`` / ``bm25s``: the same queries' tokens over the same tokenized text, built and
   asked in another fresh process (top 10);
 - ``vector_scan``: an exact top-10 scan of seeded random unit vectors (384 dims) as int8 and
-  fp16, numpy, per query.
+  fp16, numpy, per query;
+- ``mcp``: the serving face, ``toolcat serve --http`` beside a bare MCP SDK server
+  (scripts/bare_mcp_server.py, same transport) in one run (``load_mcp.measure``): the first
+  and kept ``tools/list`` (wall and server CPU), ``search_tools`` beside ``Catalog.search``
+  of the same queries in the driving process, and 16 concurrent clients per request kind
+  (a trivial call, ``search_tools`` over 100 queries, ``search_tools`` with a new query each
+  time), rounds alternating the servers; ``targets`` sums up the issue's rows (capacity: the
+  bare server's CPU per trivial call over toolcat's).
 
     python scripts/bench_scale.py --sizes 100000
     python scripts/bench_scale.py --sizes 100000 1000000 --json
@@ -47,6 +54,7 @@ query, interleaved):
 
     python scripts/bench_scale.py --sizes 100000 --make-catalog /tmp/scale-100k.db
     python scripts/bench_scale.py --sizes 100000 --catalog /tmp/scale-100k.db --bm25
+    python scripts/bench_scale.py --sizes 100000 --catalog /tmp/scale-100k.db --mcp
 
 One serving process with vectors (``--hybrid``): BM25 and hybrid p50/p99, RSS, the
 embedding side through the shortlist beside the exact scan, tantivy beside BM25.
@@ -761,6 +769,59 @@ def child_save_index(db: str) -> dict[str, Any]:
     }
 
 
+def child_mcp(
+    db: str, size: int, qs: list[str], warm: list[str], clients: int, requests: int, rounds: int
+) -> dict[str, Any]:
+    """The serving face: ``toolcat serve --http`` on the catalog beside the bare MCP SDK
+    server (scripts/bare_mcp_server.py), driven from this process (``load_mcp.measure``):
+    the first and kept ``tools/list``, ``search_tools`` of ``qs`` beside ``Catalog.search``
+    here (server CPU and wall), then ``clients`` concurrent clients, ``rounds`` rounds
+    alternating the servers, for a trivial call and ``search_tools`` (cycling through ``qs``,
+    so repeats get the catalog's kept answers; ``search_tools new``: a query never asked
+    before each time); ``targets`` holds the issue's rows as measured (capacity: the bare
+    server's CPU per trivial call over toolcat's per request)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import load_mcp
+
+    asked = set(qs) | set(warm)
+    needed = rounds * clients * (requests + 1)
+    fresh = [
+        q for q in queries(random.Random(SEED + size + 1), needed + len(asked)) if q not in asked
+    ]
+    report = load_mcp.measure(
+        Path(db),
+        qs,
+        warm,
+        clients=clients,
+        requests=requests,
+        rounds=rounds,
+        kinds=(load_mcp.TRIVIAL, "search_tools", load_mcp.NEW_SEARCH),
+        fresh=fresh[:needed],
+        settle=2 + size / 40_000,  # 27 s at 1M tools: the server loads its BM25 index
+        src=SRC,
+    )
+    listed, latency, rows = report["tools/list"], report["latency"], report["throughput"]
+    trivial, search = rows[f"toolcat {load_mcp.TRIVIAL}"], rows["toolcat search_tools"]
+    new = rows[f"toolcat {load_mcp.NEW_SEARCH}"]
+    report["targets"] = {
+        "tools_list_first_ms": listed["toolcat"]["first_ms"],
+        "tools_list_first_cpu_ms": listed["toolcat"]["first_cpu_ms"],
+        "tools_list_kept_p50_ms": listed["toolcat"]["kept"]["p50_ms"],
+        "tools_list_kept_cpu_p50_ms": listed["toolcat"]["kept"]["cpu_p50_ms"],
+        "tools_list_kept_cpu_p50_ms_bare": listed["bare"]["kept"]["cpu_p50_ms"],
+        "search_tools_p50_ms": latency["toolcat search_tools"]["p50_ms"],
+        "python_search_p50_ms": latency["python search"]["p50_ms"],
+        **report["search_tools_vs_python"],
+        "trivial_capacity_vs_bare": trivial["capacity_vs_bare_call"],
+        "trivial_rps_vs_bare": trivial["rps_vs_bare_call"],
+        "search_tools_capacity_vs_bare": search["capacity_vs_bare_call"],
+        "search_tools_rps_vs_bare": search["rps_vs_bare_call"],
+        "search_tools_new_capacity_vs_bare": new["capacity_vs_bare_call"],
+        "search_tools_new_rps_vs_bare": new["rps_vs_bare_call"],
+    }
+    return report
+
+
 CHILDREN = {
     "save_index": child_save_index,
     "serve": child_serve,
@@ -769,7 +830,24 @@ CHILDREN = {
     "bm25": child_bm25,
     "store_vectors": child_store_vectors,
     "hybrid": child_hybrid,
+    "mcp": child_mcp,
 }
+MCP_CLIENTS, MCP_REQUESTS, MCP_ROUNDS, MCP_QUERIES = 16, 20, 5, 100
+
+
+def mcp_phase(db: Path, size: int, then: list[str], warm: list[str]) -> dict[str, Any]:
+    """``child_mcp`` in a fresh process: ``MCP_QUERIES`` of the warm BM25 queries, after 50
+    of the warm-up ones."""
+    return in_child(
+        "mcp",
+        db=str(db),
+        size=size,
+        qs=then[:MCP_QUERIES],
+        warm=warm[:50],
+        clients=MCP_CLIENTS,
+        requests=MCP_REQUESTS,
+        rounds=MCP_ROUNDS,
+    )
 
 
 def in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
@@ -882,6 +960,8 @@ def bench_size(
         phase(result, "peers", in_child("peers", db=str(db), qs=then, skip=sorted(skip)))
     if "vectors" not in skip:
         phase(result, "vectors", in_child("vectors", size=size))
+    if "mcp" not in skip:
+        phase(result, "mcp", mcp_phase(db, size, then, warm_qs))
     serve, peers = result["serve"], result.get("peers", {})
     for peer in ("tantivy", "bm25s"):
         if isinstance(peers.get(peer), dict) and "bm25_warm" in serve:
@@ -920,7 +1000,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     parser.add_argument("--warm", type=int, default=300, help="Queries served before warm ones.")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["peers", "bm25s", "vectors"])
+    parser.add_argument(
+        "--skip", nargs="*", default=[], choices=["peers", "bm25s", "vectors", "mcp"]
+    )
     parser.add_argument("--workdir", type=Path, help="Keep catalogs here (default: a temp dir).")
     parser.add_argument("--json", action="store_true", help="Print one JSON document at the end.")
     parser.add_argument("--src", type=Path, help="Measure the toolcat package under this folder.")
@@ -967,9 +1049,17 @@ def main() -> None:
         help="With --hybrid: first store these vectors (scripts/research/ann_vectors.py) "
         "when the catalog has none, and save their shortlist through reindex.",
     )
+    parser.add_argument(
+        "--mcp",
+        action="store_true",
+        help="With --catalog: only the MCP face beside a bare MCP SDK server (tools/list, "
+        "search_tools against Catalog.search, 16 concurrent clients).",
+    )
     args = parser.parse_args()
-    if (args.bm25 or args.hybrid) and not args.catalog:
-        parser.error("--bm25 and --hybrid need --catalog DB (make one with --make-catalog DB)")
+    if (args.bm25 or args.hybrid or args.mcp) and not args.catalog:
+        parser.error(
+            "--bm25, --hybrid and --mcp need --catalog DB (make one with --make-catalog DB)"
+        )
     if args.src:  # the children read it
         os.environ["BENCH_SCALE_SRC"] = str(args.src.resolve())
     if not BENCH.is_dir():
@@ -986,6 +1076,10 @@ def main() -> None:
         if args.bm25:
             figures = in_child("bm25", db=str(args.catalog), warm=qs[600:], then=qs[300:600])
             print(json.dumps({**result, "bm25": figures}), flush=True)
+            return
+        if args.mcp:
+            phase(result, "mcp", mcp_phase(args.catalog, size, qs[300:600], qs[600:]))
+            print(json.dumps(result), flush=True)
             return
         if args.hybrid:
             if args.vectors:

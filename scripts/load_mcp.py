@@ -6,13 +6,18 @@ toolkit, every other deferred) plus the test fixtures (``add``, ``sleeps``); ``-
 it between runs. Both servers run in subprocesses on loopback, 2026-07-28 (stateless) by
 default; the clients are the SDK's ``Client`` in this process.
 
+0. **first tools/list**: the first list a fresh server answers, then kept ones.
 1. **latency** (one client per server, request by request, the two servers interleaved):
-   ``search_tools`` (each query asked once) beside ``Catalog.search`` of the same queries in
-   this process (k=5, BM25), ``tools/list`` and a trivial call on both servers.
+   ``search_tools`` (each query asked once) beside ``Catalog.search`` of the same query in
+   this process right before it (k=5, BM25, the caller the server ranks for: interleaved,
+   so load drift hits both), ``tools/list`` and a trivial call on both servers.
 2. **throughput** (``--clients`` concurrent clients): rounds alternating bare / toolcat,
    per request kind; requests/s, p50/p99 and each server's CPU time per request (from
    ``/proc``: on a shared machine the server's own work, whatever the scheduler does).
 3. **beside slow calls** (``--slow``): the mixed load while clients keep a tool sleeping 2 s.
+
+``measure`` is the whole comparison on a given catalog: ``bench_scale.py --mcp`` runs it on
+the generated 10k/100k/1M catalogs (which have no ``add``: see ``TrivialCall``).
 
     python scripts/load_mcp.py [--tools 10000] [--db PATH] [--clients 16] [--requests 40]
         [--rounds 3] [--queries 200] [--slow 2] [--era 2026-07-28|legacy] [--json]
@@ -21,6 +26,7 @@ default; the clients are the SDK's ``Client`` in this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -29,7 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -47,12 +54,47 @@ from tests.helpers import SAMPLE_TOOLKITS, free_port, wait_for_port  # noqa: E40
 
 from bench_scale import SEED, queries, register_generated  # noqa: E402
 from toolcat import Catalog  # noqa: E402
+from toolcat.errors import ToolcatError  # noqa: E402
 from toolcat.registry.python import toolkit_from_module  # noqa: E402
+from toolcat.server.mcp import ANONYMOUS  # noqa: E402
 
 MAX_CLIENTS = 64
 MAX_REQUESTS = 1000
 K = 5
 Request = Callable[[Any, int], Awaitable[Any]]
+TRIVIAL = "trivial call"
+NEW_SEARCH = "search_tools new"
+
+
+@dataclass(frozen=True)
+class TrivialCall:
+    """The trivial ``tools/call`` asked of toolcat (the bare server's is always ``add``):
+    the fixtures' ``add``, or, in a catalog without it (``bench_scale``'s generated ones,
+    which no benchmark may write to), a catalog tool that has no implementation, called
+    with no arguments: the lookup, scope, policy and argument checks, then an error result
+    (``expect_error``) where ``add`` would run."""
+
+    name: str
+    arguments: Callable[[int], dict[str, Any]]
+    expect_error: bool = False
+
+
+ADD = TrivialCall("add", lambda i: {"a": i})
+
+
+def trivial_call(catalog: Catalog) -> TrivialCall:
+    """``add`` when ``catalog`` has it, else its first always-on tool whose schema requires
+    no argument (else its first always-on tool)."""
+    try:
+        catalog.get("add")
+        return ADD
+    except ToolcatError:
+        pass
+    listed = catalog.list(limit=200).tools
+    if not listed:
+        raise SystemExit(f"{catalog.path}: no always-on tool to call")
+    tool = next((t for t in listed if not t.parameters.get("required")), listed[0])
+    return TrivialCall(tool.id, lambda i: {}, expect_error=True)
 
 
 def build(db: Path, size: int) -> None:
@@ -98,16 +140,18 @@ def cpu_seconds(pid: int) -> float:
 class Served:
     """A server subprocess and how to reach it."""
 
-    def __init__(self, name: str, argv: list[str]) -> None:
+    def __init__(self, name: str, argv: list[str], src: Path = ROOT / "src") -> None:
         self.name = name
         self.port = free_port()
+        started = time.perf_counter()
         self.process = subprocess.Popen(
             [*argv, "--port", str(self.port)],
-            env={**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"},
+            env={**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{ROOT}"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for_port(self.port, self.process, seconds=120)
+        wait_for_port(self.port, self.process, seconds=600)
+        self.listening_s = round(time.perf_counter() - started, 2)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     def cpu(self) -> float:
@@ -126,41 +170,87 @@ def client(url: str, mode: str) -> Any:
     return http, Client(streamable_http_client(url, http_client=http), mode=mode, cache=None)  # type: ignore[arg-type]
 
 
-def toolcat_requests(qs: list[str]) -> dict[str, Request]:
-    async def search(c: Any, i: int) -> Any:
-        return await c.call_tool("search_tools", {"query": qs[i % len(qs)], "k": K})
-
-    async def listed(c: Any, i: int) -> Any:
-        return await c.list_tools()
-
-    async def call(c: Any, i: int) -> Any:
-        return await c.call_tool("add", {"a": i})
-
-    async def mix(c: Any, i: int) -> Any:
-        return await (search, listed, call)[i % 3](c, i // 3)
-
-    return {"search_tools": search, "tools/list": listed, "call add": call, "mix": mix}
-
-
-BARE: dict[str, Request] = {}
-
-
-async def _bare_call(c: Any, i: int) -> Any:
-    return await c.call_tool("add", {"a": i})
-
-
-async def _bare_list(c: Any, i: int) -> Any:
+async def _listed(c: Any, i: int) -> Any:
     return await c.list_tools()
 
 
-BARE.update({"call add": _bare_call, "tools/list": _bare_list})
+def calling(call: TrivialCall) -> Request:
+    async def call_it(c: Any, i: int) -> Any:
+        return await c.call_tool(call.name, call.arguments(i))
+
+    return call_it
+
+
+def toolcat_requests(
+    qs: list[str], call: TrivialCall = ADD, fresh: Sequence[str] = ()
+) -> dict[str, Request]:
+    """Each request kind of toolcat's: ``search_tools`` cycles through ``qs`` (so the
+    catalog's kept answers serve repeats), ``search_tools new`` takes the next of
+    ``fresh``, each asked once."""
+
+    async def search(c: Any, i: int) -> Any:
+        return await c.call_tool("search_tools", {"query": qs[i % len(qs)], "k": K})
+
+    unasked = iter(fresh)
+
+    async def search_new(c: Any, i: int) -> Any:
+        return await c.call_tool("search_tools", {"query": next(unasked), "k": K})
+
+    trivial = calling(call)
+
+    async def mix(c: Any, i: int) -> Any:
+        return await (search, _listed, trivial)[i % 3](c, i // 3)
+
+    return {
+        "search_tools": search,
+        NEW_SEARCH: search_new,
+        "tools/list": _listed,
+        TRIVIAL: trivial,
+        "mix": mix,
+    }
+
+
+BARE: dict[str, Request] = {TRIVIAL: calling(ADD), "tools/list": _listed}
+
+
+async def first_lists(toolcat: Served, bare: Served, mode: str, kept: int = 5) -> dict[str, Any]:
+    """The first ``tools/list`` a fresh server answers (it reads and builds the list: the
+    first request of the process, too), then ``kept`` more (answers kept per revision), wall
+    at the client and the server's CPU; the bare server's beside."""
+    out: dict[str, Any] = {}
+    for served in (toolcat, bare):
+        http, c = client(served.url, mode)
+        wall: list[float] = []
+        cpu: list[float] = []
+        async with http, c as session:
+            for _ in range(1 + kept):
+                used, started = served.cpu(), time.perf_counter()
+                result = await session.list_tools()
+                wall.append(time.perf_counter() - started)
+                cpu.append(served.cpu() - used)
+        out[served.name] = {
+            "listed": len(result.tools),
+            "first_ms": round(wall[0] * 1000, 2),
+            "first_cpu_ms": round(cpu[0] * 1000, 2),
+            "kept": figures(wall[1:]) | {"cpu_p50_ms": figures(cpu[1:])["p50_ms"]},
+        }
+    return out
 
 
 async def latency(
-    toolcat: Served, bare: Served, mode: str, qs: list[str], warm: list[str], settle: float
+    toolcat: Served,
+    bare: Served,
+    mode: str,
+    qs: list[str],
+    warm: list[str],
+    settle: float,
+    call: TrivialCall = ADD,
+    local: Catalog | None = None,
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Each request kind on each server, one at a time, the servers interleaved: wall
-    time at the client and the server's CPU time for the request."""
+    time at the client and the server's CPU time for the request; with ``local``, each
+    query also asked of ``Catalog.search`` in this process right before (its thread's CPU),
+    as the server asks it (k, BM25, the anonymous caller's learned uses)."""
     samples: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     t_http, t_client = client(toolcat.url, mode)
@@ -169,21 +259,26 @@ async def latency(
         for i, query in enumerate(warm):  # the server's BM25 index and first-query costs
             await tc.call_tool("search_tools", {"query": query, "k": K})
             await tc.list_tools()
-            await tc.call_tool("add", {"a": i})
+            await tc.call_tool(call.name, call.arguments(i))
             await bc.call_tool("add", {"a": i})
             await bc.list_tools()
             if i == len(warm) // 2:
                 await anyio.sleep(settle)  # the BM25 index builds off the request path
         for i, query in enumerate(qs):
+            if local is not None:
+                used, started = time.thread_time(), time.perf_counter()
+                local.search(query, k=K, mode="bm25", principal=ANONYMOUS)
+                samples.setdefault("python search", []).append(time.perf_counter() - started)
+                cpu.setdefault("python search", []).append(time.thread_time() - used)
             steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
                 (
                     "toolcat search_tools",
                     partial(tc.call_tool, "search_tools", {"query": query, "k": K}),
                 ),
-                ("bare call add", partial(bc.call_tool, "add", {"a": i})),
+                (f"bare {TRIVIAL}", partial(bc.call_tool, "add", {"a": i})),
                 ("toolcat tools/list", tc.list_tools),
                 ("bare tools/list", bc.list_tools),
-                ("toolcat call add", partial(tc.call_tool, "add", {"a": i})),
+                (f"toolcat {TRIVIAL}", partial(tc.call_tool, call.name, call.arguments(i))),
             ]
             for name, step in steps:
                 served = toolcat if name.startswith("toolcat") else bare
@@ -191,32 +286,27 @@ async def latency(
                 result = await step()
                 samples.setdefault(name, []).append(time.perf_counter() - started)
                 cpu.setdefault(name, []).append(served.cpu() - used)
-                if getattr(result, "is_error", False):
-                    raise RuntimeError(f"{name} failed: {result.content}")
+                expected = call.expect_error and name == f"toolcat {TRIVIAL}"
+                if getattr(result, "is_error", False) != expected:
+                    raise RuntimeError(f"{name}: {result.content}")
     return samples, cpu
 
 
-def python_search(db: Path, qs: list[str], warm: list[str]) -> tuple[list[float], list[float]]:
-    """``Catalog.search`` of the same queries in this process, warmed up the same way:
-    wall and CPU time of each."""
-    samples: list[float] = []
-    cpu: list[float] = []
+@contextlib.contextmanager
+def warmed_catalog(db: Path, warm: list[str]) -> Iterator[Catalog]:
+    """The catalog opened in this process, its BM25 index built, as the server's is."""
     with Catalog(db) as catalog:
         for query in warm:
-            catalog.search(query, k=K, mode="bm25")
-        catalog._search.postings.wait()  # its BM25 index built, as the server's has
-        for query in qs:
-            used, started = time.thread_time(), time.perf_counter()
-            catalog.search(query, k=K, mode="bm25")
-            samples.append(time.perf_counter() - started)
-            cpu.append(time.thread_time() - used)
-    return samples, cpu
+            catalog.search(query, k=K, mode="bm25", principal=ANONYMOUS)
+        catalog._search.postings.wait()
+        yield catalog
 
 
 async def load_round(
     served: Served, mode: str, request: Request, clients: int, requests: int
 ) -> dict[str, Any]:
     samples: list[float] = []
+    errors: list[bool] = []
 
     async def one_client(index: int) -> None:
         http, c = client(served.url, mode)
@@ -226,8 +316,9 @@ async def load_round(
             await go.wait()
             for i in range(requests):
                 started = time.perf_counter()
-                await request(session, index * requests + i)
+                result = await request(session, index * requests + i)
                 samples.append(time.perf_counter() - started)
+                errors.append(bool(getattr(result, "is_error", False)))
 
     ready: list[bool] = []
     go = anyio.Event()
@@ -244,6 +335,7 @@ async def load_round(
         "rps": round(len(samples) / took, 1),
         **figures(samples),
         "server_cpu_ms_per_request": round(cpu * 1000 / len(samples), 3),
+        "errors": sum(errors),
     }
 
 
@@ -273,6 +365,127 @@ def merged(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return row | {"requests": sum(r["requests"] for r in rounds), "rounds": len(rounds)}
 
 
+def measure(
+    db: Path,
+    qs: list[str],
+    warm: list[str],
+    *,
+    clients: int = 16,
+    requests: int = 20,
+    rounds: int = 3,
+    era: str = "2026-07-28",
+    kinds: Sequence[str] = (TRIVIAL, "search_tools"),
+    slow: int = 0,
+    settle: float = 2.0,
+    src: Path = ROOT / "src",
+    fresh: Sequence[str] = (),
+) -> dict[str, Any]:
+    """toolcat serving ``db`` over HTTP beside the bare SDK server, in one run: the first
+    and kept ``tools/list``; ``search_tools`` of ``qs`` (after ``warm``) beside
+    ``Catalog.search`` in this process; ``rounds`` rounds of ``clients`` concurrent clients
+    per request kind in ``kinds``, alternating the servers; ``slow`` > 0: the mix beside
+    clients calling a 2 s tool (the fixtures' ``sleeps``). ``fresh``: queries none of the
+    others are, for ``search_tools new`` (each asked once: enough for every round's
+    requests and each client's first, untimed one)."""
+    if NEW_SEARCH in kinds and len(fresh) < rounds * clients * (requests + 1):
+        raise ValueError(f"{NEW_SEARCH} needs {rounds * clients * (requests + 1)} queries")
+    with Catalog(db) as catalog:
+        call = trivial_call(catalog)
+    command = [sys.executable, "-m", "toolcat.cli", "--db", str(db), "serve", "--http"]
+    toolcat = Served("toolcat", [*command, "--host", "127.0.0.1", "--mode", "bm25"], src)
+    bare = Served("bare", [sys.executable, str(ROOT / "scripts" / "bare_mcp_server.py")], src)
+    report: dict[str, Any] = {
+        "era": era,
+        "clients": clients,
+        "requests_each": requests,
+        "trivial_call": call.name + (" (answers an error)" if call.expect_error else ""),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "listening_s": {"toolcat": toolcat.listening_s, "bare": bare.listening_s},
+    }
+    try:
+        report["tools/list"] = anyio.run(first_lists, toolcat, bare, era)
+        with warmed_catalog(db, warm) as local:
+            wall, cpu = anyio.run(latency, toolcat, bare, era, qs, warm, settle, call, local)
+        report["latency"] = lat = {
+            name: figures(wall[name]) | {"cpu_p50_ms": figures(cpu[name])["p50_ms"]}
+            for name in wall
+        }
+        search, python, floor = (
+            lat["toolcat search_tools"],
+            lat["python search"],
+            lat[f"bare {TRIVIAL}"],
+        )
+        report["search_tools_vs_python"] = {
+            "wall_p50_minus_python_ms": round(search["p50_ms"] - python["p50_ms"], 3),
+            "server_cpu_p50_minus_python_ms": round(search["cpu_p50_ms"] - python["cpu_p50_ms"], 3),
+            "wall_p50_over_sdk_floor_minus_python_ms": round(
+                search["p50_ms"] - floor["p50_ms"] - python["p50_ms"], 3
+            ),
+            "server_cpu_p50_over_sdk_floor_minus_python_ms": round(
+                search["cpu_p50_ms"] - floor["cpu_p50_ms"] - python["cpu_p50_ms"], 3
+            ),
+        }
+        ours = toolcat_requests(qs, call, fresh)
+        taken: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(rounds):
+            for kind in kinds:
+                if kind in BARE:
+                    taken.setdefault(f"bare {kind}", []).append(
+                        anyio.run(load_round, bare, era, BARE[kind], clients, requests)
+                    )
+                taken.setdefault(f"toolcat {kind}", []).append(
+                    anyio.run(load_round, toolcat, era, ours[kind], clients, requests)
+                )
+        throughput = {name: merged(rs) for name, rs in taken.items()}
+        bare_call = throughput[f"bare {TRIVIAL}"]
+        for row in throughput.values():
+            # Capacity: what the bare server's trivial call costs it over what this costs.
+            row["capacity_vs_bare_call"] = round(
+                bare_call["server_cpu_ms_per_request"] / row["server_cpu_ms_per_request"], 3
+            )
+            row["rps_vs_bare_call"] = round(row["rps"] / bare_call["rps"], 3)
+        report["throughput"] = throughput
+        if slow:
+            report["beside_slow"] = anyio.run(
+                beside_slow, toolcat, era, ours["mix"], clients, requests, slow
+            )
+    finally:
+        toolcat.stop()
+        bare.stop()
+    report["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return report
+
+
+def print_report(report: dict[str, Any], asked: int, rounds: int) -> None:
+    """``measure``'s report as tables."""
+    for name, row in report["tools/list"].items():
+        kept = row["kept"]
+        print(
+            f"tools/list, {name} ({row['listed']} tools): first {row['first_ms']} ms "
+            f"(server CPU {row['first_cpu_ms']} ms), kept p50 {kept['p50_ms']} ms "
+            f"(server CPU {kept['cpu_p50_ms']} ms)"
+        )
+    print(f"\nlatency, one client, {asked} requests each  p50 ms   p99 ms  CPU p50 ms")
+    for name, row in report["latency"].items():
+        print(f"  {name:<34}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}{row['cpu_p50_ms']:>12.3f}")
+    for name, value in report["search_tools_vs_python"].items():
+        print(f"  search_tools: {name:<50}{value:>9.3f}")
+    print(
+        f"\nthroughput, {report['clients']} clients x {report['requests_each']} requests, "
+        f"median of {rounds} rounds (trivial call: {report['trivial_call']})"
+    )
+    print(
+        f"  {'':<28}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'srv CPU ms/req':>16}"
+        f"{'capacity':>10}{'req/s':>7}  (vs the bare call)"
+    )
+    for name, row in report["throughput"].items():
+        print(
+            f"  {name:<28}{row['rps']:>8.1f}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}"
+            f"{row['server_cpu_ms_per_request']:>16.3f}{row['capacity_vs_bare_call']:>10.3f}"
+            f"{row['rps_vs_bare_call']:>7.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tools", type=int, default=10_000)
@@ -283,97 +496,29 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--slow", type=int, default=2)
     parser.add_argument("--era", choices=["2026-07-28", "legacy"], default="2026-07-28")
-    parser.add_argument("--kinds", default="call add,search_tools,tools/list,mix")
+    parser.add_argument("--kinds", default=f"{TRIVIAL},search_tools,tools/list,mix")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    clients = max(1, min(args.clients, MAX_CLIENTS))
-    requests = max(3, min(args.requests, MAX_REQUESTS))
+    kinds = [TRIVIAL if k.strip() == "call add" else k.strip() for k in args.kinds.split(",")]
     rng = random.Random(SEED)
     all_queries = queries(rng, args.queries + 50)
-    warm, qs = all_queries[:50], all_queries[50:]
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "load.db"
         started = time.perf_counter()
         build(db, args.tools)
         built_s = time.perf_counter() - started
-        toolcat = Served(
-            "toolcat",
-            [
-                sys.executable,
-                "-m",
-                "toolcat.cli",
-                "--db",
-                str(db),
-                "serve",
-                "--http",
-                "--host",
-                "127.0.0.1",
-                "--mode",
-                "bm25",
-            ],
+        report = {"tools": args.tools, "catalog_build_s": round(built_s, 1)} | measure(
+            db,
+            all_queries[50:],
+            all_queries[:50],
+            clients=max(1, min(args.clients, MAX_CLIENTS)),
+            requests=max(3, min(args.requests, MAX_REQUESTS)),
+            rounds=args.rounds,
+            era=args.era,
+            kinds=[k for k in kinds if k],
+            slow=args.slow,
+            settle=2 + args.tools / 10_000,
         )
-        bare = Served("bare", [sys.executable, str(ROOT / "scripts" / "bare_mcp_server.py")])
-        report: dict[str, Any] = {
-            "tools": args.tools,
-            "era": args.era,
-            "clients": clients,
-            "requests_each": requests,
-            "load_before": [round(x, 2) for x in os.getloadavg()],
-            "catalog_build_s": round(built_s, 1),
-        }
-        try:
-            api, api_cpu = python_search(db, qs, warm)
-            settle = 2 + args.tools / 10_000
-            served, served_cpu = anyio.run(latency, toolcat, bare, args.era, qs, warm, settle)
-            wall = {"python search": api} | served
-            cpu = {"python search": api_cpu} | served_cpu
-            report["latency"] = {
-                name: figures(wall[name]) | {"cpu_p50_ms": figures(cpu[name])["p50_ms"]}
-                for name in wall
-            }
-            lat = report["latency"]
-            report["search_tools_vs_python"] = {
-                "wall_p50_minus_python_ms": round(
-                    lat["toolcat search_tools"]["p50_ms"] - lat["python search"]["p50_ms"], 3
-                ),
-                "wall_p50_over_sdk_floor_minus_python_ms": round(
-                    lat["toolcat search_tools"]["p50_ms"]
-                    - lat["bare call add"]["p50_ms"]
-                    - lat["python search"]["p50_ms"],
-                    3,
-                ),
-                "server_cpu_p50_over_sdk_floor_minus_python_ms": round(
-                    lat["toolcat search_tools"]["cpu_p50_ms"]
-                    - lat["bare call add"]["cpu_p50_ms"]
-                    - lat["python search"]["cpu_p50_ms"],
-                    3,
-                ),
-            }
-            ours = toolcat_requests(qs)
-            kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-            rounds: dict[str, list[dict[str, Any]]] = {}
-            for _ in range(args.rounds):
-                for kind in kinds:
-                    if kind in BARE:
-                        rounds.setdefault(f"bare {kind}", []).append(
-                            anyio.run(load_round, bare, args.era, BARE[kind], clients, requests)
-                        )
-                    rounds.setdefault(f"toolcat {kind}", []).append(
-                        anyio.run(load_round, toolcat, args.era, ours[kind], clients, requests)
-                    )
-            throughput = {name: merged(rs) for name, rs in rounds.items()}
-            floor = throughput["bare call add"]["rps"]
-            for row in throughput.values():
-                row["rps_vs_bare_call"] = round(row["rps"] / floor, 3)
-            report["throughput"] = throughput
-            if args.slow:
-                report["beside_slow"] = anyio.run(
-                    beside_slow, toolcat, args.era, ours["mix"], clients, requests, args.slow
-                )
-        finally:
-            toolcat.stop()
-            bare.stop()
-        report["load_after"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -381,18 +526,7 @@ def main() -> None:
         f"{args.tools:,} tools + fixtures, {args.era}, HTTP loopback; load "
         f"{report['load_before']} -> {report['load_after']}"
     )
-    print(f"\nlatency, one client, {len(qs)} requests each  p50 ms   p99 ms  CPU p50 ms")
-    for name, row in report["latency"].items():
-        print(f"  {name:<34}{row['p50_ms']:>9.3f}{row['p99_ms']:>9.3f}{row['cpu_p50_ms']:>12.3f}")
-    for name, value in report["search_tools_vs_python"].items():
-        print(f"  search_tools: {name:<50}{value:>9.3f}")
-    print(f"\nthroughput, {clients} clients x {requests} requests, median of {args.rounds} rounds")
-    print(f"  {'':<28}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'srv CPU ms/req':>16}{'vs bare':>9}")
-    for name, row in report["throughput"].items():
-        print(
-            f"  {name:<28}{row['rps']:>8.1f}{row['p50_ms']:>9.2f}{row['p99_ms']:>9.2f}"
-            f"{row['server_cpu_ms_per_request']:>16.3f}{row['rps_vs_bare_call']:>9.3f}"
-        )
+    print_report(report, args.queries, args.rounds)
     if "beside_slow" in report:
         row = report["beside_slow"]
         print(

@@ -165,6 +165,12 @@ class Selection(Protocol):
     @property
     def search_policies(self) -> tuple[Policy, ...]: ...
 
+    @property
+    def exact_in_search(self) -> bool:
+        """Whether those filters leave out every tool ``allows`` refuses (then rows the SQL
+        lets through need no ``allows``)."""
+        ...
+
     def allows(self, tool: RegisteredTool) -> bool: ...
 
 
@@ -1201,8 +1207,12 @@ class Catalog:
             if within is None:
                 shared = reader.shared_names(conn, names)
             else:
-                filters, admits = self._selection_filters(conn, within), self._admits(within)
-                shared = reader.shared_names(conn, names, filters, admits)
+                # The SQL alone when it is exact: a name's first two rows, not each row of
+                # it built as a tool and checked (MCP search_tools asks on every search).
+                admits = None if within.exact_in_search else self._admits(within)
+                shared = reader.shared_names(
+                    conn, names, self._selection_filters(conn, within), admits
+                )
         return {t.id: t.id if t.name in shared else t.name for t in tools}
 
     def export(self, tools: Iterable[Any], format: str) -> ExportedTools:

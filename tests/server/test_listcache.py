@@ -1,6 +1,7 @@
 """What the server keeps between requests, over real HTTP with the SDK's client:
-``tools/list`` answers per revision and caller (server/listcache.py) and ``search_tools``'
-entries per tool (``FoundTools``). A change is seen by the very next request (not a
+``tools/list`` answers per revision and caller (server/listcache.py), ``search_tools``'
+entries per tool (``FoundTools``) and the tool a called name resolved to per revision and
+caller (``ResolvedTools``). A change is seen by the very next request (not a
 watcher tick later), and no caller ever gets another's kept answer."""
 
 from __future__ import annotations
@@ -265,3 +266,101 @@ def test_a_servers_own_selection_keeps_its_list_shareable(db: Path, tmp_path: Pa
             assert await scope_of(url, "math-team-token") == "private"
 
         run(principals)
+
+
+def counted_reader_runs(server: CatalogServer) -> list[int]:
+    """Count the server's trips to a reader on a worker thread from now on."""
+    trips = [0]
+    run_on_reader = server.readers.run
+
+    async def counted(fn: Any) -> Any:
+        trips[0] += 1
+        return await run_on_reader(fn)
+
+    server.readers.run = counted  # type: ignore[method-assign]
+    return trips
+
+
+def adding_toolkit(version: str = "1.0.0") -> Toolkit:
+    """``late_arrival``: the fixtures' ``add`` (a + b) under another name."""
+    integer = {"type": "integer"}
+    kit = extra_toolkit(version).model_dump(mode="json", by_alias=True, exclude_none=True)
+    kit["tools"][0]["parameters"] = {"type": "object", "properties": {"a": integer, "b": integer}}
+    return Toolkit.model_validate(kit)
+
+
+def test_a_called_name_is_resolved_once_per_revision(db: Path) -> None:
+    """The second call of a name at the same revision takes no reader; a removal and a new
+    version by another connection are what the very next call sees (no watcher tick)."""
+    with Catalog(db) as writer:
+        writer.register(adding_toolkit())
+    with served(db) as (url, server):
+        trips = counted_reader_runs(server)
+
+        async def check() -> None:
+            async with http_session(url, None, mode=MODERN) as session:
+                for i in range(3):
+                    trips[0] = 0
+                    result = await session.call("late_arrival", {"a": 1, "b": 2})
+                    assert not result.is_error and result.content[0].text == "3"
+                    assert (trips[0] > 0) == (i == 0)  # resolved on a reader once, then kept
+                assert len(server.resolved) == 1
+                with Catalog(db) as writer:
+                    writer.remove("late")
+                gone = await session.call("late_arrival", {"a": 1, "b": 2})
+                assert gone.is_error
+                assert gone.meta["toolcat/error_code"] == "UNKNOWN_TOOL"
+                with Catalog(db) as writer:
+                    writer.register(adding_toolkit("2.0.0"))
+                again = await session.call("call_tool", {"name": "late_arrival@2.0.0",
+                                                         "arguments": {"a": 2}})  # fmt: skip
+                assert not again.is_error and again.content[0].text == "4"
+
+        run(check)
+
+
+def test_callers_never_share_a_resolved_name(db: Path, tmp_path: Path) -> None:
+    """Hostile: the widest caller resolves a name first; a principal whose scope leaves that
+    tool out still gets what an unregistered name gets, however often they alternate."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    with Catalog(db) as writer:
+        writer.register(adding_toolkit())
+    with served(db, tokens) as (url, server):
+
+        async def call(token: str) -> Any:
+            async with http_session(url, token, mode=MODERN) as session:
+                return await session.call("late_arrival", {"a": 1})
+
+        async def check() -> None:
+            for _ in range(3):
+                assert not (await call("everyone-token")).is_error
+                refused = await call("math-team-token")
+                assert refused.is_error
+                assert refused.meta["toolcat/error_code"] == "UNKNOWN_TOOL"
+            assert len(server.resolved) == 1  # only what was found is kept
+
+        run(check)
+
+
+def test_resolved_names_are_bounded_and_forget_an_old_revision(db: Path) -> None:
+    """Hostile: however many names callers resolve, at most ``size`` are kept (the least
+    recently called go first), and none is answered at another revision."""
+    from toolcat.server.mcp import ResolvedTools
+    from toolcat.server.scope import Scope
+
+    with Catalog(db) as catalog:
+        tools = list(catalog.iter_tools())[:5]
+    kept = ResolvedTools(size=3)
+    scope = Scope()
+    for tool in tools:
+        kept.keep(7, scope, tool.name, tool)
+        assert kept.get(7, scope, tools[2].name) in (None, tools[2])  # touched: kept longer
+    assert len(kept) == 3
+    assert kept.get(7, scope, tools[0].name) is None  # the oldest went first
+    assert kept.get(7, scope, tools[2].name) is tools[2]
+    assert kept.get(7, Scope(toolkits=(tools[2].toolkit,)), tools[2].name) is None
+    assert kept.get(8, scope, tools[2].name) is None  # another revision: nothing
+    assert kept.get(None, scope, tools[2].name) is None  # the revision unreadable
+    kept.keep(8, scope, tools[0].name, tools[0])
+    assert len(kept) == 1 and kept.get(7, scope, tools[2].name) is None

@@ -102,3 +102,38 @@ def test_refusals_name_the_level_whose_rule_refuses(sample_catalog: Catalog) -> 
     assert "toolkits of principal 'data-team'" in (team.refusal(text) or "")
     assert "rule 'tag:destructive' of principal 'ops'" in (strict.refusal(delete) or "")
     assert "this server" not in (strict.refusal(delete) or "")
+
+
+def test_short_names_within_a_scope_count_only_what_it_allows(
+    scoped: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name is shortened unless another tool the scope allows has it, whether the SQL alone
+    decides (an exact scope: no tool row is built) or ``allows`` checks each row (versions)."""
+    from collections import Counter
+
+    from toolcat.store import reader
+
+    sample = list(scoped.iter_tools())
+    mirrored = [Tool(name=t.name, description=t.description, tags=t.tags) for t in sample[::3]]
+    scoped.register(Toolkit(name="mirror", version="1", tools=mirrored))
+    tools = list(scoped.iter_tools())
+    built = [0]
+    row_to_tool = reader.row_to_tool
+
+    def counted(row: tuple[object, ...]) -> object:
+        built[0] += 1
+        return row_to_tool(row)
+
+    monkeypatch.setattr(reader, "row_to_tool", counted)
+    for scope in [Scope(), *SCOPES, *VERSIONED]:
+        inside = [t for t in tools if scope.allows(t)]
+        names = Counter(t.name for t in inside)
+        built[0] = 0
+        shortened = scoped.short_names(inside, within=scope)
+        assert shortened == {t.id: t.id if names[t.name] > 1 else t.name for t in inside}
+        assert (built[0] == 0) == scope.exact_in_search, scope
+    wide = scoped.short_names(tools, within=Scope())
+    files = [t for t in tools if t.toolkit == "files"]
+    assert any(wide[t.id] == t.id for t in files)  # a twin in mirror: not shortened
+    narrow = scoped.short_names(files, within=Scope(toolkits=("files",)))
+    assert all(narrow[t.id] == t.name for t in files)  # its twins are out of scope

@@ -378,6 +378,7 @@ class CatalogServer:
         self.gaps = Gaps()  # searches that found nothing, for the console
         self.artifacts = ArtifactLinks()  # large artifacts handed out as resource links
         self.found_tools = FoundTools()  # search_tools' entries, built once per tool
+        self.resolved = ResolvedTools()  # what calls named, per revision: no reader needed
         self._legacy: weakref.WeakSet[Any] = weakref.WeakSet()  # legacy connections to notify
         self._lists: dict[Scope, ListPages] = {}  # per scope, at watcher.current()
         self._lists_revision = -1
@@ -665,11 +666,16 @@ class CatalogServer:
             )
         scope = self._scope(ctx)
         connection = self._legacy_connection(ctx)
-        try:  # what is outside the caller's scope does not exist: not found, not suggested
-            tool = await self.readers.run(lambda c: c.get(name, within=scope))
-        except ToolcatError as e:
-            failed = error_result(e, 0.0)
-            return _error(failed.error_code or e.code, failed.error or str(e))
+        revision = self.watcher.current()
+        tool = self.resolved.get(revision, scope, name)
+        if tool is None:
+            try:  # what is outside the caller's scope does not exist: not found, not suggested
+                tool = await self.readers.run(lambda c: c.get(name, within=scope))
+            except ToolcatError as e:
+                failed = error_result(e, 0.0)
+                return _error(failed.error_code or e.code, failed.error or str(e))
+            if revision is not None and revision == self.watcher.current():  # not moved since
+                self.resolved.keep(revision, scope, name, tool)
         noted().tool = tool.id  # a catalog tool in the caller's scope: a bounded label
         pinned = "@" in name
         if self.options.refuse_unsearched and (pinned or not self._in_list_mode(tool, scope)):
@@ -804,6 +810,40 @@ class CatalogServer:
             content=[types.TextContent(type="text", text=json.dumps(payload))],
             structured_content=payload,
         )
+
+
+class ResolvedTools:
+    """The tool each (scope, name) a call named resolved to, at one catalog revision: a
+    call of a name resolved before at the same revision looks it up here, on the event
+    loop, instead of on a reader on a worker thread (under 16 clients that hop cost more
+    server CPU than the rest of toolcat's part of a trivial call). Only tools found are
+    kept; a new revision forgets them all. Bounded: the least recently called go first."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._revision: int | None = None
+        self._tools: OrderedDict[tuple[Scope, str], RegisteredTool] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def get(self, revision: int | None, scope: Scope, name: str) -> RegisteredTool | None:
+        """The tool ``name`` resolved to in ``scope`` at ``revision`` (None: not kept, or
+        the revision unknown)."""
+        if revision is None or revision != self._revision:
+            return None
+        tool = self._tools.get((scope, name))
+        if tool is not None:
+            self._tools.move_to_end((scope, name))
+        return tool
+
+    def keep(self, revision: int, scope: Scope, name: str, tool: RegisteredTool) -> None:
+        if revision != self._revision:
+            self._tools.clear()
+            self._revision = revision
+        self._tools[(scope, name)] = tool
+        while len(self._tools) > self.size:
+            self._tools.popitem(last=False)
 
 
 class FoundTools:
