@@ -75,8 +75,8 @@ def rows_of(toolkit: Toolkit) -> ToolkitRows:
 
 
 def toolkit_hash(toolkit: Toolkit, definitions: list[dict[str, Any]]) -> str:
-    """``toolkit.content_hash()`` from its tools' ``tool_definition`` dumps, made anyway:
-    dumping the whole toolkit again cost a tenth of a bulk registration's CPU.
+    """``toolkit.content_hash()`` from its tools' ``tool_definition`` dumps, made anyway,
+    instead of dumping the whole toolkit a second time (~25 µs a tool of pydantic).
 
     ``content_hash`` dumps every field, ``None`` ones too; ``tool_definition`` leaves out
     the ``None`` fields of the tool and of its annotations (a parameters schema is a plain

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 OPTIMIZE_AFTER = 1000
 # SQLite's page cache while a registration writes (KiB; SQLite's default is 2 MiB): every
-# tool adds a row at a random place of five indexes (content hash, name, toolkit and name,
+# tool adds a row at a random place of four indexes (content hash, name, toolkit and name,
 # tags) and of FTS5's segments; once those outgrow the cache, each insert reads its pages
 # back and the transaction spills dirty pages to the WAL, so the CPU a tool costs grew with
 # the catalog (measured: docs/benchmarks.md, "Registration at 1M"). Pages are taken only
