@@ -20,7 +20,8 @@ are the process's own (``uptime`` load printed beside):
 
 - ``register_s``: ``toolcat register DIR`` (the CLI) for each directory of manifests of
   2,500 tools, summed (the manifests are written beforehand and not timed), and
-  ``register_cpu_s`` its CPU time (workers included); ``--register-only one-call``: one
+  ``register_cpu_s`` its CPU time (workers included), ``register_peak_rss_mb`` the largest
+  resident size of those processes; ``--register-only one-call``: one
   ``toolcat register DIR...`` for every directory instead. Every call but the last passes
   ``--no-index``; the last saves the BM25 index. ``--index-apart``: the last one too, then
   ``save_s`` / ``save_cpu_s`` time that save alone, in a child process;
@@ -919,6 +920,9 @@ def register(
         cpu += after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
         if len(each) % 40 == 0:
             print(f"registered {len(each)} of {len(calls)}: {sum(each):.0f} s", file=sys.stderr)
+    # the largest of the CLI processes and their workers (Linux: KiB; every child of this
+    # run so far, so only when registering is the first thing it does)
+    peak_rss_mb = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     saved = in_child("save_index", db=str(db)) if index_apart else {}
     return {
         **saved,
@@ -928,6 +932,7 @@ def register(
         "first_call_s": round(each[0], 2),
         "last_call_s": round(each[-1], 2),
         "db_mb": round(db.stat().st_size / 2**20),
+        "register_peak_rss_mb": peak_rss_mb,
         "load": load(),
     }
 

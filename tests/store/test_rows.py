@@ -5,11 +5,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 import yaml
 
 from toolcat import Catalog
+from toolcat.models import Toolkit, content_hash
 from toolcat.registry.manifest import load_manifest
 from toolcat.store import writer
+from toolcat.store.rows import rows_of
 from toolcat.text.documents import index_fields
 
 from ..helpers import SAMPLE_TOOLKITS
@@ -46,3 +49,56 @@ def test_a_new_version_indexes_its_fields_learned_queries_included(
         for tool in toolkit.tools
     ]
     assert any("zorbif" in row[5] for row in indexed)
+
+
+def every_field_tool(**overrides: object) -> dict[str, object]:
+    tool: dict[str, object] = {
+        "name": "lookup_record",
+        "description": 'Look up a record — by key. «quoted» "text"\nand a newline',
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "key": {"type": "string", "default": None, "enum": ["a", "b"]},
+                "n": {"type": "number", "minimum": 0.5, "maximum": 1e20},
+            },
+            "required": ["key"],
+        },
+        "output_schema": {"type": "object", "properties": {"x": {"type": "integer"}}},
+        "tags": ["zeta", "alpha"],
+        "defer_loading": False,
+        "idempotent": True,
+        "streaming": True,
+        "annotations": {"title": "T", "read_only": True, "destructive": False, "open_world": None},
+        "implementation": "pkg.mod:attr",
+        "examples": ["find the record", "ünïcode"],
+        "search_hint": "records",
+        "timeout": 30,
+        "max_concurrency": 2,
+        "max_result_bytes": 1000,
+    }
+    tool.update(overrides)
+    return tool
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"name": "bare", "description": "Only what a tool needs."}],
+        [every_field_tool()],
+        [every_field_tool(annotations={"title": "only a title"})],
+        [every_field_tool(annotations={}), {"name": "second", "description": "Another."}],
+        [every_field_tool(timeout=2.5, output_schema=None, defer_loading=None, tags=[])],
+    ],
+    ids=["bare", "every-field", "some-annotations", "empty-annotations", "nulls"],
+)
+@pytest.mark.parametrize("head", [{}, {"module": "pkg", "tags": ["k"], "description": "Kit."}])
+def test_the_toolkit_digest_is_its_content_hash(
+    tools: list[dict[str, object]], head: dict[str, object]
+) -> None:
+    """``rows_of`` makes the toolkit's digest from its tools' dumps; it is the hash of the
+    whole toolkit dumped, as stored before (None fields included, at every level)."""
+    toolkit = Toolkit.model_validate(
+        {"toolkit": "kit", "version": "1.0", "defer_loading": True, "tools": tools, **head}
+    )
+    assert rows_of(toolkit).digest == toolkit.content_hash()
+    assert toolkit.content_hash() == content_hash(toolkit.model_dump(mode="json"))

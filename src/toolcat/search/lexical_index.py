@@ -54,7 +54,7 @@ import sqlite3
 import struct
 import threading
 from array import array
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -120,15 +120,9 @@ def repeats(weights: Sequence[float]) -> list[int]:
     return [min(MAX_REPEAT, max(1, round(w / unit))) if w > 0 else 0 for w in weights]
 
 
-def _pack(length: int, found: dict[str, float], term_ids: dict[str, int], typecode: str) -> bytes:
-    """One tool's length, term ids (new terms get the next id) and counts, as bytes."""
-    ids = array("I", [term_ids.setdefault(term, len(term_ids)) for term in found])
-    return (
-        array("I", [length]).tobytes() + ids.tobytes() + array(typecode, found.values()).tobytes()
-    )
-
-
-_LENGTH = struct.Struct("I")  # a packed tool's first field
+# A tool packed: its length (``_LENGTH``), its term ids (``I``) and each term's count (``I``,
+# or ``d`` when not whole), as bytes; ``TantivyIndex.build`` packs, ``_unpack`` reads.
+_LENGTH = struct.Struct("I")
 _COUNT_SIZE = {code: array(code).itemsize for code in ("I", "d")}
 
 
@@ -147,7 +141,7 @@ def content_digest(conn: sqlite3.Connection) -> str:
 
 
 def _unpack(blob: bytes, typecode: str) -> tuple[int, memoryview[int], memoryview[Any]]:
-    """``_pack``'s (length, term ids, counts), the last two read in place (no copies: a
+    """A packed tool's (length, term ids, counts), the last two read in place (no copies: a
     query unpacks ~20 tools)."""
     view = memoryview(blob)
     size = _COUNT_SIZE[typecode]
@@ -166,7 +160,7 @@ class TantivyIndex(TermIndex):
 
     def __init__(self) -> None:
         super().__init__()
-        # Row id -> the tool's terms packed (``_pack``): its length, its term ids and each
+        # Row id -> the tool's terms packed (``_unpack``): its length, its term ids and each
         # term's weighted count (as tantivy counts it), from which a term's whole bm25()
         # contribution is computed when the tool is rescored. Packed, because Python dicts
         # of every tool's terms took 6 KB a tool (4.7 GB of RSS at 1M tools).
@@ -218,15 +212,17 @@ class TantivyIndex(TermIndex):
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
         doc_freq: Counter[str] = Counter()
-        term_ids: dict[str, int] = {}
+        # Term ids in first-seen order, a new term's made in C: no Python call a term
+        term_ids: defaultdict[str, int] | dict[str, int] = defaultdict(itertools.count().__next__)
         packed: dict[int, bytes] = {}
         names: dict[int, str] = {}
         typecode = "I" if bounded else "d"
         content = hashlib.sha256()
+        count_terms = doc_freq.update
         for row in conn.execute(select):
             content.update(_row_bytes(row))
             texts = [text or "" for text in row[1:]]
-            length = sum(len(text.split()) for text in texts)
+            length = len(" ".join(texts).split())
             lengths.append(length)
             if bounded:  # the repeated columns hold the weighted counts: count them in C
                 tokens = _body(times, texts).split()
@@ -238,9 +234,14 @@ class TantivyIndex(TermIndex):
                     for token, n in Counter(text.split()).items():
                         found[token] = found.get(token, 0.0) + weight * n * scale
                 repeated.append(sum(r * len(t.split()) for r, t in zip(times, texts, strict=True)))
-            doc_freq.update(found.keys())
-            packed[row[0]] = _pack(length, found, term_ids, typecode)
+            count_terms(found.keys())
+            packed[row[0]] = (
+                _LENGTH.pack(length)
+                + array("I", map(term_ids.__getitem__, found)).tobytes()
+                + array(typecode, found.values()).tobytes()
+            )
             names[row[0]] = texts[0]
+        term_ids = dict(term_ids)  # a plain dict: a lookup of an unknown term adds nothing
         n_docs = len(lengths)
         avgdl = (sum(lengths) / n_docs) if n_docs else 1.0
         # tantivy's length normalisation must be ``scale`` times FTS5's: a tool's length

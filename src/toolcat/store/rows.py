@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..models import canonical_json, text_hash
+from ..models import Tool, ToolAnnotations, canonical_json, text_hash
 from ..text.documents import index_fields, toolkit_terms
 
 if TYPE_CHECKING:
-    from ..models import Tool, Toolkit
+    from ..models import Toolkit
 
 
 class ToolRow(NamedTuple):
@@ -54,8 +54,11 @@ def rows_of(toolkit: Toolkit) -> ToolkitRows:
     """The rows of a validated toolkit."""
     shared = toolkit_terms(toolkit)
     tools = []
+    dumps = []
     for tool in toolkit.tools:
-        definition = canonical_json(tool_definition(tool))
+        dumped = tool_definition(tool)
+        dumps.append(dumped)
+        definition = canonical_json(dumped)
         tags = effective_tags(tool, toolkit)
         tools.append(
             ToolRow(
@@ -68,7 +71,28 @@ def rows_of(toolkit: Toolkit) -> ToolkitRows:
                 index_fields(tool, toolkit, (), shared),
             )
         )
-    return ToolkitRows(toolkit.content_hash(), tools)
+    return ToolkitRows(toolkit_hash(toolkit, dumps), tools)
+
+
+def toolkit_hash(toolkit: Toolkit, definitions: list[dict[str, Any]]) -> str:
+    """``toolkit.content_hash()`` from its tools' ``tool_definition`` dumps, made anyway,
+    instead of dumping the whole toolkit a second time (~25 µs a tool of pydantic).
+
+    ``content_hash`` dumps every field, ``None`` ones too; ``tool_definition`` leaves out
+    the ``None`` fields of the tool and of its annotations (a parameters schema is a plain
+    dict: its ``null`` values are kept by both), so they are put back here. The same text,
+    hence the same hash (tests/store/test_rows.py checks it field by field)."""
+    tool_fields = Tool.model_fields
+    annotation_fields = ToolAnnotations.model_fields
+    tools = []
+    for dumped in definitions:
+        whole = {field: dumped.get(field) for field in tool_fields}
+        annotations = whole["annotations"]
+        if annotations is not None:
+            whole["annotations"] = {field: annotations.get(field) for field in annotation_fields}
+        tools.append(whole)
+    head = {field: getattr(toolkit, field) for field in type(toolkit).model_fields}
+    return text_hash(canonical_json({**head, "tools": tools}))
 
 
 def check_rows(toolkit: Toolkit, rows: Any) -> str | None:

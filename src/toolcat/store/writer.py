@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     from packaging.version import Version
 
 OPTIMIZE_AFTER = 1000
+# SQLite's page cache while a registration writes (KiB; SQLite's default is 2 MiB): every
+# tool adds a row at a random place of four indexes (content hash, name, toolkit and name,
+# tags) and of FTS5's segments; once those outgrow the cache, each insert reads its pages
+# back and the transaction spills dirty pages to the WAL, so the CPU a tool costs grew with
+# the catalog (measured: docs/benchmarks.md, "Registration at 1M"). Pages are taken only
+# as they are used, and given back when the registration ends.
+REGISTER_CACHE_KIB = 512 * 1024
 MERGE_PAGES = 1000  # FTS5 pages an incremental merge may write (``merge_segments``)
 
 
@@ -453,7 +460,7 @@ def register_stream(
     results: list[RegistrationResult] = []
     tools = 0
     changed = False
-    with write_transaction(conn):
+    with write_transaction(conn), _page_cache(conn, REGISTER_CACHE_KIB):
         for entry in entries:
             if isinstance(entry, ManifestError):
                 problems.append(entry)
@@ -519,6 +526,17 @@ def _register_one(
     toolkit_id, first_tool_id = _insert(conn, toolkit, made, source, kind)
     refresh_active(conn, toolkit.name, (toolkit_id, toolkit, first_tool_id, made))
     return _result(toolkit, status, 0)
+
+
+@contextlib.contextmanager
+def _page_cache(conn: sqlite3.Connection, kib: int) -> Iterator[None]:
+    """SQLite's page cache at ``kib`` KiB within the block, then as it was."""
+    (before,) = conn.execute("PRAGMA cache_size").fetchone()
+    conn.execute(f"PRAGMA cache_size = {-int(kib)}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA cache_size = {int(before)}")
 
 
 def _defined_twice(
