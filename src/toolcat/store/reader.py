@@ -570,9 +570,7 @@ def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list
         return []
     toolkit, dot, name = candidate.partition(".")
     if dot:
-        rows = find_rows(
-            conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters
-        )
+        rows = find_rows(conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters)
     else:
         rows = find_rows(conn, candidate, nocase=True, filters=filters)
     return [row[0] for row in rows]
