@@ -544,6 +544,9 @@ class CatalogServer:
         it listens): warm readers on the new file, and the server scope's ``tools/list``,
         which on a big catalog is the costliest thing a first request would build."""
         self.readers.renew(revision)
+        # A copy restored again at the same revision replaced one found damaged: nothing
+        # resolved from that one is called (calls under way keep into the old object).
+        self.resolved = ResolvedTools(self.resolved.size)
         pages = self._pages(self.scope)
         try:
             with self.readers.borrowed() as catalog:
@@ -667,7 +670,8 @@ class CatalogServer:
         scope = self._scope(ctx)
         connection = self._legacy_connection(ctx)
         revision = self.watcher.current()
-        tool = self.resolved.get(revision, scope, name)
+        resolved = self.resolved  # ``prepare`` may start a new one while this resolves
+        tool = resolved.get(revision, scope, name)
         if tool is None:
             try:  # what is outside the caller's scope does not exist: not found, not suggested
                 tool = await self.readers.run(lambda c: c.get(name, within=scope))
@@ -675,7 +679,7 @@ class CatalogServer:
                 failed = error_result(e, 0.0)
                 return _error(failed.error_code or e.code, failed.error or str(e))
             if revision is not None and revision == self.watcher.current():  # not moved since
-                self.resolved.keep(revision, scope, name, tool)
+                resolved.keep(revision, scope, name, tool)
         noted().tool = tool.id  # a catalog tool in the caller's scope: a bounded label
         pinned = "@" in name
         if self.options.refuse_unsearched and (pinned or not self._in_list_mode(tool, scope)):
