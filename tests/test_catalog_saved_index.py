@@ -493,3 +493,33 @@ def test_a_server_stamps_forward_what_a_write_left_unsaved_on_the_same_rows(
     assert after["revision"] == revision and after["tantivy"] == before["tantivy"]
     monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
     assert served(registered) == warm
+
+
+def test_a_stamp_that_cannot_be_written_forward_still_serves_an_index(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile (a full disk): stamping the saved index forward fails with ``OSError``; the
+    serving process builds the index in memory as it does when a save fails, instead of
+    losing the background build (FTS5 only, every query)."""
+    import errno
+
+    from toolcat.files import checks as saved_files
+
+    before = stamp_of(registered)
+    with Catalog(registered) as catalog:
+        with catalog.bulk(save_index=False):
+            catalog.learning = False  # a new revision, the same rows
+        revision = catalog.revision
+
+    def full_disk(root: Path, header: dict[str, Any]) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(saved_files, "replace_stamp", full_disk)
+    monkeypatch.setattr(lexical_file, "new_tantivy_folder", lambda root: full_disk(root, {}))
+    counted = builds(monkeypatch)
+    warm = served(registered)  # asserts an index is served at the catalog's revision
+    assert counted == [1]  # built in memory
+    assert stamp_of(registered) == before  # nothing written forward
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm
+    assert revision_of(registered) == revision

@@ -70,3 +70,31 @@ def test_stored_definitions_read_as_their_tools(tmp_path: Path) -> None:
         assert stored_embedding_text(definition) == embedding_text(
             Tool.model_construct(**definition)
         )
+
+
+def test_a_stored_definition_without_a_usable_name_is_damaged_for_a_reindex(
+    tmp_path: Path,
+) -> None:
+    """Hostile: the catalog file is input. A definition with no ``name``, or one that is not
+    text, passes ``decode_definition`` (readers take the name from its row); a reindex,
+    which reads the name from the definition, says the catalog is damaged and which
+    definition, instead of a KeyError/AttributeError traceback."""
+    import pytest
+
+    from toolcat.errors import CatalogDamagedError
+    from toolcat.search import reindex
+
+    with Catalog(tmp_path / "c.db") as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+        conn = catalog._conn
+        (first,) = conn.execute("SELECT content_hash FROM tools ORDER BY id LIMIT 1").fetchone()
+        for name in ("absent", None, 7, ["a"]):
+            edit = (
+                "json_remove(definition, '$.name')"
+                if name == "absent"
+                else f"json_set(definition, '$.name', json('{json.dumps(name)}'))"
+            )
+            conn.execute(f"UPDATE tools SET definition = {edit} WHERE content_hash = ?", (first,))
+            stale = reader.stale_vectors(conn, "any-model", everything=True)
+            with pytest.raises(CatalogDamagedError, match=first):
+                reindex._texts(stale)

@@ -602,3 +602,33 @@ def test_a_saved_tool_that_repeats_a_term_scores_its_first_count(catalog: Catalo
     assert index.contribution(doc, index._terms[term_id]) == pytest.approx(
         index._idf[term_id] * 3 / (3 + norm)
     )
+
+
+def test_readers_racing_to_forget_keep_the_unpacked_tools_bounded(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile (other callers): a server's readers share the index. Two that find the kept
+    tools full both take out the oldest: one of them misses it (another reader took it and
+    kept its own) and both keep theirs. Each such miss must not leave the cache one past
+    ``DECODED_CACHE`` for good (a long-lived server would grow without bound)."""
+    from toolcat.search import lexical_index
+
+    catalog.register(SAMPLE_TOOLKITS)
+    index = built(catalog)
+    monkeypatch.setattr(lexical_index, "DECODED_CACHE", 4)
+
+    class Raced(dict[int, Any]):
+        raced = 0
+
+        def __delitem__(self, key: int) -> None:
+            self.raced += 1
+            super().__delitem__(key)
+            if self.raced % 2:  # every other time another reader was there first
+                super().__setitem__(-self.raced, (1.0, {}))  # and kept a tool of its own
+                raise KeyError(key)
+
+    index._decoded = Raced()
+    for doc in list(index._tools) * 3:
+        index._decode(doc)
+    assert index._decoded.raced > 10
+    assert len(index._decoded) <= 4

@@ -364,3 +364,21 @@ def test_resolved_names_are_bounded_and_forget_an_old_revision(db: Path) -> None
     assert kept.get(None, scope, tools[2].name) is None  # the revision unreadable
     kept.keep(8, scope, tools[0].name, tools[0])
     assert len(kept) == 1 and kept.get(7, scope, tools[2].name) is None
+
+
+def test_a_copy_swapped_in_again_forgets_the_resolved_names(db: Path) -> None:
+    """Hostile (a replica): a copy found damaged is restored again at the same revision and
+    ``prepare`` renews the readers on it. A tool resolved from the damaged copy (say, an
+    implementation with a flipped bit that still parses) is forgotten, not called for the
+    rest of that revision."""
+    server = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600))
+    try:
+        revision = server.watcher.current()
+        assert revision is not None
+        with server.readers.borrowed() as catalog:
+            tool = catalog.get("calculate")
+        server.resolved.keep(revision, server.scope, "calculate", tool)
+        server.prepare(revision)  # the same revision, a new copy
+        assert server.resolved.get(revision, server.scope, "calculate") is None
+    finally:
+        server.close()

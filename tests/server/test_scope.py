@@ -137,3 +137,18 @@ def test_short_names_within_a_scope_count_only_what_it_allows(
     assert any(wide[t.id] == t.id for t in files)  # a twin in mirror: not shortened
     narrow = scoped.short_names(files, within=Scope(toolkits=("files",)))
     assert all(narrow[t.id] == t.name for t in files)  # its twins are out of scope
+
+
+def test_a_policy_given_lists_keys_the_servers_caches() -> None:
+    """A library user writes ``Policy(deny=[...])`` as its docstring does: the server keys
+    its resolved names (and lists) by the caller's scope, and an unhashable scope failed
+    every call and every tools/list with a TypeError."""
+    from toolcat.server.mcp import ResolvedTools
+
+    listed = Policy(deny=["tag:destructive"], allow=["files.write_file"], guards=[])
+    scope = Scope(policy=listed).narrowed(Scope("p", policy=Policy(deny=["toolkit:math"])))
+    assert listed == Policy(deny=("tag:destructive",), allow=("files.write_file",))
+    kept = ResolvedTools()
+    tool = object()
+    kept.keep(3, scope, "read_file", tool)  # type: ignore[arg-type]
+    assert kept.get(3, scope, "read_file") is tool

@@ -199,3 +199,37 @@ def test_catalog_get_within_a_selection(tmp_path: Path) -> None:
         assert caught.value.suggestions == [] and "mine" not in str(caught.value).split("'")[2]
         tagged = Scope(tags=("private",))
         assert catalog.get("lookup", within=tagged).id == "theirs.lookup"
+
+
+def test_a_principals_unregistered_toolkit_suggests_no_other(
+    dbs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Hostile (leaks in words): a principal scoped to a toolkit no one registered (a typo,
+    or one removed since) searches and lists: the answer says its toolkit does not exist,
+    as a catalog holding its scope alone would, and suggests no toolkit outside it ("Did
+    you mean: files?")."""
+    from mcp.shared.exceptions import MCPError
+
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(
+        "principals:\n"
+        "  - name: typo\n    token: typo-token\n    toolkits: [file]\n"
+        "  - name: pinned\n    token: pinned-token\n    toolkits: ['files@9']\n"
+    )
+    with http_server(dbs[0], tmp_path, "--tokens", str(tokens)) as (url, _stderr):
+        for token, name in (("typo-token", "file"), ("pinned-token", "files")):
+            said: list[str] = []
+
+            async def check(token: str = token, said: list[str] = said) -> None:
+                async with http_session(url, token, mode=MODERN) as s:
+                    found = await s.call("search_tools", {"query": "read a file"})
+                    assert found.is_error
+                    said.append(found.content[0].text)
+                    with pytest.raises(MCPError) as listed:
+                        await s.all_tools()
+                    said.append(str(listed.value))
+
+            run(check)
+            for message in said:
+                assert f"no toolkit named {name!r}" in message, message
+                assert "Did you mean" not in message and "registered" not in message, message

@@ -131,3 +131,15 @@ def test_a_damaged_definition_is_named_as_before(definition: str, message: str |
         return
     with pytest.raises(CatalogDamagedError, match=message):
         reader.decode_definition(definition, "kit.t")
+
+
+@pytest.mark.parametrize("depth", [100_000, 10**6])
+def test_json_nested_past_the_parser_is_damaged_not_a_recursion_error(depth: int) -> None:
+    """Hostile: a forged catalog file's definition or tag list nested past the recursion
+    limit (registration never stores one) is the same one-line damage as any other text
+    that is not JSON, not a RecursionError out of a search."""
+    nested = '{"description": "d", "parameters": {"a": ' + "[" * depth + "]" * depth + "}}"
+    with pytest.raises(CatalogDamagedError, match=r"kit\.t.*not JSON"):
+        reader.decode_definition(nested, "kit.t")
+    with pytest.raises(CatalogDamagedError, match="not a JSON list"):
+        reader.decode_tags("[" * depth + "]" * depth, "tool 'kit.t'")

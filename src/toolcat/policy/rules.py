@@ -241,10 +241,12 @@ class Policy:
     guards: tuple[Guard, ...] = ()
 
     def __post_init__(self) -> None:
-        for field in ("allow", "deny"):
+        for field in ("allow", "deny", "guards"):
             value = getattr(self, field)
             if isinstance(value, str):  # Policy(deny="tag:x") would deny each character
                 object.__setattr__(self, field, (value,))
+            elif type(value) is not tuple:  # lists: a server keys caches by its scopes
+                object.__setattr__(self, field, tuple(value))
         for rule in (*self.allow, *self.deny):
             parse_rule(rule)
 

@@ -143,7 +143,8 @@ def restamp_unchanged(root: Path, valid_for: dict[str, Any], content: Callable[[
     it was built from are the same (``content()``: their digest now, computed only then):
     a revision that changed vectors alone (a reindex) keeps it instead of a full build
     (80 s at 1M tools). Call holding ``build_lock``, in the read transaction of
-    ``valid_for``. ``load`` checks the files as ever before anything is served."""
+    ``valid_for``. ``load`` checks the files as ever before anything is served. False,
+    never ``OSError``, when the stamp cannot be written."""
     header = saved_files.read_stamp(root)
     if header is None or type(header.get("content")) is not str or not header["content"]:
         return False
@@ -151,7 +152,10 @@ def restamp_unchanged(root: Path, valid_for: dict[str, Any], content: Callable[[
         return False
     if header["content"] != content():
         return False
-    saved_files.replace_stamp(root, {**header, "revision": valid_for["revision"]})
+    try:
+        saved_files.replace_stamp(root, {**header, "revision": valid_for["revision"]})
+    except OSError:  # a full disk: built (in memory, when it cannot be saved either)
+        return False
     return True
 
 

@@ -387,10 +387,10 @@ class TantivyIndex(TermIndex):
             decoded = (norm, held)
             if keep:
                 kept = self._decoded
-                if len(kept) >= DECODED_CACHE:
+                while len(kept) >= DECODED_CACHE:
                     # The oldest one, not all at once: freeing 8k tools took ~5 ms of one
                     # query (its p99). A server's readers share the index: another may
-                    # have taken it out already.
+                    # have taken it out already (and kept its own: then the next one).
                     with contextlib.suppress(KeyError, RuntimeError, StopIteration):
                         del kept[next(iter(kept))]
                 kept[doc] = decoded

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from ..errors import InvalidQueryError
+from ..errors import CatalogDamagedError, InvalidQueryError
 from ..models import ReindexReport
 from ..store import counts, reader, writer
 from ..store.counts import index_totals
@@ -130,12 +130,16 @@ def _texts(stale: list[tuple[str, str]], known: dict[str, str] | None = None) ->
     again (a catalog re-embedded whole after its producer changed lists the same tools twice:
     decoding them twice was ~18 s of a 100k-tool reindex around the encoder)."""
     known = known or {}
-    return {
-        h: known[h]
-        if h in known
-        else stored_embedding_text(reader.decode_definition(d, f"hash {h}"))
-        for h, d in stale
-    }
+    return {h: known[h] if h in known else _text(h, d) for h, d in stale}
+
+
+def _text(content_hash: str, stored: str) -> str:
+    definition = reader.decode_definition(stored, f"hash {content_hash}")
+    # Readers take a tool's name from its row, so decoding lets an absent or null one by:
+    # the text needs it.
+    if type(definition.get("name")) is not str:
+        raise CatalogDamagedError(f"tool 'hash {content_hash}': its definition has no 'name'")
+    return stored_embedding_text(definition)
 
 
 def _save_shortlist(

@@ -40,7 +40,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..errors import CatalogDamagedError, ToolcatError
+from ..errors import CatalogDamagedError, ToolcatError, UnknownToolkitError
 from ..export.providers import mcp_tool, object_schema
 from ..models import RegisteredTool, ToolResult
 from ..policy.rules import Policy
@@ -544,6 +544,9 @@ class CatalogServer:
         it listens): warm readers on the new file, and the server scope's ``tools/list``,
         which on a big catalog is the costliest thing a first request would build."""
         self.readers.renew(revision)
+        # A copy restored again at the same revision replaced one found damaged: nothing
+        # resolved from that one is called (calls under way keep into the old object).
+        self.resolved = ResolvedTools(self.resolved.size)
         pages = self._pages(self.scope)
         try:
             with self.readers.borrowed() as catalog:
@@ -591,7 +594,7 @@ class CatalogServer:
         try:
             listed = await self._listed(scope, start + size + 1)
         except ToolcatError as e:
-            raise MCPError(types.INVALID_PARAMS, str(e)) from e
+            raise MCPError(types.INVALID_PARAMS, str(_within(scope, e))) from e
         page = listed[start : start + size]
         next_cursor = f"o{start + size}" if start + size < len(listed) else None
         tools = [SEARCH_TOOL_SPEC, CALL_TOOL_SPEC] if start == 0 and not self.options.plain else []
@@ -667,7 +670,8 @@ class CatalogServer:
         scope = self._scope(ctx)
         connection = self._legacy_connection(ctx)
         revision = self.watcher.current()
-        tool = self.resolved.get(revision, scope, name)
+        resolved = self.resolved  # ``prepare`` may start a new one while this resolves
+        tool = resolved.get(revision, scope, name)
         if tool is None:
             try:  # what is outside the caller's scope does not exist: not found, not suggested
                 tool = await self.readers.run(lambda c: c.get(name, within=scope))
@@ -675,7 +679,7 @@ class CatalogServer:
                 failed = error_result(e, 0.0)
                 return _error(failed.error_code or e.code, failed.error or str(e))
             if revision is not None and revision == self.watcher.current():  # not moved since
-                self.resolved.keep(revision, scope, name, tool)
+                resolved.keep(revision, scope, name, tool)
         noted().tool = tool.id  # a catalog tool in the caller's scope: a bounded label
         pinned = "@" in name
         if self.options.refuse_unsearched and (pinned or not self._in_list_mode(tool, scope)):
@@ -769,7 +773,7 @@ class CatalogServer:
         try:
             found, hits, names = await self.readers.run(search)
         except ToolcatError as e:
-            return _error(e.code, str(e))
+            return _error(e.code, str(_within(scope, e)))
         if found.mode != "regex":  # a pattern is not a request to learn from
             self.recent.searched(
                 self._caller(ctx), connection, query, [hit.tool.id for hit in hits]
@@ -905,6 +909,22 @@ def _spec(tool: RegisteredTool, name: str) -> types.Tool:
     if tool.search_hint:
         meta["anthropic/searchHint"] = tool.search_hint
     return types.Tool.model_validate(entry)
+
+
+def _within(scope: Scope, error: ToolcatError) -> ToolcatError:
+    """``error`` as a caller inside ``scope`` may read it. The only toolkit a scoped search
+    or list looks up is the scope's own: when it is not registered (or not the version it
+    pins), it is as absent as in a catalog holding the scope alone, with no close matches
+    or other versions named (every one of them is outside the scope)."""
+    selector = scope.single_toolkit
+    if not isinstance(error, UnknownToolkitError) or selector is None:
+        return error
+    name, _, version = selector.partition("@")
+    if not version and str(error).startswith("every version"):
+        return error  # names versions of the scope's own toolkit only
+    from ..catalog import unknown_toolkit
+
+    return unknown_toolkit(name, ())
 
 
 def _error(code: str, message: str) -> types.CallToolResult:

@@ -223,7 +223,7 @@ def decode_definition(text: Any, tool: str) -> dict[str, Any]:
     """
     try:
         data = _json(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nested past the parser: forged
         raise CatalogDamagedError(f"tool {tool!r}: its definition is not JSON") from None
     if not isinstance(data, dict):
         raise CatalogDamagedError(f"tool {tool!r}: its definition is not a JSON object")
@@ -254,7 +254,7 @@ def decode_tags(text: Any, owner: str) -> list[str]:
         return list(kept)
     try:
         tags = _json(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         tags = None
     if not isinstance(tags, list) or not _strings(tags):
         raise CatalogDamagedError(f"{owner}: its tags are not a JSON list of strings")
