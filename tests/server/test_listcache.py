@@ -382,3 +382,27 @@ def test_a_copy_swapped_in_again_forgets_the_resolved_names(db: Path) -> None:
         assert server.resolved.get(revision, server.scope, "calculate") is None
     finally:
         server.close()
+
+
+def test_a_copy_swapped_in_again_forgets_the_lists_built_from_the_old_one(db: Path) -> None:
+    """Hostile (a replica): the same revision's copy restored again after the served one was
+    found damaged. The ``tools/list`` pages and kept answers built from that one are not
+    served: the list is taken up again from what ``prepare`` built on the new copy."""
+    import asyncio
+
+    server = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600))
+    try:
+        revision = server.watcher.current()
+        assert revision is not None
+        first = asyncio.run(server._listed(server.scope, 5))
+        old_pages = server._lists[server.scope]
+        server.list_cache._answers[("caller", "v", "{}")] = {"tools": []}
+        server.list_cache._revision = revision
+        server.prepare(revision)  # the same revision, a new copy
+        assert len(server.list_cache) == 0 and server.list_cache._revision is None
+        again = asyncio.run(server._listed(server.scope, 5))
+        assert server._lists[server.scope] is not old_pages
+        assert server._lists[server.scope] is server._prepared[1][server.scope]
+        assert [t.name for t in again] == [t.name for t in first]  # same rows, new build
+    finally:
+        server.close()

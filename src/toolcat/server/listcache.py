@@ -73,16 +73,23 @@ class ListCache:
         if revision != self._revision:
             self._answers = {}
             self._revision = revision
-        kept = self._answers.get(key)
+        answers = self._answers  # ``forget`` may start another while this one is built
+        kept = answers.get(key)
         if kept is not None:
             self.hits += 1
             return _copy(kept)
         answer = await call_next(ctx)
         if isinstance(answer, dict) and self._revision == revision == self.revision():
-            if len(self._answers) >= self.max_entries:
-                self._answers.clear()
-            self._answers[key] = _copy(answer)
+            if len(answers) >= self.max_entries:
+                answers.clear()
+            answers[key] = _copy(answer)
         return answer
+
+    def forget(self) -> None:
+        """Keep nothing answered so far, even at the same revision (a replica's copy
+        restored again after the one served was found damaged)."""
+        self._answers = {}
+        self._revision = None
 
 
 def _copy(answer: dict[str, Any]) -> dict[str, Any]:

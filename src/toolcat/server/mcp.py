@@ -553,8 +553,12 @@ class CatalogServer:
                 pages.upto(catalog, self.options.page_size + 1)
         except ToolcatError as e:
             logger.warning("revision %d: building tools/list: %s", revision, e)
+            self._prepared = (-1, {})
         else:
             self._prepared = (revision, {self.scope: pages})
+        # Nor is a list built from that copy served: taken up again from what was prepared.
+        self._lists_revision = -1
+        self.list_cache.forget()
         self.watcher.prepared = revision
 
     def _list_key(self, ctx: Any) -> Scope | None:
