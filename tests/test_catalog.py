@@ -17,6 +17,7 @@ from toolcat import (
     UnknownToolkitError,
     VersionConflictError,
 )
+from toolcat.errors import DeprecatedToolkitError
 
 
 def test_register_adds_toolkit_and_bumps_revision(catalog: Catalog, tmp_path: Path) -> None:
@@ -302,6 +303,8 @@ def test_a_tool_of_a_deprecated_toolkit_is_reported_as_deprecated(
         catalog.get("weather.get_forecast")
     assert catalog.get("weather.get_forecast@1.0.0").version == "1.0.0"
     with pytest.raises(UnknownToolkitError, match=r"every version .* deprecated; pin one"):
+        catalog.list(toolkit="weather")
+    with pytest.raises(DeprecatedToolkitError):  # what a scoped server may pass on as it is
         catalog.list(toolkit="weather")
     result = catalog.call("weather.get_forecast", {"city": "Lyon"})
     assert result.error_code == "UNKNOWN_TOOL" and "deprecated" in (result.error or "")

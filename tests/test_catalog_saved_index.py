@@ -41,9 +41,16 @@ def test_writes_save_from_the_size_processes_load_saved_indexes_from() -> None:
     assert AS_SHIPPED[0] == AS_SHIPPED[1]
 
 
+def stamp_of(path: Path) -> dict[str, Any]:
+    header: dict[str, Any] = json.loads(
+        (lexical_file.folder(str(path)) / lexical_file.STAMP).read_text()
+    )
+    return header
+
+
 def saved_revision(path: Path) -> int | None:
     """The revision the saved index's stamp names, once its files check out."""
-    header = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
+    header = stamp_of(path)
     with Catalog(path) as catalog, catalog._snapshot() as conn:
         valid_for = lexical_file.stamp(conn, catalog.revision, header["weights"])
     return header["revision"] if lexical_file.load(str(path), valid_for) else None
@@ -395,13 +402,6 @@ def test_warm_without_a_saved_index_builds_in_the_background(
         catalog._search.postings.wait(60)
         assert catalog._search.postings.at(catalog.revision, engine.bm25.DEFAULT_WEIGHTS)
     assert counted == [1]
-
-
-def stamp_of(path: Path) -> dict[str, Any]:
-    header: dict[str, Any] = json.loads(
-        (lexical_file.folder(str(path)) / lexical_file.STAMP).read_text()
-    )
-    return header
 
 
 def test_a_revision_with_the_same_rows_keeps_the_saved_index(

@@ -35,6 +35,7 @@ from .errors import (
     CatalogDamagedError,
     CatalogError,
     DeprecatedToolError,
+    DeprecatedToolkitError,
     InvalidQueryError,
     ManifestError,
     SourceKindError,
@@ -816,7 +817,7 @@ class Catalog:
                     f"{name}@{v.version}"
                     for v in sort_versions(reader.toolkit_versions(conn, name))
                 )
-                raise UnknownToolkitError(
+                raise DeprecatedToolkitError(
                     f"every version of toolkit {name!r} is deprecated; pin one: {pins}"
                 )
             return dataclasses.replace(base, toolkit=name)

@@ -154,6 +154,11 @@ class UnknownToolkitError(NotFoundError):
     code = "UNKNOWN_TOOLKIT"
 
 
+class DeprecatedToolkitError(UnknownToolkitError):
+    """A toolkit named without a version has every version deprecated (the message names
+    those versions, to pin one)."""
+
+
 class AmbiguousNameError(ToolcatError):
     """A bare tool name matches tools in several toolkits."""
 

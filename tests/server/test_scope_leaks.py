@@ -233,3 +233,35 @@ def test_a_principals_unregistered_toolkit_suggests_no_other(
             for message in said:
                 assert f"no toolkit named {name!r}" in message, message
                 assert "Did you mean" not in message and "registered" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("toolkits", "error", "said"),
+    [
+        (("file",), "no toolkit named 'file'. Did you mean: files?", "no toolkit named 'file'."),
+        (("files@9",), "toolkit 'files' has no version '9'; registered: 1.0.0", None),
+        (("files",), "every version of toolkit 'files' is deprecated; pin one: files@1", None),
+    ],
+)
+def test_a_scoped_toolkit_error_names_nothing_outside_the_scope(
+    toolkits: tuple[str, ...], error: str, said: str | None
+) -> None:
+    """What a scoped search or list passes on of a missing toolkit: nothing of other
+    toolkits or versions; the deprecated case, which names only the scope's own toolkit's
+    versions, as it is."""
+    from toolcat.catalog import unknown_toolkit
+    from toolcat.errors import DeprecatedToolkitError, UnknownToolkitError
+    from toolcat.server.mcp import _within
+
+    scope = Scope(toolkits=toolkits)
+    raised = (
+        DeprecatedToolkitError(error) if error.startswith("every") else UnknownToolkitError(error)
+    )
+    passed = _within(scope, raised)
+    if toolkits == ("files",):
+        assert passed is raised
+    else:
+        name = toolkits[0].partition("@")[0]
+        assert str(passed) == (said or str(unknown_toolkit(name, ())))
+        assert "registered" not in str(passed) and "Did you mean" not in str(passed)
+    assert _within(Scope(), raised) is raised  # no single toolkit: as the catalog says

@@ -40,7 +40,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, Too
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from ..errors import CatalogDamagedError, ToolcatError, UnknownToolkitError
+from ..errors import CatalogDamagedError, DeprecatedToolkitError, ToolcatError, UnknownToolkitError
 from ..export.providers import mcp_tool, object_schema
 from ..models import RegisteredTool, ToolResult
 from ..policy.rules import Policy
@@ -924,7 +924,7 @@ def _within(scope: Scope, error: ToolcatError) -> ToolcatError:
     if not isinstance(error, UnknownToolkitError) or selector is None:
         return error
     name, _, version = selector.partition("@")
-    if not version and str(error).startswith("every version"):
+    if not version and isinstance(error, DeprecatedToolkitError):
         return error  # names versions of the scope's own toolkit only
     from ..catalog import unknown_toolkit
 
