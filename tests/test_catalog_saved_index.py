@@ -430,16 +430,54 @@ def test_a_revision_with_the_same_rows_keeps_the_saved_index(
     assert served(registered) == warm  # what an index built from scratch answers
 
 
-def test_changed_rows_build_the_index_again(
+def forget_the_log(path: Path) -> None:
+    """The change log no longer reaches back to the saved index (trimmed, or a catalog
+    written by a toolcat from before it)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE meta SET value = 1000000000 WHERE key = 'fts_changes_from'")
+    conn.close()
+
+
+def test_changed_rows_bring_the_saved_index_forward(
     registered: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A write that changes a few rows keeps tantivy's part and saves what changed (seconds
+    at 1M tools where a build takes minutes); the answers are a new build's."""
     before = stamp_of(registered)
     counted = builds(monkeypatch)
     with Catalog(registered) as catalog:
         catalog.register(NEW)
+        revision = catalog.revision
+    after = stamp_of(registered)
+    assert counted == [] and after["tantivy"] == before["tantivy"]
+    assert after["data"] != before["data"] and after["meta"]["delta"] == len(NEW.tools)
+    assert saved_revision(registered) == revision
+    warm = served(registered)
+    assert counted == []
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm
+
+
+@pytest.mark.parametrize("why", ["log", "too many"])
+def test_changed_rows_build_the_index_again_when_the_log_cannot_say(
+    registered: Path, monkeypatch: pytest.MonkeyPatch, why: str
+) -> None:
+    before = stamp_of(registered)
+    if why == "log":
+        forget_the_log(registered)
+    else:
+        monkeypatch.setattr(lexical_index, "FORWARD_MIN", 0)
+    counted = builds(monkeypatch)
+    with Catalog(registered) as catalog:
+        catalog.register(NEW)
+        revision = catalog.revision
     after = stamp_of(registered)
     assert counted == [1] and after["tantivy"] != before["tantivy"]
-    assert after["content"] != before["content"]
+    assert after["content"] != before["content"] and after["meta"]["delta"] == 0
+    assert saved_revision(registered) == revision
 
 
 @pytest.mark.parametrize("content", [None, "", 7, ["x"], "0" * 64])
@@ -452,6 +490,7 @@ def test_a_stamp_without_the_rows_digest_is_built_again(
     header = stamp_of(registered)
     header["content"] = content
     (root / lexical_file.STAMP).write_text(json.dumps(header))
+    forget_the_log(registered)
     counted = builds(monkeypatch)
     with Catalog(registered) as catalog:
         catalog.learning = False

@@ -157,7 +157,6 @@ class WorkerPool:
         import subprocess
         import tempfile
 
-
         self.export = export
         self.dimension = dimension
         src = str(Path(__file__).resolve().parents[2])  # the folder toolcat is imported from

@@ -45,13 +45,23 @@ from ..files import checks as saved_files
 from ..files.checks import STAGING, digest_regular, read_regular
 from ..store.counts import index_totals
 
-FORMAT = 2
+FORMAT = 3  # 3: brought forward by changed rows (tantivy_df, stale, delta)
 # Catalogs from this many tools on are served from a saved index (a process builds smaller
 # ones in memory, in the query: ``engine.BACKGROUND_BUILD_FROM``, which a test keeps equal),
 # so writes save one from here on.
 SAVED_FROM = 1000
 STAMP = saved_files.STAMP
-SECTIONS = ("terms", "doc_freq", "names", "rows", "sizes", "tools", "positions")
+SECTIONS = (
+    "terms",
+    "doc_freq",
+    "names",
+    "rows",
+    "sizes",
+    "tools",
+    "positions",
+    "tantivy_df",
+    "stale",
+)
 _TANTIVY = re.compile(r"tantivy-[0-9a-f]{32}")
 _DATA = re.compile(r"data-[0-9a-f]{32}\.bin")
 _TANTIVY_FILE = re.compile(r"[0-9A-Za-z_-][0-9A-Za-z._-]*")  # no path, no dot first
@@ -89,10 +99,18 @@ def new_tantivy_folder(root: Path) -> Path:
     return path
 
 
-def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[str, Any]) -> None:
+def save(
+    root: Path,
+    valid_for: dict[str, Any],
+    tantivy_dir: Path,
+    state: dict[str, Any],
+    tantivy_files: dict[str, Any] | None = None,
+) -> None:
     """Write the index's Python side, then the stamp; drop what older stamps named. Call
-    holding ``build_lock``. A failure (a full disk) removes what this call wrote and
-    raises ``OSError``; the previous stamp stands."""
+    holding ``build_lock``. ``tantivy_files``: the stamp's record of ``tantivy_dir`` when it
+    was saved before and checked since (an index brought forward keeps tantivy's part).
+    A failure (a full disk) removes what this call wrote and raises ``OSError``; the
+    previous stamp stands."""
     data_name = f"data-{uuid.uuid4().hex}.bin"
     sections: list[tuple[str, bytes]] = [
         ("terms", json.dumps(state["terms"]).encode()),
@@ -102,6 +120,8 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
         ("sizes", array("I", state["sizes"]).tobytes()),
         ("tools", state["tools"]),
         ("positions", array("q", state["positions"]).tobytes()),
+        ("tantivy_df", array("I", state["tantivy_df"]).tobytes()),
+        ("stale", array("q", state["stale"]).tobytes()),
     ]
     data_digest = hashlib.sha256()
     with saved_files.removed_on_failure(root / data_name):
@@ -114,7 +134,8 @@ def save(root: Path, valid_for: dict[str, Any], tantivy_dir: Path, state: dict[s
         header = {
             **valid_for,
             "tantivy": tantivy_dir.name,
-            "tantivy_files": {
+            "tantivy_files": tantivy_files
+            or {
                 entry.name: [entry.stat().st_size, digest_regular(entry)]
                 for entry in tantivy_dir.iterdir()
                 if entry.name not in _UNTRACKED
@@ -171,6 +192,30 @@ def stamped(catalog_path: str, valid_for: dict[str, Any]) -> bool:
 
 def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
     """(tantivy folder, saved state) when a saved index matches ``valid_for``, else None."""
+    found = _load(catalog_path, valid_for, valid_for)
+    return None if found is None else found[:2]
+
+
+def load_earlier(
+    catalog_path: str, valid_for: dict[str, Any]
+) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """(tantivy folder, saved state, its stamp) of the index saved at a revision before
+    ``valid_for``'s with the same format and weights, to be brought forward; else None."""
+    same = {key: valid_for[key] for key in ("format", "weights", "byteorder")}
+    found = _load(catalog_path, same, None)
+    if found is None:
+        return None
+    revision = found[2].get("revision")
+    if type(revision) is not int or not 0 <= revision < valid_for["revision"]:
+        return None
+    return found
+
+
+def _load(
+    catalog_path: str, match: dict[str, Any], valid_for: dict[str, Any] | None
+) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
+    """(tantivy folder, state, stamp) when the saved stamp matches ``match`` and its files
+    check out (for ``valid_for``'s row count: the stamp's own when None), else None."""
     root = trusted_folder(catalog_path)
     if root is None:
         return None
@@ -178,7 +223,10 @@ def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, 
         header = saved_files.read_stamp(root)
         if header is None:
             return None
-        if any(header.get(key) != value for key, value in valid_for.items()):
+        if any(header.get(key) != value for key, value in match.items()):
+            return None
+        rows_now = (valid_for or header)["rows"]
+        if type(rows_now) is not int:
             return None
         tantivy_name, data_name = header["tantivy"], header["data"]
         if not (
@@ -203,7 +251,7 @@ def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, 
         for name, size in zip(SECTIONS, sizes, strict=True):
             blobs[name] = data[at : at + size]
             at += size
-        return tantivy_dir, _state(blobs, header["meta"], valid_for["rows"])
+        return tantivy_dir, _state(blobs, header["meta"], rows_now), header
     except Exception:  # missing, torn, foreign or hostile: rebuilt, never served
         return None
 
@@ -212,10 +260,13 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
     """The saved state, once every figure a query computes with is of the right kind;
     ``ValueError`` otherwise."""
     doc_freq, rows, sizes, positions = array("I"), array("q"), array("I"), array("q")
+    tantivy_df, stale = array("I"), array("q")
     doc_freq.frombytes(blobs["doc_freq"])
     rows.frombytes(blobs["rows"])
     sizes.frombytes(blobs["sizes"])
     positions.frombytes(blobs["positions"])
+    tantivy_df.frombytes(blobs["tantivy_df"])
+    stale.frombytes(blobs["stale"])
     terms, names = json.loads(blobs["terms"]), json.loads(blobs["names"])
     if not (
         type(meta) is dict
@@ -223,18 +274,17 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
         and type(names) is list
         and all(type(t) is str for t in terms)
         and all(type(n) is str for n in names)
-        and len(doc_freq) == len(terms)
+        and len(doc_freq) == len(tantivy_df) == len(terms)
         and len(rows) == len(sizes) == len(names) == meta.get("n_docs") == rows_now
-        and len(positions) in (0, len(rows))
         and sum(sizes) == len(blobs["tools"])
         and meta.get("counts") in ("I", "d")
-        and all(_positive(meta.get(key)) for key in ("scale", "avgdl"))
+        and all(_positive(meta.get(key)) for key in ("scale", "avgdl", "base_avgdl"))
         and all(type(meta.get(key)) is bool for key in ("bounded", "holds_every_term"))
+        and all(_whole(meta.get(key)) for key in ("length_total", "delta"))
+        and meta["delta"] <= len(rows)
         # a packed tool starts with its 4-byte length (``lexical_index._unpack``)
         and min(sizes, default=4) >= 4
-        # tantivy's documents in row order (one pass over the same rows builds both): a
-        # position naming a row not held was a KeyError from every search once served
-        and (not positions or positions == rows)
+        and _rows_as_tantivy_holds(rows, positions, stale, meta["delta"])
     ):
         raise ValueError("a saved index of another shape")
     return {
@@ -245,8 +295,30 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
         "sizes": sizes,
         "tools": blobs["tools"],
         "positions": positions,
+        "tantivy_df": tantivy_df,
+        "stale": stale,
         "meta": meta,
     }
+
+
+def _rows_as_tantivy_holds(
+    rows: array[int], positions: array[int], stale: array[int], delta: int
+) -> bool:
+    """Whether the rows are tantivy's documents in order (one pass over the same rows
+    builds both), less the stale ones, then ``delta`` rows it does not hold: a position
+    naming a row not held was a KeyError from every search once served, a row held twice
+    a document scored as another's."""
+    if not stale and not delta:
+        return not positions or positions == rows
+    if not positions:  # several segments: documents found by their id, not brought forward
+        return False
+    passed_over = set(stale)
+    held = array("q", [row for row in positions if row not in passed_over])
+    return held == rows[: len(rows) - delta] and len(set(rows)) == len(rows)
+
+
+def _whole(value: Any) -> bool:
+    return type(value) is int and value >= 0
 
 
 def _positive(value: Any) -> bool:

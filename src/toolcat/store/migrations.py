@@ -16,6 +16,14 @@ from .connection import rollback_quietly
 from .counts import ACTIVE_TOOLS, TRIGGER_NAMES
 
 Migration = Callable[[Any], None]  # takes a sqlite_utils.Database
+# A tool row deleted takes its FTS5 row with it, and says so in the change log (m006).
+TOOLS_FTS_DELETE = """
+    CREATE TRIGGER tools_fts_delete AFTER DELETE ON tools BEGIN
+        DELETE FROM tools_fts WHERE rowid = old.id;
+        INSERT INTO fts_changes (revision, row)
+            SELECT value + 1, old.id FROM meta WHERE key = 'revision';
+    END
+"""
 MIGRATIONS: list[Migration] = []
 
 
@@ -214,6 +222,24 @@ def m005_kind(db: Any) -> None:
         db.execute("UPDATE toolkits SET kind = ? WHERE id = ?", (kind, toolkit_id))
 
 
+@migration
+def m006_fts_changes(db: Any) -> None:
+    """Which ``tools_fts`` rows each revision changed, so that the BM25 index saved at an
+    earlier revision is brought forward by what changed instead of rebuilt (a minute or
+    three at 1M tools): ``fts_changes`` holds a row id for every insert into or delete from
+    ``tools_fts``, with a revision the writing transaction reaches (the one after what it
+    read: never below it), and ``meta.fts_changes_from`` the revision after which the log
+    is whole (``store/writer.py`` trims it and moves this on)."""
+    db.execute("CREATE TABLE fts_changes (revision INTEGER NOT NULL, row INTEGER NOT NULL)")
+    db.execute("CREATE INDEX fts_changes_revision ON fts_changes (revision)")
+    db.execute("DROP TRIGGER tools_fts_delete")
+    db.execute(TOOLS_FTS_DELETE)
+    db.execute(
+        "INSERT INTO meta (key, value) "
+        "SELECT 'fts_changes_from', value FROM meta WHERE key = 'revision'"
+    )
+
+
 def _implementation(definition: Any) -> str:
     try:
         found = json.loads(definition).get("implementation")
@@ -286,12 +312,13 @@ SCHEMA_OBJECTS = frozenset(
         "tools_fts_config",
         "tools_fts_vocab",
         "tools_fts_delete",
+        "fts_changes",
         "usage",
         *TRIGGER_NAMES,
     }
 )
 REQUIRED_META = ("revision", "learn_from_use", "usage_revision")
-OPTIONAL_META = ("usage_folded", "embedding_dim", ACTIVE_TOOLS)
+OPTIONAL_META = ("usage_folded", "embedding_dim", "fts_changes_from", ACTIVE_TOOLS)
 
 
 def check_schema(conn: sqlite3.Connection) -> None:

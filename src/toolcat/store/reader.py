@@ -160,6 +160,25 @@ def revision(conn: sqlite3.Connection) -> int:
     return row[0]
 
 
+def fts_changes(conn: sqlite3.Connection, after: int, limit: int) -> list[int] | None:
+    """The ``tools_fts`` rows inserted or deleted since revision ``after`` (the change log:
+    ``migrations.m006_fts_changes``), each once; None when the log does not reach back that
+    far (a catalog from before it, a log trimmed past ``after``, or one that was never
+    kept) or holds more than ``limit`` rows since."""
+    try:
+        start = meta(conn, "fts_changes_from")
+        if type(start) is not int or after < start:
+            return None
+        rows = conn.execute(
+            "SELECT DISTINCT row FROM fts_changes WHERE revision > ? LIMIT ?", (after, limit + 1)
+        ).fetchall()
+    except sqlite3.OperationalError:  # no such table: not migrated (a read-only catalog)
+        return None
+    if len(rows) > limit or not all(type(row[0]) is int for row in rows):
+        return None
+    return [row[0] for row in rows]
+
+
 # A stored definition's fields and the JSON types each may hold (``description`` and
 # ``parameters`` always present): what readers rely on without building a model.
 _DEFINITION_TYPES: dict[str, type | tuple[type, ...]] = {

@@ -7,6 +7,7 @@ transaction back, so the catalog is exactly as it was (same rows, same revision)
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -43,6 +44,9 @@ OPTIMIZE_AFTER = 1000
 # as they are used, and given back when the registration ends.
 REGISTER_CACHE_KIB = 512 * 1024
 MERGE_PAGES = 1000  # FTS5 pages an incremental merge may write (``merge_segments``)
+# Rows of the ``tools_fts`` change log kept: a saved BM25 index more changes behind than
+# ``lexical_index.bring_forward`` takes up is rebuilt whole, so older ones serve nothing.
+FTS_CHANGES_KEPT = 100_000
 
 
 @contextlib.contextmanager
@@ -76,7 +80,39 @@ def bump_revision(conn: sqlite3.Connection) -> int:
     row = conn.execute(
         "UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value"
     ).fetchone()
+    _trim_fts_changes(conn)
     return int(row[0])
+
+
+def fts_changed(conn: sqlite3.Connection, rows: Iterable[int]) -> None:
+    """Log that these ``tools_fts`` rows were inserted or deleted (``m006_fts_changes``):
+    every write to ``tools_fts`` calls this in its transaction, so that a saved BM25 index
+    is brought forward by the rows that changed (``lexical_index.bring_forward``)."""
+    conn.executemany(
+        "INSERT INTO fts_changes (revision, row) VALUES (?, ?)",
+        zip(itertools.repeat(read_revision(conn) + 1), rows),
+    )
+
+
+def _trim_fts_changes(conn: sqlite3.Connection) -> None:
+    """Keep the change log to the newest ``FTS_CHANGES_KEPT`` rows (whole revisions): an
+    index further behind is rebuilt anyway. ``fts_changes_from`` moves past what goes."""
+    cut = conn.execute(
+        "SELECT revision FROM fts_changes ORDER BY revision DESC LIMIT 1 OFFSET ?",
+        (FTS_CHANGES_KEPT,),
+    ).fetchone()
+    if cut is not None:
+        _fts_changes_from(conn, cut[0])
+
+
+def _fts_changes_from(conn: sqlite3.Connection, revision: int) -> None:
+    """Forget the log up to ``revision``: from now on it is whole only after it."""
+    conn.execute("DELETE FROM fts_changes WHERE revision <= ?", (revision,))
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_changes_from', "
+        "max(?, coalesce((SELECT value FROM meta WHERE key = 'fts_changes_from'), 0)))",
+        (revision,),
+    )
 
 
 def same_version(a: str, b: str) -> bool:
@@ -134,6 +170,8 @@ def refresh_active(
             "DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE toolkit_id = ?)",
             (old_id,),
         )
+        gone = conn.execute("SELECT id FROM tools WHERE toolkit_id = ?", (old_id,))
+        fts_changed(conn, [row[0] for row in gone])
     if active_id is None:
         return
     if fresh is not None and fresh[0] == active_id:
@@ -155,6 +193,7 @@ def _index_rows(conn: sqlite3.Connection, toolkit: str, first_id: int, rows: Too
             for tool_id, row in enumerate(rows.tools, first_id)
         ],
     )
+    fts_changed(conn, range(first_id, first_id + len(rows.tools)))
 
 
 def _with_learned(tags: str, learned: Sequence[str]) -> str:
@@ -177,6 +216,7 @@ def _index(conn: sqlite3.Connection, toolkit: Toolkit, tools: Sequence[tuple[int
             for tool_id, tool in tools
         ],
     )
+    fts_changed(conn, [tool_id for tool_id, _ in tools])
 
 
 def learned_queries(conn: sqlite3.Connection, toolkit: str) -> dict[str, list[str]]:
@@ -287,6 +327,7 @@ def fold_usage(conn: sqlite3.Connection) -> int:
             conn.executemany(
                 "DELETE FROM tools_fts WHERE rowid = ?", [(tool_id,) for tool_id, _ in tools]
             )
+            fts_changed(conn, [tool_id for tool_id, _ in tools])
             _index(conn, toolkit, tools)
             count += len(tools)
         conn.execute(
@@ -753,5 +794,5 @@ def rebuild_fts(conn: sqlite3.Connection) -> int:
         for toolkit_id in active:
             _index(conn, *_stored_toolkit(conn, toolkit_id))
         conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
-        bump_revision(conn)
+        _fts_changes_from(conn, bump_revision(conn))  # every row changed: nothing to log
         return int(conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0])

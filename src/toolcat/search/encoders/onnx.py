@@ -309,8 +309,6 @@ def int8_model(path: Path, block: int) -> Any:
     return model
 
 
-
-
 class OnnxEncoder:
     """Encodes texts with an exported model: tokenizers, then onnxruntime runs.
 
