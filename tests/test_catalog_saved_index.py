@@ -534,6 +534,29 @@ def test_a_server_stamps_forward_what_a_write_left_unsaved_on_the_same_rows(
     assert served(registered) == warm
 
 
+def test_a_server_brings_forward_what_a_write_left_unsaved(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Changed rows no write saved an index for (``bulk(save_index=False)``; a replica's
+    copy, whose writes come from its primary): the serving process brings the saved index
+    forward, saves it and serves it, the answers a new build's."""
+    before = stamp_of(registered)
+    with Catalog(registered) as catalog:
+        with catalog.bulk(save_index=False):
+            catalog.register(NEW)
+            catalog.remove("text")
+        revision = catalog.revision
+    assert stamp_of(registered)["revision"] == before["revision"] != revision
+    counted = builds(monkeypatch)
+    warm = served(registered)
+    assert counted == []
+    after = stamp_of(registered)
+    assert after["revision"] == revision and after["tantivy"] == before["tantivy"]
+    assert after["meta"]["delta"] == len(NEW.tools) and after["data"] != before["data"]
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm
+
+
 def test_a_stamp_that_cannot_be_written_forward_still_serves_an_index(
     registered: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -75,9 +75,12 @@ def test_the_next_process_loads_the_saved_index(
     assert again == answers
 
 
+@pytest.mark.parametrize("log", ["kept", "trimmed"])
 def test_a_change_makes_the_saved_index_stale(
-    saved: tuple[Path, list[str], list[Any]], monkeypatch: pytest.MonkeyPatch
+    saved: tuple[Path, list[str], list[Any]], monkeypatch: pytest.MonkeyPatch, log: str
 ) -> None:
+    """The saved index is never served at a later revision as it is: brought forward by
+    the change log, or built again when the log does not reach back to it."""
     path, queries, _ = saved
     new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers")
     # A write that did not save (another toolcat's, or one whose save failed): the stamp
@@ -86,11 +89,17 @@ def test_a_change_makes_the_saved_index_stale(
     with Catalog(path) as catalog:
         catalog.register(Toolkit(name="flora", version="1", tools=[new]))
     monkeypatch.undo()
+    if log == "trimmed":
+        from toolcat.store import writer
+
+        with Catalog(path) as catalog, catalog._lock:
+            writer._fts_changes_from(catalog._conn, catalog.revision)
+            catalog._conn.commit()
     builds = no_builds(monkeypatch)
     _, catalog = served(path, ["zygomorphic flowers", *queries])
     hits = catalog.search("zygomorphic flowers", mode="bm25").hits
     catalog.close()
-    assert builds == [1]
+    assert builds == ([] if log == "kept" else [1])
     assert hits[0].tool.id == "flora.zygomorphic_lookup"
 
 
@@ -279,6 +288,13 @@ def test_a_stamp_of_any_shape_is_rebuilt(
         ("avgdl", float("nan")),
         ("n_docs", 5),
         ("bounded", "yes"),
+        ("base_avgdl", 0),
+        ("base_avgdl", "1"),
+        ("length_total", -1),
+        ("length_total", 2.5),
+        ("delta", 3),
+        ("delta", 10**9),
+        ("delta", True),
     ],
 )
 def test_a_stamp_with_forged_figures_is_rebuilt(
@@ -517,3 +533,98 @@ def test_a_load_racing_saves_gets_a_whole_save_or_none(saved: Saved, tmp_path: P
     saver.join(30)
     assert failures == []
     assert whole > 0
+
+
+@pytest.fixture
+def forward(saved: Saved) -> Saved:
+    """``saved`` brought forward by a write: a new toolkit (rows tantivy does not hold) and
+    one replaced (rows whose tantivy documents are passed over)."""
+    path, queries, _ = saved
+    kits, _ = bench_toolkits(1200)
+    with Catalog(path) as catalog:
+        catalog.register(Toolkit(name="extra", version="1", tools=kits[0].tools[:5]))
+        edited = [t.model_copy(update={"description": t.description + " x"}) for t in kits[1].tools]
+        catalog.register(kits[1].model_copy(update={"tools": edited}), replace=True)
+    header = stamp_of(path)
+    assert header["meta"]["delta"] == 5 + len(edited)
+    answers, catalog = served(path, queries)
+    catalog.close()
+    return path, queries, answers
+
+
+def _no_stale(blobs: dict[str, bytes], array: Any) -> dict[str, bytes]:
+    return {"stale": b""}
+
+
+def _cut_tantivy_df(blobs: dict[str, bytes], array: Any) -> dict[str, bytes]:
+    return {"tantivy_df": blobs["tantivy_df"][:-4]}
+
+
+def _term_past_the_terms(blobs: dict[str, bytes], array: Any) -> dict[str, bytes]:
+    sizes = array("I")
+    sizes.frombytes(blobs["sizes"])
+    tools = bytearray(blobs["tools"])
+    last = len(tools) - sizes[-1]  # a row tantivy does not hold: its first term id
+    tools[last + 4 : last + 8] = (2**31).to_bytes(4, "little")
+    return {"tools": bytes(tools)}
+
+
+def _held_twice(blobs: dict[str, bytes], array: Any) -> dict[str, bytes]:
+    rows = array("q")
+    rows.frombytes(blobs["rows"])
+    rows[-1] = rows[0]  # a row tantivy does not hold named as one it holds
+    return {"rows": rows.tobytes()}
+
+
+@pytest.mark.parametrize("change", [_no_stale, _cut_tantivy_df, _term_past_the_terms, _held_twice])
+def test_a_brought_forward_save_of_another_shape_is_rebuilt(
+    forward: Saved, monkeypatch: pytest.MonkeyPatch, change: Any
+) -> None:
+    """Stale documents not passed over (the replaced tools' old texts would rank), term
+    counts of another length, a term id past the terms (an IndexError from every query that
+    reaches that tool), a row held twice: rebuilt, never served."""
+    path, queries, answers = forward
+    _resealed(path, change)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+@pytest.mark.parametrize("revision", ["earlier", "later", "negative", "text"])
+def test_a_stamp_naming_another_revision_is_brought_forward_or_rebuilt(
+    forward: Saved, monkeypatch: pytest.MonkeyPatch, revision: str
+) -> None:
+    """A save that says it is older than it is is brought forward again from there (reading
+    rows again gives the same rows): the same answers. One from the future, or not a
+    revision at all, is rebuilt."""
+    path, queries, answers = forward
+    with Catalog(path) as catalog:
+        catalog.learning = False  # a new revision, nothing saved for it yet below
+        now = catalog.revision
+    header = stamp_of(path)
+    header["revision"] = {"earlier": now - 3, "later": now + 5, "negative": -1, "text": "3"}[
+        revision
+    ]
+    write_stamp(path, header)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == ([] if revision == "earlier" else [1])
+
+
+def test_a_change_log_row_that_is_not_a_row_id_rebuilds(
+    forward: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sqlite3
+
+    path, queries, answers = forward
+    conn = sqlite3.connect(path)
+    with conn:  # a revision no write saved an index for, its log naming no row
+        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        conn.execute(
+            "INSERT INTO fts_changes (revision, row) "
+            "SELECT value, 'x' FROM meta WHERE key = 'revision'"
+        )
+    conn.close()
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]

@@ -80,7 +80,7 @@ def test_each_change_brought_forward_answers_as_a_new_build(catalog: Catalog) ->
     kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
     rng = random.Random(5)
-    queries = queries[:40] + ["zygomorphic petal", "weather file report", "flowers"]
+    queries = [*queries[:40], "zygomorphic petal", "weather file report", "flowers"]
     queries += [" ".join(rng.sample(q.split(), min(3, len(q.split())))) for q in queries[:20]]
     index = built(catalog)
     for step, change in enumerate(changes(kits)):
