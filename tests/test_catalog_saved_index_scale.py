@@ -1,6 +1,7 @@
 """At 100k tools: registering returns with the BM25 index saved at the new revision, and a
 fresh process that loads it ranks exactly as a warm process that built its own (ids and
-scores, a few hundred seeded queries)."""
+scores, a few hundred seeded queries); so does the index a small write then brought forward
+instead of building it again."""
 
 from __future__ import annotations
 
@@ -93,4 +94,37 @@ def test_registering_100k_tools_leaves_the_index_saved_and_ranking_alike(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert sum(map(len, built)) > QUERIES * 5  # the queries find tools
+    assert json.loads(done.stdout) == built
+    assert_brought_forward_alike(scale, path, queries)
+
+
+def assert_brought_forward_alike(scale: Any, path: Path, queries: list[str]) -> None:
+    """A write of one toolkit and the removal of another: the saved index is brought
+    forward (tantivy's part kept), and a fresh process loading it ranks as a new build."""
+    from toolcat import Toolkit
+
+    before = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
+    with Catalog(path) as catalog:
+        names = [n for n, in catalog._conn.execute("SELECT name FROM toolkits LIMIT 2")]
+        manifest = next(iter(scale.generate(200)))
+        catalog.register(Toolkit.model_validate({**manifest, "name": "brought_forward"}))
+        catalog.remove(names[0])
+        revision = catalog.revision
+    after = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
+    assert after["revision"] == revision and after["tantivy"] == before["tantivy"]
+    assert after["meta"]["delta"] > 0
+    with Catalog(path) as warm:
+        for _ in range(engine.POSTINGS_AFTER):
+            warm.search("warm up", mode="bm25")
+        assert warm._search.postings.at(revision, engine.bm25.DEFAULT_WEIGHTS)
+        built = [[[h.tool.id, h.score] for h in warm.search(q, mode="bm25").hits] for q in queries]
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(path)],
+        input=json.dumps(queries),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout) == built

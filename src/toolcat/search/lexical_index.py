@@ -932,8 +932,10 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
     the catalog's revision now, so that the next process to serve it loads it instead of
     building it: what every write to the catalog calls once it has committed.
 
-    A full build: tantivy could add and delete documents, but the padding that makes its
-    scores bound FTS5's depends on the catalog's average length, which any change moves.
+    The index saved at an earlier revision is brought forward by the rows changed since
+    (``bring_forward``) when the change log reaches back to it and they are few; else it is
+    built whole. tantivy's own documents are never added or deleted: the padding that makes
+    its scores bound FTS5's depends on the average length, which any change moves.
 
     Returns:
         The index built and saved; None when there was nothing to do: the saved one is
