@@ -107,7 +107,7 @@ def assert_brought_forward_alike(scale: Any, path: Path, queries: list[str]) -> 
     with Catalog(path) as catalog:
         names = [n for n, in catalog._conn.execute("SELECT name FROM toolkits LIMIT 2")]
         manifest = next(iter(scale.generate(200)))
-        catalog.register(Toolkit.model_validate({**manifest, "name": "brought_forward"}))
+        catalog.register(Toolkit.model_validate({**manifest, "toolkit": "brought_forward"}))
         catalog.remove(names[0])
         revision = catalog.revision
     after = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
