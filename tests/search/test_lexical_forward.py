@@ -153,14 +153,24 @@ def test_a_log_trimmed_past_an_index_or_reset_does_not_reach_back(
 ) -> None:
     from toolcat.store import writer
 
-    kits, _ = tagged_toolkits(300)
+    kits, _ = tagged_toolkits(400)
     catalog.register(kits[:1])
     start = catalog.revision
     monkeypatch.setattr(writer, "FTS_CHANGES_KEPT", 50)
-    catalog.register(kits[1])  # 100 rows logged: trimmed to the newest revision's
+    catalog.register(kits[1])  # 100 rows: more than the log keeps, none logged
     with catalog._snapshot() as conn:
         assert reader.fts_changes(conn, start, 10**6) is None
         assert reader.fts_changes(conn, catalog.revision, 10**6) == []
+        assert conn.execute("SELECT count(*) FROM fts_changes").fetchone()[0] == 0
+    monkeypatch.setattr(writer, "FTS_CHANGES_KEPT", 150)
+    middle = catalog.revision
+    catalog.register(kits[2])
+    after_one = catalog.revision
+    catalog.register(kits[3])  # 200 rows logged: the older revision's trimmed
+    with catalog._snapshot() as conn:
+        assert reader.fts_changes(conn, middle, 10**6) is None
+        assert len(reader.fts_changes(conn, after_one, 10**6) or ()) == 100
+        assert conn.execute("SELECT count(*) FROM fts_changes").fetchone()[0] == 100
     monkeypatch.undo()
     now = catalog.revision
     with catalog._lock:

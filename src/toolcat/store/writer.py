@@ -84,13 +84,18 @@ def bump_revision(conn: sqlite3.Connection) -> int:
     return int(row[0])
 
 
-def fts_changed(conn: sqlite3.Connection, rows: Iterable[int]) -> None:
+def fts_changed(conn: sqlite3.Connection, rows: Sequence[int]) -> None:
     """Log that these ``tools_fts`` rows were inserted or deleted (``m006_fts_changes``):
     every write to ``tools_fts`` calls this in its transaction, so that a saved BM25 index
-    is brought forward by the rows that changed (``lexical_index.bring_forward``)."""
+    is brought forward by the rows that changed (``lexical_index.bring_forward``). More
+    rows than the log keeps are not logged: the log starts after this transaction."""
+    upcoming = read_revision(conn) + 1
+    if len(rows) > FTS_CHANGES_KEPT:
+        _fts_changes_from(conn, upcoming)
+        return
     conn.executemany(
         "INSERT INTO fts_changes (revision, row) VALUES (?, ?)",
-        zip(itertools.repeat(read_revision(conn) + 1), rows),
+        zip(itertools.repeat(upcoming), rows),
     )
 
 
