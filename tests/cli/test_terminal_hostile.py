@@ -18,7 +18,7 @@ from tests.helpers import SAMPLE_TOOLKITS, toolkit_data, write_manifest
 from toolcat import Catalog, ToolEvent
 from toolcat.cli import cli
 from toolcat.cli.agent import artifact_line, show_progress
-from toolcat.cli.output import json_text, printable
+from toolcat.cli.text import json_text, printable
 from toolcat.registry.python import toolkit_from_module
 
 RAW = ("\x1b", "\x07", "\x9b", "\x85", "\u202e", "\u2028")
