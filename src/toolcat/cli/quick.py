@@ -1,6 +1,7 @@
 """A plain ``toolcat list`` without click: the first command a user or an agent runs, whose
-time in a fresh process is mostly start-up (importing click alone was ~40% of a cold
-``list --json`` at 1M tools: docs/benchmarks.md, "First `list` in a fresh process").
+time in a fresh process is mostly start-up (click, the other commands' modules and the
+interpreter's teardown were ~37% of a cold ``list --json`` at 1M tools: docs/benchmarks.md,
+"First `list` in a fresh process").
 
 ``quick_list`` takes only what click would read the same way: ``[--db FILE] list`` and
 ``list``'s own options, each value a non-empty word that does not start with ``-`` (after the
