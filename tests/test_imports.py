@@ -111,6 +111,41 @@ def test_list_path_imports_no_models(tmp_path: Path, name: str) -> None:
     assert loaded(modules, HEAVY + NOT_FOR_LIST) == []
 
 
+# A `toolcat list` loads no other command's module: a plain one not even click (the quick
+# path, tests/cli/test_quick_list.py), one with a global option only the agent's commands.
+OTHER_COMMANDS = ["toolcat.cli.admin", "toolcat.cli.operator", "toolcat.cli.console"]
+NOT_FOR_CLI_LIST = [*OTHER_COMMANDS, "logging"]
+QUICK_LIST = (
+    "from toolcat.cli.quick import quick_list\n"
+    "assert quick_list(['--db', DB, 'list', '--json']) == 0"
+)
+
+
+def test_a_plain_list_imports_neither_click_nor_other_commands(tmp_path: Path) -> None:
+    modules = modules_after(tmp_path, QUICK_LIST)
+    assert "toolcat.catalog" in modules
+    assert loaded(modules, HEAVY + NOT_FOR_LIST + NOT_FOR_CLI_LIST) == []
+    assert loaded(modules, ["click", "toolcat.cli.root", "toolcat.cli.agent"]) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        "['--db', DB, 'list', '--json']",
+        "['--db', DB, '--deny', 'tag:destructive', 'list', '--include-deferred']",
+    ],
+)
+def test_list_through_click_imports_no_other_command(tmp_path: Path, args: str) -> None:
+    modules = modules_after(tmp_path, CLI.format(args=args))
+    assert "toolcat.cli.agent" in modules and "click" in modules
+    assert loaded(modules, HEAVY + NOT_FOR_LIST + NOT_FOR_CLI_LIST) == []
+
+
+def test_help_loads_every_command(tmp_path: Path) -> None:
+    """The check above can fail: `--help` lists every command, so it imports them all."""
+    assert loaded(modules_after(tmp_path, SCRIPTS["help"]), OTHER_COMMANDS) == OTHER_COMMANDS
+
+
 # A one-shot `toolcat search` builds no models either (``search_summaries``): pydantic was
 # half of a cold BM25 search (README, "Speed: one-shot search ...").
 MODELS = ["pydantic", "pydantic_core", "toolcat.models"]

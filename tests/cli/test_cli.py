@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -182,9 +183,27 @@ def test_toolcat_db_environment_variable(tmp_path: Path) -> None:
 
 def test_every_command_is_documented() -> None:
     docs = "".join(p.read_text() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-    for name, command in cli.commands.items():
-        assert command.help, name
+    ctx = click.Context(cli)
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.help, name
         assert f"toolcat {name}" in docs, f"neither README nor docs/ mention `toolcat {name}`"
+
+
+def test_every_command_is_found_where_the_group_looks() -> None:
+    """The group imports a command's module on first use: its map of names to modules
+    names every command of every module, in that module, and `--help` lists them all."""
+    from toolcat.cli import admin, agent, console, operator
+    from toolcat.cli.root import MODULE_COMMANDS
+
+    modules = {"agent": agent, "admin": admin, "operator": operator, "console": console}
+    assert {
+        name: [command.name for command in module.COMMANDS] for name, module in modules.items()
+    } == MODULE_COMMANDS
+    shown = CliRunner().invoke(cli, ["--help"]).stdout.split("Commands:\n", 1)[1]
+    listed = [line.split()[0] for line in shown.splitlines() if line.strip()]
+    assert listed == sorted(name for names in MODULE_COMMANDS.values() for name in names)
+    assert len(listed) == 21
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog
-from toolcat.cli.output import CLOSED_PIPE_EXIT
+from toolcat.cli.text import CLOSED_PIPE_EXIT
 
 
 @pytest.fixture(scope="module")

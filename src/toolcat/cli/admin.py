@@ -19,7 +19,8 @@ from ..errors import (
 if TYPE_CHECKING:
     pass
 from .options import json_option, open_catalog
-from .output import echo, emit_document, emit_json, one_line, plural, rewrite_line
+from .output import echo, emit_document, emit_json, rewrite_line
+from .text import one_line, plural
 
 
 @click.command()

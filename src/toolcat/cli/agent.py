@@ -22,7 +22,8 @@ from ..policy.tags import TagFilter
 if TYPE_CHECKING:
     from ..models import ToolEvent
 from .options import json_option, open_catalog, tag_options
-from .output import CALL_EXIT_CODES, PROCESS, echo, emit_json, json_text, plural, tool_line
+from .output import CALL_EXIT_CODES, echo, emit_json
+from .text import PROCESS, json_text, list_lines, tool_line
 
 
 @click.command(name="list")
@@ -55,15 +56,13 @@ def list_(
         limit=limit,
         cursor=cursor,
     )
+    if PROCESS.own:  # nothing a list leaves needs finalising: main() skips the teardown
+        PROCESS.leave_at_once = True
     if as_json:
         emit_json(page)
         return
-    for tool in page["tools"]:
-        echo(tool_line(tool["id"], tool["description"], tool["defer_loading"]))
-    footer = f"{plural(len(page['tools']), 'tool')}, revision {page['revision']}"
-    if page["next_cursor"]:
-        footer += f"; more with --cursor {page['next_cursor']}"
-    echo(footer)
+    for line in list_lines(page):
+        echo(line)
 
 
 @click.command()

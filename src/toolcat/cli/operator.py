@@ -19,7 +19,8 @@ from ..server.loopback import is_loopback
 if TYPE_CHECKING:
     from ..store.replica import Follower
 from .options import check_policy, json_option, open_catalog, tag_options
-from .output import echo, emit_json, one_line, plural
+from .output import echo, emit_json
+from .text import one_line, plural
 
 
 def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
