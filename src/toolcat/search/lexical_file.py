@@ -196,19 +196,33 @@ def load(catalog_path: str, valid_for: dict[str, Any]) -> tuple[Path, dict[str, 
     return None if found is None else found[:2]
 
 
+def earlier_stamp(catalog_path: str, valid_for: dict[str, Any]) -> dict[str, Any] | None:
+    """The stamp of an index saved at a revision before ``valid_for``'s with the same
+    format and weights, to be brought forward (its files not checked here); else None."""
+    root = trusted_folder(catalog_path)
+    header = None if root is None else saved_files.read_stamp(root)
+    if header is None or any(header.get(key) != value for key, value in _same(valid_for).items()):
+        return None
+    revision = header.get("revision")
+    if type(revision) is not int or not 0 <= revision < valid_for["revision"]:
+        return None
+    return header
+
+
 def load_earlier(
     catalog_path: str, valid_for: dict[str, Any]
 ) -> tuple[Path, dict[str, Any], dict[str, Any]] | None:
-    """(tantivy folder, saved state, its stamp) of the index saved at a revision before
-    ``valid_for``'s with the same format and weights, to be brought forward; else None."""
-    same = {key: valid_for[key] for key in ("format", "weights", "byteorder")}
-    found = _load(catalog_path, same, None)
-    if found is None:
+    """(tantivy folder, saved state, its stamp) of the index ``earlier_stamp`` finds, once
+    its files check out; else None."""
+    header = earlier_stamp(catalog_path, valid_for)
+    if header is None:
         return None
-    revision = found[2].get("revision")
-    if type(revision) is not int or not 0 <= revision < valid_for["revision"]:
-        return None
-    return found
+    found = _load(catalog_path, {"revision": header["revision"], **_same(valid_for)}, None)
+    return found if found is not None and found[2] == header else None
+
+
+def _same(valid_for: dict[str, Any]) -> dict[str, Any]:
+    return {key: valid_for[key] for key in ("format", "weights", "byteorder")}
 
 
 def _load(

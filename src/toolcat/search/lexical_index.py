@@ -833,11 +833,13 @@ class LexicalIndex:
             # An earlier revision's index, brought forward by the rows changed since (a
             # replica's case, or a writer that saved nothing).
             try:
-                forward = bring_forward(conn, path, root, valid_for)
+                done, forward = bring_forward(conn, path, root, valid_for)
             except OSError:
-                forward = None
+                done, forward = False, None
             if forward is not None:
                 self.backend, self.index = "tantivy", forward
+                return True
+            if done and self._restore(lexical_file.load(path, valid_for), revision, weights):
                 return True
             # A revision that changed no row (vectors, by a writer that saved nothing): the
             # saved index is stamped forward and loaded, not built (a replica's case).
@@ -978,8 +980,8 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
                 valid_for = lexical_file.stamp(conn, revision, weights)
                 if valid_for["rows"] < min_tools or lexical_file.stamped(path, valid_for):
                     return None  # saved by another process while this one waited
-                forward = bring_forward(conn, path, root, valid_for)
-                if forward is not None:
+                done, forward = bring_forward(conn, path, root, valid_for)
+                if done:
                     return forward
                 if lexical_file.restamp_unchanged(root, valid_for, lambda: content_digest(conn)):
                     return None  # the same rows at a new revision (vectors changed): kept
@@ -1002,13 +1004,19 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
 
 def bring_forward(
     conn: sqlite3.Connection, path: str, root: Path, valid_for: dict[str, Any]
-) -> TantivyIndex | None:
-    """The index saved beside the catalog at an earlier revision, brought to
-    ``valid_for``'s by the rows the change log says changed since (``TantivyIndex.apply``),
-    saved and returned: seconds at 1M tools where a build takes minutes. None when that
-    cannot be done: no earlier index, the log does not reach back to it, more rows changed
-    than ``FORWARD_SHARE`` allows, the rows do not add up to FTS5's count. Call holding
-    ``build_lock``, inside ``valid_for``'s read transaction.
+) -> tuple[bool, TantivyIndex | None]:
+    """Bring the index saved beside the catalog at an earlier revision to ``valid_for``'s
+    by the rows the change log says changed since (``TantivyIndex.apply``), and save it:
+    seconds at 1M tools where a build takes minutes. When no row changed (vectors alone)
+    its stamp is moved to this revision and nothing is read (``load`` checks the files
+    before anything is served). Call holding ``build_lock``, inside ``valid_for``'s read
+    transaction.
+
+    Returns:
+        (whether it was done, the index brought forward: None when only the stamp moved).
+        Not done: no earlier save, the log does not reach back to it, more rows changed
+        than ``FORWARD_SHARE`` allows, the save does not open or its rows do not add up to
+        FTS5's count.
 
     Raises:
         OSError: The index could not be saved (a full disk); nothing half-written stays.
@@ -1016,30 +1024,32 @@ def bring_forward(
     from ..files import checks as saved_files
     from . import lexical_file
 
-    saved = lexical_file.load_earlier(path, valid_for)
-    if saved is None:
-        return None
-    directory, state, header = saved
+    header = lexical_file.earlier_stamp(path, valid_for)
+    if header is None:
+        return False, None
     limit = max(FORWARD_MIN, valid_for["rows"] // FORWARD_SHARE)
     changed = reader.fts_changes(conn, header["revision"], limit)
     if changed is None:
-        return None
+        return False, None
+    if not changed:  # the same rows: the same files, stamped for this revision
+        saved_files.replace_stamp(root, {**header, **valid_for})
+        return True, None
+    saved = lexical_file.load_earlier(path, valid_for)
+    if saved is None or saved[2]["revision"] != header["revision"]:
+        return False, None
+    directory, state, header = saved
     index = TantivyIndex()
     try:
         index.restore(header["revision"], valid_for["weights"], directory, state)
         if len(index._delta_rows) + len(index._stale) + len(changed) > limit:
-            return None
+            return False, None
         index = index.apply(conn, valid_for["revision"], changed)
     except Exception:  # a saved index that does not open or add up: built again
-        return None
+        return False, None
     if index.n_docs != valid_for["rows"]:
-        return None  # the log and the rows disagree: built again
-    if changed:
-        lexical_file.save(root, valid_for, directory, index.state(), header["tantivy_files"])
-    else:  # vectors alone changed: the same files, stamped for this revision
-        index.content = header.get("content", "")
-        saved_files.replace_stamp(root, {**header, **valid_for})
-    return index
+        return False, None  # the log and the rows disagree: built again
+    lexical_file.save(root, valid_for, directory, index.state(), header["tantivy_files"])
+    return True, index
 
 
 def _saved_is_current(
