@@ -37,7 +37,10 @@ def test_labels_never_rise_down_the_ranks(catalog: Catalog, query: str) -> None:
 def test_lifting_keeps_the_best_label_and_the_order() -> None:
     hits = [(1, 3.0, "strong"), (2, 2.0, "none"), (3, 1.0, "weak"), (4, 0.5, "none")]
     assert down_the_ranks(hits) == [
-        (1, 3.0, "strong"), (2, 2.0, "weak"), (3, 1.0, "weak"), (4, 0.5, "none")
+        (1, 3.0, "strong"),
+        (2, 2.0, "weak"),
+        (3, 1.0, "weak"),
+        (4, 0.5, "none"),
     ]
     assert down_the_ranks([(1, 1.0, "none"), (2, 0.5, "none")])[0][2] == "none"
     assert down_the_ranks([]) == []

@@ -314,9 +314,7 @@ def test_stale_and_damaged_exports_are_never_used(own_cache: Path, exported: Pat
     assert found is not None and found.graph == "exported"
     fast_copy = own_cache / "fast-copy"
     shutil.copytree(exports.fast_dir(exported, exports.ort_version()), fast_copy)
-    (fast / exports.FAST_WEIGHTS).write_bytes(
-        (fast_copy / exports.FAST_WEIGHTS).read_bytes()
-    )
+    (fast / exports.FAST_WEIGHTS).write_bytes((fast_copy / exports.FAST_WEIGHTS).read_bytes())
     found, _ = onnx_encoder.load(DEFAULT_MODEL, model_location(DEFAULT_MODEL), int8=True)
     assert found is not None and found.graph == "optimised"
     # A damaged export at the current key: refused (its digests), the search path falls back.

@@ -253,9 +253,7 @@ def _echo_import(result: Any, as_json: bool) -> None:
     if as_json:
         emit_json({"results": [result.model_dump()]})
         return
-    echo(
-        f"{result.status:<9} {result.toolkit} {result.version} ({plural(result.tools, 'tool')})"
-    )
+    echo(f"{result.status:<9} {result.toolkit} {result.version} ({plural(result.tools, 'tool')})")
     for kind, names in (result.changes or {}).items():
         if names and result.status != "unchanged":
             echo(f"  {kind}: {', '.join(names)}")
@@ -550,6 +548,15 @@ def status(ctx: click.Context, as_json: bool) -> None:
 
 
 COMMANDS = [
-    init, register, manifest, versions, toolkits, deprecate, activate, remove, check, reindex,
+    init,
+    register,
+    manifest,
+    versions,
+    toolkits,
+    deprecate,
+    activate,
+    remove,
+    check,
+    reindex,
     status,
 ]

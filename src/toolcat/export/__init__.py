@@ -60,4 +60,3 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(".providers", __name__), name)
     globals()[name] = value
     return value
-

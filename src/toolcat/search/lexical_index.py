@@ -444,10 +444,30 @@ class TantivyIndex(TermIndex):
         new.revision, new.weights = revision, self.weights
         return new
 
-    def state(self) -> dict[str, Any]:
+    def forward_tools(self, saved: dict[str, Any], changed: Iterable[int]) -> bytes:
+        """The packed tools of this index, brought forward (``apply``) by ``changed`` from
+        the ``saved`` state, as ``state`` joins them: cut from the saved bytes in a few
+        large pieces (a million small ones took 1.8 s at 1M tools)."""
+        gone = frozenset(changed)
+        pieces: list[bytes] = []
+        blob, start, at, kept = saved["tools"], 0, 0, 0
+        for row, size in zip(saved["rows"], saved["sizes"], strict=True):
+            if row in gone:
+                pieces.append(blob[start:at])
+                start = at + size
+            else:
+                kept += 1
+            at += size
+        pieces.append(blob[start:at])
+        # then the rows read again, appended after the kept ones
+        pieces.extend(itertools.islice(self._tools.values(), kept, None))
+        return b"".join(pieces)
+
+    def state(self, tools: bytes | None = None) -> dict[str, Any]:
         """What ``restore`` needs besides tantivy's folder (``lexical_file.save``). Rows
         come as tantivy holds them (in ``positions`` order, less the stale ones), then the
-        rows it does not hold: ``_tools`` keeps that order (``apply`` appends)."""
+        rows it does not hold: ``_tools`` keeps that order (``apply`` appends). ``tools``:
+        the packed tools joined, when the caller has them (``forward_tools``)."""
         rows = list(self._tools)
         return {
             "terms": self._terms,
@@ -455,7 +475,7 @@ class TantivyIndex(TermIndex):
             "names": [self.names[row] for row in rows],
             "rows": rows,
             "sizes": [len(self._tools[row]) for row in rows],
-            "tools": b"".join(self._tools.values()),
+            "tools": b"".join(self._tools.values()) if tools is None else tools,
             "positions": self._row_ids,
             "tantivy_df": self._tantivy_df,
             "stale": sorted(self._stale),
@@ -1048,7 +1068,8 @@ def bring_forward(
         return False, None
     if index.n_docs != valid_for["rows"]:
         return False, None  # the log and the rows disagree: built again
-    lexical_file.save(root, valid_for, directory, index.state(), header["tantivy_files"])
+    tools = index.forward_tools(state, changed)
+    lexical_file.save(root, valid_for, directory, index.state(tools), header["tantivy_files"])
     return True, index
 
 
