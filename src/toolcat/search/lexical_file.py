@@ -112,23 +112,25 @@ def save(
     A failure (a full disk) removes what this call wrote and raises ``OSError``; the
     previous stamp stands."""
     data_name = f"data-{uuid.uuid4().hex}.bin"
-    sections: list[tuple[str, bytes]] = [
-        ("terms", json.dumps(state["terms"]).encode()),
-        ("doc_freq", array("I", state["doc_freq"]).tobytes()),
-        ("names", json.dumps(state["names"]).encode()),
-        ("rows", array("q", state["rows"]).tobytes()),
-        ("sizes", array("I", state["sizes"]).tobytes()),
-        ("tools", state["tools"]),
-        ("positions", array("q", state["positions"]).tobytes()),
-        ("tantivy_df", array("I", state["tantivy_df"]).tobytes()),
-        ("stale", array("q", state["stale"]).tobytes()),
+    tools = state["tools"]  # bytes, or pieces of them (``TantivyIndex.forward_tools``)
+    sections: list[tuple[str, list[bytes | memoryview]]] = [
+        ("terms", [json.dumps(state["terms"]).encode()]),
+        ("doc_freq", [array("I", state["doc_freq"]).tobytes()]),
+        ("names", [json.dumps(state["names"]).encode()]),
+        ("rows", [array("q", state["rows"]).tobytes()]),
+        ("sizes", [array("I", state["sizes"]).tobytes()]),
+        ("tools", [tools] if isinstance(tools, bytes) else list(tools)),
+        ("positions", [array("q", state["positions"]).tobytes()]),
+        ("tantivy_df", [array("I", state["tantivy_df"]).tobytes()]),
+        ("stale", [array("q", state["stale"]).tobytes()]),
     ]
     data_digest = hashlib.sha256()
     with saved_files.removed_on_failure(root / data_name):
         with open(root / data_name, "xb") as f:
-            for _, blob in sections:
-                f.write(blob)
-                data_digest.update(blob)
+            for _, pieces in sections:
+                for piece in pieces:
+                    f.write(piece)
+                    data_digest.update(piece)
             f.flush()
             os.fsync(f.fileno())
         header = {
@@ -143,7 +145,7 @@ def save(
             "data": data_name,
             "data_sha256": data_digest.hexdigest(),
             "content": state.get("content", ""),
-            "sections": [[name, len(blob)] for name, blob in sections],
+            "sections": [[name, sum(map(len, pieces))] for name, pieces in sections],
             "meta": state["meta"],
         }
         saved_files.replace_stamp(root, header)
