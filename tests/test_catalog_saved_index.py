@@ -534,6 +534,33 @@ def test_a_server_stamps_forward_what_a_write_left_unsaved_on_the_same_rows(
     assert served(registered) == warm
 
 
+@pytest.mark.parametrize("edit", ["words added", "row deleted"])
+def test_a_row_changed_by_hand_without_the_log_builds_again(
+    registered: Path, monkeypatch: pytest.MonkeyPatch, edit: str
+) -> None:
+    """Plain SQL that changes tools_fts and moves the revision but logs nothing: FTS5's own
+    totals no longer match what the log says, so the index is built, not brought forward
+    (or stamped) into answers of the rows before."""
+    import sqlite3
+
+    conn = sqlite3.connect(registered)
+    with conn:
+        if edit == "words added":
+            conn.execute(
+                "UPDATE tools_fts SET description = description || ' zygomorphic' "
+                "WHERE rowid = (SELECT min(rowid) FROM tools_fts)"
+            )
+        else:
+            conn.execute("DELETE FROM tools_fts WHERE rowid = (SELECT min(rowid) FROM tools_fts)")
+        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+    conn.close()
+    counted = builds(monkeypatch)
+    warm = served(registered)
+    assert counted == [1]
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)
+    assert served(registered) == warm
+
+
 def test_a_server_brings_forward_what_a_write_left_unsaved(
     registered: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

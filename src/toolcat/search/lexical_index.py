@@ -1039,7 +1039,7 @@ def bring_forward(
         (whether it was done, the index brought forward: None when only the stamp moved).
         Not done: no earlier save, the log does not reach back to it, more rows changed
         than ``FORWARD_SHARE`` allows, the save does not open or its rows do not add up to
-        FTS5's count.
+        FTS5's totals.
 
     Raises:
         OSError: The index could not be saved (a full disk); nothing half-written stays.
@@ -1054,7 +1054,11 @@ def bring_forward(
     changed = reader.fts_changes(conn, header["revision"], limit)
     if changed is None:
         return False, None
+    # FTS5's own row and token totals (the stamp's) must move as the log says: a row
+    # changed by hand, unlogged, is caught by them (most are) and means a build.
     if not changed:  # the same rows: the same files, stamped for this revision
+        if (header.get("rows"), header.get("tokens")) != (valid_for["rows"], valid_for["tokens"]):
+            return False, None
         saved_files.replace_stamp(root, {**header, **valid_for})
         return True, None
     saved = lexical_file.load_earlier(path, valid_for)
@@ -1069,8 +1073,8 @@ def bring_forward(
         index = index.apply(conn, valid_for["revision"], changed)
     except Exception:  # a saved index that does not open or add up: built again
         return False, None
-    if index.n_docs != valid_for["rows"]:
-        return False, None  # the log and the rows disagree: built again
+    if (index.n_docs, index._length_total) != (valid_for["rows"], valid_for["tokens"]):
+        return False, None  # the log and FTS5's totals disagree: built again
     tools = index.forward_tools(state, changed)
     lexical_file.save(root, valid_for, directory, index.state(tools), header["tantivy_files"])
     return True, index
