@@ -27,7 +27,9 @@ from its return, the commit being inside it; at 100k tools the register call its
 minutes on this machine), and a restart: the replica killed, one
 more change registered, the replica started again on its folder, timed until ``/healthz``
 answers (``restart_serving_s``: the revision it then serves is its last copy's) and until it
-serves the new revision (``restart_caught_up_s``).
+serves the new revision (``restart_caught_up_s``). For each change also ``bm25_saved_s``: until
+the replica's own saved BM25 index names the new revision (brought forward from its last one
+by the rows that changed, or built whole).
 
     python scripts/bench_replica.py --tools 100000 --vectors
     python scripts/bench_replica.py --tools 1000 --json
@@ -242,6 +244,22 @@ def wait_revision(cluster: Cluster, revision: int, started: float, seconds: floa
     return round(time.perf_counter() - started, 2)
 
 
+def wait_bm25_saved(
+    cluster: Cluster, revision: int, started: float, seconds: float = 900
+) -> float | None:
+    """Seconds from ``started`` until the replica's saved BM25 index names ``revision``
+    (None for a catalog too small to save one: ``lexical_file.SAVED_FROM``)."""
+    stamp = Path(str(cluster.replicas[0]) + ".bm25") / "index.json"
+    while time.perf_counter() - started < seconds:
+        try:
+            if json.loads(stamp.read_text()).get("revision", -1) >= revision:
+                return round(time.perf_counter() - started, 2)
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    return None
+
+
 def replica_args(cluster: Cluster) -> list[str]:
     return [
         sys.executable,
@@ -303,14 +321,15 @@ def main() -> None:
             anyio.run(search, cluster.replica_url(0))
             report["fresh_replica_searches_s"] = round(time.perf_counter() - started, 1)
             progress(report)
-            lags, registering = [], []
+            lags, registering, bm25_ready = [], [], []
             for n in range(args.changes):
                 started = time.perf_counter()
                 cluster.register(one_tool_toolkit(f"lag{n}"))
                 revision = committed(cluster.primary)
                 registering.append(round(time.perf_counter() - started, 2))
                 lags.append(wait_revision(cluster, revision, started))
-                progress({"change_s": lags, "register_one_s": registering})
+                bm25_ready.append(wait_bm25_saved(cluster, revision, started))
+                progress({"change_s": lags, "register_one_s": registering, "bm25": bm25_ready})
             if lags:
                 after = [lag - took for lag, took in zip(lags, registering, strict=True)]
                 report["change_s"] = {
@@ -320,6 +339,9 @@ def main() -> None:
                     # the primary's register call (its commit is inside it) excluded
                     "after_register_median": round(statistics.median(after), 2),
                     "register_one_s": registering,
+                    # the replica's BM25 index at the new revision, saved beside its copy
+                    # (brought forward from its last one, or built): from the call
+                    "bm25_saved_s": bm25_ready,
                 }
             cluster.kill("replica0")
             cluster.register(one_tool_toolkit("while_down"))

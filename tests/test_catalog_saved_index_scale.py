@@ -77,13 +77,24 @@ def test_registering_100k_tools_leaves_the_index_saved_and_ranking_alike(
 
     queries = scale.queries(random.Random(scale.SEED), QUERIES)
     monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 10**9)  # built here, in memory
+    built = warm_answers(path, revision, queries)
+    assert sum(map(len, built)) > QUERIES * 5  # the queries find tools
+    assert fresh_answers(path, queries) == built
+    assert_brought_forward_alike(scale, path, queries)
+
+
+def warm_answers(path: Path, revision: int, queries: list[str]) -> list[Any]:
+    """A warm process's answers, its index built in memory (``BACKGROUND_BUILD_FROM``)."""
     with Catalog(path) as warm:
         for _ in range(engine.POSTINGS_AFTER):
             warm.search("warm up", mode="bm25")
         assert warm._search.postings.at(revision, engine.bm25.DEFAULT_WEIGHTS)
-        built = [[[h.tool.id, h.score] for h in warm.search(q, mode="bm25").hits] for q in queries]
         assert warm.revision == revision
+        return [[[h.tool.id, h.score] for h in warm.search(q, mode="bm25").hits] for q in queries]
 
+
+def fresh_answers(path: Path, queries: list[str]) -> Any:
+    """A fresh process's answers from the saved index (``FRESH``: a build fails it)."""
     done = subprocess.run(
         [sys.executable, "-c", FRESH, str(path)],
         input=json.dumps(queries),
@@ -93,9 +104,7 @@ def test_registering_100k_tools_leaves_the_index_saved_and_ranking_alike(
         timeout=1200,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sum(map(len, built)) > QUERIES * 5  # the queries find tools
-    assert json.loads(done.stdout) == built
-    assert_brought_forward_alike(scale, path, queries)
+    return json.loads(done.stdout)
 
 
 def assert_brought_forward_alike(scale: Any, path: Path, queries: list[str]) -> None:
@@ -105,7 +114,7 @@ def assert_brought_forward_alike(scale: Any, path: Path, queries: list[str]) -> 
 
     before = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
     with Catalog(path) as catalog:
-        names = [n for n, in catalog._conn.execute("SELECT name FROM toolkits LIMIT 2")]
+        names = [n for (n,) in catalog._conn.execute("SELECT name FROM toolkits LIMIT 2")]
         manifest = next(iter(scale.generate(200)))
         catalog.register(Toolkit.model_validate({**manifest, "toolkit": "brought_forward"}))
         catalog.remove(names[0])
@@ -113,18 +122,4 @@ def assert_brought_forward_alike(scale: Any, path: Path, queries: list[str]) -> 
     after = json.loads((lexical_file.folder(str(path)) / lexical_file.STAMP).read_text())
     assert after["revision"] == revision and after["tantivy"] == before["tantivy"]
     assert after["meta"]["delta"] > 0
-    with Catalog(path) as warm:
-        for _ in range(engine.POSTINGS_AFTER):
-            warm.search("warm up", mode="bm25")
-        assert warm._search.postings.at(revision, engine.bm25.DEFAULT_WEIGHTS)
-        built = [[[h.tool.id, h.score] for h in warm.search(q, mode="bm25").hits] for q in queries]
-    done = subprocess.run(
-        [sys.executable, "-c", FRESH, str(path)],
-        input=json.dumps(queries),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout) == built
+    assert fresh_answers(path, queries) == warm_answers(path, revision, queries)

@@ -11,20 +11,13 @@ from typing import Any
 
 import pytest
 
-from tests.search.test_lexical_index import FILTERS, tagged_toolkits
+from tests.search.test_lexical_index import FILTERS, built, tagged_toolkits
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import bm25, lexical_file
 from toolcat.search.lexical_index import TantivyIndex
 from toolcat.store import reader
 
 pytest.importorskip("tantivy")
-
-
-def built(catalog: Catalog) -> TantivyIndex:
-    index = TantivyIndex()
-    with catalog._snapshot() as conn:
-        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
-    return index
 
 
 def forward(catalog: Catalog, index: TantivyIndex) -> TantivyIndex:
