@@ -574,6 +574,47 @@ def test_a_server_brings_forward_what_a_write_left_unsaved(
     assert served(registered) == warm
 
 
+def test_a_revision_asked_while_a_build_runs_is_built_after_it(
+    registered: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's next copy arrives while the index of its first is still being built (a
+    fresh 100k replica): the background build goes on to the newer revision when done,
+    instead of leaving it to FTS5 until enough queries ask again."""
+    import threading
+
+    from toolcat.search.lexical_index import LexicalIndex
+
+    go = threading.Event()
+    original = LexicalIndex._load_or_build_saved
+    calls: list[int] = []
+
+    def held(self: LexicalIndex, conn: Any, revision: int, *args: Any) -> bool:
+        calls.append(revision)
+        if len(calls) == 1:
+            assert go.wait(30)
+        return original(self, conn, revision, *args)
+
+    monkeypatch.setattr(LexicalIndex, "_load_or_build_saved", held)
+    with Catalog(registered) as writer, writer.bulk(save_index=False):
+        writer.learning = False  # a revision nothing was saved at: its index is built
+    with Catalog(registered) as serving:
+        first = serving.revision
+        serving.warm()  # the build of ``first`` starts, and waits
+        with Catalog(registered) as writer, writer.bulk(save_index=False):
+            writer.register(NEW)
+        serving.warm()  # asked at the new revision while that build runs
+        later = serving.revision
+        go.set()
+        postings = serving._search.postings
+        for _ in range(100):
+            postings.wait(30)
+            if postings.at(later, engine.bm25.DEFAULT_WEIGHTS) is not None:
+                break
+        assert calls == [first, later] != [first, first]
+        assert postings.at(later, engine.bm25.DEFAULT_WEIGHTS) is not None
+    assert stamp_of(registered)["revision"] == later
+
+
 def test_a_stamp_that_cannot_be_written_forward_still_serves_an_index(
     registered: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -733,6 +733,7 @@ class LexicalIndex:
         # Engines that share one index (a server's pooled readers: ``Catalog.share_indexes``)
         # may ask for a build at once: one of them starts it.
         self._starting = threading.Lock()
+        self._again = False  # asked while a build ran: build once more after it
 
     @property
     def revision(self) -> int:
@@ -775,6 +776,9 @@ class LexicalIndex:
             return
         with self._starting:
             if self.building:
+                # asked at a newer revision than the build under way may read: it goes on
+                # to that one when done (a replica's next copy while its first builds)
+                self._again = True
                 return
             # the stale index is never served, nor kept while its successor builds
             self.index = None
@@ -787,6 +791,14 @@ class LexicalIndex:
             self._builder.start()
 
     def _build_from_file(self, path: str, weights: tuple[float, ...]) -> None:
+        while True:
+            self._build_once(path, weights)
+            with self._starting:
+                if not self._again:
+                    return
+                self._again = False
+
+    def _build_once(self, path: str, weights: tuple[float, ...]) -> None:
         try:
             conn = _read_only(path)
         except sqlite3.Error as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
@@ -795,7 +807,9 @@ class LexicalIndex:
         try:
             conn.execute("BEGIN")
             revision = reader.revision(conn)
-            if not self._load_or_build_saved(conn, revision, weights, path):
+            if self.at(revision, weights) is None and not self._load_or_build_saved(
+                conn, revision, weights, path
+            ):
                 self.build(conn, revision, weights)
         except Exception as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
             self.index, self.error = None, f"background build: {e}"
