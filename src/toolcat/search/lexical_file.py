@@ -44,6 +44,7 @@ from typing import Any
 from ..files import checks as saved_files
 from ..files.checks import STAGING, digest_regular, read_regular
 from ..store.counts import index_totals
+from ..store.reader import fts_history
 
 FORMAT = 3  # 3: brought forward by changed rows (tantivy_df, stale, delta)
 # Catalogs from this many tools on are served from a saved index (a process builds smaller
@@ -89,6 +90,9 @@ def stamp(conn: sqlite3.Connection, revision: int, weights: tuple[float, ...]) -
         "rows": rows,
         "tokens": tokens,
         "byteorder": sys.byteorder,
+        # which history reached ``revision`` (a catalog restored from a backup reaches the
+        # same numbers by other writes): a save of another one is never taken up
+        "history": fts_history(conn, revision),
     }
 
 
@@ -169,12 +173,16 @@ def restamp_unchanged(root: Path, valid_for: dict[str, Any], content: Callable[[
     header = saved_files.read_stamp(root)
     if header is None or type(header.get("content")) is not str or not header["content"]:
         return False
-    if any(header.get(key) != value for key, value in valid_for.items() if key != "revision"):
+    if any(
+        header.get(key) != value
+        for key, value in valid_for.items()
+        if key not in ("revision", "history")
+    ):
         return False
     if header["content"] != content():
         return False
     try:
-        saved_files.replace_stamp(root, {**header, "revision": valid_for["revision"]})
+        saved_files.replace_stamp(root, {**header, **valid_for})
     except OSError:  # a full disk: built (in memory, when it cannot be saved either)
         return False
     return True

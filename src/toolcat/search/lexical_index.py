@@ -1020,6 +1020,8 @@ def bring_forward(
     if saved is None:
         return None
     directory, state, header = saved
+    if header.get("history") != reader.fts_history(conn, header["revision"]):
+        return None  # saved by another history of the catalog (one restored from a backup)
     limit = max(FORWARD_MIN, valid_for["rows"] // FORWARD_SHARE)
     changed = reader.fts_changes(conn, header["revision"], limit)
     if changed is None:

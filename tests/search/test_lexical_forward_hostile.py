@@ -1,0 +1,74 @@
+"""Outside attacks on the saved BM25 index brought forward by the change log (issue 32):
+each case is a catalog whose log does not say what changed since the save, which must be
+built again, never served as a new build would not answer."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.search.test_postings import bench_toolkits
+from toolcat import Catalog
+from toolcat.search import lexical_file
+from toolcat.search.bm25 import DEFAULT_WEIGHTS
+from toolcat.search.lexical_index import TantivyIndex, _read_only
+from toolcat.store import reader
+
+pytest.importorskip("tantivy")
+
+
+def _at_revision(path: Path) -> tuple[TantivyIndex, TantivyIndex]:
+    """(the index saved beside the catalog, one built now), both at its revision."""
+    conn = _read_only(str(path))
+    try:
+        conn.execute("BEGIN")
+        revision = reader.revision(conn)
+        saved = lexical_file.load(str(path), lexical_file.stamp(conn, revision, DEFAULT_WEIGHTS))
+        assert saved is not None, "nothing saved at the catalog's revision"
+        loaded = TantivyIndex()
+        loaded.restore(revision, DEFAULT_WEIGHTS, *saved)
+        built = TantivyIndex()
+        built.build(conn, revision, DEFAULT_WEIGHTS)
+    finally:
+        conn.close()
+    return loaded, built
+
+
+def _same_answers(loaded: TantivyIndex, built: TantivyIndex, queries: list[str]) -> None:
+    assert loaded.n_docs == built.n_docs
+    for query in queries:
+        terms = built.terms(query, 8)
+        assert loaded.terms(query, 8) == terms, query
+        for k in (1, 5, 20):
+            assert loaded.rank(terms, k) == built.rank(terms, k), query
+
+
+def test_a_catalog_restored_from_a_backup_is_not_brought_forward_by_another_history(
+    tmp_path: Path,
+) -> None:
+    """The backup of revision R is put back where the catalog that went on to R+1 (and
+    saved its index there) was; the restored one writes R+1 and R+2 in one ``bulk()``.
+    Its log after R+1 names only R+2's rows: the saved index, R+1 of the other history,
+    holds another toolkit at the row ids the restored R+1 wrote, with as many rows. It
+    must be built again, not brought forward."""
+    kits, queries = bench_toolkits(1500)
+    path, backup = tmp_path / "c.db", tmp_path / "backup.db"
+    catalog = Catalog(path)
+    for kit in kits[:11]:
+        catalog.register(kit)
+    catalog.close()
+    shutil.copy(path, backup)
+    catalog = Catalog(path)
+    catalog.register(kits[11])  # R+1 of the history the backup does not know; saved
+    catalog.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copy(backup, path)  # the .bm25 folder beside it stays: "back up the .db alone"
+    catalog = Catalog(path)
+    with catalog.bulk():
+        catalog.register(kits[12])  # R+1 here: the same row ids as kits[11] got there
+        catalog.register(kits[13])
+    catalog.close()
+    _same_answers(*_at_revision(path), queries[:80])
