@@ -387,11 +387,17 @@ class TantivyIndex(TermIndex):
         (queries may be using it).
 
         Raises:
-            ValueError: tantivy's documents are not mapped to rows (several segments), or
-                this index's counts do not add up (a forged save).
+            ValueError: tantivy's documents are not mapped to rows (several segments),
+                its scores do not bound FTS5's (``bounded`` False), or this index's counts
+                do not add up (a forged save).
         """
         if not self._row_ids:
             raise ValueError("tantivy's documents are not mapped to rows")
+        if not self.bounded:
+            # A fixed depth of tantivy's best is rescored: best effort, so the answer rests
+            # on tantivy's own ranking, which the save's statistics and the documents passed
+            # over would make differ from a new build's.
+            raise ValueError("tantivy's scores do not bound FTS5's")
         tools, names = dict(self._tools), dict(self.names)
         terms, term_ids = list(self._terms), dict(self._term_ids)
         df, tantivy_df = array("I", self._df), array("I", self._tantivy_df)
