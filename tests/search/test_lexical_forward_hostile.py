@@ -100,3 +100,47 @@ def test_an_index_tantivy_cannot_bound_is_built_again_not_brought_forward(
     loaded, built = _at_revision(path)
     assert not built.bounded
     _same_answers(loaded, built, queries[:150])
+
+
+def test_tools_passed_over_do_not_crowd_out_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tantivy still holds the documents of tools changed since the save (passed over at
+    query time), ranked as they were. When they fill every candidate a query may ask
+    tantivy for (``MAX_CANDIDATES``: 4,096, while up to one tool in 50 may be passed over:
+    from 205k tools on), the answer was cut to what little was left: a deprecated toolkit
+    that said "weather" loudest hid every other weather tool. Here with a cap of 64 and
+    200 tools passed over."""
+    from toolcat import Tool, Toolkit
+    from toolcat.search import lexical_index
+
+    monkeypatch.setattr(lexical_index, "MAX_CANDIDATES", 64)
+    kits, _ = bench_toolkits(1000)
+    loud = Toolkit(
+        name="loud",
+        version="1",
+        tools=[
+            Tool(name=f"weather_{i}", description="weather weather weather forecast")
+            for i in range(200)
+        ],
+    )
+    quiet = Toolkit(
+        name="quiet",
+        version="1",
+        tools=[
+            Tool(name=f"tool_{i}", description=f"reads the weather among other things {i}")
+            for i in range(10)
+        ],
+    )
+    path = tmp_path / "c.db"
+    catalog = Catalog(path)
+    with catalog.bulk():
+        for kit in [*kits, loud, quiet]:
+            catalog.register(kit)
+    catalog.deprecate("loud", "1")
+    catalog.close()
+    loaded, built = _at_revision(path)
+    assert len(loaded._stale) == 200  # brought forward, not built
+    for k in (1, 5, 10):
+        assert len(built.rank(["weather"], k)) == k
+        assert loaded.rank(["weather"], k) == built.rank(["weather"], k)

@@ -639,6 +639,8 @@ class TantivyIndex(TermIndex):
             held_apart = heapq.nlargest(k, [(score(doc, term_ids), -doc) for doc in apart])
             heapq.heapify(held_apart)
         stale = self._stale
+        # Stale documents take candidates a new build would give to live ones: as many more.
+        most = MAX_CANDIDATES + len(stale)
         rounds = 0
         while True:
             rounds += 1
@@ -671,12 +673,12 @@ class TantivyIndex(TermIndex):
                     heapq.heapreplace(best, entry)
             if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
                 break
-            if not bounded or depth >= MAX_CANDIDATES:
+            if not bounded or depth >= most:
                 if allowed is not None:  # few allowed tools match: score them all instead
                     return self._scan(terms, k, allowed)
                 rounds = 0  # best effort, not certified
                 break
-            depth = min(depth * 4, MAX_CANDIDATES)
+            depth = min(depth * 4, most)
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
 
