@@ -293,6 +293,8 @@ def test_a_stamp_of_any_shape_is_rebuilt(
         ("base_avgdl", "1"),
         ("length_total", -1),
         ("length_total", 2.5),
+        ("length_total", 0),
+        ("length_total", 1),
         ("delta", 3),
         ("delta", 10**9),
         ("delta", True),

@@ -36,6 +36,18 @@ def _at_revision(path: Path) -> tuple[TantivyIndex, TantivyIndex]:
     return loaded, built
 
 
+def _built(path: Path) -> TantivyIndex:
+    """An index built now, at the catalog's revision."""
+    conn = _read_only(str(path))
+    try:
+        conn.execute("BEGIN")
+        built = TantivyIndex()
+        built.build(conn, reader.revision(conn), DEFAULT_WEIGHTS)
+    finally:
+        conn.close()
+    return built
+
+
 def _same_answers(loaded: TantivyIndex, built: TantivyIndex, queries: list[str]) -> None:
     assert loaded.n_docs == built.n_docs
     for query in queries:
@@ -144,3 +156,35 @@ def test_tools_passed_over_do_not_crowd_out_the_answer(
     for k in (1, 5, 10):
         assert len(built.rank(["weather"], k)) == k
         assert loaded.rank(["weather"], k) == built.rank(["weather"], k)
+
+
+@pytest.mark.parametrize("total", [0, 1, 10**7])
+def test_an_earlier_save_with_a_forged_token_total_is_built_again(
+    tmp_path: Path, total: int
+) -> None:
+    """The stamp (not covered by the data's digest) of the save a write brings forward says
+    its tools add up to another token total, and names it as FTS5's too: every score
+    divides by the average length brought forward from it, so every answer of the process
+    that brought it forward was wrong (and saved so, a negative total). The packed tools'
+    own lengths are what it must be. (At the catalog's own revision, a total of 0 raised
+    ZeroDivisionError from every search: test_lexical_file's forged figures.)"""
+    import json
+
+    from toolcat.search.lexical_index import save_current
+
+    kits, queries = bench_toolkits(1500)
+    path = tmp_path / "c.db"
+    catalog = Catalog(path)
+    with catalog.bulk():
+        for kit in kits[:12]:
+            catalog.register(kit)
+    stamp = lexical_file.folder(str(path)) / lexical_file.STAMP
+    header = json.loads(stamp.read_text())
+    header["meta"]["length_total"] = header["tokens"] = total
+    stamp.write_text(json.dumps(header))
+    with catalog.bulk(save_index=False):
+        catalog.deprecate(kits[2].name, "1")
+    catalog.close()
+    served = save_current(str(path), DEFAULT_WEIGHTS)
+    assert served is not None
+    _same_answers(served, _built(path), queries[:40])

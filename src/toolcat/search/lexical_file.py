@@ -28,12 +28,14 @@ Read from disk, so checked before it is trusted:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 import re
 import sqlite3
 import stat
+import struct
 import sys
 import uuid
 from array import array
@@ -259,14 +261,19 @@ def _load(
         for name, size in zip(SECTIONS, sizes, strict=True):
             blobs[name] = data[at : at + size]
             at += size
-        return tantivy_dir, _state(blobs, header["meta"], rows_now), header
+        return (
+            tantivy_dir,
+            _state(blobs, header["meta"], rows_now, valid_for and valid_for["tokens"]),
+            header,
+        )
     except Exception:  # missing, torn, foreign or hostile: rebuilt, never served
         return None
 
 
-def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
+def _state(blobs: dict[str, bytes], meta: Any, rows_now: int, tokens: Any) -> dict[str, Any]:
     """The saved state, once every figure a query computes with is of the right kind;
-    ``ValueError`` otherwise."""
+    ``ValueError`` otherwise. ``tokens``: FTS5's token total at the revision the catalog
+    is read at, when the save claims to be of that one (None: an earlier one's)."""
     doc_freq, rows, sizes, positions = array("I"), array("q"), array("I"), array("q")
     tantivy_df, stale = array("I"), array("q")
     doc_freq.frombytes(blobs["doc_freq"])
@@ -293,6 +300,9 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
         # a packed tool starts with its 4-byte length (``lexical_index._unpack``)
         and min(sizes, default=4) >= 4
         and _rows_as_tantivy_holds(rows, positions, stale, meta["delta"])
+        # the average length every score divides by: 0 raised from every search, another
+        # figure scored every tool wrong
+        and _lengths_add_up(sizes, blobs["tools"], meta["length_total"], tokens)
     ):
         raise ValueError("a saved index of another shape")
     return {
@@ -323,6 +333,19 @@ def _rows_as_tantivy_holds(
     passed_over = set(stale)
     held = array("q", [row for row in positions if row not in passed_over])
     return held == rows[: len(rows) - delta] and len(set(rows)) == len(rows)
+
+
+def _lengths_add_up(sizes: array[int], tools: bytes, total: int, tokens: Any) -> bool:
+    """Whether ``total`` is the packed tools' lengths added up (each tool's first 4 bytes:
+    ``lexical_index._unpack``). It is FTS5's token total (``tokens``, the catalog's), which
+    costs nothing to compare; only where the two differ, or that is not known (a save of
+    an earlier revision, whose stamp names its own), are the lengths read."""
+    if total == tokens:
+        return True
+    length = struct.Struct("I").unpack_from
+    return total == sum(
+        length(tools, at)[0] for at in itertools.accumulate(sizes, initial=0) if at < len(tools)
+    )
 
 
 def _whole(value: Any) -> bool:
