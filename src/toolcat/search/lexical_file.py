@@ -343,9 +343,10 @@ def _lengths_add_up(sizes: array[int], tools: bytes, total: int, tokens: Any) ->
     if total == tokens:
         return True
     length = struct.Struct("I").unpack_from
-    return total == sum(
+    lengths: int = sum(
         length(tools, at)[0] for at in itertools.accumulate(sizes, initial=0) if at < len(tools)
     )
+    return total == lengths
 
 
 def _whole(value: Any) -> bool:
