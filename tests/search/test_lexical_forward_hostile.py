@@ -188,3 +188,44 @@ def test_an_earlier_save_with_a_forged_token_total_is_built_again(
     served = save_current(str(path), DEFAULT_WEIGHTS)
     assert served is not None
     _same_answers(served, _built(path), queries[:40])
+
+
+def test_a_restored_catalog_at_the_same_revision_does_not_take_up_the_other_history_save(
+    tmp_path: Path,
+) -> None:
+    """As above, but the restored catalog writes one revision, as many rows and tokens as
+    the other history wrote there: its stamp (revision, rows, tokens) matched the save
+    beside it, which was taken up as current, another toolkit's words at its row ids."""
+    from toolcat import Tool, Toolkit
+
+    kits, queries = bench_toolkits(1100)
+
+    def twin(word: str) -> Toolkit:
+        return Toolkit(
+            name=f"{word}kit",
+            version="1",
+            tools=[
+                Tool(name=f"{word}_{i}", description=f"{word} records number {i}")
+                for i in range(40)
+            ],
+        )
+
+    path, backup = tmp_path / "c.db", tmp_path / "backup.db"
+    catalog = Catalog(path)
+    with catalog.bulk():
+        for kit in kits[:11]:
+            catalog.register(kit)
+    catalog.close()
+    shutil.copy(path, backup)
+    catalog = Catalog(path)
+    catalog.register(twin("zebra"))
+    catalog.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copy(backup, path)
+    catalog = Catalog(path)
+    catalog.register(twin("quokka"))
+    catalog.close()
+    loaded, built = _at_revision(path)
+    assert loaded.rank(["quokka"], 5) == built.rank(["quokka"], 5) != []
+    _same_answers(loaded, built, queries[:40])
