@@ -314,6 +314,33 @@ def test_a_stamp_with_forged_figures_is_rebuilt(
     assert builds == [1]
 
 
+def test_a_resealed_save_of_tools_of_no_length_is_rebuilt(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every packed tool's length made 0 and the token total with it, the digest resealed:
+    the lengths add up, but the average length every score divides by is 0
+    (ZeroDivisionError from every search that reaches a tool). No tool of a catalog is of
+    no length (a name is a token)."""
+
+    def no_lengths(blobs: dict[str, bytes], array: Any) -> dict[str, bytes]:
+        sizes = array("I")
+        sizes.frombytes(blobs["sizes"])
+        tools, at = bytearray(blobs["tools"]), 0
+        for size in sizes:
+            tools[at : at + 4] = bytes(4)
+            at += size
+        return {"tools": bytes(tools)}
+
+    path, queries, answers = saved
+    _resealed(path, no_lengths)
+    header = stamp_of(path)
+    header["meta"]["length_total"] = 0
+    write_stamp(path, header)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
 @pytest.mark.parametrize("where", ["data", "tantivy"])
 def test_a_flipped_bit_is_rebuilt_never_served(
     saved: Saved, monkeypatch: pytest.MonkeyPatch, where: str

@@ -303,6 +303,7 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int, tokens: Any) -> di
         # the average length every score divides by: 0 raised from every search, another
         # figure scored every tool wrong
         and _lengths_add_up(sizes, blobs["tools"], meta["length_total"], tokens)
+        and (meta["length_total"] > 0 or not rows)  # a tool's name is a token
     ):
         raise ValueError("a saved index of another shape")
     return {
