@@ -21,6 +21,7 @@ from toolcat import Catalog, Tool, Toolkit
 from toolcat.files import checks as saved_files
 from toolcat.search import bm25, lexical_file, lexical_index
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
+from toolcat.store import reader
 
 pytest.importorskip("tantivy")
 
@@ -292,6 +293,8 @@ def test_a_stamp_of_any_shape_is_rebuilt(
         ("base_avgdl", "1"),
         ("length_total", -1),
         ("length_total", 2.5),
+        ("length_total", 0),
+        ("length_total", 1),
         ("delta", 3),
         ("delta", 10**9),
         ("delta", True),
@@ -305,6 +308,33 @@ def test_a_stamp_with_forged_figures_is_rebuilt(
     path, queries, answers = saved
     header = stamp_of(path)
     header["meta"][field] = value
+    write_stamp(path, header)
+    builds = no_builds(monkeypatch)
+    assert served_soon(path, queries) == answers
+    assert builds == [1]
+
+
+def test_a_resealed_save_of_tools_of_no_length_is_rebuilt(
+    saved: Saved, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every packed tool's length made 0 and the token total with it, the digest resealed:
+    the lengths add up, but the average length every score divides by is 0
+    (ZeroDivisionError from every search that reaches a tool). No tool of a catalog is of
+    no length (a name is a token)."""
+
+    def no_lengths(blobs: dict[str, bytes], array: Any) -> dict[str, bytes]:
+        sizes = array("I")
+        sizes.frombytes(blobs["sizes"])
+        tools, at = bytearray(blobs["tools"]), 0
+        for size in sizes:
+            tools[at : at + 4] = bytes(4)
+            at += size
+        return {"tools": bytes(tools)}
+
+    path, queries, answers = saved
+    _resealed(path, no_lengths)
+    header = stamp_of(path)
+    header["meta"]["length_total"] = 0
     write_stamp(path, header)
     builds = no_builds(monkeypatch)
     assert served_soon(path, queries) == answers
@@ -590,21 +620,27 @@ def test_a_brought_forward_save_of_another_shape_is_rebuilt(
     assert builds == [1]
 
 
-@pytest.mark.parametrize("revision", ["earlier", "later", "negative", "text"])
+@pytest.mark.parametrize(
+    "revision", ["earlier", "earlier, its own mark", "later", "negative", "text"]
+)
 def test_a_stamp_naming_another_revision_is_brought_forward_or_rebuilt(
     forward: Saved, monkeypatch: pytest.MonkeyPatch, revision: str
 ) -> None:
-    """A save that says it is older than it is is brought forward again from there (reading
-    rows again gives the same rows): the same answers. One from the future, or not a
-    revision at all, is rebuilt."""
+    """A save that says it is older than it is, with that revision's mark in the change log
+    (``reader.fts_history``), is brought forward again from there (reading rows again gives
+    the same rows): the same answers. One that keeps its own revision's mark (another
+    history of the catalog, as far as the log can tell), one from the future, or one that
+    is not a revision at all, is rebuilt."""
     path, queries, answers = forward
     with Catalog(path) as catalog:
         catalog.learning = False  # a new revision, nothing saved for it yet below
         now = catalog.revision
+        with catalog._snapshot() as conn:
+            earlier_mark = reader.fts_history(conn, now - 3)
     header = stamp_of(path)
-    header["revision"] = {"earlier": now - 3, "later": now + 5, "negative": -1, "text": "3"}[
-        revision
-    ]
+    header["revision"] = {"later": now + 5, "negative": -1, "text": "3"}.get(revision, now - 3)
+    if revision == "earlier":
+        header["history"] = earlier_mark
     write_stamp(path, header)
     builds = no_builds(monkeypatch)
     assert served_soon(path, queries) == answers

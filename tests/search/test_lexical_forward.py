@@ -162,7 +162,7 @@ def test_a_log_trimmed_past_an_index_or_reset_does_not_reach_back(
     with catalog._snapshot() as conn:
         assert reader.fts_changes(conn, start, 10**6) is None
         assert reader.fts_changes(conn, catalog.revision, 10**6) == []
-        assert conn.execute("SELECT count(*) FROM fts_changes").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM fts_changes WHERE row >= 0").fetchone()[0] == 0
     monkeypatch.setattr(writer, "FTS_CHANGES_KEPT", 150)
     middle = catalog.revision
     catalog.register(kits[2])
@@ -171,7 +171,7 @@ def test_a_log_trimmed_past_an_index_or_reset_does_not_reach_back(
     with catalog._snapshot() as conn:
         assert reader.fts_changes(conn, middle, 10**6) is None
         assert len(reader.fts_changes(conn, after_one, 10**6) or ()) == 100
-        assert conn.execute("SELECT count(*) FROM fts_changes").fetchone()[0] == 100
+        assert conn.execute("SELECT count(*) FROM fts_changes WHERE row >= 0").fetchone()[0] == 100
     monkeypatch.undo()
     now = catalog.revision
     with catalog._lock:

@@ -28,12 +28,14 @@ Read from disk, so checked before it is trusted:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 import re
 import sqlite3
 import stat
+import struct
 import sys
 import uuid
 from array import array
@@ -44,6 +46,7 @@ from typing import Any
 from ..files import checks as saved_files
 from ..files.checks import STAGING, digest_regular, read_regular
 from ..store.counts import index_totals
+from ..store.reader import fts_history
 
 FORMAT = 3  # 3: brought forward by changed rows (tantivy_df, stale, delta)
 # Catalogs from this many tools on are served from a saved index (a process builds smaller
@@ -89,6 +92,9 @@ def stamp(conn: sqlite3.Connection, revision: int, weights: tuple[float, ...]) -
         "rows": rows,
         "tokens": tokens,
         "byteorder": sys.byteorder,
+        # which history reached ``revision`` (a catalog restored from a backup reaches the
+        # same numbers by other writes): a save of another one is never taken up
+        "history": fts_history(conn, revision),
     }
 
 
@@ -171,12 +177,16 @@ def restamp_unchanged(root: Path, valid_for: dict[str, Any], content: Callable[[
     header = saved_files.read_stamp(root)
     if header is None or type(header.get("content")) is not str or not header["content"]:
         return False
-    if any(header.get(key) != value for key, value in valid_for.items() if key != "revision"):
+    if any(
+        header.get(key) != value
+        for key, value in valid_for.items()
+        if key not in ("revision", "history")
+    ):
         return False
     if header["content"] != content():
         return False
     try:
-        saved_files.replace_stamp(root, {**header, "revision": valid_for["revision"]})
+        saved_files.replace_stamp(root, {**header, **valid_for})
     except OSError:  # a full disk: built (in memory, when it cannot be saved either)
         return False
     return True
@@ -267,14 +277,19 @@ def _load(
         for name, size in zip(SECTIONS, sizes, strict=True):
             blobs[name] = data[at : at + size]
             at += size
-        return tantivy_dir, _state(blobs, header["meta"], rows_now), header
+        return (
+            tantivy_dir,
+            _state(blobs, header["meta"], rows_now, valid_for and valid_for["tokens"]),
+            header,
+        )
     except Exception:  # missing, torn, foreign or hostile: rebuilt, never served
         return None
 
 
-def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
+def _state(blobs: dict[str, bytes], meta: Any, rows_now: int, tokens: Any) -> dict[str, Any]:
     """The saved state, once every figure a query computes with is of the right kind;
-    ``ValueError`` otherwise."""
+    ``ValueError`` otherwise. ``tokens``: FTS5's token total at the revision the catalog
+    is read at, when the save claims to be of that one (None: an earlier one's)."""
     doc_freq, rows, sizes, positions = array("I"), array("q"), array("I"), array("q")
     tantivy_df, stale = array("I"), array("q")
     doc_freq.frombytes(blobs["doc_freq"])
@@ -301,6 +316,10 @@ def _state(blobs: dict[str, bytes], meta: Any, rows_now: int) -> dict[str, Any]:
         # a packed tool starts with its 4-byte length (``lexical_index._unpack``)
         and min(sizes, default=4) >= 4
         and _rows_as_tantivy_holds(rows, positions, stale, meta["delta"])
+        # the average length every score divides by: 0 raised from every search, another
+        # figure scored every tool wrong
+        and _lengths_add_up(sizes, blobs["tools"], meta["length_total"], tokens)
+        and (meta["length_total"] > 0 or not rows)  # a tool's name is a token
     ):
         raise ValueError("a saved index of another shape")
     return {
@@ -331,6 +350,20 @@ def _rows_as_tantivy_holds(
     passed_over = set(stale)
     held = array("q", [row for row in positions if row not in passed_over])
     return held == rows[: len(rows) - delta] and len(set(rows)) == len(rows)
+
+
+def _lengths_add_up(sizes: array[int], tools: bytes, total: int, tokens: Any) -> bool:
+    """Whether ``total`` is the packed tools' lengths added up (each tool's first 4 bytes:
+    ``lexical_index._unpack``). It is FTS5's token total (``tokens``, the catalog's), which
+    costs nothing to compare; only where the two differ, or that is not known (a save of
+    an earlier revision, whose stamp names its own), are the lengths read."""
+    if total == tokens:
+        return True
+    length = struct.Struct("I").unpack_from
+    lengths: int = sum(
+        length(tools, at)[0] for at in itertools.accumulate(sizes, initial=0) if at < len(tools)
+    )
+    return total == lengths
 
 
 def _whole(value: Any) -> bool:

@@ -387,11 +387,17 @@ class TantivyIndex(TermIndex):
         (queries may be using it).
 
         Raises:
-            ValueError: tantivy's documents are not mapped to rows (several segments), or
-                this index's counts do not add up (a forged save).
+            ValueError: tantivy's documents are not mapped to rows (several segments),
+                its scores do not bound FTS5's (``bounded`` False), or this index's counts
+                do not add up (a forged save).
         """
         if not self._row_ids:
             raise ValueError("tantivy's documents are not mapped to rows")
+        if not self.bounded:
+            # A fixed depth of tantivy's best is rescored: best effort, so the answer rests
+            # on tantivy's own ranking, which the save's statistics and the documents passed
+            # over would make differ from a new build's.
+            raise ValueError("tantivy's scores do not bound FTS5's")
         tools, names = dict(self._tools), dict(self.names)
         terms, term_ids = list(self._terms), dict(self._term_ids)
         df, tantivy_df = array("I", self._df), array("I", self._tantivy_df)
@@ -656,6 +662,8 @@ class TantivyIndex(TermIndex):
             held_apart = heapq.nlargest(k, [(score(doc, term_ids), -doc) for doc in apart])
             heapq.heapify(held_apart)
         stale = self._stale
+        # Stale documents take candidates a new build would give to live ones: as many more.
+        most = MAX_CANDIDATES + len(stale)
         rounds = 0
         while True:
             rounds += 1
@@ -688,12 +696,12 @@ class TantivyIndex(TermIndex):
                     heapq.heapreplace(best, entry)
             if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
                 break
-            if not bounded or depth >= MAX_CANDIDATES:
+            if not bounded or depth >= most:
                 if allowed is not None:  # few allowed tools match: score them all instead
                     return self._scan(terms, k, allowed)
                 rounds = 0  # best effort, not certified
                 break
-            depth = min(depth * 4, MAX_CANDIDATES)
+            depth = min(depth * 4, most)
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
 
@@ -1064,6 +1072,8 @@ def bring_forward(
     header = lexical_file.earlier_stamp(path, valid_for)
     if header is None:
         return False, None
+    if header.get("history") != reader.fts_history(conn, header["revision"]):
+        return False, None  # saved by another history of the catalog (one restored from a backup)
     limit = max(FORWARD_MIN, valid_for["rows"] // FORWARD_SHARE)
     changed = reader.fts_changes(conn, header["revision"], limit)
     if changed is None:

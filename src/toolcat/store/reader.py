@@ -170,13 +170,28 @@ def fts_changes(conn: sqlite3.Connection, after: int, limit: int) -> list[int] |
         if type(start) is not int or after < start:
             return None
         rows = conn.execute(
-            "SELECT DISTINCT row FROM fts_changes WHERE revision > ? LIMIT ?", (after, limit + 1)
+            "SELECT DISTINCT row FROM fts_changes WHERE revision > ? AND NOT row < 0 LIMIT ?",
+            (after, limit + 1),
         ).fetchall()
     except sqlite3.OperationalError:  # no such table: not migrated (a read-only catalog)
         return None
     if len(rows) > limit or not all(type(row[0]) is int for row in rows):
         return None
     return [row[0] for row in rows]
+
+
+def fts_history(conn: sqlite3.Connection, revision: int) -> int | None:
+    """The change log's random mark of ``revision`` (``writer.bump_revision``: a negative
+    row): which history of the catalog reached that revision. None when there is none (a
+    catalog from before the log, a revision no write of this toolcat made, a log trimmed
+    past it)."""
+    try:
+        row = conn.execute(
+            "SELECT min(row) FROM fts_changes WHERE revision = ? AND row < 0", (revision,)
+        ).fetchone()
+    except sqlite3.OperationalError:  # no such table: not migrated (a read-only catalog)
+        return None
+    return row[0] if row is not None and type(row[0]) is int else None
 
 
 # A stored definition's fields and the JSON types each may hold (``description`` and

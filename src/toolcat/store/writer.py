@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -81,6 +82,14 @@ def bump_revision(conn: sqlite3.Connection) -> int:
         "UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value"
     ).fetchone()
     _trim_fts_changes(conn)
+    # The revision's mark in the change log (``reader.fts_history``): a random negative
+    # "row", so that a saved BM25 index is brought forward only along the history it was
+    # saved in, not along another one that reached the same revision numbers (a catalog
+    # restored from a backup, with the index the other history saved still beside it).
+    conn.execute(
+        "INSERT INTO fts_changes (revision, row) VALUES (?, ?)",
+        (row[0], -1 - secrets.randbits(62)),
+    )
     return int(row[0])
 
 
@@ -111,8 +120,12 @@ def _trim_fts_changes(conn: sqlite3.Connection) -> None:
 
 
 def _fts_changes_from(conn: sqlite3.Connection, revision: int) -> None:
-    """Forget the log up to ``revision``: from now on it is whole only after it."""
-    conn.execute("DELETE FROM fts_changes WHERE revision <= ?", (revision,))
+    """Forget the log up to ``revision``: from now on it is whole only after it. The mark
+    of ``revision`` itself stays (an index saved there is still brought forward)."""
+    conn.execute(
+        "DELETE FROM fts_changes WHERE revision < ? OR (revision = ? AND row >= 0)",
+        (revision, revision),
+    )
     conn.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_changes_from', "
         "max(?, coalesce((SELECT value FROM meta WHERE key = 'fts_changes_from'), 0)))",
