@@ -237,6 +237,7 @@ class TantivyIndex(TermIndex):
         self._stale: frozenset[int] = frozenset()  # rows whose tantivy document is not theirs
         self._delta_rows: frozenset[int] = frozenset()  # rows tantivy does not hold
         self._delta: dict[int, tuple[int, ...]] = {}  # term id -> delta rows holding it
+        self._delta_most: dict[int, float] = {}  # term id -> its most to one of those rows
 
     def build(
         self,
@@ -364,15 +365,52 @@ class TantivyIndex(TermIndex):
         self.doc_freq = {term: df for term, df in zip(self._terms, self._df, strict=True) if df}
 
     def _index_delta(self) -> None:
-        """Term id -> the rows tantivy does not hold (brought forward) that hold it."""
+        """Term id -> the rows tantivy does not hold (brought forward) that hold it, and
+        the most any of them gets from that term (``_held_apart`` prunes by it). Call after
+        ``_weigh``."""
         delta: defaultdict[int, list[int]] = defaultdict(list)
-        n_terms = len(self._terms)
+        most: dict[int, float] = {}
+        n_terms, idf = len(self._terms), self._idf
         for row in self._delta_rows:
-            for term_id in _unpack(self._tools[row], self._counts)[1]:
-                if term_id >= n_terms:
+            norm, held = self._decode(row, keep=False)
+            for term_id, f in held.items():
+                if not 0 <= term_id < n_terms:
                     raise ValueError(f"row {row} holds term {term_id} of {n_terms}")
                 delta[term_id].append(row)
+                contribution = idf[term_id] * f / (f + norm)  # as ``_score`` adds it
+                if contribution > most.get(term_id, -1.0):
+                    most[term_id] = contribution
         self._delta = {term_id: tuple(rows) for term_id, rows in delta.items()}
+        self._delta_most = most
+
+    def _held_apart(
+        self,
+        best: list[tuple[float, int]],
+        term_ids: list[int],
+        k: int,
+        allowed: frozenset[int] | None,
+    ) -> None:
+        """Add to ``best`` (a heap of the k best exact (score, -row id) among tantivy's
+        documents) the rows tantivy does not hold that can enter it (MaxScore): a row whose
+        query terms are only ones whose most, added up, falls below the k-th score is not
+        scored (a common term of many changed rows costs nothing then)."""
+        most = self._delta_most
+        terms = sorted((most[t], t) for t in set(term_ids) if t in self._delta)
+        floor = best[0][0] if len(best) == k else -1.0
+        below, first = 0.0, 0
+        for i, (bound, _) in enumerate(terms):
+            if (below + bound) * (1 + SLACK) >= floor:
+                break
+            below, first = below + bound, i + 1
+        apart = {doc for _, t in terms[first:] for doc in self._delta[t]}
+        if allowed is not None:
+            apart &= allowed
+        for doc in apart:
+            entry = (self._score(doc, term_ids), -doc)
+            if len(best) < k:
+                heapq.heappush(best, entry)
+            elif entry > best[0]:
+                heapq.heapreplace(best, entry)
 
     def apply(
         self, conn: sqlite3.Connection, revision: int, changed: Iterable[int]
@@ -652,15 +690,8 @@ class TantivyIndex(TermIndex):
         query = tantivy.Query.boolean_query(clauses)
         term_ids = self._ids(terms)
         score = self._score
-        # Rows tantivy does not hold (brought forward: ``apply``) are scored here, all of
-        # them that hold a query term; tantivy's stale documents are passed over below.
-        held_apart: list[tuple[float, int]] = []
-        if self._delta:
-            apart = {doc for t in term_ids for doc in self._delta.get(t, ())}
-            if allowed is not None:
-                apart &= allowed
-            held_apart = heapq.nlargest(k, [(score(doc, term_ids), -doc) for doc in apart])
-            heapq.heapify(held_apart)
+        # Brought forward (``apply``): tantivy's stale documents are passed over below, and
+        # the rows it does not hold are added after (``_held_apart``).
         stale = self._stale
         # Stale documents take candidates a new build would give to live ones: as many more.
         most = MAX_CANDIDATES + len(stale)
@@ -677,7 +708,7 @@ class TantivyIndex(TermIndex):
             else:
                 ids = self._searcher.fast_field_values("id", [a for _, a in hits])
                 found = list(zip([score for score, _ in hits], ids, strict=True))
-            best = list(held_apart)  # the k best exact (score, -row id), a heap
+            best: list[tuple[float, int]] = []  # the k best exact (score, -row id), a heap
             certified = len(hits) < depth  # every matching tool is among them
             for bound, doc in found:
                 # tantivy's scores come best first and bound the exact ones from above:
@@ -703,6 +734,8 @@ class TantivyIndex(TermIndex):
                 break
             depth = min(depth * 4, most)
         self.rounds[rounds] += 1
+        if self._delta:
+            self._held_apart(best, term_ids, k, allowed)
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
 
     def _scan(
