@@ -16,7 +16,7 @@ from tests.helpers import ROOT, table_snapshot, toolkit_data, write_manifest
 from toolcat import Catalog
 from toolcat.errors import VersionConflictError
 from toolcat.remote.mcp import close_all
-from toolcat.store.migrations import SCHEMA_VERSION
+from toolcat.store.migrations import MIGRATIONS, m005_kind
 
 SERVER = f"{sys.executable} {ROOT / 'tests' / 'fixtures' / 'mcp_server.py'}"
 BASE = "http://127.0.0.1:9"
@@ -82,10 +82,12 @@ def test_migration_classifies_older_catalogs_once(db_path: Path, tmp_path: Path)
     with Catalog(db_path) as catalog:
         catalog.register_openapi(copy.deepcopy(openapi_app.DOCUMENT), toolkit="api", base_url=BASE)
         catalog.register(write_manifest(tmp_path, toolkit_data("plain")))
-    with sqlite3.connect(db_path) as conn:
+    with sqlite3.connect(db_path) as conn:  # as before m005, and so before what came after
         conn.execute("ALTER TABLE toolkits DROP COLUMN kind")
+        conn.execute("DROP TABLE fts_changes")  # m006
+        conn.execute("DELETE FROM meta WHERE key = 'fts_changes_from'")
         conn.execute(
-            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION - 1,)
+            "UPDATE meta SET value = ? WHERE key = 'schema_version'", (MIGRATIONS.index(m005_kind),)
         )
     with Catalog(db_path) as catalog:
         kinds = dict(catalog._conn.execute("SELECT name, kind FROM toolkits").fetchall())
