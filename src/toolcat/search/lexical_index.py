@@ -395,7 +395,9 @@ class TantivyIndex(TermIndex):
         query terms are only ones whose most, added up, falls below the k-th score is not
         scored (a common term of many changed rows costs nothing then)."""
         most = self._delta_most
-        terms = sorted((most[t], t) for t in set(term_ids) if t in self._delta)
+        # A term asked twice adds its contribution twice (``_score``): its most as often.
+        asked = Counter(term_ids)
+        terms = sorted((most[t] * n, t) for t, n in asked.items() if t in self._delta)
         floor = best[0][0] if len(best) == k else -1.0
         below, first = 0.0, 0
         for i, (bound, _) in enumerate(terms):

@@ -1,0 +1,66 @@
+"""Attacks on the BM25 index brought forward by changed rows (attack38): a brought-forward
+index must answer every ``rank`` as a new build at the same revision."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.search.test_postings import bench_toolkits
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import bm25
+from toolcat.search.lexical_index import TantivyIndex
+from toolcat.store import reader
+
+pytest.importorskip("tantivy")
+
+
+def built(catalog: Catalog) -> TantivyIndex:
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    return index
+
+
+def forward(catalog: Catalog, earlier: TantivyIndex) -> TantivyIndex:
+    with catalog._snapshot() as conn:
+        changed = reader.fts_changes(conn, earlier.revision, 10**9)
+        assert changed is not None
+        return earlier.apply(conn, catalog.revision, changed)
+
+
+def changed_catalog(db_path: Path) -> tuple[Catalog, TantivyIndex, list[str]]:
+    """A real catalog, its index built, then changed: a toolkit added, one removed, and
+    tools whose words no earlier tool has."""
+    kits, queries = bench_toolkits(600)
+    catalog = Catalog(db_path)
+    catalog.register(kits[:4])
+    earlier = built(catalog)
+    catalog.register([kits[4]])
+    catalog.remove("kit100")
+    words = "zyzzyva unique words ghost "
+    fresh = [
+        Tool(name=f"zz{i}", description=words * (i % 3 + 1), tags=["bench"]) for i in range(30)
+    ]
+    catalog.register([Toolkit(name="zz", version="1", tools=fresh)])
+    return catalog, earlier, queries[:40] + ["zyzzyva", "ghost words", "unique"]
+
+
+def test_a_query_term_asked_twice_counts_twice_in_the_rows_held_apart(db_path: Path) -> None:
+    # ``rank`` sums a repeated term's contribution as often as it is asked (tantivy's
+    # boolean query and ``_score`` alike); the MaxScore prune of the changed rows counted
+    # it once and passed over changed rows that belonged in the top k.
+    catalog, earlier, queries = changed_catalog(db_path)
+    with catalog:
+        brought, new = forward(catalog, earlier), built(catalog)
+        differ = []
+        for query in queries:
+            terms = new.terms(query, 8)
+            if not terms:
+                continue
+            asked = terms + terms[:1]
+            for k in (1, 2, 3, 5, 10, 37, 200):
+                if brought.rank(asked, k) != new.rank(asked, k):
+                    differ.append((query, k))
+        assert differ == []
