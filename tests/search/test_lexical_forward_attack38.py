@@ -3,6 +3,7 @@ index must answer every ``rank`` as a new build at the same revision."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import bm25
-from toolcat.search.lexical_index import TantivyIndex
+from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
 from toolcat.store import reader
 
 pytest.importorskip("tantivy")
@@ -64,3 +65,34 @@ def test_a_query_term_asked_twice_counts_twice_in_the_rows_held_apart(db_path: P
                 if brought.rank(asked, k) != new.rank(asked, k):
                     differ.append((query, k))
         assert differ == []
+
+
+def test_a_revision_asked_for_as_the_background_build_ends_is_built(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The build thread decides to stop (nothing asked again) and is still alive a moment
+    # after: a revision asked for in that moment was taken as asked of the running build
+    # (``_again``), which had already stopped; it was left to FTS5 until queries asked again.
+    kits, _ = bench_toolkits(300)
+    weights = bm25.DEFAULT_WEIGHTS
+    decided, release = threading.Event(), threading.Event()
+    build_from_file = LexicalIndex._build_from_file
+
+    def ends_slowly(self: LexicalIndex, path: str, weights: tuple[float, ...]) -> None:
+        build_from_file(self, path, weights)
+        decided.set()  # the loop is done; the thread is not gone yet
+        release.wait(30)
+
+    monkeypatch.setattr(LexicalIndex, "_build_from_file", ends_slowly)
+    with Catalog(db_path) as catalog:
+        catalog.register(kits[:2])
+        lexical = LexicalIndex("tantivy")
+        with catalog._snapshot() as conn:
+            lexical.build_soon(conn, catalog.revision, weights, str(db_path))
+        assert decided.wait(60)
+        catalog.register([kits[2]])
+        with catalog._snapshot() as conn:
+            lexical.build_soon(conn, catalog.revision, weights, str(db_path))
+        release.set()
+        lexical.wait(60)
+        assert lexical.current(catalog.revision, weights)

@@ -838,6 +838,9 @@ class LexicalIndex:
             self._build_once(path, weights)
             with self._starting:
                 if not self._again:
+                    # Not building from here on, though the thread lives a moment more: a
+                    # revision asked for now starts a build (``_again`` would be unseen).
+                    self._builder = None
                     return
                 self._again = False
 
