@@ -96,3 +96,22 @@ def test_a_revision_asked_for_as_the_background_build_ends_is_built(
         release.set()
         lexical.wait(60)
         assert lexical.current(catalog.revision, weights)
+
+
+def test_asking_for_the_revision_a_background_build_just_made_keeps_it(db_path: Path) -> None:
+    # A reader that found no index, then asked for a build as the background one ended
+    # with its revision, threw that index away and built it again (minutes at 1M tools).
+    kits, _ = bench_toolkits(300)
+    weights = bm25.DEFAULT_WEIGHTS
+    with Catalog(db_path) as catalog:
+        catalog.register(kits[:2])
+        lexical = LexicalIndex("tantivy")
+        with catalog._snapshot() as conn:
+            lexical.build_soon(conn, catalog.revision, weights, str(db_path))
+        lexical.wait(60)
+        made = lexical.index
+        assert made is not None and lexical.current(catalog.revision, weights)
+        with catalog._snapshot() as conn:
+            lexical.build_soon(conn, catalog.revision, weights, str(db_path))
+        lexical.wait(60)
+        assert lexical.index is made

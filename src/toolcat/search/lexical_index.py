@@ -818,6 +818,8 @@ class LexicalIndex:
             self.build(conn, revision, weights)
             return
         with self._starting:
+            if self.at(revision, weights) is not None:
+                return  # built by the build that just ended (asked as it ended): served
             if self.building:
                 # asked at a newer revision than the build under way may read: it goes on
                 # to that one when done (a replica's next copy while its first builds)
