@@ -115,3 +115,24 @@ def test_asking_for_the_revision_a_background_build_just_made_keeps_it(db_path: 
             lexical.build_soon(conn, catalog.revision, weights, str(db_path))
         lexical.wait(60)
         assert lexical.index is made
+
+
+def test_a_catalog_path_that_cannot_be_opened_ends_the_background_build_quietly(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only sqlite3.Error was caught: a path sqlite3 refuses otherwise (a NUL byte:
+    # ValueError) escaped the build thread (threading.excepthook) with ``_again`` left set.
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    kits, _ = bench_toolkits(300)
+    weights = bm25.DEFAULT_WEIGHTS
+    with Catalog(db_path) as catalog:
+        catalog.register(kits[:2])
+        lexical = LexicalIndex("tantivy")
+        with catalog._snapshot() as conn:
+            lexical.build_soon(conn, catalog.revision, weights, f"{db_path}\x00")
+            lexical.build_soon(conn, catalog.revision, weights, f"{db_path}\x00")
+        lexical.wait(60)
+        assert escaped == []
+        assert lexical.index is None and lexical.error.startswith("background build")
+        assert not lexical._again

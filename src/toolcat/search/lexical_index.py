@@ -849,7 +849,7 @@ class LexicalIndex:
     def _build_once(self, path: str, weights: tuple[float, ...]) -> None:
         try:
             conn = _read_only(path)
-        except sqlite3.Error as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
+        except (sqlite3.Error, OSError, ValueError) as e:  # FTS5 answers on; a later query retries
             self.index, self.error = None, f"background build: {e}"
             return
         try:
