@@ -45,7 +45,7 @@ def changed_catalog(db_path: Path) -> tuple[Catalog, TantivyIndex, list[str]]:
         Tool(name=f"zz{i}", description=words * (i % 3 + 1), tags=["bench"]) for i in range(30)
     ]
     catalog.register([Toolkit(name="zz", version="1", tools=fresh)])
-    return catalog, earlier, queries[:40] + ["zyzzyva", "ghost words", "unique"]
+    return catalog, earlier, [*queries[:40], "zyzzyva", "ghost words", "unique"]
 
 
 def test_a_query_term_asked_twice_counts_twice_in_the_rows_held_apart(db_path: Path) -> None:
