@@ -395,7 +395,9 @@ class TantivyIndex(TermIndex):
         query terms are only ones whose most, added up, falls below the k-th score is not
         scored (a common term of many changed rows costs nothing then)."""
         most = self._delta_most
-        terms = sorted((most[t], t) for t in set(term_ids) if t in self._delta)
+        # A term asked twice adds its contribution twice (``_score``): its most as often.
+        asked = Counter(term_ids)
+        terms = sorted((most[t] * n, t) for t, n in asked.items() if t in self._delta)
         floor = best[0][0] if len(best) == k else -1.0
         below, first = 0.0, 0
         for i, (bound, _) in enumerate(terms):
@@ -816,6 +818,8 @@ class LexicalIndex:
             self.build(conn, revision, weights)
             return
         with self._starting:
+            if self.at(revision, weights) is not None:
+                return  # built by the build that just ended (asked as it ended): served
             if self.building:
                 # asked at a newer revision than the build under way may read: it goes on
                 # to that one when done (a replica's next copy while its first builds)
@@ -836,13 +840,16 @@ class LexicalIndex:
             self._build_once(path, weights)
             with self._starting:
                 if not self._again:
+                    # Not building from here on, though the thread lives a moment more: a
+                    # revision asked for now starts a build (``_again`` would be unseen).
+                    self._builder = None
                     return
                 self._again = False
 
     def _build_once(self, path: str, weights: tuple[float, ...]) -> None:
         try:
             conn = _read_only(path)
-        except sqlite3.Error as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
+        except (sqlite3.Error, OSError, ValueError) as e:  # FTS5 answers on; a later query retries
             self.index, self.error = None, f"background build: {e}"
             return
         try:
