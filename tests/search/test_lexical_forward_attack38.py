@@ -4,31 +4,19 @@ index must answer every ``rank`` as a new build at the same revision."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.search.test_lexical_forward import forward
+from tests.search.test_lexical_index import built
 from tests.search.test_postings import bench_toolkits
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import bm25
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
-from toolcat.store import reader
 
 pytest.importorskip("tantivy")
-
-
-def built(catalog: Catalog) -> TantivyIndex:
-    index = TantivyIndex()
-    with catalog._snapshot() as conn:
-        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
-    return index
-
-
-def forward(catalog: Catalog, earlier: TantivyIndex) -> TantivyIndex:
-    with catalog._snapshot() as conn:
-        changed = reader.fts_changes(conn, earlier.revision, 10**9)
-        assert changed is not None
-        return earlier.apply(conn, catalog.revision, changed)
 
 
 def changed_catalog(db_path: Path) -> tuple[Catalog, TantivyIndex, list[str]]:
@@ -98,41 +86,45 @@ def test_a_revision_asked_for_as_the_background_build_ends_is_built(
         assert lexical.current(catalog.revision, weights)
 
 
-def test_asking_for_the_revision_a_background_build_just_made_keeps_it(db_path: Path) -> None:
-    # A reader that found no index, then asked for a build as the background one ended
-    # with its revision, threw that index away and built it again (minutes at 1M tools).
+@pytest.fixture
+def two_kits(db_path: Path) -> Iterator[Catalog]:
     kits, _ = bench_toolkits(300)
-    weights = bm25.DEFAULT_WEIGHTS
     with Catalog(db_path) as catalog:
         catalog.register(kits[:2])
-        lexical = LexicalIndex("tantivy")
-        with catalog._snapshot() as conn:
-            lexical.build_soon(conn, catalog.revision, weights, str(db_path))
-        lexical.wait(60)
-        made = lexical.index
-        assert made is not None and lexical.current(catalog.revision, weights)
-        with catalog._snapshot() as conn:
-            lexical.build_soon(conn, catalog.revision, weights, str(db_path))
-        lexical.wait(60)
-        assert lexical.index is made
+        yield catalog
+
+
+def test_asking_for_the_revision_a_background_build_just_made_keeps_it(
+    two_kits: Catalog, db_path: Path
+) -> None:
+    # A reader that found no index, then asked for a build as the background one ended
+    # with its revision, threw that index away and built it again (minutes at 1M tools).
+    catalog, weights = two_kits, bm25.DEFAULT_WEIGHTS
+    lexical = LexicalIndex("tantivy")
+    with catalog._snapshot() as conn:
+        lexical.build_soon(conn, catalog.revision, weights, str(db_path))
+    lexical.wait(60)
+    made = lexical.index
+    assert made is not None and lexical.current(catalog.revision, weights)
+    with catalog._snapshot() as conn:
+        lexical.build_soon(conn, catalog.revision, weights, str(db_path))
+    lexical.wait(60)
+    assert lexical.index is made
 
 
 def test_a_catalog_path_that_cannot_be_opened_ends_the_background_build_quietly(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_kits: Catalog, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Only sqlite3.Error was caught: a path sqlite3 refuses otherwise (a NUL byte:
     # ValueError) escaped the build thread (threading.excepthook) with ``_again`` left set.
     escaped: list[BaseException | None] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
-    kits, _ = bench_toolkits(300)
-    weights = bm25.DEFAULT_WEIGHTS
-    with Catalog(db_path) as catalog:
-        catalog.register(kits[:2])
-        lexical = LexicalIndex("tantivy")
-        with catalog._snapshot() as conn:
-            lexical.build_soon(conn, catalog.revision, weights, f"{db_path}\x00")
-            lexical.build_soon(conn, catalog.revision, weights, f"{db_path}\x00")
-        lexical.wait(60)
-        assert escaped == []
-        assert lexical.index is None and lexical.error.startswith("background build")
-        assert not lexical._again
+    catalog, weights = two_kits, bm25.DEFAULT_WEIGHTS
+    lexical = LexicalIndex("tantivy")
+    with catalog._snapshot() as conn:
+        lexical.build_soon(conn, catalog.revision, weights, f"{db_path}\x00")
+        lexical.build_soon(conn, catalog.revision, weights, f"{db_path}\x00")
+    lexical.wait(60)
+    assert escaped == []
+    assert lexical.index is None and lexical.error.startswith("background build")
+    assert not lexical._again

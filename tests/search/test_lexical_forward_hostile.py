@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.search.test_postings import bench_toolkits
-from toolcat import Catalog
+from toolcat import Catalog, Toolkit
 from toolcat.search import lexical_file
 from toolcat.search.bm25 import DEFAULT_WEIGHTS
 from toolcat.search.lexical_index import TantivyIndex, _read_only
@@ -57,6 +57,17 @@ def _same_answers(loaded: TantivyIndex, built: TantivyIndex, queries: list[str])
             assert loaded.rank(terms, k) == built.rank(terms, k), query
 
 
+def twelve_toolkits(tmp_path: Path) -> tuple[list[Toolkit], list[str], Path, Catalog]:
+    """1,200 bfcl tools in 12 toolkits, registered in one block (the index saved once)."""
+    kits, queries = bench_toolkits(1500)
+    path = tmp_path / "c.db"
+    catalog = Catalog(path)
+    with catalog.bulk():
+        for kit in kits[:12]:
+            catalog.register(kit)
+    return kits, queries, path, catalog
+
+
 def test_a_catalog_restored_from_a_backup_is_not_brought_forward_by_another_history(
     tmp_path: Path,
 ) -> None:
@@ -98,12 +109,7 @@ def test_an_index_tantivy_cannot_bound_is_built_again_not_brought_forward(
     from toolcat.search import lexical_index
 
     monkeypatch.setattr(lexical_index, "MAX_PADDED_LENGTH", 1)
-    kits, queries = bench_toolkits(1500)
-    path = tmp_path / "c.db"
-    catalog = Catalog(path)
-    with catalog.bulk():
-        for kit in kits[:12]:
-            catalog.register(kit)
+    kits, queries, path, catalog = twelve_toolkits(tmp_path)
     with catalog.bulk():
         catalog.register(kits[12])
         catalog.remove(kits[3].name)
@@ -172,12 +178,7 @@ def test_an_earlier_save_with_a_forged_token_total_is_built_again(
 
     from toolcat.search.lexical_index import save_current
 
-    kits, queries = bench_toolkits(1500)
-    path = tmp_path / "c.db"
-    catalog = Catalog(path)
-    with catalog.bulk():
-        for kit in kits[:12]:
-            catalog.register(kit)
+    kits, queries, path, catalog = twelve_toolkits(tmp_path)
     stamp = lexical_file.folder(str(path)) / lexical_file.STAMP
     header = json.loads(stamp.read_text())
     header["meta"]["length_total"] = header["tokens"] = total
