@@ -324,3 +324,31 @@ def test_a_source_without_queries_counts_in_no_mean(tmp_path: Path) -> None:
         "nDCG@10": 1.0,
         "sources": 1,
     }
+
+
+def test_vectors_taken_from_a_cache_move_the_revision_with_its_history_mark(
+    tmp_path: Path,
+) -> None:
+    """The evaluation's own vector shortcut moves the revision as every write does (a mark
+    in the change log: the saved BM25 index is stamped against it)."""
+    import sqlite3
+
+    from toolcat import Catalog, Tool, Toolkit
+    from toolcat.quality.evaluate import _exchange_vectors
+    from toolcat.search.embeddings import DEFAULT_MODEL
+    from toolcat.store import reader
+
+    cache = tmp_path / "vectors.db"
+    with Catalog(tmp_path / "c.db") as catalog:
+        catalog.register(Toolkit(name="kit", version="1", tools=[Tool(name="t", description="d")]))
+        (content_hash,) = catalog._conn.execute("SELECT content_hash FROM tools").fetchone()
+        _exchange_vectors(catalog, cache, take=True)  # makes the cache, takes nothing
+        with sqlite3.connect(cache) as db:
+            db.execute(
+                "INSERT INTO embeddings VALUES (?, ?, ?)", (content_hash, DEFAULT_MODEL, b"\0" * 16)
+            )
+        before = catalog.revision
+        _exchange_vectors(catalog, cache, take=True)
+        after = catalog.revision
+        assert after == before + 1
+        assert reader.fts_history(catalog._conn, after) is not None

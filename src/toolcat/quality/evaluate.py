@@ -29,6 +29,7 @@ from ..catalog import Catalog
 from ..definitions.names import fitted_name
 from ..errors import InvalidQueryError, ToolcatError
 from ..models import Tool, Toolkit
+from ..store import writer
 
 K_VALUES = (1, 5, 10)
 # Regex mode reads a query as a pattern: it has no place in scoring natural-language requests.
@@ -517,7 +518,7 @@ def _copy_vectors(catalog: Catalog, source: Path) -> None:
             "INSERT OR REPLACE INTO meta SELECT key, value FROM other.meta "
             "WHERE key IN ('embedding_model', 'embedding_dim', 'embedding_producer')"
         )
-        conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+        writer.bump_revision(conn)  # a new revision, its history mark too
         conn.execute("COMMIT")
     finally:
         conn.execute("DETACH DATABASE other")
@@ -566,7 +567,7 @@ def _exchange_vectors(catalog: Catalog, cache: Path, *, take: bool) -> None:
                     "producer FROM cache.producers WHERE model = ?",
                     (model,),
                 )
-                conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'revision'")
+                writer.bump_revision(conn)  # a new revision, its history mark too
         else:
             conn.execute(
                 "INSERT OR IGNORE INTO cache.embeddings (content_hash, model, vector) "
