@@ -154,7 +154,7 @@ def test_a_log_trimmed_past_an_index_or_reset_does_not_reach_back(
 ) -> None:
     from toolcat.store import writer
 
-    kits, _ = tagged_toolkits(400)
+    kits, _ = tagged_toolkits(600)
     catalog.register(kits[:1])
     start = catalog.revision
     monkeypatch.setattr(writer, "FTS_CHANGES_KEPT", 50)
@@ -172,6 +172,19 @@ def test_a_log_trimmed_past_an_index_or_reset_does_not_reach_back(
         assert reader.fts_changes(conn, middle, 10**6) is None
         assert len(reader.fts_changes(conn, after_one, 10**6) or ()) == 100
         assert conn.execute("SELECT count(*) FROM fts_changes WHERE row >= 0").fetchone()[0] == 100
+    before = catalog.revision
+    conn = catalog._conn  # every row written to the log, counted (trimmed rows too)
+    conn.execute("CREATE TEMP TABLE written (row INTEGER)")
+    conn.execute(
+        "CREATE TEMP TRIGGER counted AFTER INSERT ON main.fts_changes WHEN new.row >= 0 "
+        "BEGIN INSERT INTO written VALUES (new.row); END"
+    )
+    catalog.register(kits[4:6])  # 200 rows in one transaction, 100 a toolkit: none logged
+    assert conn.execute("SELECT count(*) FROM written").fetchone()[0] <= 150
+    with catalog._snapshot() as conn:
+        assert reader.fts_changes(conn, before, 10**6) is None
+        assert reader.fts_changes(conn, catalog.revision, 10**6) == []
+        assert conn.execute("SELECT count(*) FROM fts_changes WHERE row >= 0").fetchone()[0] == 0
     monkeypatch.undo()
     now = catalog.revision
     with catalog._lock:

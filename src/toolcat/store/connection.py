@@ -131,6 +131,8 @@ class CatalogConnection(sqlite3.Connection):
 
     path: str = ""
     replica_of: str | None = None
+    # (revision label, tools_fts rows logged under it): ``writer.fts_changed``'s count
+    fts_logged: tuple[int, int] = (-1, 0)
 
     def cursor(self, factory: Any = CatalogCursor) -> Any:  # execute() goes through here
         return super().cursor(factory)

@@ -27,7 +27,7 @@ from ..errors import (
 from ..models import RegistrationResult, Tool, Toolkit
 from ..text.documents import index_fields, toolkit_terms
 from ..text.tokenize import tokenize_all
-from .connection import rollback_quietly
+from .connection import CatalogConnection, rollback_quietly
 from .reader import decode_definition, decode_tags, toolkit_rows
 from .reader import meta as read_meta
 from .reader import revision as read_revision
@@ -97,11 +97,20 @@ def fts_changed(conn: sqlite3.Connection, rows: Sequence[int]) -> None:
     """Log that these ``tools_fts`` rows were inserted or deleted (``m006_fts_changes``):
     every write to ``tools_fts`` calls this in its transaction, so that a saved BM25 index
     is brought forward by the rows that changed (``lexical_index.bring_forward``). More
-    rows than the log keeps are not logged: the log starts after this transaction."""
+    rows than the log keeps, in this call or added up over a transaction's calls (a bulk
+    registration), are not logged: the log starts after this transaction."""
     upcoming = read_revision(conn) + 1
-    if len(rows) > FTS_CHANGES_KEPT:
+    if read_meta(conn, "fts_changes_from") == upcoming:
+        return  # the log already starts after this transaction: nothing of it is read
+    label, logged = getattr(conn, "fts_logged", (-1, 0))
+    # A count left by a transaction rolled back under the same label only stops the log
+    # early (an index rebuilt), never skips a row: the skip above reads the database.
+    logged = (logged if label == upcoming else 0) + len(rows)
+    if logged > FTS_CHANGES_KEPT:
         _fts_changes_from(conn, upcoming)
         return
+    if isinstance(conn, CatalogConnection):
+        conn.fts_logged = (upcoming, logged)
     conn.executemany(
         "INSERT INTO fts_changes (revision, row) VALUES (?, ?)",
         zip(itertools.repeat(upcoming), rows),
