@@ -345,21 +345,30 @@ def main() -> None:
             cluster.spawn("replica0", replica_args(cluster))
             health = wait_health(cluster, started)
             report["fresh_replica_healthy_s"] = round(time.perf_counter() - started, 1)
+            report["fresh_replica_steps_s"] = health.get("last_change_s")
             assert health["revision"] == revision, health
             assert bare_list(cluster.replica_url(0)).status_code == 200
             report["fresh_replica_lists_s"] = round(time.perf_counter() - started, 1)
             anyio.run(search, cluster.replica_url(0))
             report["fresh_replica_searches_s"] = round(time.perf_counter() - started, 1)
             progress(report)
-            lags, registering, bm25_ready = [], [], []
+            lags, registering, bm25_ready, steps = [], [], [], []
             for n in range(args.changes):
                 started = time.perf_counter()
                 cluster.register(one_tool_toolkit(f"lag{n}"))
                 revision = committed(cluster.primary)
                 registering.append(round(time.perf_counter() - started, 2))
                 lags.append(wait_revision(cluster, revision, started))
+                steps.append(cluster.health(0).get("last_change_s"))
                 bm25_ready.append(wait_bm25_saved(cluster, revision, started))
-                progress({"change_s": lags, "register_one_s": registering, "bm25": bm25_ready})
+                progress(
+                    {
+                        "change_s": lags,
+                        "register_one_s": registering,
+                        "bm25": bm25_ready,
+                        "steps_s": steps,
+                    }
+                )
             if lags:
                 after = [lag - took for lag, took in zip(lags, registering, strict=True)]
                 report["change_s"] = {
@@ -372,6 +381,8 @@ def main() -> None:
                     # the replica's BM25 index at the new revision, saved beside its copy
                     # (brought forward from its last one, or built): from the call
                     "bm25_saved_s": bm25_ready,
+                    # where each change's time went on the replica (its /healthz)
+                    "steps_s": steps,
                 }
             cluster.kill("replica0")
             cluster.register(one_tool_toolkit("while_down"))

@@ -321,21 +321,108 @@ def test_follow_mode_applies_each_change_without_a_full_restore(
     synced(following)
     assert following.staging is not None and following.staging.exists()
 
-    def no_full_restore(self: Follower, txid: int) -> int:
+    def no_full_restore(self: Follower, txid: int, steps: dict[str, float]) -> int:
         raise AssertionError("a full restore")
 
+    checks: list[bool] = []
+    check_copy = replica.check_copy
+
+    def counted(path: Path, primary: str, *, checked: bool = False) -> int:
+        checks.append(checked)
+        return check_copy(path, primary, checked=checked)
+
     monkeypatch.setattr(Follower, "_restore", no_full_restore)
+    monkeypatch.setattr(replica, "check_copy", counted)
     monkeypatch.setattr(replica, "FOLLOW_SETTLED", 0.0)  # follow mode is waited for at once
     for toolkit in ("text.yaml", "files.yaml"):
         revision = primary.register(SAMPLE_TOOLKITS / toolkit)
         synced(following)
+        # Where the time went, for /healthz: the store listed, the file copied and checked.
+        assert set(following.steps) == {"list", "copy", "check"}
         with Catalog(following.path) as copy:
             assert copy.revision == following.state["revision"] == revision
             assert copy.replica_of == primary.url  # a checked copy, marked, not the staging file
     assert following.state["txid"] == following.state["primary_txid"]
+    # On Linux the staging file's bytes were checked while they were copied, not after.
+    assert checks == [sys.platform == "linux"] * 2
     child = following._follower
     following.close()
     assert child is not None and child.poll() is not None
+
+
+LOCK_PROBE = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, int(sys.argv[3]), int(sys.argv[2]))
+except OSError:
+    print("held")
+else:
+    print("free")
+"""
+
+
+def write_lock_free(path: Path) -> bool:
+    """Whether another process (Litestream's follow mode, say) could take the write lock
+    on SQLite's shared lock bytes of ``path`` now."""
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LOCK_PROBE,
+            str(path),
+            str(replica.SQLITE_SHARED_FIRST),
+            str(replica.SQLITE_SHARED_SIZE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return probe.stdout.strip() == "free"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="open file description locks are Linux's")
+def test_the_copys_read_lock_outlives_sqlite_checking_the_same_file(tmp_path: Path) -> None:
+    """The check runs on the staging file while it is copied: SQLite opens and closes the
+    file meanwhile, which drops a classic lock of the process (then follow mode could write
+    half a transaction into the copy); the descriptor's own lock stays until the copy ends."""
+    db = tmp_path / "staged.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS / "math.yaml")
+    import fcntl
+
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH, replica.SQLITE_SHARED_SIZE, replica.SQLITE_SHARED_FIRST)
+        assert not write_lock_free(db)
+        assert replica._Checking(fd).verdict() == "ok"
+        assert write_lock_free(db)  # the hazard: SQLite's close dropped the classic lock
+    finally:
+        os.close(fd)
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        assert replica._read_lock(fd) is True
+        assert replica._Checking(fd).verdict() == "ok"
+        assert not write_lock_free(db)  # still held: the copy is of whole transactions
+    finally:
+        os.close(fd)
+    assert write_lock_free(db)
+
+
+def test_a_damaged_file_never_checks_ok_while_copied(tmp_path: Path) -> None:
+    db = tmp_path / "staged.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS / "math.yaml", SAMPLE_TOOLKITS / "text.yaml")
+    size = db.stat().st_size
+    with open(db, "r+b") as f:  # garbage over every page but the first
+        f.seek(4096)
+        f.write(b"\xff" * (size - 4096))
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        assert replica._Checking(fd).verdict() != "ok"  # not run (None) or a problem named
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize(
@@ -379,7 +466,7 @@ def test_a_fifo_as_follow_modes_file_hangs_no_look(primary: Primary, following: 
 
     def copy() -> None:
         try:
-            outcome.append(following._copy_staged(1))
+            outcome.append(following._copy_staged(1, {}))
         except Exception as e:  # what it raised is the outcome
             outcome.append(e)
 

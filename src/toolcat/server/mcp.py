@@ -26,6 +26,7 @@ import json
 import logging
 import queue
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -383,6 +384,7 @@ class CatalogServer:
         self._lists: dict[Scope, ListPages] = {}  # per scope, at watcher.current()
         self._lists_revision = -1
         self._prepared: tuple[int, dict[Scope, ListPages]] = (-1, {})
+        self._prepare_seconds: float | None = None  # how long the last ``prepare`` took
         self.server = ToolcatServer(
             "toolcat",
             version=__version__,
@@ -447,6 +449,9 @@ class CatalogServer:
                 "revision": self.watcher.revision,
                 # False while the copy is being restored again or a look failed unexpectedly
                 "serving": self.follower.serving and self.watcher.failure is None,
+                # Where the last new revision's time went: listing the store, the copy
+                # (or a whole restore), its check, warming the readers.
+                "last_change_s": {**self.follower.steps, "prepare": self._prepare_seconds},
             }
             if self.watcher.failure is not None:
                 report["error"] = self.watcher.failure
@@ -543,6 +548,7 @@ class CatalogServer:
         watcher calls this on a worker thread; ``toolcat serve --replica-of`` once before
         it listens): warm readers on the new file, and the server scope's ``tools/list``,
         which on a big catalog is the costliest thing a first request would build."""
+        started = time.perf_counter()
         self.readers.renew(revision)
         # A copy restored again at the same revision replaced one found damaged: nothing
         # resolved from that one is called (calls under way keep into the old object).
@@ -560,6 +566,7 @@ class CatalogServer:
         self._lists_revision = -1
         self.list_cache.forget()
         self.watcher.prepared = revision
+        self._prepare_seconds = round(time.perf_counter() - started, 3)
 
     def _list_key(self, ctx: Any) -> Scope | None:
         """What a 2026 ``tools/list`` answer depends on besides revision, version and params:
