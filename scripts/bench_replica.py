@@ -29,7 +29,12 @@ more change registered, the replica started again on its folder, timed until ``/
 answers (``restart_serving_s``: the revision it then serves is its last copy's) and until it
 serves the new revision (``restart_caught_up_s``). For each change also ``bm25_saved_s``: until
 the replica's own saved BM25 index names the new revision (brought forward from its last one
-by the rows that changed, or built whole).
+by the rows that changed, or built whole); ``after_commit``: from the moment another process
+first reads the new revision in the primary's file (the call goes on after its commit: the
+primary's index saved); ``steps_s``: where the replica's time went, as its ``/healthz`` says
+(``last_change_s``: looking at the store, the copy of follow mode's file and its check, the
+readers warmed, the first ``tools/list`` page); ``fresh_replica_steps_s`` the same for the
+first revision.
 
     python scripts/bench_replica.py --tools 100000 --vectors
     python scripts/bench_replica.py --tools 1000 --json

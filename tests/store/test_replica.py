@@ -224,6 +224,11 @@ def test_the_server_renews_its_readers_before_announcing(
         revision = primary.register(SAMPLE_TOOLKITS / "text.yaml")
         assert anyio.run(server.watcher.check) is True
         assert heard == [revision] and server.health()["revision"] == revision
+        # Where that change's time went: the store listed, a whole restore (no follow
+        # mode here), its check, the readers warmed, the first tools/list page built.
+        took = server.health()["last_change_s"]
+        assert set(took) == {"look", "restore", "check", "readers", "tools_list"}, took
+        assert all(isinstance(s, float) and 0 <= s < 60 for s in took.values()), took
         server.close()
 
 
@@ -338,7 +343,7 @@ def test_follow_mode_applies_each_change_without_a_full_restore(
         revision = primary.register(SAMPLE_TOOLKITS / toolkit)
         synced(following)
         # Where the time went, for /healthz: the store listed, the file copied and checked.
-        assert set(following.steps) == {"list", "copy", "check"}
+        assert set(following.steps) == {"look", "copy", "check"}
         with Catalog(following.path) as copy:
             assert copy.revision == following.state["revision"] == revision
             assert copy.replica_of == primary.url  # a checked copy, marked, not the staging file

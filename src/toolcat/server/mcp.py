@@ -384,7 +384,7 @@ class CatalogServer:
         self._lists: dict[Scope, ListPages] = {}  # per scope, at watcher.current()
         self._lists_revision = -1
         self._prepared: tuple[int, dict[Scope, ListPages]] = (-1, {})
-        self._prepare_seconds: float | None = None  # how long the last ``prepare`` took
+        self._prepare_steps: dict[str, float] = {}  # what the last ``prepare`` took, by step
         self.server = ToolcatServer(
             "toolcat",
             version=__version__,
@@ -449,9 +449,9 @@ class CatalogServer:
                 "revision": self.watcher.revision,
                 # False while the copy is being restored again or a look failed unexpectedly
                 "serving": self.follower.serving and self.watcher.failure is None,
-                # Where the last new revision's time went: listing the store, the copy
-                # (or a whole restore), its check, warming the readers.
-                "last_change_s": {**self.follower.steps, "prepare": self._prepare_seconds},
+                # Where the last new revision's time went: looking at the store, the copy
+                # (or a whole restore), its check, warming the readers, the first list page.
+                "last_change_s": {**self.follower.steps, **self._prepare_steps},
             }
             if self.watcher.failure is not None:
                 report["error"] = self.watcher.failure
@@ -550,6 +550,7 @@ class CatalogServer:
         which on a big catalog is the costliest thing a first request would build."""
         started = time.perf_counter()
         self.readers.renew(revision)
+        renewed = time.perf_counter()
         # A copy restored again at the same revision replaced one found damaged: nothing
         # resolved from that one is called (calls under way keep into the old object).
         self.resolved = ResolvedTools(self.resolved.size)
@@ -566,7 +567,10 @@ class CatalogServer:
         self._lists_revision = -1
         self.list_cache.forget()
         self.watcher.prepared = revision
-        self._prepare_seconds = round(time.perf_counter() - started, 3)
+        self._prepare_steps = {
+            "readers": round(renewed - started, 3),
+            "tools_list": round(time.perf_counter() - renewed, 3),
+        }
 
     def _list_key(self, ctx: Any) -> Scope | None:
         """What a 2026 ``tools/list`` answer depends on besides revision, version and params:

@@ -298,7 +298,7 @@ class Follower:
         self._closed = False
         self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
         self._damage: str | None = None  # what is wrong with it, until restored again
-        # Seconds each step of the last swap took (list, copy or restore, check): /healthz
+        # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -395,7 +395,7 @@ class Follower:
             files = self._published()
         except CatalogError as e:
             return self._failed(e)
-        steps["list"] = time.perf_counter() - started
+        steps["look"] = time.perf_counter() - started
         if not files:  # an empty stream is no answer: the copy we hold says more
             return self._failed(CatalogError(f"nothing published at {self.primary}"))
         self.state["checked_at"] = time.time()
