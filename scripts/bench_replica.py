@@ -343,6 +343,13 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=5, help="One-toolkit changes to time.")
     parser.add_argument("--no-stages", action="store_true", help="Skip the per-step timings.")
     parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="Where the primary, the store and the replicas live (default: the system's "
+        "temporary folder); on XFS or btrfs a replica's copy of follow mode's file is a "
+        "reflink, not a copy of its bytes.",
+    )
+    parser.add_argument(
         "--catalog", type=Path, help="Copy this catalog as the primary (instead of --tools)."
     )
     parser.add_argument("--stages-into", type=Path, help=argparse.SUPPRESS)
@@ -351,7 +358,7 @@ def main() -> None:
     if args.stages_into:
         print(json.dumps(stages_here(args.source, args.stages_into, args.vectors)))
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         cluster = Cluster(Path(tmp))
         try:
             report: dict[str, Any] = (
