@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -236,3 +237,67 @@ def test_last_change_s_names_its_steps_to_a_token_only(primary: Primary, tmp_pat
     assert get(follower, "/healthz", token=TOKEN).json()["last_change_s"] == steps
     restarted = Follower(follower.path, primary.url)
     assert get(restarted, "/healthz", token=TOKEN).json()["last_change_s"] == {}
+
+
+KILLED_MID_CHECK = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode = " + sys.argv[2])
+if sys.argv[2] == "WAL":  # committed to the log, never checkpointed
+    conn.execute("UPDATE meta SET value = 424242 WHERE key = 'revision'")
+else:  # the rollback journal holds the page saying 424242, the file has spilled pages
+    conn.execute("UPDATE meta SET value = 424242 WHERE key = 'revision'")
+    conn.execute("PRAGMA cache_size = 1")
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE meta SET value = 1 WHERE key = 'revision'")
+    for table in ("tools", "tools_fts"):
+        conn.execute(f"DELETE FROM {table}")
+os._exit(0)
+"""
+
+
+def crash_leftover(following: Follower, mode: str) -> Path:
+    """What a replica killed in the middle of ``check_copy`` leaves beside the incoming
+    file: the log of that copy's writes (here: revision 424242), which SQLite applies to
+    whatever database next opens under that name. The log's path."""
+    shutil.copyfile(following.staging or following.path, following.incoming)
+    subprocess.run(
+        [sys.executable, "-c", KILLED_MID_CHECK, str(following.incoming), mode],
+        check=True,
+        timeout=30,
+    )
+    log = Path(f"{following.incoming}{'-wal' if mode == 'WAL' else '-journal'}")
+    assert log.stat().st_size > 0
+    following.incoming.unlink()  # what the next copy does first
+    return log
+
+
+@pytest.mark.parametrize("mode", ["WAL", "DELETE"])
+def test_a_log_left_beside_the_incoming_file_never_reaches_the_copy(
+    following: Follower, mode: str
+) -> None:
+    """SQLite applies a ``-wal`` file (or rolls back a hot ``-journal``) to the database
+    opened beside it: neither names its database. One left by a replica killed while it
+    checked its last copy was applied to the next copy (a revision the primary never had,
+    pages no check saw: the copy's own check is skipped when follow mode's file checked ok
+    as it was copied) and kept by leaving WAL mode."""
+    staging = stopped(following)
+    with sqlite3.connect(f"{staging.resolve().as_uri()}?mode=ro&immutable=1", uri=True) as conn:
+        staged = conn.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
+    crash_leftover(following, mode)
+    result = following._copy_staged(1, {})
+    assert result is not None and result[1] == staged != 424242
+    assert sound(following.incoming)
+
+
+@pytest.mark.parametrize("mode", ["WAL", "DELETE"])
+def test_a_log_left_beside_the_incoming_file_never_reaches_a_restore(
+    primary: Primary, tmp_path: Path, mode: str
+) -> None:
+    """The same for a full restore: Litestream writes the incoming file, and the log left
+    beside it was applied before its ``quick_check``, which a consistent page passes."""
+    revision = primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    follower = Follower(tmp_path / "replica" / "catalog.db", primary.url)
+    assert follower.sync() is True
+    crash_leftover(follower, mode)
+    assert follower._restore(follower.state["txid"], {}) == revision != 424242

@@ -568,15 +568,21 @@ class Follower:
             self._follower = None
         for leftover in (self.staging, Path(f"{self.staging}-txid")):
             _remove_own_file(leftover)
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
+
+    def _clear_incoming(self) -> None:
+        """Remove the incoming file and the logs SQLite keeps beside it: a ``-wal`` or hot
+        ``-journal`` names no database, and SQLite applies one left by a process killed
+        while it checked the last copy to whatever file opens next under that name."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):  # unlink never follows a link
+                Path(f"{self.incoming}{suffix}").unlink()
 
     def _copy_staged(self, newest: int, steps: dict[str, float]) -> tuple[int, int] | None:
         import stat
 
         assert self.staging is not None
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
         try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
             source = os.open(self.staging, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
@@ -624,8 +630,7 @@ class Follower:
         said = printable(str(error))
         self.state["error"] = f"{self._damage}; {said}" if self._damage else said
         self._save()
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
         return False
 
     def _run(self, *args: str, timeout: float) -> str:
@@ -704,8 +709,7 @@ class Follower:
 
     def _restore(self, txid: int, steps: dict[str, float]) -> int:
         """Restore transaction ``txid`` into the incoming file and check it; its revision."""
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
         restore = ("restore", "-force", "-txid", f"{txid:016x}", "-o", str(self.incoming))
         started = time.perf_counter()
         self._run(*restore, timeout=RESTORE_TIMEOUT)
