@@ -1,5 +1,5 @@
 """Follow mode's file checked while it is copied (attack39): what ``quick_check`` read must be
-the very bytes the copy holds, or the copy is checked itself; a file no catalog is never
+the very bytes the copy holds, or the copy is checked itself; an empty file is never
 served; a log left beside the incoming file never reaches a copy; the read lock is released
 on every path; a torn copy is restored after a restart; ``last_change_s`` is a token's."""
 
