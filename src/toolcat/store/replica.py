@@ -568,15 +568,21 @@ class Follower:
             self._follower = None
         for leftover in (self.staging, Path(f"{self.staging}-txid")):
             _remove_own_file(leftover)
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
+
+    def _clear_incoming(self) -> None:
+        """Remove the incoming file and the logs SQLite keeps beside it: a ``-wal`` or hot
+        ``-journal`` names no database, and SQLite applies one left by a process killed
+        while it checked the last copy to whatever file opens next under that name."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            with contextlib.suppress(OSError):  # unlink never follows a link
+                Path(f"{self.incoming}{suffix}").unlink()
 
     def _copy_staged(self, newest: int, steps: dict[str, float]) -> tuple[int, int] | None:
         import stat
 
         assert self.staging is not None
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
         try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
             source = os.open(self.staging, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
@@ -597,12 +603,17 @@ class Follower:
             # A lock of this descriptor's own (not the process's) survives SQLite closing
             # the file: then SQLite checks the very bytes being copied, on the other core,
             # instead of the copy after it (at 1M tools 2.8 s the check, 1.2-1.8 s the copy).
+            before = _version(os.fstat(source))
             checking = _Checking(source) if apart else None
             try:
-                _copy_range(source, target, os.fstat(source).st_size)
+                copied = _copy_range(source, target, before[0])
             finally:
                 os.close(target)
                 verdict = checking.verdict() if checking is not None else None
+            # The check read the bytes copied only if nothing wrote the file meanwhile (a
+            # writer that ignores the lock) and the copy is whole: else the copy is checked.
+            if copied != before[0] or _version(os.fstat(source)) != before:
+                verdict = None
             steps["copy"] = time.perf_counter() - started
         except OSError as e:
             raise CatalogError(f"cannot copy follow mode's file: {e.strerror or e}") from e
@@ -619,8 +630,7 @@ class Follower:
         said = printable(str(error))
         self.state["error"] = f"{self._damage}; {said}" if self._damage else said
         self._save()
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
         return False
 
     def _run(self, *args: str, timeout: float) -> str:
@@ -699,8 +709,7 @@ class Follower:
 
     def _restore(self, txid: int, steps: dict[str, float]) -> int:
         """Restore transaction ``txid`` into the incoming file and check it; its revision."""
-        with contextlib.suppress(OSError):
-            self.incoming.unlink()
+        self._clear_incoming()
         restore = ("restore", "-force", "-txid", f"{txid:016x}", "-o", str(self.incoming))
         started = time.perf_counter()
         self._run(*restore, timeout=RESTORE_TIMEOUT)
@@ -724,9 +733,10 @@ class Follower:
         os.replace(temporary, target)
 
 
-def _copy_range(source: int, target: int, size: int) -> None:
+def _copy_range(source: int, target: int, size: int) -> int:
     """Copy ``size`` bytes from the start of ``source`` to ``target`` (descriptors), in the
-    kernel where it can (``copy_file_range``), else through a buffer."""
+    kernel where it can (``copy_file_range``), else through a buffer; the bytes copied
+    (fewer when ``source`` ends sooner)."""
     offset = 0
     try:
         while offset < size:
@@ -734,7 +744,7 @@ def _copy_range(source: int, target: int, size: int) -> None:
             if copied == 0:
                 break
             offset += copied
-        return
+        return offset
     except OSError as e:
         import errno
 
@@ -746,6 +756,12 @@ def _copy_range(source: int, target: int, size: int) -> None:
             break
         os.pwrite(target, chunk, offset)
         offset += len(chunk)
+    return offset
+
+
+def _version(info: os.stat_result) -> tuple[int, int, int]:
+    """What changes when a file is written: size, modification and change time (ns)."""
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _read_lock(fd: int) -> bool:
@@ -777,10 +793,10 @@ _SHARED_RANGE = (SQLITE_SHARED_FIRST, SQLITE_SHARED_SIZE)
 
 
 class _Checking:
-    """SQLite's ``quick_check`` of the open file ``fd`` (through ``/proc/self/fd``: the
-    very file, whatever its name now points at), on a thread of its own. Its verdict is
-    None when it could not be run to the end (no ``/proc``, SQLite refused the file): the
-    copy is then checked as before."""
+    """SQLite's ``quick_check`` of the open file ``fd`` (through ``/proc/self/fd``), on a
+    thread of its own. Its verdict is None when it could not be run to the end (no
+    ``/proc``, SQLite refused the file, or opened another): the copy is then checked as
+    before."""
 
     def __init__(self, fd: int) -> None:
         import threading
@@ -791,12 +807,18 @@ class _Checking:
 
     def _check(self, fd: int) -> None:
         try:  # immutable: no locks of SQLite's own (the caller holds one), no WAL files
-            conn = sqlite3.connect(f"file:/proc/self/fd/{fd}?mode=ro&immutable=1", uri=True)
+            link = f"/proc/self/fd/{fd}"
+            conn = sqlite3.connect(f"file:{link}?mode=ro&immutable=1", uri=True)
             try:
+                # SQLite opens the name the link reads, not the descriptor: once the held
+                # file left its name (another renamed over it) that is "NAME (deleted)",
+                # which anyone may create. Checked only while the name is the held file.
+                if not os.path.samestat(os.stat(os.readlink(link)), os.fstat(fd)):
+                    return
                 self._verdict = str(conn.execute("PRAGMA quick_check").fetchone()[0])
             finally:
                 conn.close()
-        except sqlite3.Error:
+        except (sqlite3.Error, OSError):
             self._verdict = None
 
     def verdict(self) -> str | None:
@@ -881,7 +903,7 @@ def check_copy(path: Path, primary: str, *, checked: bool = False) -> int:
     Raises:
         CatalogError: The copy is damaged, no catalog, or from a newer toolcat.
     """
-    from .migrations import migrate
+    from .migrations import migrate, schema_version
     from .reader import revision
 
     try:
@@ -896,6 +918,8 @@ def check_copy(path: Path, primary: str, *, checked: bool = False) -> int:
         verdict = "ok" if checked else conn.execute("PRAGMA quick_check").fetchone()[0]
         if verdict != "ok":
             raise CatalogError(f"restored copy {str(path)!r} is damaged: {printable(verdict)}")
+        if schema_version(conn) == 0:  # an empty file is an empty database, no catalog
+            raise CatalogError(f"restored copy {str(path)!r} is no catalog")
         migrate(conn)
         found = revision(conn)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (MARKER, primary))
