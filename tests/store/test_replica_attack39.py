@@ -302,3 +302,33 @@ def test_a_log_left_beside_the_incoming_file_never_reaches_a_restore(
     assert follower.sync() is True
     crash_leftover(follower, mode)
     assert follower._restore(follower.state["txid"], {}) == revision != 424242
+
+
+def test_the_check_is_waited_for_when_closing_the_copy_fails(
+    following: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy whose close fails (EIO on a network folder) still waits for the check reading
+    through the staging file's descriptor, before that descriptor closes and its number can
+    name another file."""
+    stopped(following)
+    waited: list[bool] = []
+    verdict = replica._Checking.verdict
+
+    def recorded(self: Any) -> Any:
+        waited.append(True)
+        return verdict(self)
+
+    close = os.close
+
+    def failing(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        close(fd)
+        if name.endswith(replica.INCOMING_SUFFIX):
+            raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(replica._Checking, "verdict", recorded)
+    monkeypatch.setattr(os, "close", failing)
+    with pytest.raises(CatalogError, match="cannot copy follow mode's file"):
+        following._copy_staged(1, {})
+    monkeypatch.undo()
+    assert waited == [True]

@@ -608,8 +608,10 @@ class Follower:
             try:
                 copied = _copy_range(source, target, before[0])
             finally:
-                os.close(target)
-                verdict = checking.verdict() if checking is not None else None
+                try:
+                    os.close(target)
+                finally:  # the check reads through ``source``: done before it closes
+                    verdict = checking.verdict() if checking is not None else None
             # The check read the bytes copied only if nothing wrote the file meanwhile (a
             # writer that ignores the lock) and the copy is whole: else the copy is checked.
             if copied != before[0] or _version(os.fstat(source)) != before:
