@@ -540,3 +540,28 @@ def test_follow_mode_ends_with_a_replica_killed_outright(primary: Primary, tmp_p
             break  # the guard and Litestream are gone
         assert time.monotonic() < deadline, "follow mode outlived the replica"
         time.sleep(0.1)
+
+
+def test_follow_modes_news_is_told_once_per_newer_transaction(
+    primary: Primary, following: Follower
+) -> None:
+    """``news`` (the server then looks at once) reads the sidecar only: a transaction newer
+    than the served copy is news once; the served one, an older one, or one already told
+    (it failed to swap in) is not, so a broken staging file never makes the server look in
+    a loop."""
+    synced(following)
+    following.close()  # follow mode stopped: the sidecar stays as written here
+    assert following.staging is not None
+    sidecar = Path(f"{following.staging}-txid")
+    served = following.state["txid"]
+    assert following.news() is False  # what is served is no news
+    sidecar.write_text(f"{served + 5:016x}\n")
+    assert following.news() is True
+    assert following.news() is False  # told already
+    sidecar.write_text(f"{served + 6:016x}\n")
+    assert following.news() is True
+    sidecar.write_text("\x1b[2Jnot-a-txid\n")
+    assert following.news() is False
+    sidecar.unlink()
+    assert following.news() is False
+    assert Follower(following.path, primary.url).news() is False  # no follow mode: none

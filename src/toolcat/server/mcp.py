@@ -371,6 +371,7 @@ class CatalogServer:
             interval=o.watch_interval,
             follow=follower.sync if follower is not None else None,
             prepare=self.prepare if follower is not None else None,
+            news=follower.news if follower is not None else None,
         )
         self.watcher.subscribe(self._catalog_changed)
         self.bus = InMemorySubscriptionBus()

@@ -297,6 +297,7 @@ class Follower:
         self._child: Any = None  # the Litestream process running now (subprocess.Popen)
         self._closed = False
         self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
+        self._news: int | None = None  # the staged transaction ``news`` last told of
         self._damage: str | None = None  # what is wrong with it, until restored again
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
@@ -436,6 +437,18 @@ class Follower:
         self.state.pop("pending_since", None)
         self._save()
         self.steps = {name: round(seconds, 3) for name, seconds in steps.items()}
+        return True
+
+    def news(self) -> bool:
+        """Whether follow mode's file says it holds a transaction newer than the served
+        copy, not said before (one small file read): the server then looks at once rather
+        than at its next tick. A transaction that then fails to swap in is not news again."""
+        if self.staging is None:
+            return False
+        staged = self._staged_txid()
+        if staged is None or staged <= (self.state.get("txid") or 0) or staged == self._news:
+            return False
+        self._news = staged
         return True
 
     def look(self) -> None:
