@@ -4,6 +4,7 @@ a look early, never drive the server into listing the store in a loop."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -71,8 +72,6 @@ def test_a_lying_txid_file_never_lists_the_store_in_a_loop(
 def test_real_news_is_still_told_after_a_look(primary: base.Primary, following: Follower) -> None:
     """The bound above never silences the real follow mode: what it tells of, the store
     lists at the look that follows."""
-    import time
-
     base.synced(following)
     for toolkit in ("text.yaml", "math.yaml"):
         primary.register(base.SAMPLE_TOOLKITS / toolkit)
@@ -81,3 +80,42 @@ def test_real_news_is_still_told_after_a_look(primary: base.Primary, following: 
             assert time.monotonic() < deadline, following.state
             time.sleep(0.05)
         base.synced(following)
+
+
+def test_a_huge_txid_file_never_freezes_the_replica(
+    primary: base.Primary, following: Follower
+) -> None:
+    """A ``-txid`` file saying 2**63-1 while the store holds a newer transaction: the copy
+    of the staging file was recorded as holding that transaction, so every later look found
+    the store "behind" the copy and the replica never followed again (across restarts: the
+    state keeps it)."""
+    base.synced(following)
+    assert following.staging is not None
+    path = Path(f"{following.staging}-txid")
+    primary.register(base.SAMPLE_TOOLKITS / "text.yaml")
+    stop = threading.Event()
+
+    def plant() -> None:  # rewritten under follow mode, as an attacker would
+        while not stop.is_set():
+            temporary = path.with_name(path.name + ".tmp")
+            temporary.write_text(f"{replica.MAX_TXID:016x}\n")
+            temporary.replace(path)
+            stop.wait(0.002)
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    try:
+        for _ in range(20):
+            if following.sync():
+                break
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        planter.join(5)
+    assert following.state["txid"] < replica.MAX_TXID
+    revision = primary.register(base.SAMPLE_TOOLKITS / "math.yaml")
+    base.synced(following)
+    from toolcat import Catalog
+
+    with Catalog(following.path) as copy:
+        assert copy.revision == revision

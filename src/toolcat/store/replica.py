@@ -647,7 +647,9 @@ class Follower:
         started = time.perf_counter()
         revision = check_copy(self.incoming, self.primary, checked=verdict == "ok")
         steps["check"] = time.perf_counter() - started
-        return txid, revision
+        # At least ``newest``, which the store listed; more is only the -txid file's word,
+        # and a copy recorded past the store's newest (2**63-1) would never follow again.
+        return newest, revision
 
     def _failed(self, error: CatalogError) -> bool:
         said = printable(str(error))
