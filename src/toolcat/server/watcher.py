@@ -13,9 +13,10 @@ not a tick later.
 On a replica (store/replica.py) each tick first runs ``follow`` (Litestream: restore the
 newest published revision and rename it over the file), and a file replaced that way is
 reopened; the next tick comes at once when ``news`` says follow mode holds a newer
-transaction (a small file read every 50 ms), else after the interval. ``prepare`` then builds what serving the new revision needs (the server's warm
-reader catalogs) before ``revision`` moves and listeners hear of it, so no request waits
-for that work and none sees a half-made revision.
+transaction (a small file read every 50 ms), else after the interval. ``prepare`` then
+builds what serving the new revision needs (the server's warm reader catalogs) before
+``revision`` moves and listeners hear of it, so no request waits for that work and none
+sees a half-made revision.
 """
 
 from __future__ import annotations

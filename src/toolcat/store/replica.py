@@ -298,6 +298,7 @@ class Follower:
         self._closed = False
         self._copy: tuple[int, int, int] | None = None  # the served copy as last checked
         self._news: int | None = None  # the staged transaction ``news`` last told of
+        self._news_listed: float | None = None  # the store's last listing when it told
         self._damage: str | None = None  # what is wrong with it, until restored again
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
@@ -445,10 +446,17 @@ class Follower:
         than at its next tick. A transaction that then fails to swap in is not news again."""
         if self.staging is None:
             return False
-        staged = self._staged_txid()
-        if staged is None or staged <= (self.state.get("txid") or 0) or staged == self._news:
+        # Told of one that a look after the telling did not find in the store: the file
+        # lies (planted, or Litestream gone wrong) and is not news again until the store
+        # lists that far; else each rewrite of it starts a listing of the store (20 a second).
+        told, listed = self._news, self.state.get("checked_at")
+        primary = self.state.get("primary_txid") or 0
+        if told is not None and listed != self._news_listed and told > primary:
             return False
-        self._news = staged
+        staged = self._staged_txid()
+        if staged is None or staged <= (self.state.get("txid") or 0) or staged == told:
+            return False
+        self._news, self._news_listed = staged, listed
         return True
 
     def look(self) -> None:
@@ -639,7 +647,9 @@ class Follower:
         started = time.perf_counter()
         revision = check_copy(self.incoming, self.primary, checked=verdict == "ok")
         steps["check"] = time.perf_counter() - started
-        return txid, revision
+        # At least ``newest``, which the store listed; more is only the -txid file's word,
+        # and a copy recorded past the store's newest (2**63-1) would never follow again.
+        return newest, revision
 
     def _failed(self, error: CatalogError) -> bool:
         said = printable(str(error))

@@ -1,0 +1,121 @@
+"""attack40: a hostile follow mode ``-txid`` file against the real Litestream: it may start
+a look early, never drive the server into listing the store in a loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.store import test_replica as base
+from toolcat.server.watcher import RevisionWatcher
+from toolcat.store import replica
+from toolcat.store.replica import Follower
+
+pytestmark = base.pytestmark
+primary, following = base.primary, base.following  # the fixtures, from the real Litestream
+
+
+@pytest.mark.parametrize("sidecar", ["increasing", "flipping"])
+def test_a_lying_txid_file_never_lists_the_store_in_a_loop(
+    following: Follower, monkeypatch: pytest.MonkeyPatch, sidecar: str
+) -> None:
+    base.synced(following)
+    replica._kill(following._follower)  # follow mode gone: the sidecar is the attacker's
+    following._follower.wait(5)
+    assert following.staging is not None
+    path = Path(f"{following.staging}-txid")
+    served = following.state["txid"]
+    listings: list[int] = []
+    published = Follower._published
+
+    def counted(self: Follower) -> list[dict[str, object]]:
+        listings.append(1)
+        return published(self)
+
+    monkeypatch.setattr(Follower, "_published", counted)
+    stop = threading.Event()
+
+    def plant() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            txid = served + (n if sidecar == "increasing" else 1 + n % 2)
+            temporary = path.with_name(path.name + ".tmp")
+            temporary.write_text(f"{txid:016x}\n")
+            temporary.replace(path)
+            stop.wait(0.01)
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    watcher = RevisionWatcher(
+        following.path, interval=1.0, follow=following.sync, news=following.news
+    )
+
+    async def main() -> None:
+        with anyio.move_on_after(3.0):
+            await watcher.run()
+
+    try:
+        anyio.run(main)
+    finally:
+        stop.set()
+        planter.join(5)
+    # 3 s at 1 s: a look at the start, one per interval, at most one early per interval
+    assert len(listings) <= 1 + 2 * 3, len(listings)
+    assert following.state["txid"] == served  # nothing forged was swapped in
+
+
+def test_real_news_is_still_told_after_a_look(primary: base.Primary, following: Follower) -> None:
+    """The bound above never silences the real follow mode: what it tells of, the store
+    lists at the look that follows."""
+    base.synced(following)
+    for toolkit in ("text.yaml", "math.yaml"):
+        primary.register(base.SAMPLE_TOOLKITS / toolkit)
+        deadline = time.monotonic() + 20
+        while not following.news():
+            assert time.monotonic() < deadline, following.state
+            time.sleep(0.05)
+        base.synced(following)
+
+
+def test_a_huge_txid_file_never_freezes_the_replica(
+    primary: base.Primary, following: Follower
+) -> None:
+    """A ``-txid`` file saying 2**63-1 while the store holds a newer transaction: the copy
+    of the staging file was recorded as holding that transaction, so every later look found
+    the store "behind" the copy and the replica never followed again (across restarts: the
+    state keeps it)."""
+    base.synced(following)
+    assert following.staging is not None
+    path = Path(f"{following.staging}-txid")
+    primary.register(base.SAMPLE_TOOLKITS / "text.yaml")
+    stop = threading.Event()
+
+    def plant() -> None:  # rewritten under follow mode, as an attacker would
+        while not stop.is_set():
+            temporary = path.with_name(path.name + ".tmp")
+            temporary.write_text(f"{replica.MAX_TXID:016x}\n")
+            temporary.replace(path)
+            stop.wait(0.002)
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    try:
+        for _ in range(20):
+            if following.sync():
+                break
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        planter.join(5)
+    assert following.state["txid"] < replica.MAX_TXID
+    revision = primary.register(base.SAMPLE_TOOLKITS / "math.yaml")
+    base.synced(following)
+    from toolcat import Catalog
+
+    with Catalog(following.path) as copy:
+        assert copy.revision == revision
