@@ -936,11 +936,6 @@ def check_copy(path: Path, primary: str, *, checked: bool = False) -> int:
     except sqlite3.Error as e:
         raise CatalogError(f"restored copy {str(path)!r} cannot be opened: {e}") from e
     try:
-        # Leaving WAL mode flushes the new copy to disk (fsync), and it is kept: without it a
-        # power loss can keep the rename but lose the marker, and the replica would then
-        # refuse its own file as an ordinary catalog. A fresh copy's bytes are all to write
-        # on ext4 (1.06 s at 1M tools); a reflinked copy (XFS, btrfs) writes only what
-        # changed (8-13 ms).
         verdict = "ok" if checked else conn.execute("PRAGMA quick_check").fetchone()[0]
         if verdict != "ok":
             raise CatalogError(f"restored copy {str(path)!r} is damaged: {printable(verdict)}")
@@ -949,6 +944,11 @@ def check_copy(path: Path, primary: str, *, checked: bool = False) -> int:
         migrate(conn)
         found = revision(conn)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (MARKER, primary))
+        # Leaving WAL mode flushes the new copy to disk (fsync), and it is kept: without it a
+        # power loss can keep the rename but lose the marker, and the replica would then
+        # refuse its own file as an ordinary catalog. A fresh copy's bytes are all to write
+        # on ext4 (1.06 s at 1M tools); a reflinked copy (XFS, btrfs) writes only what
+        # changed (8-13 ms).
         conn.execute("PRAGMA journal_mode = DELETE")
         return found
     except sqlite3.Error as e:
