@@ -3,6 +3,7 @@ a look early, never drive the server into listing the store in a loop."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from pathlib import Path
@@ -96,10 +97,12 @@ def test_a_huge_txid_file_never_freezes_the_replica(
     stop = threading.Event()
 
     def plant() -> None:  # rewritten under follow mode, as an attacker would
+        # Not Litestream's own temporary name (``-txid.tmp``): it renames that one away.
+        temporary = path.with_name(path.name + ".planted")
         while not stop.is_set():
-            temporary = path.with_name(path.name + ".tmp")
-            temporary.write_text(f"{replica.MAX_TXID:016x}\n")
-            temporary.replace(path)
+            with contextlib.suppress(OSError):
+                temporary.write_text(f"{replica.MAX_TXID:016x}\n")
+                temporary.replace(path)
             stop.wait(0.002)
 
     planter = threading.Thread(target=plant, daemon=True)
