@@ -45,9 +45,10 @@ def test_a_lying_txid_file_never_lists_the_store_in_a_loop(
         while not stop.is_set():
             n += 1
             txid = served + (n if sidecar == "increasing" else 1 + n % 2)
-            temporary = path.with_name(path.name + ".tmp")
-            temporary.write_text(f"{txid:016x}\n")
-            temporary.replace(path)
+            temporary = path.with_name(path.name + ".planted")  # not Litestream's name
+            with contextlib.suppress(OSError):
+                temporary.write_text(f"{txid:016x}\n")
+                temporary.replace(path)
             stop.wait(0.01)
 
     planter = threading.Thread(target=plant, daemon=True)
