@@ -183,7 +183,9 @@ class CommitClock:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
+        if kind is not None:  # the call failed: no commit to wait for
+            self._done.set()
         self._thread.join(30)
         self._done.set()
 

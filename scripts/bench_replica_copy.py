@@ -1,9 +1,9 @@
 """Benchmark a replica's per-change work on follow mode's file: copy, check, swap-ready.
 
 A copy of ``CATALOG`` stands in for Litestream's staging file (``FILE.follow``, with its
-``-txid`` sidecar) in ``--workdir``; each round runs ``Follower._copy_staged`` as a change
-does (the copy into ``FILE.incoming`` and its check, then ``check_copy``'s schema, marker and
-journal mode), alternating two ways:
+``-txid`` sidecar) in a folder this run makes inside ``--workdir`` (and removes); each
+round runs ``Follower._copy_staged`` as a change does (the copy into ``FILE.incoming`` and
+its check, then ``check_copy``'s schema, marker and journal mode), alternating two ways:
 
 - ``overlapped`` (what a replica does on Linux): SQLite's ``quick_check`` of the staging file
   on a thread while it is copied, under a lock of the descriptor's own;
@@ -24,6 +24,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    served = args.workdir / "catalog.db"
+    own = Path(tempfile.mkdtemp(dir=args.workdir))  # only what this run made is removed
+    served = own / "catalog.db"
     staging = Path(f"{served}{replica.STAGING_SUFFIX}")
     shutil.copyfile(args.catalog, staging)
     Path(f"{staging}-txid").write_text(f"{1:016x}\n")
@@ -84,9 +86,7 @@ def main() -> None:
                 print(json.dumps({way: rounds[way][-1]}), file=sys.stderr, flush=True)
     finally:
         follower.close()
-        for leftover in (staging, Path(f"{staging}-txid")):
-            leftover.unlink(missing_ok=True)
-        Path(replica.state_path(served)).unlink(missing_ok=True)
+        shutil.rmtree(own)
     median = {way: statistics.median(r["wall_s"] for r in got) for way, got in rounds.items()}
     print(
         json.dumps(

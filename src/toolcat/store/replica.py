@@ -738,9 +738,9 @@ class Follower:
         restore = ("restore", "-force", "-txid", f"{txid:016x}", "-o", str(self.incoming))
         started = time.perf_counter()
         self._run(*restore, timeout=RESTORE_TIMEOUT)
-        steps["restore"] = time.perf_counter() - started
+        restored = time.perf_counter()
         revision = check_copy(self.incoming, self.primary)
-        steps["check"] = time.perf_counter() - started - steps["restore"]
+        steps["restore"], steps["check"] = restored - started, time.perf_counter() - restored
         return revision
 
     def _save(self) -> None:
@@ -801,7 +801,9 @@ def _read_lock(fd: int) -> bool:
     command = getattr(fcntl, "F_OFD_SETLKW", None)
     if command is not None and sys.platform == "linux":
         # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for these locks)
-        request = struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, *_SHARED_RANGE, 0)
+        request = struct.pack(
+            "hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, SQLITE_SHARED_FIRST, SQLITE_SHARED_SIZE, 0
+        )
         try:
             fcntl.fcntl(fd, command, request)
             return True
@@ -812,9 +814,6 @@ def _read_lock(fd: int) -> bool:
                 raise
     fcntl.lockf(fd, fcntl.LOCK_SH, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
     return False
-
-
-_SHARED_RANGE = (SQLITE_SHARED_FIRST, SQLITE_SHARED_SIZE)
 
 
 class _Checking:
