@@ -416,6 +416,8 @@ def test_the_copys_read_lock_outlives_sqlite_checking_the_same_file(tmp_path: Pa
 
 
 def test_a_damaged_file_never_checks_ok_while_copied(tmp_path: Path) -> None:
+    """The check while copied never vouches for a damaged file; when it could not run to
+    the end (SQLite raised on the damage), the copy's own check refuses it."""
     db = tmp_path / "staged.db"
     with Catalog(db) as catalog:
         catalog.register(SAMPLE_TOOLKITS / "math.yaml", SAMPLE_TOOLKITS / "text.yaml")
@@ -425,9 +427,14 @@ def test_a_damaged_file_never_checks_ok_while_copied(tmp_path: Path) -> None:
         f.write(b"\xff" * (size - 4096))
     fd = os.open(db, os.O_RDONLY)
     try:
-        assert replica._Checking(fd).verdict() != "ok"  # not run (None) or a problem named
+        verdict = replica._Checking(fd).verdict()
     finally:
         os.close(fd)
+    assert verdict != "ok"  # not run (None) or a problem named
+    copy = tmp_path / "incoming.db"
+    shutil.copyfile(db, copy)
+    with pytest.raises(replica.CatalogError, match=r"damaged|no usable catalog|no catalog"):
+        replica.check_copy(copy, "file:///srv/primary", checked=verdict == "ok")
 
 
 @pytest.mark.parametrize(

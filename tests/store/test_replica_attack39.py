@@ -11,13 +11,13 @@ import sqlite3
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
+from tests.store import test_replica as base
 from tests.store.test_replica import LITESTREAM, Primary, synced, write_lock_free
 from toolcat.errors import CatalogError
 from toolcat.store import replica
@@ -29,17 +29,7 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def primary(tmp_path: Path) -> Primary:
-    return Primary(tmp_path)
-
-
-@pytest.fixture
-def following(primary: Primary, tmp_path: Path) -> Iterator[Follower]:
-    primary.register(SAMPLE_TOOLKITS / "math.yaml")
-    follower = Follower(tmp_path / "replica" / "catalog.db", primary.url, follow=True)
-    yield follower
-    follower.close()
+primary, following = base.primary, base.following  # the fixtures, from the real Litestream
 
 
 def stopped(following: Follower) -> Path:

@@ -4,8 +4,10 @@ a look early, never drive the server into listing the store in a loop."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -18,6 +20,32 @@ from toolcat.store.replica import Follower
 
 pytestmark = base.pytestmark
 primary, following = base.primary, base.following  # the fixtures, from the real Litestream
+
+
+@contextlib.contextmanager
+def planting(path: Path, txids: Iterator[int], pause: float) -> Iterator[None]:
+    """While the block runs, a thread rewrites follow mode's ``-txid`` file with ``txids``, as
+    an attacker would: through a name of its own (Litestream renames its ``-txid.tmp``
+    away), a lost race with Litestream passed over."""
+    stop = threading.Event()
+
+    def plant() -> None:
+        temporary = path.with_name(path.name + ".planted")
+        for txid in txids:
+            if stop.is_set():
+                return
+            with contextlib.suppress(OSError):
+                temporary.write_text(f"{txid:016x}\n")
+                temporary.replace(path)
+            stop.wait(pause)
+
+    planter = threading.Thread(target=plant, daemon=True)
+    planter.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        planter.join(5)
 
 
 @pytest.mark.parametrize("sidecar", ["increasing", "flipping"])
@@ -38,21 +66,6 @@ def test_a_lying_txid_file_never_lists_the_store_in_a_loop(
         return published(self)
 
     monkeypatch.setattr(Follower, "_published", counted)
-    stop = threading.Event()
-
-    def plant() -> None:
-        n = 0
-        while not stop.is_set():
-            n += 1
-            txid = served + (n if sidecar == "increasing" else 1 + n % 2)
-            temporary = path.with_name(path.name + ".planted")  # not Litestream's name
-            with contextlib.suppress(OSError):
-                temporary.write_text(f"{txid:016x}\n")
-                temporary.replace(path)
-            stop.wait(0.01)
-
-    planter = threading.Thread(target=plant, daemon=True)
-    planter.start()
     watcher = RevisionWatcher(
         following.path, interval=1.0, follow=following.sync, news=following.news
     )
@@ -61,11 +74,9 @@ def test_a_lying_txid_file_never_lists_the_store_in_a_loop(
         with anyio.move_on_after(3.0):
             await watcher.run()
 
-    try:
+    lies = (served + (n if sidecar == "increasing" else 1 + n % 2) for n in itertools.count(1))
+    with planting(path, lies, 0.01):
         anyio.run(main)
-    finally:
-        stop.set()
-        planter.join(5)
     # 3 s at 1 s: a look at the start, one per interval, at most one early per interval
     assert len(listings) <= 1 + 2 * 3, len(listings)
     assert following.state["txid"] == served  # nothing forged was swapped in
@@ -95,31 +106,30 @@ def test_a_huge_txid_file_never_freezes_the_replica(
     assert following.staging is not None
     path = Path(f"{following.staging}-txid")
     primary.register(base.SAMPLE_TOOLKITS / "text.yaml")
-    stop = threading.Event()
-
-    def plant() -> None:  # rewritten under follow mode, as an attacker would
-        # Not Litestream's own temporary name (``-txid.tmp``): it renames that one away.
-        temporary = path.with_name(path.name + ".planted")
-        while not stop.is_set():
-            with contextlib.suppress(OSError):
-                temporary.write_text(f"{replica.MAX_TXID:016x}\n")
-                temporary.replace(path)
-            stop.wait(0.002)
-
-    planter = threading.Thread(target=plant, daemon=True)
-    planter.start()
-    try:
+    with planting(path, itertools.repeat(replica.MAX_TXID), 0.002):
         for _ in range(20):
             if following.sync():
                 break
             time.sleep(0.1)
-    finally:
-        stop.set()
-        planter.join(5)
     assert following.state["txid"] < replica.MAX_TXID
-    revision = primary.register(base.SAMPLE_TOOLKITS / "math.yaml")
-    base.synced(following)
+    # It follows again. What the lie swapped in may be follow mode's older file, recorded as
+    # the store's newest (served until the next change: the folder's writer could plant any
+    # file there anyway); once follow mode has written its file's number again, each change
+    # reaches the served copy.
+    primary.register(base.SAMPLE_TOOLKITS / "files.yaml")
+    deadline = time.monotonic() + 40
+    while (following._staged_txid() or replica.MAX_TXID) == replica.MAX_TXID:
+        assert time.monotonic() < deadline, "follow mode never wrote its -txid file again"
+        time.sleep(0.1)
+    revision = primary.register(base.SAMPLE_TOOLKITS / "data.yaml")
+    while served_revision(following.path) != revision:
+        assert time.monotonic() < deadline, following.state
+        following.sync()
+        time.sleep(0.1)
+
+
+def served_revision(path: Path) -> int:
     from toolcat import Catalog
 
-    with Catalog(following.path) as copy:
-        assert copy.revision == revision
+    with Catalog(path) as copy:
+        return copy.revision
