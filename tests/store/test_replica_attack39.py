@@ -148,12 +148,12 @@ def test_without_the_descriptors_lock_or_proc_the_copy_is_checked(
     staging = stopped(following)
     damage_tail(staging)
     if without == "ofd":
-        monkeypatch.delattr(fcntl, "F_OFD_SETLKW")
+        monkeypatch.delattr(fcntl, "F_OFD_SETLK")
     elif without == "ofd-einval":
         real = fcntl.fcntl
 
         def no_ofd(fd: int, command: int, *args: Any) -> Any:
-            if command == getattr(fcntl, "F_OFD_SETLKW", None):
+            if command == getattr(fcntl, "F_OFD_SETLK", None):
                 raise OSError(errno.EINVAL, "Invalid argument")
             return real(fd, command, *args)
 

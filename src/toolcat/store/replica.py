@@ -73,6 +73,10 @@ MAX_TXID_FILE = 64  # Litestream's ``-txid`` sidecar: 16 hex digits and a newlin
 ORPHAN_GUARD = 'exec 3<&0; "$0" "$@" </dev/null & c=$!; { read _ <&3; kill $c; } & wait $c'
 SQLITE_SHARED_FIRST = 0x40000000 + 2
 SQLITE_SHARED_SIZE = 510
+# Seconds a copy waits for follow mode's write lock: held longer, follow mode is taken for
+# hung (stopped and restored afresh) rather than stop every later look.
+LOCK_WAIT = 15.0
+COPY_RESERVE = 64 << 20  # bytes a copy of follow mode's file must leave free on its disk
 LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as unreachable
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
 MAX_STATE = 64 * 1024  # a state file is a few hundred bytes: a bigger one is not ours
@@ -304,6 +308,7 @@ class Follower:
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _check_folder(self.path)
         self.state: dict[str, Any] = {"primary": self.primary}
         self.state = self._own_state()
         # Whether this follower started on a copy it serves (a restart), not on none.
@@ -521,16 +526,15 @@ class Follower:
 
     def _staged_txid(self) -> int | None:
         """The transaction follow mode says the staging file holds (its ``-txid`` sidecar,
-        read as input: a small regular file, not a link, 16 hex digits); None otherwise."""
-        import stat
-
+        read as input: a small regular file of this user's that others may not write, not a
+        link, 16 hex digits); None otherwise."""
         sidecar = f"{self.staging}-txid"
         try:
             fd = os.open(sidecar, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
         with open(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if not _own_regular_file(os.fstat(fd)):
                 return None
             data = f.read(MAX_TXID_FILE + 1)
         text = data.decode("ascii", "replace").strip()
@@ -600,8 +604,6 @@ class Follower:
                 Path(f"{self.incoming}{suffix}").unlink()
 
     def _copy_staged(self, newest: int, steps: dict[str, float]) -> tuple[int, int] | None:
-        import stat
-
         assert self.staging is not None
         self._clear_incoming()
         try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
@@ -610,14 +612,18 @@ class Follower:
             return None
         verdict: str | None = None
         try:
-            if not stat.S_ISREG(os.fstat(source).st_mode):
-                raise CatalogError("follow mode's file is not a regular file")
+            if not _own_regular_file(os.fstat(source)):
+                raise CatalogError(
+                    "follow mode's file is not a regular file of this user's that others "
+                    "may not write"
+                )
             # Litestream writes a transaction's pages under a write lock on these bytes:
             # holding a read lock, the copy is of whole transactions only.
             apart = _read_lock(source)
             txid = self._staged_txid()  # what it holds now: at least this
             if txid is None or txid < newest:
                 return None
+            _check_room(self.path.parent, os.fstat(source).st_size)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             target = os.open(self.incoming, flags, 0o644)
             started = time.perf_counter()
@@ -789,31 +795,86 @@ def _version(info: os.stat_result) -> tuple[int, int, int]:
     return (info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-def _read_lock(fd: int) -> bool:
-    """Wait for a read lock on SQLite's shared lock bytes of ``fd`` (where Litestream's
-    follow mode writes holding a write lock). True when the lock is the descriptor's own
-    (Linux's open file description locks), which closing another descriptor of the file
-    does not drop; False for a classic lock of the process (then no other descriptor of
-    the file may be closed while it is held)."""
+def _read_lock(fd: int, wait: float | None = None) -> bool:
+    """Take a read lock on SQLite's shared lock bytes of ``fd`` (where Litestream's follow
+    mode writes holding a write lock), waiting up to ``wait`` seconds (``LOCK_WAIT``). True
+    when the lock is the descriptor's own (Linux's open file description locks), which
+    closing another descriptor of the file does not drop; False for a classic lock of the
+    process (then no other descriptor of the file may be closed while it is held).
+
+    Raises:
+        CatalogError: The write lock was held all that time.
+    """
+    import errno
     import fcntl
     import struct
 
-    command = getattr(fcntl, "F_OFD_SETLKW", None)
-    if command is not None and sys.platform == "linux":
-        # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for these locks)
-        request = struct.pack(
-            "hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, SQLITE_SHARED_FIRST, SQLITE_SHARED_SIZE, 0
-        )
+    limit = LOCK_WAIT if wait is None else wait
+    deadline = time.monotonic() + limit
+    command: int | None = getattr(fcntl, "F_OFD_SETLK", None)
+    if sys.platform != "linux":
+        command = None
+    # struct flock: l_type, l_whence, l_start, l_len, l_pid (0 for these locks)
+    request = struct.pack(
+        "hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, SQLITE_SHARED_FIRST, SQLITE_SHARED_SIZE, 0
+    )
+    pause = 0.001
+    while True:
         try:
-            fcntl.fcntl(fd, command, request)
-            return True
+            if command is not None:
+                fcntl.fcntl(fd, command, request)
+                return True
+            fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+            return False
         except OSError as e:
-            import errno
-
-            if e.errno not in (errno.EINVAL, errno.ENOSYS):
+            if command is not None and e.errno in (errno.EINVAL, errno.ENOSYS):
+                command = None  # no such locks here: a classic one
+                continue
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-    fcntl.lockf(fd, fcntl.LOCK_SH, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
-    return False
+        if time.monotonic() >= deadline:
+            raise CatalogError(f"follow mode held its file's write lock for over {limit:g} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _own_regular_file(info: os.stat_result) -> bool:
+    """Whether a file follow mode wrote is as it would write it: a regular file of this
+    user's that others may not write (one planted by another user is not its)."""
+    import stat
+
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
+def _check_folder(path: Path) -> None:
+    """A replica's folder holds what it serves and what follow mode writes: a real folder
+    owned by this user (or the file's owner) that not everyone may write, else others could
+    plant follow mode's files there."""
+    from ..files.checks import checked_folder
+
+    owners = {os.geteuid()}
+    with contextlib.suppress(OSError):
+        owners.add(os.stat(path).st_uid)
+    if checked_folder(path.parent, owners) is None:
+        raise CatalogError(
+            f"{str(path.parent)!r} is no folder a replica may use: it must be a real folder "
+            "(not a link) owned by this user that not everyone may write"
+        )
+
+
+def _check_room(folder: Path, size: int) -> None:
+    """A copy of ``size`` bytes must leave ``COPY_RESERVE`` free on ``folder``'s disk: a
+    huge (or sparse) file as follow mode's would otherwise fill it."""
+    try:
+        info = os.statvfs(folder)
+    except OSError:
+        return  # no such figure here (the copy's own write then fails, named)
+    free = info.f_bavail * info.f_frsize
+    if size + COPY_RESERVE > free:
+        raise CatalogError(
+            f"follow mode's file ({size} bytes) does not fit in the replica's folder "
+            f"({free} bytes free, {COPY_RESERVE} kept)"
+        )
 
 
 class _Checking:

@@ -1,0 +1,230 @@
+"""Follow mode's files are bounded input (issue 32's "seen, not fixed"): a hung follow mode
+holding its write lock stops no look, a file planted by another user (or one others may write)
+is no follow mode's, a replica's folder that everyone may write is refused, and a copy that
+would fill the disk is never made."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from tests.store import test_replica as base
+from tests.store.test_replica import LITESTREAM, Primary, synced, write_lock_free
+from toolcat import Catalog
+from toolcat.errors import CatalogError
+from toolcat.store import replica
+from toolcat.store.replica import Follower
+
+pytestmark = pytest.mark.skipif(LITESTREAM is None, reason="litestream is not installed")
+
+primary, following = base.primary, base.following  # the fixtures, from the real Litestream
+
+
+def stopped(following: Follower) -> Path:
+    """Follow mode synced once and stopped, its staging file left as it was: its path."""
+    synced(following)
+    following.close()
+    assert following.staging is not None and following.staging.exists()
+    return following.staging
+
+
+def hold_write_lock(path: Path) -> int:
+    """A descriptor of ``path`` holding the write lock Litestream's follow mode takes while
+    it writes a transaction (an open file description lock: another description of the same
+    file, even in this process, conflicts with it)."""
+    fd = os.open(path, os.O_RDWR)
+    request = struct.pack(
+        "hhqqi4x",
+        fcntl.F_WRLCK,
+        os.SEEK_SET,
+        replica.SQLITE_SHARED_FIRST,
+        replica.SQLITE_SHARED_SIZE,
+        0,
+    )
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
+    return fd
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="open file description locks are Linux's")
+def test_a_hung_follow_mode_holding_its_lock_stops_no_look(
+    primary: Primary, following: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the copy waited for the lock with no end: a follow mode hung mid-write
+    stopped every later look (the replica went stale for good). Now the wait ends, follow
+    mode is stopped and restored afresh, and the change is restored in full meanwhile."""
+    import subprocess
+
+    staging = stopped(following)
+    following._closed = False
+    # Follow mode running but stuck: a process that never ends, holding the write lock.
+    hung = subprocess.Popen(["sleep", "300"], stdin=subprocess.PIPE, start_new_session=True)
+    following._follower = hung
+    monkeypatch.setattr(replica, "LOCK_WAIT", 0.5, raising=False)
+    revision = primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    Path(f"{staging}-txid").write_text(f"{2**40:016x}\n")  # it says it holds the change
+    held = hold_write_lock(staging)
+    try:
+        outcome: list[object] = []
+
+        def look() -> None:
+            try:
+                outcome.append(following.sync())
+            except Exception as e:  # what it raised is the outcome
+                outcome.append(e)
+
+        worker = threading.Thread(target=look, daemon=True)
+        started = time.monotonic()
+        worker.start()
+        worker.join(30)
+        assert not worker.is_alive(), "the look waited on follow mode's lock with no end"
+        assert outcome == [True]  # restored in full: the change is served
+        assert time.monotonic() - started < 30
+    finally:
+        os.close(held)
+    assert hung.wait(10) is not None  # the hung follow mode was stopped
+    assert hung.stdin is not None
+    hung.stdin.close()
+    with Catalog(following.path) as copy:
+        assert copy.revision == revision
+    assert replica.copy_problem(following.path, primary.url) is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="open file description locks are Linux's")
+def test_the_lock_wait_ends_with_one_line_naming_it(tmp_path: Path) -> None:
+    db = tmp_path / "staged.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS / "math.yaml")
+    held = hold_write_lock(db)
+    fd = os.open(db, os.O_RDONLY)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CatalogError, match=r"held its file's write lock for over 0\.3 s"):
+            replica._read_lock(fd, wait=0.3)
+        assert 0.3 <= time.monotonic() - started < 5
+    finally:
+        os.close(held)
+    try:  # released: taken at once, and held
+        assert replica._read_lock(fd, wait=0.3) is True
+        assert not write_lock_free(db)
+    finally:
+        os.close(fd)
+
+
+def test_a_classic_lock_waits_the_same_bounded_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without open file description locks, the classic lock is taken the same way: never
+    a wait without an end."""
+    db = tmp_path / "staged.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS / "math.yaml")
+    monkeypatch.delattr(fcntl, "F_OFD_SETLK", raising=False)
+    import subprocess
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "fcntl.lockf(fd, fcntl.LOCK_EX, int(sys.argv[3]), int(sys.argv[2]))\n"
+            "print('held', flush=True)\n"
+            "sys.stdin.read()\n",
+            str(db),
+            str(replica.SQLITE_SHARED_FIRST),
+            str(replica.SQLITE_SHARED_SIZE),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        fd = os.open(db, os.O_RDONLY)
+        try:
+            with pytest.raises(CatalogError, match="write lock for over"):
+                replica._read_lock(fd, wait=0.3)
+        finally:
+            os.close(fd)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(10)
+        assert holder.stdout is not None
+        holder.stdout.close()
+
+
+@pytest.mark.parametrize("planted", ["txid", "staging"])
+@pytest.mark.parametrize("how", ["others-may-write", "another-user"])
+def test_follow_modes_files_are_this_users_own(
+    following: Follower, planted: str, how: str
+) -> None:
+    """A ``-txid`` sidecar or a staging file that another user owns, or that others may
+    write, is not follow mode's: no transaction is read from it, no copy is made of it."""
+    if how == "another-user" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    staging = stopped(following)
+    sidecar = Path(f"{staging}-txid")
+    sidecar.write_text(f"{2**40:016x}\n")
+    assert following._staged_txid() == 2**40  # as follow mode writes it: read
+    target = sidecar if planted == "txid" else staging
+    if how == "others-may-write":
+        os.chmod(target, 0o666)
+    else:
+        os.chown(target, 4242, 4242)
+    if planted == "txid":
+        assert following._staged_txid() is None
+        assert following._copy_staged(1, {}) is None
+    else:
+        with pytest.raises(CatalogError, match="not a regular file of this user's"):
+            following._copy_staged(1, {})
+    assert not following.incoming.exists()
+
+
+@pytest.mark.parametrize("folder", ["everyone-may-write", "a-link"])
+def test_a_replica_folder_others_could_plant_in_is_refused(
+    primary: Primary, tmp_path: Path, folder: str
+) -> None:
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    if folder == "everyone-may-write":
+        os.chmod(shared, 0o777)
+        where = shared
+    else:
+        where = tmp_path / "linked"
+        where.symlink_to(shared, target_is_directory=True)
+    with pytest.raises(CatalogError, match="no folder a replica may use"):
+        Follower(where / "catalog.db", primary.url, follow=True)
+    assert list(shared.iterdir()) == []  # nothing written there
+    os.chmod(shared, 0o755)  # the same folder, now its owner's alone: taken
+    if folder == "everyone-may-write":
+        follower = Follower(shared / "catalog.db", primary.url, follow=True)
+        try:
+            synced(follower)
+        finally:
+            follower.close()
+
+
+def test_a_copy_that_would_fill_the_disk_is_never_made(
+    following: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A huge (or sparse) file as follow mode's: the copy is refused before a byte is
+    written, naming the sizes; not one that fits."""
+    staging = stopped(following)
+    free = os.statvfs(staging.parent)
+    room = free.f_bavail * free.f_frsize
+    monkeypatch.setattr(replica, "COPY_RESERVE", room, raising=False)  # the disk as good as full
+    with pytest.raises(CatalogError, match=r"does not fit in the replica's folder"):
+        following._copy_staged(1, {})
+    assert not following.incoming.exists()
+    monkeypatch.setattr(replica, "COPY_RESERVE", 64 << 20)
+    assert following._copy_staged(1, {}) is not None
