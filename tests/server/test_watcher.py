@@ -4,6 +4,8 @@ end of a second."""
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from pathlib import Path
 
@@ -144,3 +146,43 @@ def test_cancel_during_the_news_poll_ends_the_task_promptly(catalog_file: Path) 
     anyio.run(main)
     assert time.monotonic() - started < 1.0
     assert watcher._conn is None
+
+
+def test_news_that_hangs_never_holds_up_the_server(catalog_file: Path) -> None:
+    """``news`` reads a file: one that hangs (a network disk gone) ran on the event loop and
+    held up every request served meanwhile. It runs on a thread: the loop goes on, and the
+    look at the interval still comes."""
+    looks: list[float] = []
+    running: list[int] = []
+    most: list[int] = [0]
+    guard = threading.Lock()
+
+    def hanging() -> bool:  # hangs past the interval: reads hung one after another
+        with guard:
+            running.append(1)
+            most[0] = max(most[0], len(running))
+        time.sleep(1.3)
+        with guard:
+            running.pop()
+        return False
+
+    watcher = RevisionWatcher(
+        catalog_file, interval=1.0, follow=lambda: looks.append(time.monotonic()), news=hanging
+    )
+    ticks: list[float] = []
+
+    async def main() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(watcher.run)
+            with anyio.move_on_after(2.5):
+                while True:  # what serving requests needs: the loop turning
+                    ticks.append(time.monotonic())
+                    await anyio.sleep(0.01)
+            group.cancel_scope.cancel()
+
+    anyio.run(main)
+    watcher.close()
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 0.3, f"the loop stood still {max(gaps):.2f} s"
+    assert len(looks) >= 2  # the interval's look still came
+    assert most[0] == 1  # never more than one thread on it: the others serve requests

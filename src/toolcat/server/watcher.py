@@ -62,6 +62,7 @@ class RevisionWatcher:
         # transaction): asked every NEWS_POLL seconds between looks, it starts the next
         # look at once instead of at the end of the interval.
         self.news = news
+        self._asking = False  # whether a thread is reading ``news`` now
         # The revision ``prepare`` last made ready: a restarted replica listens before its
         # first, which its first tick then makes (off the request path).
         self.prepared: int | None = None
@@ -159,11 +160,24 @@ class RevisionWatcher:
         deadline = anyio.current_time() + self.interval
         while (left := deadline - anyio.current_time()) > 0:
             await anyio.sleep(min(NEWS_POLL, left))
-            try:
-                if self.news():
-                    return
-            except OSError:  # its file unreadable now: the look at the interval says why
-                pass
+            if self._asking:  # the last read hangs still: no second thread on it
+                continue
+            # On a thread: a read that hangs (a network disk gone) holds up the wait for the
+            # next look at most until the interval ends, and never the requests being served.
+            self._asking = True
+            with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
+                try:
+                    if await anyio.to_thread.run_sync(self._ask_news, abandon_on_cancel=True):
+                        return
+                except OSError:  # its file unreadable now: the look at the interval says why
+                    pass
+
+    def _ask_news(self) -> bool:
+        assert self.news is not None
+        try:
+            return self.news()
+        finally:
+            self._asking = False
 
     async def run(self) -> None:
         """Check forever, every ``interval`` seconds (cancel the task to stop)."""
