@@ -164,9 +164,7 @@ def test_a_classic_lock_waits_the_same_bounded_time(
 
 @pytest.mark.parametrize("planted", ["txid", "staging"])
 @pytest.mark.parametrize("how", ["others-may-write", "another-user"])
-def test_follow_modes_files_are_this_users_own(
-    following: Follower, planted: str, how: str
-) -> None:
+def test_follow_modes_files_are_this_users_own(following: Follower, planted: str, how: str) -> None:
     """A ``-txid`` sidecar or a staging file that another user owns, or that others may
     write, is not follow mode's: no transaction is read from it, no copy is made of it."""
     if how == "another-user" and os.geteuid() != 0:
