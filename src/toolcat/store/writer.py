@@ -45,11 +45,6 @@ OPTIMIZE_AFTER = 1000
 # as they are used, and given back when the registration ends.
 REGISTER_CACHE_KIB = 512 * 1024
 MERGE_PAGES = 1000  # FTS5 pages an incremental merge may write (``merge_segments``)
-# FTS5's settings while a batch that ends in a whole-index merge is written (``_bulk_fts``):
-# its own merging of the segments as they pile up is then work the last merge throws away,
-# and a bigger buffer of pending terms (1 MiB by default) makes fewer segments to merge.
-BULK_FTS = {"automerge": 0, "crisismerge": 64, "hashsize": 64 << 20}
-FTS_DEFAULTS = {"automerge": 4, "crisismerge": 16, "hashsize": 1 << 20}  # FTS5's own
 # Rows of the ``tools_fts`` change log kept: a saved BM25 index more changes behind than
 # ``lexical_index.bring_forward`` takes up is rebuilt whole, so older ones serve nothing.
 FTS_CHANGES_KEPT = 100_000
@@ -533,11 +528,7 @@ def register_stream(
     results: list[RegistrationResult] = []
     tools = 0
     changed = False
-    restore: dict[str, int] | None = None  # FTS5's settings before a bulk write, to put back
     with write_transaction(conn), _page_cache(conn, REGISTER_CACHE_KIB):
-        from .counts import index_totals
-
-        indexed, _ = index_totals(conn)
         for entry in entries:
             if isinstance(entry, ManifestError):
                 problems.append(entry)
@@ -561,15 +552,11 @@ def register_stream(
                 continue
             changed = changed or result.status != "unchanged"
             results.append(result)
-            if restore is None and _merged_whole(tools, indexed + tools):
-                restore = _bulk_fts(conn)  # the batch is sure to end in a whole merge
         for found in (problems, refused):
             if found:
                 raise ManifestError.of(found)
         if twice or conflict:
             raise twice or conflict  # type: ignore[misc]
-        if restore is not None:
-            _set_fts(conn, restore)
         merge_segments(conn, tools)
         revision = bump_revision(conn) if changed else read_revision(conn)
     return [r.model_copy(update={"revision": revision}) for r in results]
@@ -660,46 +647,10 @@ def merge_segments(conn: sqlite3.Connection, added: int) -> None:
     from .counts import index_totals
 
     indexed, _ = index_totals(conn)
-    if _merged_whole(added, indexed):
+    if added * 4 >= indexed:
         conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
     else:
         conn.execute("INSERT INTO tools_fts (tools_fts, rank) VALUES ('merge', ?)", (MERGE_PAGES,))
-
-
-def _merged_whole(added: int, indexed: int) -> bool:
-    """Whether ``merge_segments`` rewrites the whole index after ``added`` tools were
-    indexed into ``indexed`` (them included; more only makes it likelier: a batch whose
-    count says so before its end is sure to end in a whole merge)."""
-    return added >= OPTIMIZE_AFTER and added * 4 >= indexed
-
-
-def _bulk_fts(conn: sqlite3.Connection) -> dict[str, int]:
-    """Set ``BULK_FTS``; returns the settings it changed as they were, to put back."""
-    keys = tuple(BULK_FTS)
-    before = dict(
-        conn.execute(
-            f"SELECT k, v FROM tools_fts_config WHERE k IN ({', '.join('?' * len(keys))})", keys
-        ).fetchall()
-    )
-    changed = _set_fts(conn, BULK_FTS)
-    return {
-        key: value if type(value := before.get(key)) is int else FTS_DEFAULTS[key]
-        for key in changed
-    }
-
-
-def _set_fts(conn: sqlite3.Connection, settings: dict[str, int]) -> list[str]:
-    """FTS5's settings, rows of its config table (written in the transaction: a rollback
-    takes them back too); the names set. One this SQLite's FTS5 does not know (``hashsize``
-    is newer than the others) is left out."""
-    done = []
-    for key, value in settings.items():
-        try:
-            conn.execute("INSERT INTO tools_fts (tools_fts, rank) VALUES (?, ?)", (key, value))
-        except sqlite3.OperationalError:
-            continue
-        done.append(key)
-    return done
 
 
 def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
