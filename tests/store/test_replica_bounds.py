@@ -226,3 +226,28 @@ def test_a_copy_that_would_fill_the_disk_is_never_made(
     assert not following.incoming.exists()
     monkeypatch.setattr(replica, "COPY_RESERVE", 64 << 20)
     assert following._copy_staged(1, {}) is not None
+
+
+def test_an_older_file_behind_a_lying_txid_is_never_a_step_back(
+    primary: Primary, following: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Follow mode's file holding an older revision than the one served, its ``-txid``
+    saying it holds the store's newest: before, it was swapped in (the replica went back a
+    revision) and recorded as caught up, until the next change. Now it is refused, follow
+    mode starts afresh and the change is restored in full."""
+    staging = stopped(following)
+    old = staging.read_bytes()
+    first = following.state["revision"]
+    following._closed = False
+    monkeypatch.setattr(Follower, "_following", lambda self: None)  # a follow mode that lags
+    second = primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    synced(following)  # follow mode has not got it: restored in full
+    assert following.state["revision"] == second > first
+    staging.write_bytes(old)  # what it holds: the first revision
+    Path(f"{staging}-txid").write_text(f"{2**40:016x}\n")  # what it says: anything newer
+    third = primary.register(SAMPLE_TOOLKITS / "files.yaml")
+    synced(following)
+    with Catalog(following.path) as copy:
+        assert copy.revision == third
+    assert following.state["revision"] == third
+    assert not staging.exists()  # refused and removed: follow mode starts afresh

@@ -554,7 +554,15 @@ class Follower:
         if (self._staged_txid() or 0) < newest:
             return None
         try:
-            return self._copy_staged(newest, steps)
+            staged = self._copy_staged(newest, steps)
+            served = self.state.get("revision")
+            if staged is not None and served is not None and staged[1] < served:
+                # Its -txid said it holds the store's newest; what it holds is older than
+                # what is served: never a step back, and never recorded as caught up.
+                raise CatalogError(
+                    f"follow mode's file holds revision {staged[1]}, older than the served {served}"
+                )
+            return staged
         except CatalogError as e:  # a staging file that does not check out: afresh
             logger.warning("replica %s: %s; follow mode restores afresh", self.path, e)
             self._refollow()
