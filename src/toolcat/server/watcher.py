@@ -62,7 +62,9 @@ class RevisionWatcher:
         # transaction): asked every NEWS_POLL seconds between looks, it starts the next
         # look at once instead of at the end of the interval.
         self.news = news
-        self._asking = False  # whether a thread is reading ``news`` now
+        # Held by the thread reading ``news`` while it reads: taken there, not before the
+        # thread is asked for, as a thread cancelled before it starts never lets go of it.
+        self._asking = threading.Lock()
         # The revision ``prepare`` last made ready: a restarted replica listens before its
         # first, which its first tick then makes (off the request path).
         self.prepared: int | None = None
@@ -160,11 +162,10 @@ class RevisionWatcher:
         deadline = anyio.current_time() + self.interval
         while (left := deadline - anyio.current_time()) > 0:
             await anyio.sleep(min(NEWS_POLL, left))
-            if self._asking:  # the last read hangs still: no second thread on it
+            if self._asking.locked():  # the last read hangs still: no second thread on it
                 continue
             # On a thread: a read that hangs (a network disk gone) holds up the wait for the
             # next look at most until the interval ends, and never the requests being served.
-            self._asking = True
             with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
                 try:
                     if await anyio.to_thread.run_sync(self._ask_news, abandon_on_cancel=True):
@@ -174,10 +175,12 @@ class RevisionWatcher:
 
     def _ask_news(self) -> bool:
         assert self.news is not None
+        if not self._asking.acquire(blocking=False):
+            return False  # another read hangs still
         try:
             return self.news()
         finally:
-            self._asking = False
+            self._asking.release()
 
     async def run(self) -> None:
         """Check forever, every ``interval`` seconds (cancel the task to stop)."""
