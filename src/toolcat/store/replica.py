@@ -519,6 +519,9 @@ class Follower:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
+                # Its files are to be no one else's to write (``_own_regular_file``), whatever
+                # this process's umask (002 for a user with a group of their own).
+                umask=0o077,
             )
         except OSError as e:
             raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
