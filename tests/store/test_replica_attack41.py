@@ -4,6 +4,8 @@ folder), against the real Litestream."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.store import test_replica as base
+from toolcat.errors import CatalogError
 from toolcat.store import replica
 from toolcat.store.replica import Follower
 
@@ -52,3 +55,85 @@ def test_follow_mode_takes_each_change_under_a_group_umask(
             assert not os.stat(name).st_mode & 0o022  # none others may write
     finally:
         follower.close()
+
+
+def hold_write_lock(path: Path, seconds: float, *, writing: bool) -> threading.Thread:
+    """A thread holding a write lock on SQLite's shared bytes of ``path`` (its own open file
+    description: it excludes this process's other descriptors too) for ``seconds``, as
+    Litestream's follow mode holds it while it applies a transaction; ``writing``: it
+    writes the file meanwhile, as follow mode writes a transaction's pages."""
+    import fcntl
+    import struct
+
+    taken = threading.Event()
+
+    def hold() -> None:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            request = struct.pack(
+                "hhqqi4x",
+                fcntl.F_WRLCK,
+                os.SEEK_SET,
+                replica.SQLITE_SHARED_FIRST,
+                replica.SQLITE_SHARED_SIZE,
+                0,
+            )
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, request)
+            taken.set()
+            end = time.monotonic() + seconds
+            page = 0
+            while time.monotonic() < end:
+                if writing:
+                    os.pwrite(fd, os.urandom(4096), page * 4096)
+                    page += 1
+                time.sleep(0.02)
+        finally:
+            os.close(fd)  # and the lock with it
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(5)
+    return thread
+
+
+linux_only = pytest.mark.skipif(
+    sys.platform != "linux", reason="open file description locks (one process, two holders)"
+)
+
+
+@linux_only
+def test_a_follow_mode_slow_to_write_a_transaction_is_waited_for_not_taken_for_hung(
+    tmp_path: Path,
+) -> None:
+    # Litestream holds its write lock while it reads a transaction's pages from the store
+    # (a big one over a slow link: longer than LOCK_WAIT); writing all the while, it is
+    # slow, not hung, and stopping it means a full download instead of the rest of one.
+    staged = tmp_path / "catalog.db.follow"
+    staged.write_bytes(bytes(4096))
+    holder = hold_write_lock(staged, 1.2, writing=True)
+    fd = os.open(staged, os.O_RDONLY)
+    try:
+        started = time.monotonic()
+        assert replica._read_lock(fd, wait=0.4) is True
+        assert time.monotonic() - started >= 1.0  # once the transaction was written
+    finally:
+        os.close(fd)
+        holder.join()
+
+
+@linux_only
+def test_a_follow_mode_holding_its_lock_without_writing_is_still_taken_for_hung(
+    tmp_path: Path,
+) -> None:
+    staged = tmp_path / "catalog.db.follow"
+    staged.write_bytes(bytes(4096))
+    holder = hold_write_lock(staged, 1.5, writing=False)
+    fd = os.open(staged, os.O_RDONLY)
+    try:
+        started = time.monotonic()
+        with pytest.raises(CatalogError, match="write lock"):
+            replica._read_lock(fd, wait=0.4)
+        assert 0.4 <= time.monotonic() - started < 1.2
+    finally:
+        os.close(fd)
+        holder.join()

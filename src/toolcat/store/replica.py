@@ -808,20 +808,26 @@ def _version(info: os.stat_result) -> tuple[int, int, int]:
 
 def _read_lock(fd: int, wait: float | None = None) -> bool:
     """Take a read lock on SQLite's shared lock bytes of ``fd`` (where Litestream's follow
-    mode writes holding a write lock), waiting up to ``wait`` seconds (``LOCK_WAIT``). True
+    mode writes holding a write lock), waiting while follow mode writes the file and up to
+    ``wait`` seconds (``LOCK_WAIT``) past its last write, ``RESTORE_TIMEOUT`` in all. True
     when the lock is the descriptor's own (Linux's open file description locks), which
     closing another descriptor of the file does not drop; False for a classic lock of the
     process (then no other descriptor of the file may be closed while it is held).
 
     Raises:
-        CatalogError: The write lock was held all that time.
+        CatalogError: The write lock was held that long with no write (hung), or in all.
     """
     import errno
     import fcntl
     import struct
 
     limit = LOCK_WAIT if wait is None else wait
-    deadline = time.monotonic() + limit
+    started = time.monotonic()
+    deadline = started + limit
+    # Follow mode holds the lock while it reads a transaction's pages from the store and
+    # writes them (a big one over a slow link takes longer than ``wait``), and takes it
+    # again at once for the next one when it catches up: writing, it is slow, not hung.
+    written = _version(os.fstat(fd))
     command: int | None = getattr(fcntl, "F_OFD_SETLK", None)
     if sys.platform != "linux":
         command = None
@@ -843,8 +849,17 @@ def _read_lock(fd: int, wait: float | None = None) -> bool:
                 continue
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-        if time.monotonic() >= deadline:
-            raise CatalogError(f"follow mode held its file's write lock for over {limit:g} s")
+        now = time.monotonic()
+        if (version := _version(os.fstat(fd))) != written:
+            written, deadline = version, min(now + limit, started + RESTORE_TIMEOUT)
+        if now >= deadline:
+            capped = deadline >= started + RESTORE_TIMEOUT
+            raise CatalogError(
+                f"follow mode held its file's write lock for over {RESTORE_TIMEOUT:g} s"
+                if capped
+                else f"follow mode held its file's write lock for over {limit:g} s without "
+                "writing it"
+            )
         time.sleep(pause)
         pause = min(pause * 2, 0.05)
 
