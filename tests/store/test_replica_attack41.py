@@ -137,3 +137,23 @@ def test_a_follow_mode_holding_its_lock_without_writing_is_still_taken_for_hung(
     finally:
         os.close(fd)
         holder.join()
+
+
+@pytest.mark.parametrize("sticky", [False, True])
+def test_a_replica_under_a_folder_everyone_may_write_is_refused_unless_sticky(
+    primary: base.Primary, tmp_path: Path, sticky: bool
+) -> None:
+    # The replica's own folder was checked, not those above it: in one everyone may write
+    # (no sticky bit), anyone may rename the checked folder away once checked and put a link
+    # to another of their choosing in its place, where follow mode's files and the served
+    # copy then go. /tmp's sticky bit lets only a folder's owner rename it.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777 if sticky else 0o777)
+    path = shared / "replica" / "catalog.db"
+    if sticky:
+        Follower(path, primary.url, follow=True).close()
+    else:
+        with pytest.raises(CatalogError, match="shared") as refused:
+            Follower(path, primary.url, follow=True)
+        assert "\n" not in str(refused.value)

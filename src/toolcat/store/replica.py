@@ -876,6 +876,8 @@ def _check_folder(path: Path) -> None:
     """A replica's folder holds what it serves and what follow mode writes: a real folder
     owned by this user (or the file's owner) that not everyone may write, else others could
     plant follow mode's files there."""
+    import stat
+
     from ..files.checks import checked_folder
 
     owners = {os.geteuid()}
@@ -886,6 +888,18 @@ def _check_folder(path: Path) -> None:
             f"{str(path.parent)!r} is no folder a replica may use: it must be a real folder "
             "(not a link) owned by this user that not everyone may write"
         )
+    # Whoever may write a folder above it may rename it away once checked and put another
+    # (or a link) in its place: not everyone, unless the sticky bit (/tmp) stops them.
+    for above in Path(os.path.abspath(path.parent)).parents:
+        try:
+            mode = os.stat(above).st_mode
+        except OSError:
+            continue
+        if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+            raise CatalogError(
+                f"{str(path.parent)!r} is no folder a replica may use: everyone may write "
+                f"{str(above)!r} above it, and put another folder in its place"
+            )
 
 
 def _check_room(folder: Path, size: int) -> None:
