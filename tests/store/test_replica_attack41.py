@@ -157,3 +157,4 @@ def test_a_replica_under_a_folder_everyone_may_write_is_refused_unless_sticky(
         with pytest.raises(CatalogError, match="shared") as refused:
             Follower(path, primary.url, follow=True)
         assert "\n" not in str(refused.value)
+        assert list(shared.iterdir()) == []  # nothing made under a refused folder

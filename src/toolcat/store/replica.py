@@ -307,7 +307,6 @@ class Follower:
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         _check_folder(self.path)
         self.state: dict[str, Any] = {"primary": self.primary}
         self.state = self._own_state()
@@ -860,8 +859,10 @@ def _read_lock(fd: int, wait: float | None = None) -> bool:
                 else f"follow mode held its file's write lock for over {limit:g} s without "
                 "writing it"
             )
+        # Polled often: follow mode catching up takes the lock again a few ms after it lets
+        # go, and a longer sleep would rarely fall in such a gap.
         time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+        pause = min(pause * 2, 0.005)
 
 
 def _own_regular_file(info: os.stat_result) -> bool:
@@ -874,20 +875,13 @@ def _own_regular_file(info: os.stat_result) -> bool:
 
 def _check_folder(path: Path) -> None:
     """A replica's folder holds what it serves and what follow mode writes: a real folder
-    owned by this user (or the file's owner) that not everyone may write, else others could
-    plant follow mode's files there."""
+    owned by this user (or the file's owner) that not everyone may write, made if missing,
+    under no folder that everyone may write (without the sticky bit of ``/tmp``), else
+    others could plant follow mode's files there. Nothing is made under a refused folder."""
     import stat
 
     from ..files.checks import checked_folder
 
-    owners = {os.geteuid()}
-    with contextlib.suppress(OSError):
-        owners.add(os.stat(path).st_uid)
-    if checked_folder(path.parent, owners) is None:
-        raise CatalogError(
-            f"{str(path.parent)!r} is no folder a replica may use: it must be a real folder "
-            "(not a link) owned by this user that not everyone may write"
-        )
     # Whoever may write a folder above it may rename it away once checked and put another
     # (or a link) in its place: not everyone, unless the sticky bit (/tmp) stops them.
     for above in Path(os.path.abspath(path.parent)).parents:
@@ -900,6 +894,15 @@ def _check_folder(path: Path) -> None:
                 f"{str(path.parent)!r} is no folder a replica may use: everyone may write "
                 f"{str(above)!r} above it, and put another folder in its place"
             )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    owners = {os.geteuid()}
+    with contextlib.suppress(OSError):
+        owners.add(os.stat(path).st_uid)
+    if checked_folder(path.parent, owners) is None:
+        raise CatalogError(
+            f"{str(path.parent)!r} is no folder a replica may use: it must be a real folder "
+            "(not a link) owned by this user that not everyone may write"
+        )
 
 
 def _check_room(folder: Path, size: int) -> None:
