@@ -186,3 +186,22 @@ def test_news_that_hangs_never_holds_up_the_server(catalog_file: Path) -> None:
     assert max(gaps) < 0.3, f"the loop stood still {max(gaps):.2f} s"
     assert len(looks) >= 2  # the interval's look still came
     assert most[0] == 1  # never more than one thread on it: the others serve requests
+
+
+def test_news_that_raises_a_bug_never_ends_following(catalog_file: Path) -> None:
+    """An error other than an unreadable file (a bug) ended the watcher's task: the replica
+    stopped following for good, still answering. Now it is logged once, news is no longer
+    asked, and the looks go on at the interval."""
+    looks: list[float] = []
+    asked: list[int] = []
+
+    def broken() -> bool:
+        asked.append(1)
+        raise ValueError("a bug")
+
+    watcher = RevisionWatcher(
+        catalog_file, interval=0.3, follow=lambda: looks.append(time.monotonic()), news=broken
+    )
+    assert looks_within(watcher, looks, 4, seconds=5) == 4
+    assert len(asked) == 1  # asked once, then no more
+    watcher.close()

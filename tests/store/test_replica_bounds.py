@@ -251,3 +251,35 @@ def test_an_older_file_behind_a_lying_txid_is_never_a_step_back(
         assert copy.revision == third
     assert following.state["revision"] == third
     assert not staging.exists()  # refused and removed: follow mode starts afresh
+
+
+def test_a_restored_copy_is_no_one_elses_to_write_whatever_the_umask(
+    primary: Primary, tmp_path: Path
+) -> None:
+    """Under a umask of 002 (a user with a group of their own) a full restore wrote the
+    served file group-writable, while readers open it immutable: Litestream now runs under
+    022 for a restore."""
+    import stat
+
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    before = os.umask(0o002)
+    try:
+        follower = Follower(tmp_path / "replica" / "catalog.db", primary.url)
+        synced(follower)
+    finally:
+        os.umask(before)
+    mode = stat.S_IMODE(follower.path.stat().st_mode)
+    assert not mode & 0o022, oct(mode)
+    assert mode & 0o444  # still readable: status and other readers
+
+
+def test_only_this_users_files_are_removed_as_follow_modes(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    theirs, ours = tmp_path / "theirs.follow", tmp_path / "ours.follow"
+    theirs.write_text("x")
+    ours.write_text("x")
+    os.chown(theirs, 4242, 4242)
+    replica._remove_own_file(theirs)
+    replica._remove_own_file(ours)
+    assert theirs.exists() and not ours.exists()

@@ -172,6 +172,11 @@ class RevisionWatcher:
                         return
                 except OSError:  # its file unreadable now: the look at the interval says why
                     pass
+                except Exception:  # a bug in it must not end following: looks at the interval
+                    logger.exception("replica: follow mode's news failed; looking each interval")
+                    self.news = None
+                    await anyio.sleep(max(deadline - anyio.current_time(), 0.0))
+                    return
 
     def _ask_news(self) -> bool:
         assert self.news is not None

@@ -690,6 +690,9 @@ class Follower:
                 text=True,
                 errors="replace",
                 start_new_session=True,
+                # What a restore writes becomes the served file: never one that others may
+                # write (readers open it immutable), whatever this process's umask.
+                umask=0o022,
             )
         except OSError as e:
             raise CatalogError(f"cannot run {self.litestream}: {e.strerror or e}") from e
@@ -955,11 +958,13 @@ class _Checking:
 
 
 def _remove_own_file(path: Path) -> None:
-    """Remove ``path`` when it is a regular file (never a link or a folder)."""
+    """Remove ``path`` when it is a regular file of this user's (never a link, a folder or
+    another user's file)."""
     import stat
 
     with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.lstat(path).st_mode):
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
             path.unlink()
 
 
