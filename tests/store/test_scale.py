@@ -233,3 +233,19 @@ def test_name_lookups_read_the_same_whatever_the_number_of_toolkits(
         with Catalog(path) as catalog:
             catalog.register(solo)
     assert cost(large, call) <= cost(small, call) * 1.5 + 5
+
+
+def test_registering_an_unchanged_batch_again_writes_nothing(tmp_path: Path) -> None:
+    """The same 1,200 tools registered again: every toolkit unchanged, so nothing is
+    written. Before, the batch's tools were counted whether written or not, and a batch as
+    big as the catalog ended in a merge of FTS5's whole index (every tool's postings
+    rewritten: at 1M tools, a folder registered again took minutes)."""
+    batch = [toolkit(f"kit{i:02d}", 100, deferred=True) for i in range(12)]
+    with Catalog(tmp_path / "c.db") as catalog:
+        for one in batch:  # a call each: FTS5's segments left as they come (a few hundred
+            catalog.register(one)  # tools a call are not worth merging)
+        revision = catalog.revision
+        written = pages_written(catalog._conn, lambda: catalog.register(*batch))
+        assert written <= 2, written
+        assert catalog.revision == revision
+        assert len(catalog.search("fetch record 7 kit03", k=3).hits) == 3

@@ -526,7 +526,7 @@ def register_stream(
     conflict: ToolcatError | None = None
     seen: dict[tuple[str, Any], tuple[str | None, str]] = {}
     results: list[RegistrationResult] = []
-    tools = 0
+    written = 0  # tools indexed by this batch: an unchanged toolkit's are not
     changed = False
     with write_transaction(conn), _page_cache(conn, REGISTER_CACHE_KIB):
         for entry in entries:
@@ -534,7 +534,6 @@ def register_stream(
                 problems.append(entry)
                 continue
             toolkit, source, made = entry
-            tools += len(made.tools)
             if check is not None:
                 try:
                     check(toolkit, source)
@@ -550,14 +549,17 @@ def register_stream(
             except ToolcatError as e:  # raised below unless a problem above outranks it
                 conflict = e
                 continue
-            changed = changed or result.status != "unchanged"
+            if result.status != "unchanged":
+                changed, written = True, written + len(made.tools)
             results.append(result)
         for found in (problems, refused):
             if found:
                 raise ManifestError.of(found)
         if twice or conflict:
             raise twice or conflict  # type: ignore[misc]
-        merge_segments(conn, tools)
+        # Registering an unchanged folder again writes nothing: no merge of FTS5's index
+        # (a whole one, when the folder is as big as the catalog), no new revision.
+        merge_segments(conn, written)
         revision = bump_revision(conn) if changed else read_revision(conn)
     return [r.model_copy(update={"revision": revision}) for r in results]
 
