@@ -8,19 +8,11 @@ import time
 from pathlib import Path
 
 import anyio
-import pytest
 
-from tests.helpers import SAMPLE_TOOLKITS
-from toolcat import Catalog
+from tests.server import test_watcher as base
 from toolcat.server.watcher import RevisionWatcher
 
-
-@pytest.fixture
-def catalog_file(tmp_path: Path) -> Path:
-    path = tmp_path / "catalog.db"
-    with Catalog(path) as catalog:
-        catalog.register(SAMPLE_TOOLKITS / "math.yaml")
-    return path
+catalog_file = base.catalog_file  # the fixture
 
 
 def run_for(watcher: RevisionWatcher, seconds: float) -> None:

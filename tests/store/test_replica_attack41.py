@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.store import test_replica as base
+from tests.store.test_replica_bounds import WRITE_LOCK
 from toolcat.errors import CatalogError
 from toolcat.store import replica
 from toolcat.store.replica import Follower
@@ -63,22 +64,13 @@ def hold_write_lock(path: Path, seconds: float, *, writing: bool) -> threading.T
     Litestream's follow mode holds it while it applies a transaction; ``writing``: it
     writes the file meanwhile, as follow mode writes a transaction's pages."""
     import fcntl
-    import struct
 
     taken = threading.Event()
 
     def hold() -> None:
         fd = os.open(path, os.O_RDWR)
         try:
-            request = struct.pack(
-                "hhqqi4x",
-                fcntl.F_WRLCK,
-                os.SEEK_SET,
-                replica.SQLITE_SHARED_FIRST,
-                replica.SQLITE_SHARED_SIZE,
-                0,
-            )
-            fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, request)
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLKW, WRITE_LOCK)
             taken.set()
             end = time.monotonic() + seconds
             page = 0

@@ -41,16 +41,20 @@ def hold_write_lock(path: Path) -> int:
     it writes a transaction (an open file description lock: another description of the same
     file, even in this process, conflicts with it)."""
     fd = os.open(path, os.O_RDWR)
-    request = struct.pack(
-        "hhqqi4x",
-        fcntl.F_WRLCK,
-        os.SEEK_SET,
-        replica.SQLITE_SHARED_FIRST,
-        replica.SQLITE_SHARED_SIZE,
-        0,
-    )
-    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, request)
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, WRITE_LOCK)
     return fd
+
+
+# struct flock for the write lock Litestream's follow mode takes: l_type, l_whence, l_start,
+# l_len, l_pid (0 for open file description locks)
+WRITE_LOCK = struct.pack(
+    "hhqqi4x",
+    fcntl.F_WRLCK,
+    os.SEEK_SET,
+    replica.SQLITE_SHARED_FIRST,
+    replica.SQLITE_SHARED_SIZE,
+    0,
+)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="open file description locks are Linux's")
