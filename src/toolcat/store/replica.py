@@ -887,9 +887,9 @@ def _check_folder(path: Path) -> None:
 
     # Whoever may write a folder above it may rename it away once checked and put another
     # (or a link) in its place: not everyone, unless the sticky bit (/tmp) stops them.
-    for above in Path(os.path.abspath(path.parent)).parents:
+    for above in _folders_passed(path.parent):
         try:
-            mode = os.stat(above).st_mode
+            mode = os.lstat(above).st_mode
         except OSError:
             continue
         if mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
@@ -897,7 +897,7 @@ def _check_folder(path: Path) -> None:
                 f"{str(path.parent)!r} is no folder a replica may use: everyone may write "
                 f"{str(above)!r} above it, and put another folder in its place"
             )
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folders(path.parent)
     owners = {os.geteuid()}
     with contextlib.suppress(OSError):
         owners.add(os.stat(path).st_uid)
@@ -906,6 +906,50 @@ def _check_folder(path: Path) -> None:
             f"{str(path.parent)!r} is no folder a replica may use: it must be a real folder "
             "(not a link) owned by this user that not everyone may write"
         )
+
+
+def _folders_passed(folder: Path) -> list[Path]:
+    """The folders whose entries the kernel goes through to reach ``folder``: the real
+    folders above it and those holding a link on the way (a link's target, and ``..``
+    after a link, are the target's, not what the typed path says by the letter)."""
+    pending = list(reversed(Path(os.getcwd(), folder).parts))
+    current, passed, links = Path("/"), [], 0
+    while pending:
+        part = pending.pop()
+        if part == os.sep:
+            current = Path(os.sep)
+        elif part == "..":
+            current = current.parent
+        elif part != ".":
+            passed.append(current)
+            step = current / part
+            try:
+                target = os.readlink(step)
+            except OSError:  # no link: a folder, or one not made yet (made below)
+                current = step
+                continue
+            links += 1
+            if links > 40:  # the kernel's own bound (ELOOP)
+                raise CatalogError(f"{str(folder)!r}: too many links on the way")
+            pending.extend(reversed(Path(target).parts))
+    return list(dict.fromkeys(passed))
+
+
+def _make_folders(folder: Path) -> None:
+    """``mkdir -p`` of ``folder``, each folder made 0755 (less what the umask takes): never
+    one everyone may write, whatever this process's umask (``Path.mkdir`` makes the ones
+    above 0777 less the umask)."""
+    try:
+        os.mkdir(folder, 0o755)
+    except FileNotFoundError:
+        if folder.parent == folder:
+            raise
+        _make_folders(folder.parent)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o755)
+    except FileExistsError:
+        if not folder.is_dir():
+            raise
 
 
 def _check_room(folder: Path, size: int) -> None:
