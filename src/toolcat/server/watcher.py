@@ -62,6 +62,7 @@ class RevisionWatcher:
         # transaction): asked every NEWS_POLL seconds between looks, it starts the next
         # look at once instead of at the end of the interval.
         self.news = news
+        self._news_failing = False  # the last ask of ``news`` raised (logged once)
         # Held by the thread reading ``news`` while it reads: taken there, not before the
         # thread is asked for, as a thread cancelled before it starts never lets go of it.
         self._asking = threading.Lock()
@@ -168,14 +169,23 @@ class RevisionWatcher:
             # next look at most until the interval ends, and never the requests being served.
             with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
                 try:
-                    if await anyio.to_thread.run_sync(self._ask_news, abandon_on_cancel=True):
-                        return
+                    told = await anyio.to_thread.run_sync(self._ask_news, abandon_on_cancel=True)
                 except OSError:  # its file unreadable now: the look at the interval says why
-                    pass
-                except Exception:  # a bug in it must not end following: looks at the interval
-                    logger.exception("replica: follow mode's news failed; looking each interval")
-                    self.news = None
+                    continue
+                except Exception:  # a bug, or no thread to be had: never ends following
+                    # Asked again after the next look, not never again: a passing failure
+                    # (no thread now, memory short) must not cost every later change the
+                    # rest of an interval. Logged once until news works again.
+                    if not self._news_failing:
+                        logger.exception(
+                            "replica: follow mode's news failed; looking at the interval "
+                            "until it works again"
+                        )
+                    self._news_failing = True
                     await anyio.sleep(max(deadline - anyio.current_time(), 0.0))
+                    return
+                self._news_failing = False
+                if told:
                     return
 
     def _ask_news(self) -> bool:
