@@ -190,8 +190,9 @@ def test_news_that_hangs_never_holds_up_the_server(catalog_file: Path) -> None:
 
 def test_news_that_raises_a_bug_never_ends_following(catalog_file: Path) -> None:
     """An error other than an unreadable file (a bug) ended the watcher's task: the replica
-    stopped following for good, still answering. Now it is logged once, news is no longer
-    asked, and the looks go on at the interval."""
+    stopped following for good, still answering. Now it is logged once, news is asked again
+    only after the next look (attack42: a passing failure must not end the early looks for
+    good), and the looks go on at the interval."""
     looks: list[float] = []
     asked: list[int] = []
 
@@ -203,5 +204,5 @@ def test_news_that_raises_a_bug_never_ends_following(catalog_file: Path) -> None
         catalog_file, interval=0.3, follow=lambda: looks.append(time.monotonic()), news=broken
     )
     assert looks_within(watcher, looks, 4, seconds=5) == 4
-    assert len(asked) == 1  # asked once, then no more
+    assert len(asked) <= len(looks)  # once after each look, not every NEWS_POLL
     watcher.close()
