@@ -168,7 +168,7 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         return None
     except OSError as e:  # ELOOP: a symlink
         raise DamagedStateError(marker, f"cannot be opened ({e.strerror})") from e
-    with open(fd, "rb") as f:
+    try:  # not open(fd): on a folder it raises IsADirectoryError and leaves fd open
         info = os.fstat(fd)
         try:
             owners = {os.geteuid(), os.stat(path).st_uid}
@@ -178,7 +178,9 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
             raise DamagedStateError(marker, "not a regular file")
         if info.st_uid not in owners or info.st_mode & 0o022:
             raise DamagedStateError(marker, "owned by another user or writable by others")
-        data = f.read(MAX_STATE + 1)
+        data = os.read(fd, MAX_STATE + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_STATE:
         raise DamagedStateError(marker, f"over {MAX_STATE} bytes")
     try:
@@ -535,10 +537,12 @@ class Follower:
             fd = os.open(sidecar, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError:
             return None
-        with open(fd, "rb") as f:
+        try:  # not open(fd): on a folder it raises IsADirectoryError and leaves fd open
             if not _own_regular_file(os.fstat(fd)):
                 return None
-            data = f.read(MAX_TXID_FILE + 1)
+            data = os.read(fd, MAX_TXID_FILE + 1)
+        finally:
+            os.close(fd)
         text = data.decode("ascii", "replace").strip()
         if len(data) > MAX_TXID_FILE or len(text) != 16:
             return None
@@ -550,8 +554,17 @@ class Follower:
 
     def _staged(self, newest: int, steps: dict[str, float]) -> tuple[int, int] | None:
         """(transaction, revision) of a checked copy of the staging file made into the
-        incoming file, when follow mode holds ``newest`` or later; None while it does not."""
-
+        incoming file, when follow mode holds ``newest`` or later; None while it does not,
+        and from then on when follow mode cannot work (``_follow_off``)."""
+        assert self.staging is not None
+        # What Litestream cannot replace and ``_refollow`` may not remove: a staging file
+        # not of this user's (a copy is refused, then again at every start) or a folder
+        # as its sidecar (Litestream replaces any file there by a rename, not a folder).
+        sidecar = Path(f"{self.staging}-txid")
+        stuck = _not_removable(self.staging) or (sidecar if _is_folder(sidecar) else None)
+        if stuck is not None:
+            self._follow_off(stuck)
+            return None
         self._following()
         if (self._staged_txid() or 0) < newest:
             return None
@@ -592,15 +605,33 @@ class Follower:
         settled = bool(self._follow_starts) and now - self._follow_starts[-1] > FOLLOW_SETTLED
         return running and settled and waited < FOLLOW_GRACE
 
-    def _refollow(self) -> None:
-        """Stop follow mode and remove its files: the next look starts it afresh."""
-        assert self.staging is not None
+    def _follow_off(self, stuck: Path) -> None:
+        """Stop following for good: a file at follow mode's names that is not one it may
+        remove (another user's, a folder, a link, a FIFO) stops it at every start, and each
+        change then waited ``FOLLOW_GRACE`` seconds before its full restore. Every change is
+        restored in full at once instead, and the operator is told what to remove."""
+        logger.error(
+            "replica %s: follow mode is off: %r is no file of this user's that it may "
+            "replace; each change is restored in full until it is removed and the replica "
+            "restarted",
+            self.path,
+            str(stuck),
+        )
+        self._stop_following()
+        self.staging = None
+
+    def _stop_following(self) -> None:
         if self._follower is not None:
             _kill(self._follower)
             with contextlib.suppress(Exception):
                 self._follower.wait(5)
                 self._follower.stdin.close()
             self._follower = None
+
+    def _refollow(self) -> None:
+        """Stop follow mode and remove its files: the next look starts it afresh."""
+        assert self.staging is not None
+        self._stop_following()
         for leftover in (self.staging, Path(f"{self.staging}-txid")):
             _remove_own_file(leftover)
         self._clear_incoming()
@@ -999,6 +1030,28 @@ class _Checking:
     def verdict(self) -> str | None:
         self._thread.join()
         return self._verdict
+
+
+def _not_removable(path: Path) -> Path | None:
+    """``path`` when it is there and is not a regular file of this user's (what
+    ``_remove_own_file`` leaves)."""
+    import stat
+
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return path if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() else None
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder itself (not a link to one)."""
+    import stat
+
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _remove_own_file(path: Path) -> None:
