@@ -243,3 +243,31 @@ def test_a_folder_as_the_state_file_is_damaged_state_not_a_crash(tmp_path: Path)
         with pytest.raises(replica.DamagedStateError, match="not a regular file"):
             replica.read_state(tmp_path / "catalog.db")
     assert open_descriptors() == before
+
+
+@NEEDS_ROOT
+def test_a_folder_squatted_in_a_sticky_folder_is_not_taken_for_its_files_owner(
+    tmp_path: Path,
+) -> None:
+    """/tmp/new/catalog.db, /tmp/new not made yet: anyone may make /tmp/new and a catalog
+    file (marked a replica of the primary, with a state file) in it first. The folder of
+    "the served file's owner" was taken, so the squatter's file and state (whose owner
+    ``read_state`` takes too) were read as this replica's."""
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    squatted = sticky / "new"
+    squatted.mkdir(mode=0o755)
+    (squatted / "catalog.db").write_text("")
+    for made in (squatted, squatted / "catalog.db"):
+        os.chown(made, 54321, 54321)
+    with pytest.raises(CatalogError, match="no folder a replica may use"):
+        replica._check_folder(squatted / "catalog.db")
+    # The served file's owner's folder elsewhere (not in a folder everyone may write) is
+    # still taken, as docs/security.md says.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    (theirs / "catalog.db").write_text("")
+    for made in (theirs, theirs / "catalog.db"):
+        os.chown(made, 54321, 54321)
+    replica._check_folder(theirs / "catalog.db")

@@ -930,8 +930,12 @@ def _check_folder(path: Path) -> None:
             )
     _make_folders(path.parent)
     owners = {os.geteuid()}
+    # The served file's owner's folder is taken too, but not in a folder everyone may write
+    # (sticky: /tmp): there anyone may make the folder and a file in it before this user.
+    holder = Path(os.path.realpath(path.parent)).parent
     with contextlib.suppress(OSError):
-        owners.add(os.stat(path).st_uid)
+        if not os.stat(holder).st_mode & stat.S_IWOTH:
+            owners.add(os.stat(path).st_uid)
     if checked_folder(path.parent, owners) is None:
         raise CatalogError(
             f"{str(path.parent)!r} is no folder a replica may use: it must be a real folder "
