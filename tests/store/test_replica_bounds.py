@@ -287,3 +287,14 @@ def test_only_this_users_files_are_removed_as_follow_modes(tmp_path: Path) -> No
     replica._remove_own_file(theirs)
     replica._remove_own_file(ours)
     assert theirs.exists() and not ours.exists()
+
+
+def test_a_replica_folder_that_cannot_be_made_is_one_line(primary: Primary, tmp_path: Path) -> None:
+    """A file on the way to the replica's folder: one line naming it, not "a bug in
+    toolcat"."""
+    primary.register(SAMPLE_TOOLKITS / "math.yaml")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(CatalogError, match=r"cannot make the replica's folder .*a-file/r") as e:
+        Follower(blocker / "r" / "catalog.db", primary.url, follow=True)
+    assert "\n" not in str(e.value)

@@ -928,7 +928,12 @@ def _check_folder(path: Path) -> None:
                 f"{str(path.parent)!r} is no folder a replica may use: everyone may write "
                 f"{str(above)!r} above it, and put another folder in its place"
             )
-    _make_folders(path.parent)
+    try:
+        _make_folders(path.parent)
+    except OSError as e:  # a file on the way, no right to make it: one line, not a bug
+        raise CatalogError(
+            f"cannot make the replica's folder {str(path.parent)!r}: {e.strerror or e}"
+        ) from e
     owners = {os.geteuid()}
     # The served file's owner's folder is taken too, but not in a folder everyone may write
     # (sticky: /tmp): there anyone may make the folder and a file in it before this user.
