@@ -298,3 +298,26 @@ def test_a_replica_folder_that_cannot_be_made_is_one_line(primary: Primary, tmp_
     with pytest.raises(CatalogError, match=r"cannot make the replica's folder .*a-file/r") as e:
         Follower(blocker / "r" / "catalog.db", primary.url, follow=True)
     assert "\n" not in str(e.value)
+
+
+def test_healthz_says_when_follow_mode_was_switched_off(
+    primary: Primary, following: Follower
+) -> None:
+    """A file at follow mode's names that it may not replace switches follow mode off
+    (each change a full restore): the operator sees it in ``/healthz``, not only in the
+    log; not without a token."""
+    pytest.importorskip("mcp")
+    pytest.importorskip("httpx2")
+    from tests.server.test_healthz import TOKEN, get
+
+    synced(following)
+    assert get(following, "/healthz", token=TOKEN).json()["follow_mode"] is True
+    following.close()
+    following._closed = False
+    assert following.staging is not None
+    following.staging.unlink()
+    following.staging.mkdir()  # a folder: neither Litestream nor the replica replaces it
+    primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    synced(following)
+    assert get(following, "/healthz", token=TOKEN).json()["follow_mode"] is False
+    assert "follow_mode" not in get(following, "/healthz").json()

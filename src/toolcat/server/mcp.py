@@ -450,6 +450,9 @@ class CatalogServer:
                 "revision": self.watcher.revision,
                 # False while the copy is being restored again or a look failed unexpectedly
                 "serving": self.follower.serving and self.watcher.failure is None,
+                # False once follow mode was switched off (a file at its names it may not
+                # replace, the log names it): each change is then a full restore.
+                "follow_mode": self.follower.staging is not None,
                 # Where the last new revision's time went: looking at the store, the copy
                 # (or a whole restore), its check, warming the readers, the first list page.
                 "last_change_s": {**self.follower.steps, **self._prepare_steps},
