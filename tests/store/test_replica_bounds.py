@@ -25,7 +25,7 @@ from toolcat.store.replica import Follower
 
 pytestmark = pytest.mark.skipif(LITESTREAM is None, reason="litestream is not installed")
 
-primary, following = base.primary, base.following  # the fixtures, from the real Litestream
+primary, following, follower = base.primary, base.following, base.follower  # the fixtures
 
 
 def stopped(following: Follower) -> Path:
@@ -321,3 +321,32 @@ def test_healthz_says_when_follow_mode_was_switched_off(
     synced(following)
     assert get(following, "/healthz", token=TOKEN).json()["follow_mode"] is False
     assert "follow_mode" not in get(following, "/healthz").json()
+
+
+def test_a_publishing_time_before_1970_is_no_time(
+    primary: Primary, follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Litestream's ``ltx`` output is input: a file "published" in year 0001 was saved as
+    ``pending_since`` (negative), and the next start read the state as damaged (a fresh
+    restore instead of serving at once). It is now an error of that look."""
+    import json
+
+    assert follower.sync() is True
+    primary.register(SAMPLE_TOOLKITS / "text.yaml")
+    run = Follower._run
+
+    def ancient(self: Follower, *args: str, timeout: float) -> str:
+        out = run(self, *args, timeout=timeout)
+        if args[0] != "ltx":
+            return out
+        rows = json.loads(out)
+        for row in rows:
+            row["timestamp"] = "0001-01-01T00:00:00Z"
+        return json.dumps(rows)
+
+    monkeypatch.setattr(Follower, "_run", ancient)
+    assert follower.sync() is False
+    assert "time out of range" in follower.state["error"]
+    monkeypatch.undo()
+    restarted = Follower(follower.path, primary.url)
+    assert restarted.restarted  # the state was not damaged: it serves its copy at once

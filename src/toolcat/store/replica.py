@@ -780,6 +780,10 @@ class Follower:
             raise CatalogError("litestream ltx gave output toolcat cannot read") from e
         if any(not 0 < f["max_txid"] <= MAX_TXID for f in files):
             raise CatalogError("litestream ltx named a transaction out of range")
+        # Before 1970 is no publishing time: saved as ``pending_since`` it made the state
+        # "damaged" at the next start (a fresh restore instead of serving at once).
+        if any(f["published"] < 0 for f in files):
+            raise CatalogError("litestream ltx named a time out of range")
         return files
 
     def _restore(self, txid: int, steps: dict[str, float]) -> int:
