@@ -903,12 +903,17 @@ def _read_lock(fd: int, wait: float | None = None) -> bool:
         pause = min(pause * 2, 0.005)
 
 
+def _ours(info: os.stat_result) -> bool:
+    """Whether a file is a regular file of this user's: one this code may remove."""
+    import stat
+
+    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+
+
 def _own_regular_file(info: os.stat_result) -> bool:
     """Whether a file follow mode wrote is as it would write it: a regular file of this
     user's that others may not write (one planted by another user is not its)."""
-    import stat
-
-    return stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o022
+    return _ours(info) and not info.st_mode & 0o022
 
 
 def _check_folder(path: Path) -> None:
@@ -1048,13 +1053,11 @@ class _Checking:
 def _not_removable(path: Path) -> Path | None:
     """``path`` when it is there and is not a regular file of this user's (what
     ``_remove_own_file`` leaves)."""
-    import stat
-
     try:
         info = os.lstat(path)
     except OSError:
         return None
-    return path if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() else None
+    return None if _ours(info) else path
 
 
 def _is_folder(path: Path) -> bool:
@@ -1070,11 +1073,8 @@ def _is_folder(path: Path) -> bool:
 def _remove_own_file(path: Path) -> None:
     """Remove ``path`` when it is a regular file of this user's (never a link, a folder or
     another user's file)."""
-    import stat
-
     with contextlib.suppress(OSError):
-        info = os.lstat(path)
-        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+        if _ours(os.lstat(path)):
             path.unlink()
 
 
