@@ -13,11 +13,18 @@ import pytest
 
 from tests.search.test_lexical_index import FILTERS, built, tagged_toolkits
 from toolcat import Catalog, Tool, Toolkit
-from toolcat.search import bm25, lexical_file
+from toolcat.search import bm25, lexical_file, native
 from toolcat.search.lexical_index import TantivyIndex
 from toolcat.store import reader
 
 pytest.importorskip("tantivy")
+
+
+@pytest.fixture(autouse=True)
+def tantivy_first_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of tantivy's first stage: the native one (native.py, its own tests in
+    test_native.py) is left out."""
+    monkeypatch.setattr(native, "ENABLED", False)
 
 
 def forward(catalog: Catalog, index: TantivyIndex) -> TantivyIndex:

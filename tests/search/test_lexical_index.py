@@ -19,7 +19,7 @@ import pytest
 from tests.helpers import SAMPLE_TOOLKITS
 from tests.search.test_postings import bench_toolkits, exact_fts5
 from toolcat import Catalog, Policy, TagFilter, Tool, Toolkit
-from toolcat.search import bm25
+from toolcat.search import bm25, native
 from toolcat.search.engine import POSTINGS_AFTER
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex, repeats
 from toolcat.search.postings import PostingsIndex
@@ -28,6 +28,13 @@ from toolcat.store.reader import Filters
 from toolcat.text.tokenize import tokenize
 
 pytest.importorskip("tantivy")
+
+
+@pytest.fixture(autouse=True)
+def tantivy_first_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of tantivy's first stage: the native one (native.py, its own tests in
+    test_native.py) is left out."""
+    monkeypatch.setattr(native, "ENABLED", False)
 
 
 def built(catalog: Catalog) -> TantivyIndex:

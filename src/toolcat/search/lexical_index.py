@@ -61,6 +61,7 @@ from typing import Any, cast
 
 from ..store import reader
 from ..store.connection import BUSY_TIMEOUT_MS
+from . import native
 from .fusion import Document
 from .postings import PostingsIndex, TermIndex
 
@@ -238,6 +239,11 @@ class TantivyIndex(TermIndex):
         self._delta_rows: frozenset[int] = frozenset()  # rows tantivy does not hold
         self._delta: dict[int, tuple[int, ...]] = {}  # term id -> delta rows holding it
         self._delta_most: dict[int, float] = {}  # term id -> its most to one of those rows
+        # The first stage in C (native.py), built from ``_tools`` as they are at this
+        # revision: it covers the rows brought forward and never the stale documents.
+        self._impacts = native.Impacts(
+            lambda: (self._tools, self._counts, self._idf, self._scale, K1, B, self._avgdl)
+        )
 
     def build(
         self,
@@ -677,6 +683,10 @@ class TantivyIndex(TermIndex):
             if not bounded or len(allowed) * SCAN_COST <= self.n_docs * depth / len(allowed):
                 return self._scan(terms, k, allowed)
             depth = min(MAX_CANDIDATES, math.ceil(depth * self.n_docs / len(allowed)))
+        if allowed is None:
+            impacts = self._impacts.ready()
+            if impacts is not None:
+                return self._rank_by_impacts(impacts, terms, k)
         tantivy = tantivy_module()
         should = tantivy.Occur.Should
         queries = self._queries
@@ -691,7 +701,6 @@ class TantivyIndex(TermIndex):
             clauses.append((should, query))
         query = tantivy.Query.boolean_query(clauses)
         term_ids = self._ids(terms)
-        score = self._score
         # Brought forward (``apply``): tantivy's stale documents are passed over below, and
         # the rows it does not hold are added after (``_held_apart``).
         stale = self._stale
@@ -710,23 +719,8 @@ class TantivyIndex(TermIndex):
             else:
                 ids = self._searcher.fast_field_values("id", [a for _, a in hits])
                 found = list(zip([score for score, _ in hits], ids, strict=True))
-            best: list[tuple[float, int]] = []  # the k best exact (score, -row id), a heap
-            certified = len(hits) < depth  # every matching tool is among them
-            for bound, doc in found:
-                # tantivy's scores come best first and bound the exact ones from above:
-                # once the k-th exact score beats this one, no tool from here on can enter.
-                if bounded and len(best) == k and best[0][0] > bound * (1 + SLACK):
-                    certified = True
-                    break
-                if (allowed is not None and doc not in allowed) or (stale and doc in stale):
-                    continue
-                # Summed in the query's term order (``_score``; a set's order made tools
-                # that tie in FTS5 differ by an ulp).
-                entry = (score(doc, term_ids), -doc)
-                if len(best) < k:
-                    heapq.heappush(best, entry)
-                elif entry > best[0]:
-                    heapq.heapreplace(best, entry)
+            best, certified = self._best(found, term_ids, k, bounded, allowed, stale)
+            certified = certified or len(hits) < depth  # every matching tool is among them
             if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
                 break
             if not bounded or depth >= most:
@@ -739,6 +733,53 @@ class TantivyIndex(TermIndex):
         if self._delta:
             self._held_apart(best, term_ids, k, allowed)
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
+
+    def _rank_by_impacts(
+        self, impacts: Any, terms: Sequence[str], k: int
+    ) -> list[tuple[int, float]]:
+        """``rank`` with the native first stage's bounds (native.py) for tantivy's: every
+        current row is among its candidates (none stale, none held apart), and its bounds
+        hold whatever the column weights, so the answer is always certified."""
+        term_ids = self._ids(terms)
+        depth, rounds = k + EXTRA_CANDIDATES, 0
+        while True:
+            rounds += 1
+            found: list[tuple[float, int]] = impacts.top(term_ids, depth)
+            best, certified = self._best(found, term_ids, k, True, None, frozenset())
+            if certified or len(found) < depth or best[0][0] > found[-1][0] * (1 + SLACK):
+                break
+            depth *= 4
+        self.rounds[rounds] += 1
+        return [(-doc, score) for score, doc in sorted(best, reverse=True)]
+
+    def _best(
+        self,
+        found: Iterable[tuple[float, int]],
+        term_ids: list[int],
+        k: int,
+        bounded: bool,
+        allowed: frozenset[int] | None,
+        stale: frozenset[int],
+    ) -> tuple[list[tuple[float, int]], bool]:
+        """The k best exact (score, -row id) of candidates given best bound first, as a
+        heap, and whether the certificate held: the k-th exact score beat a bound."""
+        score = self._score
+        best: list[tuple[float, int]] = []
+        for bound, doc in found:
+            # The bounds come best first and bound the exact scores from above: once the
+            # k-th exact score beats this one, no tool from here on can enter.
+            if bounded and len(best) == k and best[0][0] > bound * (1 + SLACK):
+                return best, True
+            if (allowed is not None and doc not in allowed) or (stale and doc in stale):
+                continue
+            # Summed in the query's term order (``_score``; a set's order made tools
+            # that tie in FTS5 differ by an ulp).
+            entry = (score(doc, term_ids), -doc)
+            if len(best) < k:
+                heapq.heappush(best, entry)
+            elif entry > best[0]:
+                heapq.heapreplace(best, entry)
+        return best, False
 
     def _scan(
         self, terms: Sequence[str], k: int, allowed: frozenset[int]

@@ -1,0 +1,471 @@
+/* BM25 candidates with upper bounds, term at a time over quantized impacts (search/native.py).
+
+   Each (term, tool) posting holds its bm25() contribution ``(idf * f) / (f + norm)``
+   rounded UP to a multiple of ``quantum`` (a 16-bit count of quanta). A query adds each of
+   its terms' quanta per tool; a tool's sum times ``quantum`` is at least its exact score
+   (the same contributions, each rounded up), so the tools with the best sums, rescored
+   exactly best sum first, certify the exact top k as tantivy's scores do (lexical_index.py's
+   ``rank``). Every posting is visited: no pruning, a few nanoseconds each.
+
+   The packed tools may come from a saved index on disk (input): every blob is read within
+   its length, a term id outside the vocabulary is passed over, a term a tool repeats counts
+   once (its first count, as ``_decode`` reads it), and a contribution that is not a finite
+   number within the bound makes the index ``bounded`` False (then it must not be used). */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SCRATCH 8
+#define QUANTA 65535.0
+/* Tools are summed a block at a time, so that a block's sums and marks stay in the core's
+   cache while every query term's postings in it are added (each term's postings are in
+   tool order: one cursor per term walks them block by block). */
+#define BLOCK 16384
+
+typedef struct {
+    uint32_t acc[BLOCK];          /* a tool's quanta so far */
+    uint64_t seen[BLOCK / 64];    /* whether a tool holds a query term */
+} Scratch;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n_docs;
+    Py_ssize_t n_terms;
+    int64_t *rows;       /* tool index -> row id */
+    uint64_t *offsets;   /* term id -> its postings: offsets[t] .. offsets[t + 1] */
+    uint32_t *docs;      /* postings: tool index, ascending within a term */
+    uint16_t *impacts;   /* postings: the contribution in quanta, rounded up */
+    uint64_t n_postings;
+    double quantum;
+    int bounded;
+    Scratch *free_scratch[MAX_SCRATCH];
+    int n_free;
+} Index;
+
+static void Index_dealloc(Index *self) {
+    free(self->rows);
+    free(self->offsets);
+    free(self->docs);
+    free(self->impacts);
+    for (int i = 0; i < self->n_free; i++) free(self->free_scratch[i]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* One blob's layout, as ``_unpack`` reads it: a uint32 length, n uint32 term ids, n counts
+   (uint32 or double), n = (size - 4) // (4 + count size); bytes past that are ignored. */
+typedef struct {
+    uint32_t length;
+    Py_ssize_t n;
+    const unsigned char *ids;
+    const unsigned char *counts;
+} Packed;
+
+static void unpack(const unsigned char *data, Py_ssize_t size, Py_ssize_t count_size,
+                   Packed *out) {
+    memcpy(&out->length, data, 4); /* size >= 4: checked as the blobs were gathered */
+    out->n = (size - 4) / (4 + count_size);
+    out->ids = data + 4;
+    out->counts = data + 4 + 4 * out->n;
+}
+
+static double count_at(const Packed *p, Py_ssize_t i, int is_double) {
+    if (is_double) {
+        double v;
+        memcpy(&v, p->counts + 8 * i, 8);
+        return v;
+    }
+    uint32_t v;
+    memcpy(&v, p->counts + 4 * i, 4);
+    return (double)v;
+}
+
+static uint32_t term_at(const Packed *p, Py_ssize_t i) {
+    uint32_t t;
+    memcpy(&t, p->ids + 4 * i, 4);
+    return t;
+}
+
+static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"tools", "typecode", "idf", "scale", "k1", "b", "avgdl", NULL};
+    PyObject *tools;
+    const char *typecode;
+    Py_buffer idf_buf;
+    double scale, k1, b, avgdl;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!sy*dddd", kwlist, &PyDict_Type, &tools,
+                                     &typecode, &idf_buf, &scale, &k1, &b, &avgdl))
+        return NULL;
+    int is_double;
+    if (strcmp(typecode, "I") == 0) is_double = 0;
+    else if (strcmp(typecode, "d") == 0) is_double = 1;
+    else {
+        PyBuffer_Release(&idf_buf);
+        PyErr_SetString(PyExc_ValueError, "counts are 'I' or 'd'");
+        return NULL;
+    }
+    Py_ssize_t count_size = is_double ? 8 : 4;
+    if (idf_buf.len % (Py_ssize_t)sizeof(double) != 0) {
+        PyBuffer_Release(&idf_buf);
+        PyErr_SetString(PyExc_ValueError, "idf must be an array of doubles");
+        return NULL;
+    }
+    Index *self = (Index *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        PyBuffer_Release(&idf_buf);
+        return NULL;
+    }
+    const double *idf = (const double *)idf_buf.buf;
+    const Py_ssize_t n_terms = idf_buf.len / (Py_ssize_t)sizeof(double);
+    const Py_ssize_t n_docs = PyDict_GET_SIZE(tools);
+    PyObject *blobs = NULL; /* the dict's values: they stay alive while the GIL is let go */
+    const unsigned char **data = NULL;
+    Py_ssize_t *sizes = NULL;
+    uint32_t *last = NULL; /* term id -> 1 + the tool index that last held it */
+    uint64_t *fill = NULL;
+    double *norms = NULL;
+    int out_of_memory = 0;
+    self->n_terms = n_terms;
+    self->n_docs = n_docs;
+    self->bounded = 1;
+    if ((uint64_t)n_docs >= UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "too many tools for one index");
+        goto fail;
+    }
+    /* Every contribution is below its term's IDF (f / (f + norm) < 1): the largest IDF is
+       QUANTA quanta. */
+    double most = 0.0;
+    for (Py_ssize_t t = 0; t < n_terms; t++) {
+        if (!isfinite(idf[t]) || idf[t] < 0.0) self->bounded = 0;
+        else if (idf[t] > most) most = idf[t];
+    }
+    self->quantum = most > 0.0 ? most / QUANTA : 1.0;
+    const size_t docs_n = n_docs ? (size_t)n_docs : 1, terms_n = n_terms ? (size_t)n_terms : 1;
+    self->offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
+    self->rows = malloc(sizeof(int64_t) * docs_n);
+    data = malloc(sizeof(*data) * docs_n);
+    sizes = malloc(sizeof(*sizes) * docs_n);
+    norms = malloc(sizeof(double) * docs_n);
+    last = calloc(terms_n, sizeof(uint32_t));
+    fill = malloc(sizeof(uint64_t) * terms_n);
+    if (!self->offsets || !self->rows || !data || !sizes || !norms || !last || !fill) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    blobs = PyList_New(n_docs);
+    if (blobs == NULL) goto fail;
+    Py_ssize_t pos = 0, d = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(tools, &pos, &key, &value)) {
+        if (d >= n_docs) break;
+        if (!PyBytes_Check(value)) {
+            PyErr_SetString(PyExc_TypeError, "a packed tool must be bytes");
+            goto fail;
+        }
+        if (PyBytes_GET_SIZE(value) < 4) {
+            PyErr_SetString(PyExc_ValueError, "a packed tool shorter than its length field");
+            goto fail;
+        }
+        int64_t row = PyLong_AsLongLong(key);
+        if (row == -1 && PyErr_Occurred()) goto fail;
+        Py_INCREF(value);
+        PyList_SET_ITEM(blobs, d, value);
+        self->rows[d] = row;
+        data[d] = (const unsigned char *)PyBytes_AS_STRING(value);
+        sizes[d] = PyBytes_GET_SIZE(value);
+        d++;
+    }
+    if (d != n_docs) {
+        PyErr_SetString(PyExc_RuntimeError, "the tools changed while indexed");
+        goto fail;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    /* Pass 1: how many tools hold each term (a term once per tool). */
+    for (Py_ssize_t i_doc = 0; i_doc < n_docs; i_doc++) {
+        Packed p;
+        unpack(data[i_doc], sizes[i_doc], count_size, &p);
+        norms[i_doc] = scale * k1 * (1.0 - b + b * (double)p.length / avgdl); /* as ``_decode`` */
+        for (Py_ssize_t i = 0; i < p.n; i++) {
+            uint32_t t = term_at(&p, i);
+            if ((Py_ssize_t)t >= n_terms || last[t] == (uint32_t)i_doc + 1) continue;
+            last[t] = (uint32_t)i_doc + 1;
+            self->offsets[t + 1]++;
+        }
+    }
+    for (Py_ssize_t t = 0; t < n_terms; t++) self->offsets[t + 1] += self->offsets[t];
+    self->n_postings = self->offsets[n_terms];
+    self->docs = malloc(sizeof(uint32_t) * (self->n_postings ? self->n_postings : 1));
+    self->impacts = malloc(sizeof(uint16_t) * (self->n_postings ? self->n_postings : 1));
+    if (!self->docs || !self->impacts) {
+        out_of_memory = 1;
+    } else {
+        /* Pass 2: the postings, tools in order. */
+        memcpy(fill, self->offsets, sizeof(uint64_t) * (size_t)n_terms);
+        memset(last, 0, sizeof(uint32_t) * terms_n);
+        for (Py_ssize_t i_doc = 0; i_doc < n_docs; i_doc++) {
+            Packed p;
+            unpack(data[i_doc], sizes[i_doc], count_size, &p);
+            for (Py_ssize_t i = 0; i < p.n; i++) {
+                uint32_t t = term_at(&p, i);
+                if ((Py_ssize_t)t >= n_terms || last[t] == (uint32_t)i_doc + 1) continue;
+                last[t] = (uint32_t)i_doc + 1;
+                double f = count_at(&p, i, is_double);
+                double c = idf[t] * f / (f + norms[i_doc]); /* as ``_score`` adds it */
+                double q = ceil(c / self->quantum);
+                uint16_t quanta;
+                if (c <= 0.0) {
+                    quanta = 0; /* adds nothing, or takes away (a forged count) */
+                } else if (!(q <= QUANTA)) { /* NaN, infinite or past the largest IDF */
+                    self->bounded = 0;
+                    quanta = (uint16_t)QUANTA;
+                } else {
+                    quanta = (uint16_t)q;
+                }
+                self->docs[fill[t]] = (uint32_t)i_doc;
+                self->impacts[fill[t]] = quanta;
+                fill[t]++;
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (out_of_memory) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    Py_DECREF(blobs);
+    free(data);
+    free(sizes);
+    free(fill);
+    free(last);
+    free(norms);
+    PyBuffer_Release(&idf_buf);
+    return (PyObject *)self;
+fail:
+    Py_XDECREF(blobs);
+    free(data);
+    free(sizes);
+    free(fill);
+    free(last);
+    free(norms);
+    PyBuffer_Release(&idf_buf);
+    Py_DECREF(self);
+    return NULL;
+}
+
+static Scratch *take_scratch(Index *self) {
+    if (self->n_free > 0) return self->free_scratch[--self->n_free];
+    return calloc(1, sizeof(Scratch)); /* all sums 0, nothing seen: as each query leaves it */
+}
+
+static void give_scratch(Index *self, Scratch *s) {
+    if (self->n_free < MAX_SCRATCH) self->free_scratch[self->n_free++] = s;
+    else free(s);
+}
+
+typedef struct {
+    uint32_t sum;
+    int64_t row;
+} Hit;
+
+/* a ranks below b: a smaller sum, or the same sum and a higher row id */
+static inline int below(const Hit *a, const Hit *b) {
+    return a->sum < b->sum || (a->sum == b->sum && a->row > b->row);
+}
+
+static void sift_down(Hit *heap, Py_ssize_t n, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && below(&heap[l], &heap[m])) m = l;
+        if (r < n && below(&heap[r], &heap[m])) m = r;
+        if (m == i) return;
+        Hit t = heap[i];
+        heap[i] = heap[m];
+        heap[m] = t;
+        i = m;
+    }
+}
+
+static void sift_up(Hit *heap, Py_ssize_t i) {
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (!below(&heap[i], &heap[p])) return;
+        Hit t = heap[i];
+        heap[i] = heap[p];
+        heap[p] = t;
+        i = p;
+    }
+}
+
+static int best_first(const void *x, const void *y) {
+    const Hit *a = x, *b = y;
+    if (below(a, b)) return 1;
+    if (below(b, a)) return -1;
+    return 0;
+}
+
+/* top(term_ids, n) -> [(bound, row id)], the n tools with the largest bounds, largest first,
+   among the tools holding a query term: ids < 0 (no tool has the term) add nothing; a term
+   asked twice adds its quanta twice (``_score`` adds its contribution twice). */
+static PyObject *Index_top(Index *self, PyObject *args) {
+    PyObject *ids_obj;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "On", &ids_obj, &n)) return NULL;
+    if (n < 1) return PyList_New(0);
+    if (n > self->n_docs) n = self->n_docs ? self->n_docs : 1;
+    PyObject *seq = PySequence_Fast(ids_obj, "term ids must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n_ids = PySequence_Fast_GET_SIZE(seq);
+    if (n_ids > 65536) { /* a tool's sum must not wrap round */
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "at most 65536 term ids a query");
+        return NULL;
+    }
+    uint64_t *cursor = PyMem_Malloc(sizeof(uint64_t) * 2 * (n_ids ? (size_t)n_ids : 1));
+    Hit *heap = PyMem_Malloc(sizeof(Hit) * (size_t)n);
+    Scratch *s = take_scratch(self);
+    if (cursor == NULL || heap == NULL || s == NULL) {
+        Py_DECREF(seq);
+        PyMem_Free(cursor);
+        PyMem_Free(heap);
+        if (s) give_scratch(self, s);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n_ids; i++) {
+        Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
+        if (t == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            PyMem_Free(cursor);
+            PyMem_Free(heap);
+            give_scratch(self, s);
+            return NULL;
+        }
+        int known = t >= 0 && t < self->n_terms;
+        cursor[2 * i] = known ? self->offsets[t] : 0;
+        cursor[2 * i + 1] = known ? self->offsets[t + 1] : 0;
+    }
+    Py_DECREF(seq);
+    Py_ssize_t n_heap = 0;
+    Py_BEGIN_ALLOW_THREADS
+    uint32_t *acc = s->acc;
+    uint64_t *seen = s->seen;
+    const uint32_t *docs = self->docs;
+    const uint16_t *impacts = self->impacts;
+    for (Py_ssize_t start = 0; start < self->n_docs; start += BLOCK) {
+        const Py_ssize_t stop_doc = start + BLOCK < self->n_docs ? start + BLOCK : self->n_docs;
+        const uint32_t end = (uint32_t)stop_doc;
+        for (Py_ssize_t i = 0; i < n_ids; i++) {
+            uint64_t j = cursor[2 * i];
+            const uint64_t stop = cursor[2 * i + 1];
+            for (; j < stop && docs[j] < end; j++) {
+                uint32_t doc = docs[j] - (uint32_t)start;
+                seen[doc >> 6] |= (uint64_t)1 << (doc & 63);
+                acc[doc] += impacts[j]; /* at most 65535 a term: no overflow below 65k terms */
+            }
+            cursor[2 * i] = j;
+        }
+        /* The block's tools holding a query term, in tool order; the sums left at 0. */
+        const Py_ssize_t words = (stop_doc - start + 63) / 64;
+        for (Py_ssize_t w = 0; w < words; w++) {
+            uint64_t bits = seen[w];
+            if (!bits) continue;
+            seen[w] = 0;
+            while (bits) {
+                uint32_t doc = (uint32_t)(w * 64 + __builtin_ctzll(bits));
+                bits &= bits - 1;
+                uint32_t sum = acc[doc];
+                acc[doc] = 0;
+                if (n_heap == n && sum < heap[0].sum) continue;
+                Hit h = {sum, self->rows[start + doc]};
+                if (n_heap < n) {
+                    heap[n_heap] = h;
+                    sift_up(heap, n_heap++);
+                } else if (below(&heap[0], &h)) {
+                    heap[0] = h;
+                    sift_down(heap, n_heap, 0);
+                }
+            }
+        }
+    }
+    qsort(heap, (size_t)n_heap, sizeof(Hit), best_first);
+    Py_END_ALLOW_THREADS
+    give_scratch(self, s);
+    PyMem_Free(cursor);
+    PyObject *out = PyList_New(n_heap);
+    if (out == NULL) {
+        PyMem_Free(heap);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n_heap; i++) {
+        /* a bound a little above the quanta's, so rounding here never puts it below */
+        double bound = (double)heap[i].sum * self->quantum * (1.0 + 1e-12);
+        PyObject *item = Py_BuildValue("(dL)", bound, (long long)heap[i].row);
+        if (item == NULL) {
+            Py_DECREF(out);
+            PyMem_Free(heap);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    PyMem_Free(heap);
+    return out;
+}
+
+static PyObject *Index_bounded(Index *self, void *Py_UNUSED(closure)) {
+    return PyBool_FromLong(self->bounded);
+}
+
+static PyObject *Index_nbytes(Index *self, void *Py_UNUSED(closure)) {
+    size_t bytes = (size_t)self->n_docs * sizeof(int64_t) +
+                   ((size_t)self->n_terms + 1) * sizeof(uint64_t) +
+                   (size_t)self->n_postings * (sizeof(uint32_t) + sizeof(uint16_t)) +
+                   (size_t)self->n_free * sizeof(Scratch);
+    return PyLong_FromSize_t(bytes);
+}
+
+static PyObject *Index_postings(Index *self, void *Py_UNUSED(closure)) {
+    return PyLong_FromUnsignedLongLong(self->n_postings);
+}
+
+static PyGetSetDef Index_getset[] = {
+    {"bounded", (getter)Index_bounded, NULL, "Every bound holds (False: do not use).", NULL},
+    {"nbytes", (getter)Index_nbytes, NULL, "Bytes held.", NULL},
+    {"postings", (getter)Index_postings, NULL, "(term, tool) pairs held.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Index_methods[] = {
+    {"top", (PyCFunction)Index_top, METH_VARARGS,
+     "top(term_ids, n): the n largest (bound, row id), largest first."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject IndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "toolcat.search._impacts.Index",
+    .tp_basicsize = sizeof(Index),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One revision's postings as quantized BM25 impacts (search/native.py).",
+    .tp_new = Index_new,
+    .tp_dealloc = (destructor)Index_dealloc,
+    .tp_methods = Index_methods,
+    .tp_getset = Index_getset,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_impacts", "BM25 upper bounds, term at a time.", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__impacts(void) {
+    if (PyType_Ready(&IndexType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&IndexType);
+    if (PyModule_AddObject(m, "Index", (PyObject *)&IndexType) < 0) {
+        Py_DECREF(&IndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,18 @@
+from collections.abc import Sequence
+from typing import Any
+
+class Index:
+    bounded: bool
+    nbytes: int
+    postings: int
+    def __init__(
+        self,
+        tools: dict[int, bytes],
+        typecode: str,
+        idf: Any,
+        scale: float,
+        k1: float,
+        b: float,
+        avgdl: float,
+    ) -> None: ...
+    def top(self, term_ids: Sequence[int], n: int) -> list[tuple[float, int]]: ...

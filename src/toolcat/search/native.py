@@ -1,0 +1,102 @@
+"""BM25's first stage in C: upper bounds from quantized impacts (``_impacts.c``).
+
+``TantivyIndex.rank`` (lexical_index.py) rescores candidates exactly, best bound first, until
+the k-th exact score beats the next bound: tantivy's scores are such bounds, built to be. At
+a million tools tantivy's block-max WAND over a long query's terms costs ~4 ms (its
+pruning skips little when a dozen terms' bounds add up past the 10th score almost
+everywhere: docs/benchmarks.md, "Warm BM25 at 1M"). This first stage visits every posting
+of the query's terms instead, a block of tools at a time in the core's cache, adding 16-bit
+impacts: each (term, tool) contribution to ``bm25()`` rounded up to a multiple of the
+largest IDF / 65535, so a tool's sum is a bound of its exact score. Same certificate, same
+exact scores, same ranking; about a quarter of tantivy's time at 1M.
+
+The index is built from the revision's packed tools (``TantivyIndex._tools``: the rows as
+they are now, brought-forward ones included) on a thread of its own, the first time a
+revision has been asked ``BUILD_AFTER`` queries (a one-shot search never pays for it),
+with the GIL let go for all but gathering the blobs (~1 s of C at 1M tools, 6 bytes a
+posting: 230 MB there). Until it is ready, and where the extension was not compiled (a
+machine without a C compiler: ``setup.py`` builds it optionally), tantivy answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+# A revision's index is built once it has answered this many unfiltered queries.
+BUILD_AFTER = 3
+ENABLED = True  # tests and benchmarks switch it off to measure tantivy alone
+
+
+def module() -> Any | None:
+    """The compiled ``_impacts`` module, or None where it was not built."""
+    try:
+        from . import _impacts
+    except ImportError:
+        return None
+    return _impacts
+
+
+def available() -> bool:
+    return ENABLED and module() is not None
+
+
+class Impacts:
+    """One revision's native first stage, built once on a thread of its own when asked."""
+
+    def __init__(self, source: Callable[[], tuple[Any, ...]]):
+        # ``source``: ``_impacts.Index``'s arguments (packed tools, their counts' typecode,
+        # the IDFs, scale, K1, B, avgdl), read when the build starts (the revision's index
+        # is complete by then).
+        self._source = source
+        self._asked = 0
+        self._started = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.index: Any | None = None  # the built ``_impacts.Index``, when bounded
+        self.error = ""
+
+    def ready(self) -> Any | None:
+        """The index if built; counts the ask and starts the build at ``BUILD_AFTER``."""
+        index = self.index
+        if index is not None or self._started:
+            return index
+        self._asked += 1  # a lost update under threads only delays the build by a query
+        if self._asked >= BUILD_AFTER and available():
+            self.start()
+        return None
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self._build, name="toolcat-bm25-impacts", daemon=True).start()
+
+    def wait(self, timeout: float | None = None) -> Any | None:
+        """Build now if not started, and wait for it (tests, benchmarks, warm-ups)."""
+        if not available():
+            return None
+        self.start()
+        self._done.wait(timeout)
+        return self.index
+
+    def _build(self) -> None:
+        compiled = module()
+        try:
+            if compiled is None:
+                return
+            index = compiled.Index(*self._source())
+            if index.bounded:
+                self.index = index
+            else:  # a forged save's counts or IDFs: tantivy answers
+                self.error = "a contribution is not a finite number under its term's IDF"
+        except (MemoryError, ValueError, TypeError, OverflowError, RuntimeError) as e:
+            self.error = str(e)
+            logger.warning("BM25's native first stage was not built: %s", e)
+        finally:
+            self._done.set()
