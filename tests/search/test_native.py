@@ -1,0 +1,235 @@
+"""BM25's first stage in C (search/native.py): the same answers as scoring every matching
+tool exactly, bit for bit, on every kind of index (built, brought forward, weights that are
+not multiples), whatever the packed tools hold; built once, off the asking thread, and only
+for a process that searches a revision more than once."""
+
+from __future__ import annotations
+
+import random
+import struct
+import threading
+from array import array
+from typing import Any
+
+import pytest
+
+from tests.search.test_lexical_forward import changes, forward
+from tests.search.test_lexical_index import built, tagged_toolkits
+from tests.search.test_postings import bench_toolkits, exact_fts5
+from toolcat import Catalog
+from toolcat.search import bm25, native
+from toolcat.search.lexical_index import K1, B, TantivyIndex
+
+pytest.importorskip("tantivy")
+
+
+def test_the_extension_is_built_here() -> None:
+    """CI machines have a C compiler: the first stage must be there (``setup.py`` builds it
+    optionally, so a machine without one still installs toolcat)."""
+    assert native.module() is not None
+    assert native.available()
+
+
+def impacts(index: TantivyIndex) -> Any:
+    got = index._impacts.wait(60)
+    assert got is not None, index._impacts.error
+    return got
+
+
+def every_tool_scored(index: TantivyIndex, terms: list[str], k: int) -> list[tuple[int, float]]:
+    """The exact top k by brute force: every tool holding a term, scored as ``rank`` does."""
+    return index._scan(terms, k, frozenset(index._tools))
+
+
+def queries_of(queries: list[str], seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    shorter = [" ".join(rng.sample(q.split(), min(3, len(q.split())))) for q in queries[:40]]
+    return [*queries, *shorter, "file", "the a of", "zzzz qqqq", "get get get weather"]
+
+
+def answers(index: TantivyIndex, queries: list[str]) -> list[list[tuple[int, float]]]:
+    out = []
+    for query in queries:
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        for k in (1, 10, 50):
+            out.append(index.rank(terms, k) if terms else [])
+    return out
+
+
+def test_rankings_are_every_tool_scored_bit_for_bit(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits()
+    catalog.register(kits)
+    index = built(catalog)
+    impacts(index)
+    checked = 0
+    for query in queries_of(queries):
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        if not terms:
+            continue
+        for k in (1, 10, 50):
+            assert index.rank(terms, k) == every_tool_scored(index, terms, k), (query, k)
+            checked += 1
+        expected = exact_fts5(catalog, query, 10)
+        got = index.rank(terms, 10)
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-6)
+    assert checked > 500
+    assert index.rounds[0] == 0 and index.rounds[1] > 0
+
+
+def test_the_same_answers_as_tantivys_first_stage(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kits, queries = bench_toolkits(1200)
+    catalog.register(kits)
+    index = built(catalog)
+    monkeypatch.setattr(native, "ENABLED", False)
+    by_tantivy = answers(index, queries_of(queries))
+    assert index._impacts.index is None  # never built while switched off
+    monkeypatch.setattr(native, "ENABLED", True)
+    impacts(index)
+    assert answers(index, queries_of(queries)) == by_tantivy
+
+
+def test_an_index_brought_forward_answers_as_a_new_build(catalog: Catalog) -> None:
+    """The native stage is built from the rows as they are: the rows tantivy holds stale
+    and the rows it does not hold need nothing apart."""
+    kits, queries = tagged_toolkits(1500)
+    catalog.register(kits)
+    queries = queries_of([*queries[:40], "zygomorphic petal", "weather file report"])
+    index = built(catalog)
+    for step, change in enumerate(changes(kits)):
+        change(catalog)
+        index = forward(catalog, index)
+        impacts(index)
+        fresh = built(catalog)
+        assert answers(index, queries) == answers(fresh, queries), step
+    assert index._stale and index._delta_rows
+
+
+def test_weights_that_are_not_multiples_are_ranked_exactly(catalog: Catalog) -> None:
+    """Where tantivy's scores bound nothing (a fixed depth, best effort), the native bounds
+    still hold: the answer is certified."""
+    kits, queries = bench_toolkits(600)
+    catalog.register(kits)
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, (4.0, 2.0, 1.3, 0.5, 0.7))
+    assert not index.bounded
+    impacts(index)
+    for query in queries[:80]:
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        if terms:
+            assert index.rank(terms, 10) == every_tool_scored(index, terms, 10), query
+    assert index.rounds[0] == 0
+
+
+def test_built_only_for_a_revision_searched_more_than_once(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    index = built(catalog)
+    terms = index.terms(queries[0], bm25.MAX_QUERY_TERMS)
+    for _ in range(native.BUILD_AFTER - 1):
+        index.rank(terms, 5)
+    assert not index._impacts._started  # a one-shot search never pays for it
+    first = index.rank(terms, 5)  # by tantivy, and the build starts
+    assert index._impacts._started
+    impacts(index)
+    assert index.rank(terms, 5) == first
+
+
+def test_filtered_queries_keep_tantivys_stage(catalog: Catalog) -> None:
+    kits, queries = tagged_toolkits(600)
+    catalog.register(kits)
+    index = built(catalog)
+    impacts(index)
+    terms = index.terms(queries[0], bm25.MAX_QUERY_TERMS)
+    allowed = frozenset(list(index._tools)[::2])
+    assert index.rank(terms, 10, allowed) == index._scan(terms, 10, allowed)
+
+
+def test_concurrent_queries_share_one_index(catalog: Catalog) -> None:
+    """Queries on several threads at once (the GIL let go while summing) each get their own
+    sums: the same answers as one at a time."""
+    kits, queries = bench_toolkits(1000)
+    catalog.register(kits)
+    index = built(catalog)
+    impacts(index)
+    terms = [t for t in (index.terms(q, bm25.MAX_QUERY_TERMS) for q in queries) if t]
+    alone = [index.rank(t, 10) for t in terms]
+    got: dict[int, list[list[tuple[int, float]]]] = {}
+
+    def run(worker: int) -> None:
+        got[worker] = [index.rank(t, 10) for t in terms[worker:] + terms[:worker]]
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for worker, found in got.items():
+        assert found == alone[worker:] + alone[:worker]
+
+
+# -- the packed tools are input (a saved index on disk) -------------------------------------
+
+
+def pack(length: int, pairs: list[tuple[int, float]], typecode: str = "I") -> bytes:
+    return (
+        struct.pack("I", length)
+        + array("I", [t for t, _ in pairs]).tobytes()
+        + array(typecode, [c for _, c in pairs]).tobytes()
+    )
+
+
+def make(tools: dict[int, bytes], idf: list[float], typecode: str = "I") -> Any:
+    compiled = native.module()
+    assert compiled is not None
+    return compiled.Index(tools, typecode, array("d", idf), 2.0, K1, B, 10.0)
+
+
+def test_term_ids_out_of_the_vocabulary_and_repeats_are_read_as_decode_reads_them() -> None:
+    tools = {
+        7: pack(10, [(0, 2), (9, 5), (4_000_000_000, 1), (0, 40)]),  # unknown ids, 0 twice
+        3: pack(4, [(1, 1)]) + b"\x01\x02\x03",  # bytes past the counts: ignored
+    }
+    index = make(tools, [2.0, 1.0])
+    assert index.bounded and index.postings == 2
+    assert [row for _, row in index.top([0], 5)] == [7]
+    bound = index.top([0], 5)[0][0]
+    exact = 2.0 * 2 / (2 + 2.0 * K1 * (1 - B + B * 10 / 10.0))  # its first count, 2
+    assert exact <= bound <= exact * 1.001
+    assert index.top([1, 1], 5)[0][0] >= 2 * index.top([1], 5)[0][0] * 0.999  # asked twice
+    assert index.top([-1, 99, 2**40], 5) == []
+    assert index.top([0], 0) == [] and len(index.top([0, 1], 10**9)) == 2
+
+
+def test_forged_blobs_fail_or_leave_the_index_unused() -> None:
+    with pytest.raises(ValueError, match="shorter than its length"):
+        make({1: b"\x01"}, [1.0])
+    with pytest.raises(TypeError, match="bytes"):
+        make({1: "text"}, [1.0])  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="'I' or 'd'"):
+        make({1: pack(1, [(0, 1)])}, [1.0], typecode="q")
+    nan = make({1: pack(3, [(0, float("nan"))], "d")}, [1.0], "d")
+    assert not nan.bounded
+    assert not make({1: pack(3, [(0, 1.0)], "d")}, [float("inf")], "d").bounded
+    # A negative contribution is bounded by 0; a count past -norm makes one above the IDF.
+    negative = make({1: pack(3, [(0, -0.5)], "d"), 2: pack(3, [(0, 1.0)], "d")}, [1.0], "d")
+    assert negative.bounded and [row for _, row in negative.top([0], 2)] == [2, 1]
+    assert not make({1: pack(3, [(0, -5.0)], "d")}, [1.0], "d").bounded
+    with pytest.raises(ValueError, match="65536"):
+        make({1: pack(1, [(0, 1)])}, [1.0]).top([0] * 65537, 1)
+
+
+def test_a_forged_index_is_answered_by_tantivy(catalog: Catalog) -> None:
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    index = built(catalog)
+    terms = index.terms(queries[0], bm25.MAX_QUERY_TERMS)
+    before = index.rank(terms, 5)
+    asked = set(index._ids(terms))
+    row = next(r for r in index._tools if asked.isdisjoint(index._decode(r, keep=False)[1]))
+    index._tools[row] = b"\x00"  # shorter than a length (a tool no query term finds)
+    assert index._impacts.wait(60) is None
+    assert "shorter" in index._impacts.error
+    assert index.rank(terms, 5) == before  # tantivy answers on
