@@ -233,3 +233,22 @@ def test_a_forged_index_is_answered_by_tantivy(catalog: Catalog) -> None:
     assert index._impacts.wait(60) is None
     assert "shorter" in index._impacts.error
     assert index.rank(terms, 5) == before  # tantivy answers on
+
+
+def test_tools_far_apart_are_found_past_the_16_bit_gaps() -> None:
+    """A term's tools are stored as 16-bit gaps, a gap of 65,535 or more escaped: every
+    tool of a term spread over 200k tools is found, with its own bound."""
+    holders = [0, 1, 65_534, 65_535 + 65_534, 65_535 * 2 + 65_535, 150_000, 199_999]
+    tools = {
+        row: pack(3 + row % 5, [(1, 1 + row % 3), *([(0, 2)] if i in holders else [])])
+        for i, row in enumerate(range(10_000_000, 10_200_000))
+    }
+    index = make(tools, [3.0, 0.5])
+    assert index.postings == 200_000 + len(holders)
+    found = index.top([0], 100)
+    assert sorted(row - 10_000_000 for _, row in found) == sorted(holders)
+    norm = 2.0 * K1 * (1 - B + B * 3 / 10.0)  # the tools whose length is 3 (row % 5 == 0)
+    assert found[0][0] >= 3.0 * 2 / (2 + norm)
+    every = index.top([1, 0], 200_000)
+    assert len(every) == 200_000 and len({row for _, row in every}) == 200_000
+    assert {row - 10_000_000 for _, row in every[: len(holders)]} == set(holders)
