@@ -14,8 +14,9 @@ The index is built from the revision's packed tools (``TantivyIndex._tools``: th
 they are now, brought-forward ones included) on a thread of its own, the first time a
 revision has been asked ``BUILD_AFTER`` queries (a one-shot search never pays for it),
 with the GIL let go for all but gathering the blobs (~1 s of C at 1M tools; 4 bytes a
-posting, a 16-bit gap and a 16-bit impact: 150 MB there). Until it is ready, and where the extension was not compiled (a
-machine without a C compiler: ``setup.py`` builds it optionally), tantivy answers.
+posting, a 16-bit gap and a 16-bit impact: 150 MB there). Until it is ready, and where
+the extension was not compiled (a machine without a C compiler: ``setup.py`` builds it
+optionally), tantivy answers.
 """
 
 from __future__ import annotations
