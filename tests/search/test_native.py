@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from tests.search.test_lexical_forward import changes, forward
-from tests.search.test_lexical_index import built, tagged_toolkits
+from tests.search.test_lexical_index import FILTERS, built, tagged_toolkits
 from tests.search.test_postings import bench_toolkits, exact_fts5
 from toolcat import Catalog
 from toolcat.search import bm25, native
-from toolcat.search.lexical_index import K1, B, TantivyIndex
+from toolcat.search.lexical_index import K1, NATIVE_SCAN_MOST, B, TantivyIndex
+from toolcat.store import reader
 
 pytest.importorskip("tantivy")
 
@@ -137,14 +138,44 @@ def test_built_only_for_a_revision_searched_more_than_once(catalog: Catalog) -> 
     assert index.rank(terms, 5) == first
 
 
-def test_filtered_queries_keep_tantivys_stage(catalog: Catalog) -> None:
-    kits, queries = tagged_toolkits(600)
+def test_filtered_rankings_are_every_allowed_tool_scored(catalog: Catalog) -> None:
+    """A filter's allowed tools are a mask of the native stage (kept per filter), or, when
+    they are few, scored one by one: either way every allowed tool scored, bit for bit."""
+    kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
     impacts(index)
-    terms = index.terms(queries[0], bm25.MAX_QUERY_TERMS)
-    allowed = frozenset(list(index._tools)[::2])
-    assert index.rank(terms, 10, allowed) == index._scan(terms, 10, allowed)
+    with catalog._snapshot() as conn:
+        allowed_sets = [reader.allowed_ids(conn, f) for f in FILTERS]
+    every = list(index._tools)
+    allowed_sets += [frozenset(every[::2]), frozenset(every[5::7]), frozenset(every[:150])]
+    assert any(len(a) > NATIVE_SCAN_MOST for a in allowed_sets)
+    assert any(0 < len(a) <= NATIVE_SCAN_MOST for a in allowed_sets)
+    for allowed in allowed_sets:
+        for query in queries_of(queries[:30]):
+            terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+            for k in (1, 10, 50):
+                got = index.rank(terms, k, allowed) if terms else []
+                assert got == (index._scan(terms, k, allowed) if terms else []), (query, k)
+    assert len(index._masks) == sum(len(a) > NATIVE_SCAN_MOST for a in set(allowed_sets))
+
+
+def test_a_mask_is_the_tools_of_its_rows_and_only_this_indexs() -> None:
+    tools = {row: pack(3, [(0, 1 + row % 4)]) for row in (50, 7, 900, 3, 12)}
+    index = make(tools, [1.0])
+    every = {row for _, row in index.top([0], 10)}
+    assert every == set(tools)
+    mask = index.mask([7, 900, 4, -1, 2**70, 10**30])  # rows it does not hold: passed over
+    assert {row for _, row in index.top([0], 10, mask)} == {7, 900}
+    assert index.top([0], 10, index.mask([])) == []
+    with pytest.raises(ValueError, match="this index's own"):
+        index.top([0], 10, mask + b"\0")
+    with pytest.raises(ValueError, match="this index's own"):
+        index.top([0], 10, bytearray(mask))  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        index.mask(["7"])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        index.mask(7)  # type: ignore[arg-type]
 
 
 def test_concurrent_queries_share_one_index(catalog: Catalog) -> None:

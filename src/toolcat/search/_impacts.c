@@ -36,7 +36,7 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t n_docs;
     Py_ssize_t n_terms;
-    int64_t *rows;       /* tool index -> row id */
+    int64_t *rows;       /* tool index -> row id, ascending (``mask`` finds rows by halving) */
     uint64_t *offsets;   /* term id -> its postings: offsets[t] .. offsets[t + 1] */
     uint64_t *gap_offsets; /* term id -> where its tools' gaps start in ``gaps`` */
     /* Each term's tools, ascending, as the gap from the one before (from -1 for the
@@ -95,6 +95,17 @@ static uint32_t term_at(const Packed *p, Py_ssize_t i) {
     return t;
 }
 
+typedef struct {
+    int64_t row;
+    const unsigned char *data;
+    Py_ssize_t size;
+} Packed_row;
+
+static int by_row(const void *x, const void *y) {
+    const Packed_row *a = x, *b = y;
+    return (a->row > b->row) - (a->row < b->row);
+}
+
 static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"tools", "typecode", "idf", "scale", "k1", "b", "avgdl", NULL};
     PyObject *tools;
@@ -127,8 +138,7 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     const Py_ssize_t n_terms = idf_buf.len / (Py_ssize_t)sizeof(double);
     const Py_ssize_t n_docs = PyDict_GET_SIZE(tools);
     PyObject *blobs = NULL; /* the dict's values: they stay alive while the GIL is let go */
-    const unsigned char **data = NULL;
-    Py_ssize_t *sizes = NULL;
+    Packed_row *packed = NULL; /* the tools in row order */
     uint32_t *last = NULL; /* term id -> 1 + the tool index that last held it */
     uint64_t *fill = NULL;
     double *norms = NULL;
@@ -152,13 +162,12 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->gap_offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->rows = malloc(sizeof(int64_t) * docs_n);
-    data = malloc(sizeof(*data) * docs_n);
-    sizes = malloc(sizeof(*sizes) * docs_n);
+    packed = malloc(sizeof(*packed) * docs_n);
     norms = malloc(sizeof(double) * docs_n);
     last = calloc(terms_n, sizeof(uint32_t));
     fill = malloc(sizeof(uint64_t) * terms_n);
-    if (!self->offsets || !self->gap_offsets || !self->rows || !data || !sizes || !norms ||
-        !last || !fill) {
+    if (!self->offsets || !self->gap_offsets || !self->rows || !packed || !norms || !last ||
+        !fill) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -180,9 +189,9 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         if (row == -1 && PyErr_Occurred()) goto fail;
         Py_INCREF(value);
         PyList_SET_ITEM(blobs, d, value);
-        self->rows[d] = row;
-        data[d] = (const unsigned char *)PyBytes_AS_STRING(value);
-        sizes[d] = PyBytes_GET_SIZE(value);
+        packed[d].row = row;
+        packed[d].data = (const unsigned char *)PyBytes_AS_STRING(value);
+        packed[d].size = PyBytes_GET_SIZE(value);
         d++;
     }
     if (d != n_docs) {
@@ -190,10 +199,12 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         goto fail;
     }
     Py_BEGIN_ALLOW_THREADS
+    qsort(packed, (size_t)n_docs, sizeof(*packed), by_row);
+    for (Py_ssize_t i_doc = 0; i_doc < n_docs; i_doc++) self->rows[i_doc] = packed[i_doc].row;
     /* Pass 1: how many tools hold each term (a term once per tool). */
     for (Py_ssize_t i_doc = 0; i_doc < n_docs; i_doc++) {
         Packed p;
-        unpack(data[i_doc], sizes[i_doc], count_size, &p);
+        unpack(packed[i_doc].data, packed[i_doc].size, count_size, &p);
         norms[i_doc] = scale * k1 * (1.0 - b + b * (double)p.length / avgdl); /* as ``_decode`` */
         for (Py_ssize_t i = 0; i < p.n; i++) {
             uint32_t t = term_at(&p, i);
@@ -222,7 +233,7 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         memset(last, 0, sizeof(uint32_t) * terms_n);
         for (Py_ssize_t i_doc = 0; i_doc < n_docs; i_doc++) {
             Packed p;
-            unpack(data[i_doc], sizes[i_doc], count_size, &p);
+            unpack(packed[i_doc].data, packed[i_doc].size, count_size, &p);
             for (Py_ssize_t i = 0; i < p.n; i++) {
                 uint32_t t = term_at(&p, i);
                 if ((Py_ssize_t)t >= n_terms || last[t] == (uint32_t)i_doc + 1) continue;
@@ -259,8 +270,7 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         goto fail;
     }
     Py_DECREF(blobs);
-    free(data);
-    free(sizes);
+    free(packed);
     free(fill);
     free(last);
     free(norms);
@@ -268,8 +278,7 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     return (PyObject *)self;
 fail:
     Py_XDECREF(blobs);
-    free(data);
-    free(sizes);
+    free(packed);
     free(fill);
     free(last);
     free(norms);
@@ -354,13 +363,27 @@ static int best_first(const void *x, const void *y) {
     return 0;
 }
 
-/* top(term_ids, n) -> [(bound, row id)], the n tools with the largest bounds, largest first,
-   among the tools holding a query term: ids < 0 (no tool has the term) add nothing; a term
-   asked twice adds its quanta twice (``_score`` adds its contribution twice). */
-static PyObject *Index_top(Index *self, PyObject *args) {
-    PyObject *ids_obj;
+/* A mask's size: a bit a tool, whole 64-bit words. */
+static Py_ssize_t mask_bytes(const Index *self) { return (self->n_docs + 63) / 64 * 8; }
+
+/* top(term_ids, n, mask=None) -> [(bound, row id)], the n tools with the largest bounds,
+   largest first, among the tools holding a query term (and, with a mask, let through by it):
+   ids < 0 (no tool has the term) add nothing; a term asked twice adds its quanta twice
+   (``_score`` adds its contribution twice). */
+static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"term_ids", "n", "mask", NULL};
+    PyObject *ids_obj, *mask_obj = Py_None;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "On", &ids_obj, &n)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "On|O", kwlist, &ids_obj, &n, &mask_obj))
+        return NULL;
+    const unsigned char *mask = NULL;
+    if (mask_obj != Py_None) {
+        if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != mask_bytes(self)) {
+            PyErr_SetString(PyExc_ValueError, "a mask must be this index's own (``mask``)");
+            return NULL;
+        }
+        mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+    }
     if (n < 1) return PyList_New(0);
     if (n > self->n_docs) n = self->n_docs ? self->n_docs : 1;
     PyObject *seq = PySequence_Fast(ids_obj, "term ids must be a sequence");
@@ -427,6 +450,13 @@ static PyObject *Index_top(Index *self, PyObject *args) {
             uint64_t bits = seen[w];
             if (!bits) continue;
             seen[w] = 0;
+            if (mask != NULL) {
+                uint64_t let;
+                memcpy(&let, mask + (size_t)(start / 64 + w) * 8, 8);
+                for (uint64_t out = bits & ~let; out; out &= out - 1)
+                    acc[w * 64 + __builtin_ctzll(out)] = 0;
+                bits &= let;
+            }
             while (bits) {
                 uint32_t doc = (uint32_t)(w * 64 + __builtin_ctzll(bits));
                 bits &= bits - 1;
@@ -468,6 +498,46 @@ static PyObject *Index_top(Index *self, PyObject *args) {
     return out;
 }
 
+/* mask(rows) -> bytes: the tools of these row ids (rows the index does not hold are passed
+   over), for ``top``'s ``mask``. */
+static PyObject *Index_mask(Index *self, PyObject *rows_obj) {
+    PyObject *it = PyObject_GetIter(rows_obj);
+    if (it == NULL) return NULL;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, mask_bytes(self));
+    if (out == NULL) {
+        Py_DECREF(it);
+        return NULL;
+    }
+    unsigned char *bits = (unsigned char *)PyBytes_AS_STRING(out);
+    memset(bits, 0, (size_t)mask_bytes(self));
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        int overflow = 0;
+        long long row = PyLong_AsLongLongAndOverflow(item, &overflow);
+        Py_DECREF(item);
+        if (row == -1 && PyErr_Occurred()) {
+            Py_DECREF(it);
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (overflow) continue; /* no such row */
+        Py_ssize_t lo = 0, hi = self->n_docs;
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (self->rows[mid] < row) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < self->n_docs && self->rows[lo] == row)
+            bits[(size_t)lo / 8] |= (unsigned char)(1u << (lo % 8));
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
 static PyObject *Index_bounded(Index *self, void *Py_UNUSED(closure)) {
     return PyBool_FromLong(self->bounded);
 }
@@ -494,8 +564,10 @@ static PyGetSetDef Index_getset[] = {
 };
 
 static PyMethodDef Index_methods[] = {
-    {"top", (PyCFunction)Index_top, METH_VARARGS,
-     "top(term_ids, n): the n largest (bound, row id), largest first."},
+    {"top", (PyCFunction)(void (*)(void))Index_top, METH_VARARGS | METH_KEYWORDS,
+     "top(term_ids, n, mask=None): the n largest (bound, row id), largest first."},
+    {"mask", (PyCFunction)Index_mask, METH_O,
+     "mask(rows): the tools of these row ids, for top's mask."},
     {NULL, NULL, 0, NULL},
 };
 

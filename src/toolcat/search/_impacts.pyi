@@ -1,4 +1,4 @@
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 class Index:
@@ -15,4 +15,7 @@ class Index:
         b: float,
         avgdl: float,
     ) -> None: ...
-    def top(self, term_ids: Sequence[int], n: int) -> list[tuple[float, int]]: ...
+    def top(
+        self, term_ids: Sequence[int], n: int, mask: bytes | None = None
+    ) -> list[tuple[float, int]]: ...
+    def mask(self, rows: Iterable[int]) -> bytes: ...

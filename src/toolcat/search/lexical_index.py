@@ -37,6 +37,11 @@ tokens kept FTS5's top 10 for only 14% of queries, and using it as is would lowe
 three of seven benchmark sources; rescoring its top 30 without the bound kept the top 10 for
 98% of queries at 0.15 ms; the bound makes it exact, rescoring ~10 tools (~0.09 ms).
 
+At a million tools tantivy's query over a long request's terms is most of a search (~4 ms):
+once a revision has answered a few queries, a first stage in C takes its place for
+unfiltered ones (native.py: every posting summed as 16-bit impacts rounded up, the same
+certificate and rescoring, the same answers, a quarter of the time).
+
 tantivy is an optional dependency (``pip install 'toolcat[fast]'``): a 17 MB compiled wheel
 that needs Python 3.11 in its current release and pays off only in processes that search
 many times; one-shot commands never build an index (engine.py, ``POSTINGS_AFTER``).
@@ -93,6 +98,11 @@ QUERY_CACHE = 50_000
 # to at most one tool in this many, or ``FORWARD_MIN``; past that it is rebuilt whole.
 FORWARD_SHARE = 50
 FORWARD_MIN = 1000
+# A filter letting at most this many tools through is scored tool by tool (``_scan``): the
+# native first stage costs a pass over the query's postings whatever the filter.
+NATIVE_SCAN_MOST = 100
+# Filters whose native masks (a bit a tool: 125 KB at 1M tools) are kept per revision.
+NATIVE_MASKS = 16
 # Rescored tools kept unpacked per revision (``TantivyIndex._decoded``): a warm query
 # rescores ~11 tools, mostly ones earlier queries rescored, and reads its hits' terms
 # again for fusion's signals. ~1.5 KB a tool; the oldest forgotten past this many.
@@ -244,6 +254,7 @@ class TantivyIndex(TermIndex):
         self._impacts = native.Impacts(
             lambda: (self._tools, self._counts, self._idf, self._scale, K1, B, self._avgdl)
         )
+        self._masks: dict[frozenset[int], bytes] = {}  # allowed set -> its native mask
 
     def build(
         self,
@@ -675,6 +686,10 @@ class TantivyIndex(TermIndex):
         ``allowed`` (``reader.allowed_ids``), among those tools only."""
         if not terms or (allowed is not None and not allowed):
             return []
+        if allowed is None or len(allowed) > NATIVE_SCAN_MOST:
+            impacts = self._impacts.ready()
+            if impacts is not None:
+                return self._rank_by_impacts(impacts, terms, k, allowed)
         bounded = self.bounded
         depth = k + EXTRA_CANDIDATES if bounded else max(k, UNBOUNDED_CANDIDATES)
         if allowed is not None:
@@ -683,10 +698,6 @@ class TantivyIndex(TermIndex):
             if not bounded or len(allowed) * SCAN_COST <= self.n_docs * depth / len(allowed):
                 return self._scan(terms, k, allowed)
             depth = min(MAX_CANDIDATES, math.ceil(depth * self.n_docs / len(allowed)))
-        if allowed is None:
-            impacts = self._impacts.ready()
-            if impacts is not None:
-                return self._rank_by_impacts(impacts, terms, k)
         tantivy = tantivy_module()
         should = tantivy.Occur.Should
         queries = self._queries
@@ -735,22 +746,37 @@ class TantivyIndex(TermIndex):
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
 
     def _rank_by_impacts(
-        self, impacts: Any, terms: Sequence[str], k: int
+        self, impacts: Any, terms: Sequence[str], k: int, allowed: frozenset[int] | None
     ) -> list[tuple[int, float]]:
         """``rank`` with the native first stage's bounds (native.py) for tantivy's: every
-        current row is among its candidates (none stale, none held apart), and its bounds
-        hold whatever the column weights, so the answer is always certified."""
+        current row is among its candidates (none stale, none held apart), only allowed
+        ones with a filter, and its bounds hold whatever the column weights, so the answer
+        is always certified."""
         term_ids = self._ids(terms)
+        mask = None if allowed is None else self._mask(impacts, allowed)
         depth, rounds = k + EXTRA_CANDIDATES, 0
         while True:
             rounds += 1
-            found: list[tuple[float, int]] = impacts.top(term_ids, depth)
+            found: list[tuple[float, int]] = impacts.top(term_ids, depth, mask)
             best, certified = self._best(found, term_ids, k, True, None, frozenset())
             if certified or len(found) < depth or best[0][0] > found[-1][0] * (1 + SLACK):
                 break
             depth *= 4
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
+
+    def _mask(self, impacts: Any, allowed: frozenset[int]) -> bytes:
+        """The native stage's mask of an allowed set, kept per set for this revision (an
+        engine keeps each filter's set per revision: the same object comes back)."""
+        masks = self._masks
+        mask = masks.get(allowed)
+        if mask is None:
+            mask = impacts.mask(allowed)
+            if len(masks) >= NATIVE_MASKS:
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                    del masks[next(iter(masks))]  # the oldest first
+            masks[allowed] = mask
+        return mask
 
     def _best(
         self,
