@@ -360,8 +360,8 @@ def bm25_ready(catalog: Any) -> str:
     """Wait for the catalog's BM25 index and its native first stage (search/native.py),
     built on threads of their own after the first queries; which first stage answers now."""
     catalog._search.postings.wait()
-    impacts = getattr(catalog._search.postings.index, "_impacts", None)  # --src: older code
-    if impacts is None or impacts.wait(600) is None:
+    wait_native = getattr(catalog._search.postings.index, "wait_native", None)  # --src: older
+    if wait_native is None or wait_native(600) is None:
         return "tantivy"
     return "native"
 

@@ -5,9 +5,11 @@ for a process that searches a revision more than once."""
 
 from __future__ import annotations
 
+import gc
 import random
 import struct
 import threading
+import weakref
 from array import array
 from typing import Any
 
@@ -32,7 +34,7 @@ def test_the_extension_is_built_here() -> None:
 
 
 def impacts(index: TantivyIndex) -> Any:
-    got = index._impacts.wait(60)
+    got = index.wait_native(60)
     assert got is not None, index._impacts.error
     return got
 
@@ -122,6 +124,20 @@ def test_weights_that_are_not_multiples_are_ranked_exactly(catalog: Catalog) -> 
         if terms:
             assert index.rank(terms, 10) == every_tool_scored(index, terms, 10), query
     assert index.rounds[0] == 0
+
+
+def test_an_index_is_freed_with_its_last_reference() -> None:
+    """A revision's index (hundreds of MB at 1M tools) goes when the last query holding it
+    ends, not at the cyclic collector's next full pass: nothing it owns refers back to it."""
+    gc.disable()
+    try:
+        index = TantivyIndex()
+        index._impacts.ready(index._impacts_source)
+        dropped = weakref.ref(index)
+        del index
+        assert dropped() is None
+    finally:
+        gc.enable()
 
 
 def test_built_only_for_a_revision_searched_more_than_once(catalog: Catalog) -> None:
@@ -261,7 +277,7 @@ def test_a_forged_index_is_answered_by_tantivy(catalog: Catalog) -> None:
     asked = set(index._ids(terms))
     row = next(r for r in index._tools if asked.isdisjoint(index._decode(r, keep=False)[1]))
     index._tools[row] = b"\x00"  # shorter than a length (a tool no query term finds)
-    assert index._impacts.wait(60) is None
+    assert index.wait_native(60) is None
     assert "shorter" in index._impacts.error
     assert index.rank(terms, 5) == before  # tantivy answers on
 

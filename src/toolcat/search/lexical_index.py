@@ -251,9 +251,7 @@ class TantivyIndex(TermIndex):
         self._delta_most: dict[int, float] = {}  # term id -> its most to one of those rows
         # The first stage in C (native.py), built from ``_tools`` as they are at this
         # revision: it covers the rows brought forward and never the stale documents.
-        self._impacts = native.Impacts(
-            lambda: (self._tools, self._counts, self._idf, self._scale, K1, B, self._avgdl)
-        )
+        self._impacts = native.Impacts()
         self._masks: dict[frozenset[int], bytes] = {}  # allowed set -> its native mask
 
     def build(
@@ -687,7 +685,7 @@ class TantivyIndex(TermIndex):
         if not terms or (allowed is not None and not allowed):
             return []
         if allowed is None or len(allowed) > NATIVE_SCAN_MOST:
-            impacts = self._impacts.ready()
+            impacts = self._impacts.ready(self._impacts_source)
             if impacts is not None:
                 return self._rank_by_impacts(impacts, terms, k, allowed)
         bounded = self.bounded
@@ -764,6 +762,15 @@ class TantivyIndex(TermIndex):
             depth *= 4
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
+
+    def _impacts_source(self) -> tuple[Any, ...]:
+        """The native stage's ``_impacts.Index`` arguments, from this revision's tools."""
+        return (self._tools, self._counts, self._idf, self._scale, K1, B, self._avgdl)
+
+    def wait_native(self, timeout: float | None = None) -> Any:
+        """Build the native first stage now if not started, and wait for it: the built
+        ``_impacts.Index``, or None (tests, benchmarks)."""
+        return self._impacts.wait(self._impacts_source, timeout)
 
     def _mask(self, impacts: Any, allowed: frozenset[int]) -> bytes:
         """The native stage's mask of an allowed set, kept per set for this revision (an

@@ -49,11 +49,7 @@ def available() -> bool:
 class Impacts:
     """One revision's native first stage, built once on a thread of its own when asked."""
 
-    def __init__(self, source: Callable[[], tuple[Any, ...]]):
-        # ``source``: ``_impacts.Index``'s arguments (packed tools, their counts' typecode,
-        # the IDFs, scale, K1, B, avgdl), read when the build starts (the revision's index
-        # is complete by then).
-        self._source = source
+    def __init__(self) -> None:
         self._asked = 0
         self._started = False
         self._lock = threading.Lock()
@@ -61,37 +57,45 @@ class Impacts:
         self.index: Any | None = None  # the built ``_impacts.Index``, when bounded
         self.error = ""
 
-    def ready(self) -> Any | None:
+    # ``source``, below: a callable giving ``_impacts.Index``'s arguments (packed tools,
+    # their counts' typecode, the IDFs, scale, K1, B, avgdl), called when the build starts
+    # (the revision's index is complete by then). Passed at each call, not kept: a bound
+    # method of the index kept here would make a cycle, and a revision's index (and its
+    # hundreds of MB at 1M tools) would wait for the cyclic collector to be freed.
+
+    def ready(self, source: Callable[[], tuple[Any, ...]]) -> Any | None:
         """The index if built; counts the ask and starts the build at ``BUILD_AFTER``."""
         index = self.index
         if index is not None or self._started:
             return index
         self._asked += 1  # a lost update under threads only delays the build by a query
         if self._asked >= BUILD_AFTER and available():
-            self.start()
+            self.start(source)
         return None
 
-    def start(self) -> None:
+    def start(self, source: Callable[[], tuple[Any, ...]]) -> None:
         with self._lock:
             if self._started:
                 return
             self._started = True
-        threading.Thread(target=self._build, name="toolcat-bm25-impacts", daemon=True).start()
+        threading.Thread(
+            target=self._build, args=(source,), name="toolcat-bm25-impacts", daemon=True
+        ).start()
 
-    def wait(self, timeout: float | None = None) -> Any | None:
+    def wait(self, source: Callable[[], tuple[Any, ...]], timeout: float | None = None) -> Any:
         """Build now if not started, and wait for it (tests, benchmarks, warm-ups)."""
         if not available():
             return None
-        self.start()
+        self.start(source)
         self._done.wait(timeout)
         return self.index
 
-    def _build(self) -> None:
+    def _build(self, source: Callable[[], tuple[Any, ...]]) -> None:
         compiled = module()
         try:
             if compiled is None:
                 return
-            index = compiled.Index(*self._source())
+            index = compiled.Index(*source())
             if index.bounded:
                 self.index = index
             else:  # a forged save's counts or IDFs: tantivy answers
