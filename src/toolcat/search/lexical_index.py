@@ -53,6 +53,7 @@ import math
 import sqlite3
 import struct
 import threading
+import weakref
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -191,6 +192,14 @@ def _unpack(blob: bytes, typecode: str) -> tuple[int, memoryview[int], memoryvie
     )
 
 
+def _native_source(ref: weakref.ref[TantivyIndex]) -> tuple[Any, ...]:
+    """``_impacts.Index``'s arguments for the index ``ref`` names (native.Impacts)."""
+    index = ref()
+    if index is None:
+        raise ReferenceError("the index was dropped before its first stage was built")
+    return (index._tools, index._counts, index._idf, index._scale, K1, B, index._avgdl)
+
+
 class TantivyIndex(TermIndex):
     """tantivy's candidates, FTS5's exact ``bm25()`` scores; one catalog revision."""
 
@@ -240,10 +249,10 @@ class TantivyIndex(TermIndex):
         self._delta: dict[int, tuple[int, ...]] = {}  # term id -> delta rows holding it
         self._delta_most: dict[int, float] = {}  # term id -> its most to one of those rows
         # The first stage in C (native.py), built from ``_tools`` as they are at this
-        # revision: it covers the rows brought forward and never the stale documents.
-        self._impacts = native.Impacts(
-            lambda: (self._tools, self._counts, self._idf, self._scale, K1, B, self._avgdl)
-        )
+        # revision: it covers the rows brought forward and never the stale documents. It
+        # holds this index weakly: a cycle kept a dropped revision's index (~1 GB at 1M
+        # tools) until a full collection, several at once in a server changing revisions.
+        self._impacts = native.Impacts(functools.partial(_native_source, weakref.ref(self)))
 
     def build(
         self,

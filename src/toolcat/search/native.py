@@ -52,7 +52,8 @@ class Impacts:
     def __init__(self, source: Callable[[], tuple[Any, ...]]):
         # ``source``: ``_impacts.Index``'s arguments (packed tools, their counts' typecode,
         # the IDFs, scale, K1, B, avgdl), read when the build starts (the revision's index
-        # is complete by then).
+        # is complete by then); ReferenceError when that index was dropped meanwhile (the
+        # source holds it weakly: ``lexical_index._native_source``).
         self._source = source
         self._asked = 0
         self._started = False
@@ -96,6 +97,8 @@ class Impacts:
                 self.index = index
             else:  # a forged save's counts or IDFs: tantivy answers
                 self.error = "a contribution is not a finite number under its term's IDF"
+        except ReferenceError:  # its revision's index was dropped before the build began
+            self.error = "dropped"
         except (MemoryError, ValueError, TypeError, OverflowError, RuntimeError) as e:
             self.error = str(e)
             logger.warning("BM25's native first stage was not built: %s", e)

@@ -1,0 +1,73 @@
+"""Attacks on BM25's native first stage (search/native.py, _impacts.c): each test failed on
+the code before its fix."""
+
+from __future__ import annotations
+
+import gc
+import random
+import weakref
+from typing import Any
+
+import pytest
+
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import bm25, native
+from toolcat.search.lexical_index import TantivyIndex
+
+pytest.importorskip("tantivy")
+pytestmark = pytest.mark.skipif(native.module() is None, reason="_impacts not compiled")
+
+WORDS = [f"w{i}" for i in range(400)]
+
+
+def built(catalog: Catalog) -> TantivyIndex:
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
+    return index
+
+
+def impacts(index: TantivyIndex) -> Any:
+    got = index._impacts.wait(60)
+    assert got is not None, index._impacts.error
+    return got
+
+
+def common_word_kits(n: int = 1200, seed: int = 4) -> list[Toolkit]:
+    """Every tool says "python" (an IDF floored at 1e-6: held by more than half the tools);
+    the rest is words of a few tools each, of varied lengths."""
+    rng = random.Random(seed)
+    tools = [
+        Tool(
+            name=f"tool{i}",
+            description="python " + " ".join(rng.choices(WORDS, k=rng.randrange(2, 30))),
+        )
+        for i in range(n)
+    ]
+    return [
+        Toolkit(name=f"kit{i}", version="1", tools=tools[i : i + 100]) for i in range(0, n, 100)
+    ]
+
+
+def test_a_dropped_index_is_freed_without_a_cyclic_collection(catalog: Catalog) -> None:
+    """A revision's index (at 1M tools ~1 GB with its packed tools and postings) is freed
+    when the last reference to it goes, as before the native stage: its ``Impacts`` must not
+    hold it in a cycle (the source closure did), which only a full collection frees, so a
+    server changing revisions kept several old indexes at once (7 of 15 in a loop)."""
+    catalog.register(common_word_kits(200))
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        index = built(catalog)
+        ref = weakref.ref(index)
+        del index
+        assert ref() is None
+        index = built(catalog)
+        impacts(index)  # built and served: the same
+        index.rank(["python"], 5)
+        ref = weakref.ref(index)
+        del index
+        assert ref() is None
+    finally:
+        if was:
+            gc.enable()
