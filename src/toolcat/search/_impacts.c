@@ -1,9 +1,10 @@
 /* BM25 candidates with upper bounds, term at a time over quantized impacts (search/native.py).
 
    Each (term, tool) posting holds its bm25() contribution ``(idf * f) / (f + norm)``
-   rounded UP to a multiple of ``quantum`` (a 16-bit count of quanta). A query adds each of
-   its terms' quanta per tool; a tool's sum times ``quantum`` is at least its exact score
-   (the same contributions, each rounded up), so the tools with the best sums, rescored
+   rounded UP to a multiple of its term's quantum (a 16-bit count of quanta; the term's IDF
+   / 65534: a contribution is below its IDF). A query adds each of its terms' quanta times
+   the term's quantum per tool; a tool's sum is at least its exact score (the same
+   contributions, each rounded up), so the tools with the best sums, rescored
    exactly best sum first, certify the exact top k as tantivy's scores do (lexical_index.py's
    ``rank``). Every posting is visited: no pruning, a few nanoseconds each.
 
@@ -14,6 +15,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +23,11 @@
 
 #define MAX_SCRATCH 8
 #define QUANTA 65535.0
+/* A term's quantum: its IDF / 65534, so that a contribution a hair under the IDF (rounded
+   to it) is still at most QUANTA quanta. One quantum for every term (the largest IDF's)
+   rounded a common term's contributions (IDF floored at 1e-6) all up to one quantum: every
+   tool holding it tied, and a query of it rescored them all. */
+#define PER_IDF 65534.0
 /* Tools are summed a block at a time, so that a block's sums and marks stay in the core's
    cache while every query term's postings in it are added (each term's postings are in
    tool order: one cursor per term walks them block by block). */
@@ -28,7 +35,7 @@
 #define ESCAPE 0xFFFF
 
 typedef struct {
-    uint32_t acc[BLOCK];          /* a tool's quanta so far */
+    double acc[BLOCK];            /* a tool's bound so far */
     uint64_t seen[BLOCK / 64];    /* whether a tool holds a query term */
 } Scratch;
 
@@ -43,9 +50,9 @@ typedef struct {
        first); a gap of ESCAPE or more is ESCAPE and the tool index in two halves. 16 bits
        a posting instead of 32: 75 MB less at a million tools. */
     uint16_t *gaps;
-    uint16_t *impacts;   /* postings: the contribution in quanta, rounded up */
+    uint16_t *impacts;   /* postings: the contribution in its term's quanta, rounded up */
+    double *quantum;     /* term id -> its quantum */
     uint64_t n_postings;
-    double quantum;
     int bounded;
     Scratch *free_scratch[MAX_SCRATCH];
     int n_free;
@@ -57,6 +64,7 @@ static void Index_dealloc(Index *self) {
     free(self->gap_offsets);
     free(self->gaps);
     free(self->impacts);
+    free(self->quantum);
     for (int i = 0; i < self->n_free; i++) free(self->free_scratch[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -140,15 +148,24 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "too many tools for one index");
         goto fail;
     }
-    /* Every contribution is below its term's IDF (f / (f + norm) < 1): the largest IDF is
-       QUANTA quanta. */
-    double most = 0.0;
-    for (Py_ssize_t t = 0; t < n_terms; t++) {
-        if (!isfinite(idf[t]) || idf[t] < 0.0) self->bounded = 0;
-        else if (idf[t] > most) most = idf[t];
-    }
-    self->quantum = most > 0.0 ? most / QUANTA : 1.0;
     const size_t docs_n = n_docs ? (size_t)n_docs : 1, terms_n = n_terms ? (size_t)n_terms : 1;
+    /* Every contribution is below its term's IDF (f / (f + norm) < 1). */
+    self->quantum = malloc(sizeof(double) * terms_n);
+    if (!self->quantum) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t t = 0; t < n_terms; t++) {
+        const double quantum = idf[t] / PER_IDF;
+        if (!isfinite(idf[t]) || idf[t] < 0.0) { /* a forged IDF */
+            self->bounded = 0;
+            self->quantum[t] = 1.0;
+        } else if (quantum > 0.0) {
+            self->quantum[t] = quantum;
+        } else { /* 0 (its contributions are 0) or an IDF too small to divide */
+            self->quantum[t] = idf[t] > 0.0 ? nextafter(0.0, 1.0) : 1.0;
+        }
+    }
     self->offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->gap_offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->rows = malloc(sizeof(int64_t) * docs_n);
@@ -237,11 +254,11 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                 last[t] = (uint32_t)i_doc + 1;
                 double f = count_at(&p, i, is_double);
                 double c = idf[t] * f / (f + norms[i_doc]); /* as ``_score`` adds it */
-                double q = ceil(c / self->quantum);
+                double q = ceil(c / self->quantum[t]);
                 uint16_t quanta;
                 if (c <= 0.0) {
                     quanta = 0; /* adds nothing, or takes away (a forged count) */
-                } else if (!(q <= QUANTA)) { /* NaN, infinite or past the largest IDF */
+                } else if (!(q <= QUANTA)) { /* NaN, infinite or past its IDF */
                     self->bounded = 0;
                     quanta = (uint16_t)QUANTA;
                 } else {
@@ -289,7 +306,7 @@ static void give_scratch(Index *self, Scratch *s) {
 }
 
 typedef struct {
-    uint32_t sum;
+    double sum;
     int64_t row;
 } Hit;
 
@@ -299,6 +316,7 @@ typedef struct {
    (``doc``, NONE past the last) and where the gap after it starts. */
 typedef struct {
     uint64_t at, stop, gap_at;
+    double quantum; /* its term's */
     uint32_t doc;
 } Cursor;
 
@@ -356,7 +374,7 @@ static int best_first(const void *x, const void *y) {
 
 /* top(term_ids, n) -> [(bound, row id)], the n tools with the largest bounds, largest first,
    among the tools holding a query term: ids < 0 (no tool has the term) add nothing; a term
-   asked twice adds its quanta twice (``_score`` adds its contribution twice). */
+   asked twice adds its bound twice (``_score`` adds its contribution twice). */
 static PyObject *Index_top(Index *self, PyObject *args) {
     PyObject *ids_obj;
     Py_ssize_t n;
@@ -366,7 +384,7 @@ static PyObject *Index_top(Index *self, PyObject *args) {
     PyObject *seq = PySequence_Fast(ids_obj, "term ids must be a sequence");
     if (seq == NULL) return NULL;
     Py_ssize_t n_ids = PySequence_Fast_GET_SIZE(seq);
-    if (n_ids > 65536) { /* a tool's sum must not wrap round */
+    if (n_ids > 65536) { /* a bound's rounding margin is set for this many at most */
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "at most 65536 term ids a query");
         return NULL;
@@ -393,7 +411,9 @@ static PyObject *Index_top(Index *self, PyObject *args) {
         Cursor *c = &cursor[i];
         c->doc = NONE; /* the tool before the first: -1 */
         c->at = c->stop = 0;
+        c->quantum = 0.0;
         if (t >= 0 && t < self->n_terms) {
+            c->quantum = self->quantum[t];
             c->at = self->offsets[t];
             c->stop = self->offsets[t + 1];
             c->gap_at = self->gap_offsets[t];
@@ -403,7 +423,7 @@ static PyObject *Index_top(Index *self, PyObject *args) {
     Py_DECREF(seq);
     Py_ssize_t n_heap = 0;
     Py_BEGIN_ALLOW_THREADS
-    uint32_t *acc = s->acc;
+    double *acc = s->acc;
     uint64_t *seen = s->seen;
     const uint16_t *gaps = self->gaps;
     const uint16_t *impacts = self->impacts;
@@ -412,10 +432,11 @@ static PyObject *Index_top(Index *self, PyObject *args) {
         const uint32_t end = (uint32_t)stop_doc;
         for (Py_ssize_t i = 0; i < n_ids; i++) {
             Cursor c = cursor[i];
+            const double quantum = c.quantum;
             while (c.doc < end) {
                 const uint32_t doc = c.doc - (uint32_t)start;
                 seen[doc >> 6] |= (uint64_t)1 << (doc & 63);
-                acc[doc] += impacts[c.at]; /* at most 65535 a term: 65536 terms cannot wrap */
+                acc[doc] += quantum * impacts[c.at];
                 c.at++;
                 next_doc(gaps, &c);
             }
@@ -430,8 +451,8 @@ static PyObject *Index_top(Index *self, PyObject *args) {
             while (bits) {
                 uint32_t doc = (uint32_t)(w * 64 + __builtin_ctzll(bits));
                 bits &= bits - 1;
-                uint32_t sum = acc[doc];
-                acc[doc] = 0;
+                double sum = acc[doc];
+                acc[doc] = 0.0;
                 if (n_heap == n && sum < heap[0].sum) continue;
                 Hit h = {sum, self->rows[start + doc]};
                 if (n_heap < n) {
@@ -453,9 +474,12 @@ static PyObject *Index_top(Index *self, PyObject *args) {
         PyMem_Free(heap);
         return NULL;
     }
+    /* Each quantum times its count, and each sum of them, may round down by a unit in the
+       last place (and ``_score``'s sum up): a bound a little above the sum never falls
+       below the exact score. */
+    const double margin = 1.0 + 1e-12 + (2.0 * (double)n_ids + 8.0) * DBL_EPSILON;
     for (Py_ssize_t i = 0; i < n_heap; i++) {
-        /* a bound a little above the quanta's, so rounding here never puts it below */
-        double bound = (double)heap[i].sum * self->quantum * (1.0 + 1e-12);
+        double bound = heap[i].sum * margin;
         PyObject *item = Py_BuildValue("(dL)", bound, (long long)heap[i].row);
         if (item == NULL) {
             Py_DECREF(out);
@@ -478,6 +502,7 @@ static PyObject *Index_nbytes(Index *self, void *Py_UNUSED(closure)) {
                    (size_t)self->gap_offsets[self->n_terms] * sizeof(uint16_t) +
                    ((size_t)self->n_terms + 1) * sizeof(uint64_t) +
                    (size_t)self->n_postings * sizeof(uint16_t) +
+                   (size_t)self->n_terms * sizeof(double) +
                    (size_t)self->n_free * sizeof(Scratch);
     return PyLong_FromSize_t(bytes);
 }
