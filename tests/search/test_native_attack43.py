@@ -137,3 +137,35 @@ def test_tools_tied_in_score_are_scored_once(
             assert len(index._decoded) <= k + EXTRA_CANDIDATES
             assert got == index._scan(terms, k, frozenset(index._tools)), (terms, k)
             assert [row for row, _ in got] == sorted(row for row, _ in got)  # by row id
+
+
+def test_without_the_extension_a_query_does_not_look_for_it_again(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``_impacts`` was not compiled (a machine without a C compiler), every
+    unfiltered query past a revision's 3rd tried to import it again: a failed import
+    searches the path each time (~60 us, a tenth of a warm query at 10k tools)."""
+    import builtins
+    import sys
+
+    catalog.register(common_word_kits(100))
+    index = built(catalog)
+    import toolcat.search
+
+    monkeypatch.setitem(sys.modules, "toolcat.search._impacts", None)  # not importable
+    monkeypatch.delattr(toolcat.search, "_impacts", raising=False)
+    monkeypatch.setattr(native, "_compiled", getattr(native, "_UNKNOWN", None), raising=False)
+    looked = 0
+    real_import = builtins.__import__
+
+    def counting(name: str, *args: Any, **kwargs: Any) -> Any:
+        nonlocal looked
+        fromlist = args[2] if len(args) > 2 else kwargs.get("fromlist")
+        looked += "_impacts" in (fromlist or ()) or name.endswith("_impacts")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", counting)
+    for _ in range(20):
+        index.rank(["python"], 5)
+    assert not native.available() and index._impacts.index is None
+    assert looked <= 1, looked

@@ -35,13 +35,23 @@ BUILD_AFTER = 3
 ENABLED = True  # tests and benchmarks switch it off to measure tantivy alone
 
 
+_UNKNOWN = object()
+_compiled: Any = _UNKNOWN  # the module, None where it was not built, or not looked for yet
+
+
 def module() -> Any | None:
-    """The compiled ``_impacts`` module, or None where it was not built."""
-    try:
-        from . import _impacts
-    except ImportError:
-        return None
-    return _impacts
+    """The compiled ``_impacts`` module, or None where it was not built: looked for once (a
+    failed import searches the path again each time, ~60 us, and without the extension
+    every unfiltered query past a revision's 3rd asked)."""
+    global _compiled
+    if _compiled is _UNKNOWN:
+        try:
+            from . import _impacts
+        except ImportError:
+            _compiled = None
+        else:
+            _compiled = _impacts
+    return _compiled
 
 
 def available() -> bool:
