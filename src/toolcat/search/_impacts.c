@@ -3,8 +3,9 @@
    Each (term, tool) posting holds its bm25() contribution ``(idf * f) / (f + norm)``
    rounded UP to a multiple of its term's quantum (a 16-bit count of quanta; the term's IDF
    / 65534: a contribution is below its IDF). A query adds each of its terms' quanta times
-   the term's quantum per tool; a tool's sum is at least its exact score (the same
-   contributions, each rounded up), so the tools with the best sums, rescored
+   the term's quantum (a whole number of the query's units, rounded up) per tool; a tool's
+   sum is at least its exact score (the same contributions, each rounded up), so the tools
+   with the best sums, rescored
    exactly best sum first, certify the exact top k as tantivy's scores do (lexical_index.py's
    ``rank``). Every posting is visited: no pruning, a few nanoseconds each.
 
@@ -28,6 +29,8 @@
    rounded a common term's contributions (IDF floored at 1e-6) all up to one quantum: every
    tool holding it tied, and a query of it rescored them all. */
 #define PER_IDF 65534.0
+/* The smallest quantum: a query's unit (its largest quantum / 2^32) stays a normal number. */
+#define LEAST_QUANTUM 0x1p-900
 /* Tools are summed a block at a time, so that a block's sums and marks stay in the core's
    cache while every query term's postings in it are added (each term's postings are in
    tool order: one cursor per term walks them block by block). */
@@ -35,7 +38,7 @@
 #define ESCAPE 0xFFFF
 
 typedef struct {
-    double acc[BLOCK];            /* a tool's bound so far */
+    uint64_t acc[BLOCK];          /* a tool's bound so far, in the query's units */
     uint64_t seen[BLOCK / 64];    /* whether a tool holds a query term */
 } Scratch;
 
@@ -160,10 +163,10 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         if (!isfinite(idf[t]) || idf[t] < 0.0) { /* a forged IDF */
             self->bounded = 0;
             self->quantum[t] = 1.0;
-        } else if (quantum > 0.0) {
+        } else if (quantum >= LEAST_QUANTUM) {
             self->quantum[t] = quantum;
-        } else { /* 0 (its contributions are 0) or an IDF too small to divide */
-            self->quantum[t] = idf[t] > 0.0 ? nextafter(0.0, 1.0) : 1.0;
+        } else { /* 0 (its contributions are 0) or a tiny IDF: at most one quantum each */
+            self->quantum[t] = idf[t] > 0.0 ? LEAST_QUANTUM : 1.0;
         }
     }
     self->offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
@@ -306,7 +309,7 @@ static void give_scratch(Index *self, Scratch *s) {
 }
 
 typedef struct {
-    double sum;
+    uint64_t sum;
     int64_t row;
 } Hit;
 
@@ -316,7 +319,8 @@ typedef struct {
    (``doc``, NONE past the last) and where the gap after it starts. */
 typedef struct {
     uint64_t at, stop, gap_at;
-    double quantum; /* its term's */
+    uint64_t times; /* its term's quantum in the query's units, rounded up */
+    double quantum; /* its term's (0: no tool has it) */
     uint32_t doc;
 } Cursor;
 
@@ -384,7 +388,7 @@ static PyObject *Index_top(Index *self, PyObject *args) {
     PyObject *seq = PySequence_Fast(ids_obj, "term ids must be a sequence");
     if (seq == NULL) return NULL;
     Py_ssize_t n_ids = PySequence_Fast_GET_SIZE(seq);
-    if (n_ids > 65536) { /* a bound's rounding margin is set for this many at most */
+    if (n_ids > 65536) { /* a tool's sum must not wrap round */
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "at most 65536 term ids a query");
         return NULL;
@@ -421,9 +425,22 @@ static PyObject *Index_top(Index *self, PyObject *args) {
         }
     }
     Py_DECREF(seq);
+    /* The query's unit: its largest quantum / 2^32. Each term's quantum is a whole number
+       of units, rounded up: at most 2^32 + 1, so a posting adds under 2^48 and 65,536 terms
+       cannot wrap round; a common term's quantum beside a rare one's is rounded up by a
+       thousandth at most (IDFs 1e7 apart). Whole numbers: a sum in doubles cost 18% more. */
+    double largest = 0.0;
+    for (Py_ssize_t i = 0; i < n_ids; i++)
+        if (cursor[i].quantum > largest) largest = cursor[i].quantum;
+    const double unit = ldexp(largest, -32);
+    for (Py_ssize_t i = 0; i < n_ids; i++) {
+        const double times = ceil(cursor[i].quantum / unit);
+        /* at least 1 (a quantum 2^1000 times smaller rounds to 0 units: a forged IDF) */
+        cursor[i].times = cursor[i].quantum <= 0.0 ? 0 : times < 1.0 ? 1 : (uint64_t)times;
+    }
     Py_ssize_t n_heap = 0;
     Py_BEGIN_ALLOW_THREADS
-    double *acc = s->acc;
+    uint64_t *acc = s->acc;
     uint64_t *seen = s->seen;
     const uint16_t *gaps = self->gaps;
     const uint16_t *impacts = self->impacts;
@@ -432,11 +449,11 @@ static PyObject *Index_top(Index *self, PyObject *args) {
         const uint32_t end = (uint32_t)stop_doc;
         for (Py_ssize_t i = 0; i < n_ids; i++) {
             Cursor c = cursor[i];
-            const double quantum = c.quantum;
+            const uint64_t times = c.times;
             while (c.doc < end) {
                 const uint32_t doc = c.doc - (uint32_t)start;
                 seen[doc >> 6] |= (uint64_t)1 << (doc & 63);
-                acc[doc] += quantum * impacts[c.at];
+                acc[doc] += times * impacts[c.at];
                 c.at++;
                 next_doc(gaps, &c);
             }
@@ -451,8 +468,8 @@ static PyObject *Index_top(Index *self, PyObject *args) {
             while (bits) {
                 uint32_t doc = (uint32_t)(w * 64 + __builtin_ctzll(bits));
                 bits &= bits - 1;
-                double sum = acc[doc];
-                acc[doc] = 0.0;
+                uint64_t sum = acc[doc];
+                acc[doc] = 0;
                 if (n_heap == n && sum < heap[0].sum) continue;
                 Hit h = {sum, self->rows[start + doc]};
                 if (n_heap < n) {
@@ -474,12 +491,12 @@ static PyObject *Index_top(Index *self, PyObject *args) {
         PyMem_Free(heap);
         return NULL;
     }
-    /* Each quantum times its count, and each sum of them, may round down by a unit in the
-       last place (and ``_score``'s sum up): a bound a little above the sum never falls
-       below the exact score. */
+    /* A contribution's quanta, a quantum's units and a sum's conversion may each round down
+       by a unit in the last place (and ``_score``'s sum up): a bound a little above the sum
+       never falls below the exact score. */
     const double margin = 1.0 + 1e-12 + (2.0 * (double)n_ids + 8.0) * DBL_EPSILON;
     for (Py_ssize_t i = 0; i < n_heap; i++) {
-        double bound = heap[i].sum * margin;
+        double bound = (double)heap[i].sum * unit * margin;
         PyObject *item = Py_BuildValue("(dL)", bound, (long long)heap[i].row);
         if (item == NULL) {
             Py_DECREF(out);
