@@ -1,9 +1,11 @@
 /* BM25 candidates with upper bounds, term at a time over quantized impacts (search/native.py).
 
    Each (term, tool) posting holds its bm25() contribution ``(idf * f) / (f + norm)``
-   rounded UP to a multiple of ``quantum`` (a 16-bit count of quanta). A query adds each of
-   its terms' quanta per tool; a tool's sum times ``quantum`` is at least its exact score
-   (the same contributions, each rounded up), so the tools with the best sums, rescored
+   rounded UP to a multiple of its term's quantum (a 16-bit count of quanta; the term's IDF
+   / 65534: a contribution is below its IDF). A query adds each of its terms' quanta times
+   the term's quantum (a whole number of the query's units, rounded up) per tool; a tool's
+   sum is at least its exact score (the same contributions, each rounded up), so the tools
+   with the best sums, rescored
    exactly best sum first, certify the exact top k as tantivy's scores do (lexical_index.py's
    ``rank``). Every posting is visited: no pruning, a few nanoseconds each.
 
@@ -14,6 +16,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,6 +24,13 @@
 
 #define MAX_SCRATCH 8
 #define QUANTA 65535.0
+/* A term's quantum: its IDF / 65534, so that a contribution a hair under the IDF (rounded
+   to it) is still at most QUANTA quanta. One quantum for every term (the largest IDF's)
+   rounded a common term's contributions (IDF floored at 1e-6) all up to one quantum: every
+   tool holding it tied, and a query of it rescored them all. */
+#define PER_IDF 65534.0
+/* The smallest quantum: a query's unit (its largest quantum / 2^32) stays a normal number. */
+#define LEAST_QUANTUM 0x1p-900
 /* Tools are summed a block at a time, so that a block's sums and marks stay in the core's
    cache while every query term's postings in it are added (each term's postings are in
    tool order: one cursor per term walks them block by block). */
@@ -28,7 +38,7 @@
 #define ESCAPE 0xFFFF
 
 typedef struct {
-    uint32_t acc[BLOCK];          /* a tool's quanta so far */
+    uint64_t acc[BLOCK];          /* a tool's bound so far, in the query's units */
     uint64_t seen[BLOCK / 64];    /* whether a tool holds a query term */
 } Scratch;
 
@@ -43,9 +53,9 @@ typedef struct {
        first); a gap of ESCAPE or more is ESCAPE and the tool index in two halves. 16 bits
        a posting instead of 32: 75 MB less at a million tools. */
     uint16_t *gaps;
-    uint16_t *impacts;   /* postings: the contribution in quanta, rounded up */
+    uint16_t *impacts;   /* postings: the contribution in its term's quanta, rounded up */
+    double *quantum;     /* term id -> its quantum */
     uint64_t n_postings;
-    double quantum;
     int bounded;
     Scratch *free_scratch[MAX_SCRATCH];
     int n_free;
@@ -57,6 +67,7 @@ static void Index_dealloc(Index *self) {
     free(self->gap_offsets);
     free(self->gaps);
     free(self->impacts);
+    free(self->quantum);
     for (int i = 0; i < self->n_free; i++) free(self->free_scratch[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -150,15 +161,24 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "too many tools for one index");
         goto fail;
     }
-    /* Every contribution is below its term's IDF (f / (f + norm) < 1): the largest IDF is
-       QUANTA quanta. */
-    double most = 0.0;
-    for (Py_ssize_t t = 0; t < n_terms; t++) {
-        if (!isfinite(idf[t]) || idf[t] < 0.0) self->bounded = 0;
-        else if (idf[t] > most) most = idf[t];
-    }
-    self->quantum = most > 0.0 ? most / QUANTA : 1.0;
     const size_t docs_n = n_docs ? (size_t)n_docs : 1, terms_n = n_terms ? (size_t)n_terms : 1;
+    /* Every contribution is below its term's IDF (f / (f + norm) < 1). */
+    self->quantum = malloc(sizeof(double) * terms_n);
+    if (!self->quantum) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t t = 0; t < n_terms; t++) {
+        const double quantum = idf[t] / PER_IDF;
+        if (!isfinite(idf[t]) || idf[t] < 0.0) { /* a forged IDF */
+            self->bounded = 0;
+            self->quantum[t] = 1.0;
+        } else if (quantum >= LEAST_QUANTUM) {
+            self->quantum[t] = quantum;
+        } else { /* 0 (its contributions are 0) or a tiny IDF: at most one quantum each */
+            self->quantum[t] = idf[t] > 0.0 ? LEAST_QUANTUM : 1.0;
+        }
+    }
     self->offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->gap_offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->rows = malloc(sizeof(int64_t) * docs_n);
@@ -248,11 +268,11 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                 last[t] = (uint32_t)i_doc + 1;
                 double f = count_at(&p, i, is_double);
                 double c = idf[t] * f / (f + norms[i_doc]); /* as ``_score`` adds it */
-                double q = ceil(c / self->quantum);
+                double q = ceil(c / self->quantum[t]);
                 uint16_t quanta;
                 if (c <= 0.0) {
                     quanta = 0; /* adds nothing, or takes away (a forged count) */
-                } else if (!(q <= QUANTA)) { /* NaN, infinite or past the largest IDF */
+                } else if (!(q <= QUANTA)) { /* NaN, infinite or past its IDF */
                     self->bounded = 0;
                     quanta = (uint16_t)QUANTA;
                 } else {
@@ -298,7 +318,7 @@ static void give_scratch(Index *self, Scratch *s) {
 }
 
 typedef struct {
-    uint32_t sum;
+    uint64_t sum;
     int64_t row;
 } Hit;
 
@@ -308,6 +328,8 @@ typedef struct {
    (``doc``, NONE past the last) and where the gap after it starts. */
 typedef struct {
     uint64_t at, stop, gap_at;
+    uint64_t times; /* its term's quantum in the query's units, rounded up */
+    double quantum; /* its term's (0: no tool has it) */
     uint32_t doc;
 } Cursor;
 
@@ -368,7 +390,7 @@ static Py_ssize_t mask_bytes(const Index *self) { return (self->n_docs + 63) / 6
 
 /* top(term_ids, n, mask=None) -> [(bound, row id)], the n tools with the largest bounds,
    largest first, among the tools holding a query term (and, with a mask, let through by it):
-   ids < 0 (no tool has the term) add nothing; a term asked twice adds its quanta twice
+   ids < 0 (no tool has the term) add nothing; a term asked twice adds its bound twice
    (``_score`` adds its contribution twice). */
 static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"term_ids", "n", "mask", NULL};
@@ -416,7 +438,9 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
         Cursor *c = &cursor[i];
         c->doc = NONE; /* the tool before the first: -1 */
         c->at = c->stop = 0;
+        c->quantum = 0.0;
         if (t >= 0 && t < self->n_terms) {
+            c->quantum = self->quantum[t];
             c->at = self->offsets[t];
             c->stop = self->offsets[t + 1];
             c->gap_at = self->gap_offsets[t];
@@ -424,9 +448,22 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
         }
     }
     Py_DECREF(seq);
+    /* The query's unit: its largest quantum / 2^32. Each term's quantum is a whole number
+       of units, rounded up: at most 2^32 + 1, so a posting adds under 2^48 and 65,536 terms
+       cannot wrap round; a common term's quantum beside a rare one's is rounded up by a
+       thousandth at most (IDFs 1e7 apart). Whole numbers: a sum in doubles cost 18% more. */
+    double largest = 0.0;
+    for (Py_ssize_t i = 0; i < n_ids; i++)
+        if (cursor[i].quantum > largest) largest = cursor[i].quantum;
+    const double unit = ldexp(largest, -32);
+    for (Py_ssize_t i = 0; i < n_ids; i++) {
+        const double times = ceil(cursor[i].quantum / unit);
+        /* at least 1 (a quantum 2^1000 times smaller rounds to 0 units: a forged IDF) */
+        cursor[i].times = cursor[i].quantum <= 0.0 ? 0 : times < 1.0 ? 1 : (uint64_t)times;
+    }
     Py_ssize_t n_heap = 0;
     Py_BEGIN_ALLOW_THREADS
-    uint32_t *acc = s->acc;
+    uint64_t *acc = s->acc;
     uint64_t *seen = s->seen;
     const uint16_t *gaps = self->gaps;
     const uint16_t *impacts = self->impacts;
@@ -435,10 +472,11 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
         const uint32_t end = (uint32_t)stop_doc;
         for (Py_ssize_t i = 0; i < n_ids; i++) {
             Cursor c = cursor[i];
+            const uint64_t times = c.times;
             while (c.doc < end) {
                 const uint32_t doc = c.doc - (uint32_t)start;
                 seen[doc >> 6] |= (uint64_t)1 << (doc & 63);
-                acc[doc] += impacts[c.at]; /* at most 65535 a term: 65536 terms cannot wrap */
+                acc[doc] += times * impacts[c.at];
                 c.at++;
                 next_doc(gaps, &c);
             }
@@ -460,7 +498,7 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
             while (bits) {
                 uint32_t doc = (uint32_t)(w * 64 + __builtin_ctzll(bits));
                 bits &= bits - 1;
-                uint32_t sum = acc[doc];
+                uint64_t sum = acc[doc];
                 acc[doc] = 0;
                 if (n_heap == n && sum < heap[0].sum) continue;
                 Hit h = {sum, self->rows[start + doc]};
@@ -483,9 +521,12 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
         PyMem_Free(heap);
         return NULL;
     }
+    /* A contribution's quanta, a quantum's units and a sum's conversion may each round down
+       by a unit in the last place (and ``_score``'s sum up): a bound a little above the sum
+       never falls below the exact score. */
+    const double margin = 1.0 + 1e-12 + (2.0 * (double)n_ids + 8.0) * DBL_EPSILON;
     for (Py_ssize_t i = 0; i < n_heap; i++) {
-        /* a bound a little above the quanta's, so rounding here never puts it below */
-        double bound = (double)heap[i].sum * self->quantum * (1.0 + 1e-12);
+        double bound = (double)heap[i].sum * unit * margin;
         PyObject *item = Py_BuildValue("(dL)", bound, (long long)heap[i].row);
         if (item == NULL) {
             Py_DECREF(out);
@@ -548,6 +589,7 @@ static PyObject *Index_nbytes(Index *self, void *Py_UNUSED(closure)) {
                    (size_t)self->gap_offsets[self->n_terms] * sizeof(uint16_t) +
                    ((size_t)self->n_terms + 1) * sizeof(uint64_t) +
                    (size_t)self->n_postings * sizeof(uint16_t) +
+                   (size_t)self->n_terms * sizeof(double) +
                    (size_t)self->n_free * sizeof(Scratch);
     return PyLong_FromSize_t(bytes);
 }

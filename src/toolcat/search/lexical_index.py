@@ -752,14 +752,22 @@ class TantivyIndex(TermIndex):
         is always certified."""
         term_ids = self._ids(terms)
         mask = None if allowed is None else self._mask(impacts, allowed)
-        depth, rounds = k + EXTRA_CANDIDATES, 0
+        depth, rounds, scored = k + EXTRA_CANDIDATES, 0, 0
+        best: list[tuple[float, int]] = []
         while True:
             rounds += 1
             found: list[tuple[float, int]] = impacts.top(term_ids, depth, mask)
-            best, certified = self._best(found, term_ids, k, True, None, frozenset())
+            # One order (bound, then row id): a deeper round's first candidates are the
+            # round before's, scored already (tools tied in their exact scores go round
+            # after round: rescoring them took half as long again).
+            # Past the first round not kept (as ``_scan``): thousands of tools tied would
+            # push out the ones queries share, one eviction at a time (~8 us each).
+            best, certified = self._best(
+                found[scored:], term_ids, k, True, None, frozenset(), best, keep=rounds == 1
+            )
             if certified or len(found) < depth or best[0][0] > found[-1][0] * (1 + SLACK):
                 break
-            depth *= 4
+            scored, depth = len(found), depth * 4
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
 
@@ -793,11 +801,15 @@ class TantivyIndex(TermIndex):
         bounded: bool,
         allowed: frozenset[int] | None,
         stale: frozenset[int],
+        best: list[tuple[float, int]] | None = None,
+        keep: bool = True,
     ) -> tuple[list[tuple[float, int]], bool]:
         """The k best exact (score, -row id) of candidates given best bound first, as a
-        heap, and whether the certificate held: the k-th exact score beat a bound."""
+        heap, and whether the certificate held: the k-th exact score beat a bound. ``best``:
+        the heap of the candidates before these (which did not certify it), added to;
+        ``keep``: whether the tools decoded are kept (``_decode``)."""
         score = self._score
-        best: list[tuple[float, int]] = []
+        best = [] if best is None else best
         for bound, doc in found:
             # The bounds come best first and bound the exact scores from above: once the
             # k-th exact score beats this one, no tool from here on can enter.
@@ -807,7 +819,7 @@ class TantivyIndex(TermIndex):
                 continue
             # Summed in the query's term order (``_score``; a set's order made tools
             # that tie in FTS5 differ by an ulp).
-            entry = (score(doc, term_ids), -doc)
+            entry = (score(doc, term_ids, keep), -doc)
             if len(best) < k:
                 heapq.heappush(best, entry)
             elif entry > best[0]:
