@@ -1,0 +1,54 @@
+"""Filtered queries through BM25's native first stage (``_impacts.Index.mask`` / ``top``'s
+mask, ``TantivyIndex._mask``), attacked: the masks a revision keeps stay bounded whatever
+reader threads left behind, and ``rank`` answers as ``_scan`` at any k."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.search.test_lexical_index import built
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import bm25, lexical_index, native
+from toolcat.search.lexical_index import TantivyIndex
+
+pytest.importorskip("tantivy")
+if native.module() is None:
+    pytest.skip("the native extension is not built", allow_module_level=True)
+
+WORDS = "file read write weather city report flower petal search index user data".split()
+
+
+def _catalog_index(catalog: Catalog, n_tools: int = 400) -> TantivyIndex:
+    rng = random.Random(44)
+    tools = [
+        Tool(name=f"tool_{i}", description=" ".join(rng.choices(WORDS, k=rng.randrange(2, 9))))
+        for i in range(n_tools)
+    ]
+    catalog.register(Toolkit(name="kit", version="1.0.0", tools=tools))
+    index = built(catalog)
+    assert index.wait_native(60) is not None
+    return index
+
+
+def test_masks_left_over_by_racing_threads_are_trimmed_back_to_the_bound(
+    catalog: Catalog,
+) -> None:
+    """Reader threads share a revision's masks: two that see the dict under the bound both
+    add one, and two that evict the same oldest one take out one between them. The dict
+    then held more than ``NATIVE_MASKS`` for good (8 threads of filtered queries: 26 after
+    16k queries, 28 after 64k): every later insert took out one mask and added one. The
+    next insert must bring it back to the bound."""
+    index = _catalog_index(catalog)
+    rows = sorted(index._tools)
+    terms = index.terms("weather city report", bm25.MAX_QUERY_TERMS)
+    rng = random.Random(1)
+    # The state races leave: more masks than the bound.
+    for _ in range(lexical_index.NATIVE_MASKS + 6):
+        allowed = frozenset(rng.sample(rows, 150))
+        index._masks[allowed] = index.wait_native().mask(allowed)
+    allowed = frozenset(rng.sample(rows, 150))
+    assert index.rank(terms, 10, allowed) == index._scan(terms, 10, allowed)
+    assert allowed in index._masks
+    assert len(index._masks) <= lexical_index.NATIVE_MASKS
