@@ -52,3 +52,19 @@ def test_masks_left_over_by_racing_threads_are_trimmed_back_to_the_bound(
     assert index.rank(terms, 10, allowed) == index._scan(terms, 10, allowed)
     assert allowed in index._masks
     assert len(index._masks) <= lexical_index.NATIVE_MASKS
+
+
+@pytest.mark.parametrize("k", [0, -1, -40])
+def test_no_hits_asked_is_no_hits_through_every_first_stage(catalog: Catalog, k: int) -> None:
+    """``rank`` at k < 1 answers as ``_scan`` (no hits), whichever stage answers: the native
+    one and tantivy's read the k-th best of an empty heap (IndexError), or asked tantivy
+    for a negative depth (OverflowError)."""
+    index = _catalog_index(catalog)
+    terms = index.terms("weather city report", bm25.MAX_QUERY_TERMS)
+    allowed = frozenset(sorted(index._tools)[:300])
+    assert index._scan(terms, k, allowed) == []
+    assert index.rank(terms, k) == []  # native
+    assert index.rank(terms, k, allowed) == []  # native, through a mask
+    native_off = built(catalog)  # tantivy's stage: its native one never built
+    assert native_off.rank(terms, k) == []
+    assert native_off.rank(terms, k, allowed) == []

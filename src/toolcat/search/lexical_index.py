@@ -682,8 +682,8 @@ class TantivyIndex(TermIndex):
     ) -> list[tuple[int, float]]:
         """The ``k`` best (row id, score) for index terms (as ``terms`` returns them); with
         ``allowed`` (``reader.allowed_ids``), among those tools only."""
-        if not terms or (allowed is not None and not allowed):
-            return []
+        if k < 1 or not terms or (allowed is not None and not allowed):
+            return []  # (the certificates below read the k-th best: none at k 0)
         if allowed is None or len(allowed) > NATIVE_SCAN_MOST:
             impacts = self._impacts.ready(self._impacts_source)
             if impacts is not None:
