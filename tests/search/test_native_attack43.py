@@ -139,6 +139,35 @@ def test_tools_tied_in_score_are_scored_once(
             assert [row for row, _ in got] == sorted(row for row, _ in got)  # by row id
 
 
+def test_past_max_candidates_tied_tools_are_answered_best_effort(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(lead) Tools tied with the k-th stop the native stage at ``MAX_CANDIDATES`` tools
+    scored, as tantivy's stage stops: uncertified, the best bounds with lower row ids first,
+    which for copies of one text is the exact answer."""
+    tools = [Tool(name=f"get_{name}", description=f"Get {name} by its id.") for name in WORDS]
+    catalog.register([Toolkit(name="things", version="1", tools=tools)])
+    index = built(catalog)
+    found = impacts(index)
+    monkeypatch.setattr("toolcat.search.lexical_index.MAX_CANDIDATES", 100)
+    scored = 0
+    score = TantivyIndex._score
+
+    def counting(self: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
+        nonlocal scored
+        scored += 1
+        return score(self, doc, ids, keep)
+
+    monkeypatch.setattr(TantivyIndex, "_score", counting)
+    for k in (1, 10):
+        scored = 0
+        index.rounds.clear()
+        got = index._rank_by_impacts(found, ["get", "id"], k, None)
+        assert scored <= 100 < len(WORDS)  # not every tied tool
+        assert index.rounds[0] == 1  # uncertified, and counted so
+        assert got == index._scan(["get", "id"], k, frozenset(index._tools))
+
+
 def test_without_the_extension_a_query_does_not_look_for_it_again(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -754,7 +754,8 @@ class TantivyIndex(TermIndex):
         """``rank`` with the native first stage's bounds (native.py) for tantivy's: every
         current row is among its candidates (none stale, none held apart), only allowed
         ones with a filter, and its bounds hold whatever the column weights, so the answer
-        is always certified."""
+        is certified unless over ``MAX_CANDIDATES`` tools tie with the k-th (as tantivy's
+        stage, it then answers from those scored: the best bounds, lower row ids first)."""
         term_ids = self._ids(terms)
         mask = None if allowed is None else self._mask(impacts, allowed)
         depth, rounds, scored = k + EXTRA_CANDIDATES, 0, 0
@@ -772,7 +773,12 @@ class TantivyIndex(TermIndex):
             )
             if certified or len(found) < depth or best[0][0] > found[-1][0] * (1 + SLACK):
                 break
-            scored, depth = len(found), depth * 4
+            if depth >= MAX_CANDIDATES:
+                # Thousands of tools tied with the k-th (copies of one text): certifying
+                # would score every one in Python, seconds at 1M; best effort, as tantivy's.
+                rounds = 0
+                break
+            scored, depth = len(found), min(depth * 4, MAX_CANDIDATES)
         self.rounds[rounds] += 1
         return [(-doc, score) for score, doc in sorted(best, reverse=True)]
 
