@@ -60,7 +60,7 @@ def test_masks_left_over_by_racing_threads_are_trimmed_back_to_the_bound(
     # The state races leave: more masks than the bound.
     for _ in range(lexical_index.NATIVE_MASKS + 6):
         allowed = frozenset(rng.sample(rows, 150))
-        index._masks[allowed] = index.wait_native().mask(allowed)
+        index._masks._by_set[allowed] = index.wait_native().mask(allowed)
     allowed = frozenset(rng.sample(rows, 150))
     assert index.rank(terms, 10, allowed) == index._scan(terms, 10, allowed)
     assert allowed in index._masks

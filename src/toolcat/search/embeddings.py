@@ -32,6 +32,7 @@ from . import ann
 from .encoders import device
 from .encoders import export as exports
 from .encoders import onnx as onnx_encoder
+from .per_filter import PerFilter
 
 if TYPE_CHECKING:
     import numpy as np
@@ -598,7 +599,7 @@ class VectorIndex:
         self.ids_in_order: np.ndarray | None = None
         # allowed row ids -> which of ``ids_in_order`` (else ``ids``) they are, per matrix:
         # a scoped caller asks with the same filters again and again.
-        self._masks: dict[frozenset[int], np.ndarray] = {}
+        self._masks: PerFilter[np.ndarray] = PerFilter(MASK_CACHE_SIZE)
         # Large catalogs: the shortlist of this key's tool rows once a background thread has
         # loaded or built it (None until then: the exact scan answers), and the matrix rows
         # of narrow filters' tools.
@@ -606,7 +607,7 @@ class VectorIndex:
         self.shortlist_error = ""
         self._shortlist_lock = threading.Lock()
         self._shortlist_builder: threading.Thread | None = None
-        self._rows: dict[frozenset[int], np.ndarray] = {}
+        self._rows: PerFilter[np.ndarray] = PerFilter(MASK_CACHE_SIZE)
 
     def refresh(
         self, conn: sqlite3.Connection, revision: int, model_id: str, path: str = ""
@@ -714,7 +715,7 @@ class VectorIndex:
                 matrix = matrix[:used].copy()
         self.store = store
         self.matrix = matrix[:used]
-        self._masks, self._rows = {}, {}
+        self._masks, self._rows = PerFilter(MASK_CACHE_SIZE), PerFilter(MASK_CACHE_SIZE)
         with self._shortlist_lock:
             self.key = (revision, model_id)
         self._shortlist_soon(path)
@@ -786,15 +787,12 @@ class VectorIndex:
             builder.join(timeout)
 
     def _mask(self, ids: np.ndarray, allowed: frozenset[int]) -> np.ndarray:
-        mask = self._masks.get(allowed)
-        if mask is None:
-            import numpy as np
+        import numpy as np
 
-            if len(self._masks) >= MASK_CACHE_SIZE:
-                del self._masks[next(iter(self._masks))]  # the oldest first
-            wanted = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
-            mask = self._masks[allowed] = np.isin(ids, wanted)
-        return mask
+        def make(allowed: frozenset[int]) -> np.ndarray:
+            return np.isin(ids, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+
+        return self._masks.get(allowed, make)
 
     @property
     def missing(self) -> int:
@@ -878,16 +876,17 @@ class VectorIndex:
 
     def _allowed_rows(self, allowed: frozenset[int]) -> np.ndarray:
         """The tool rows of the ids in ``allowed`` (kept per filter, like ``_mask``)."""
-        rows = self._rows.get(allowed)
-        if rows is None:
-            import numpy as np
+        import numpy as np
 
-            assert self.ids is not None
-            if len(self._rows) >= MASK_CACHE_SIZE:
-                del self._rows[next(iter(self._rows))]  # the oldest first
-            wanted = np.fromiter(allowed, dtype=np.int64, count=len(allowed))
-            rows = self._rows[allowed] = np.flatnonzero(np.isin(self.ids[: self.tool_rows], wanted))
-        return rows
+        assert self.ids is not None
+        ids = self.ids[: self.tool_rows]
+
+        def make(allowed: frozenset[int]) -> np.ndarray:
+            return np.flatnonzero(
+                np.isin(ids, np.fromiter(allowed, dtype=np.int64, count=len(allowed)))
+            )
+
+        return self._rows.get(allowed, make)
 
     def _ranked(
         self,

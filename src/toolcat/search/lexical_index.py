@@ -58,7 +58,6 @@ import math
 import sqlite3
 import struct
 import threading
-import weakref
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
@@ -69,6 +68,7 @@ from ..store import reader
 from ..store.connection import BUSY_TIMEOUT_MS
 from . import native
 from .fusion import Document
+from .per_filter import PerFilter
 from .postings import PostingsIndex, TermIndex
 
 K1 = 1.2
@@ -253,11 +253,7 @@ class TantivyIndex(TermIndex):
         # The first stage in C (native.py), built from ``_tools`` as they are at this
         # revision: it covers the rows brought forward and never the stale documents.
         self._impacts = native.Impacts()
-        self._masks: dict[frozenset[int], bytes] = {}  # allowed set -> its native mask
-        # id(allowed set) -> (the set, weakly, its mask): a server's pooled readers each
-        # keep their own set of a filter (equal, not the same object), and finding the
-        # mask by set compared it whole with the kept one at each query (~15 ms at 500k).
-        self._mask_of_set: dict[int, tuple[weakref.ref[frozenset[int]], bytes]] = {}
+        self._masks: PerFilter[bytes] = PerFilter(NATIVE_MASKS)  # the native stage's
 
     def build(
         self,
@@ -757,7 +753,7 @@ class TantivyIndex(TermIndex):
         is certified unless over ``MAX_CANDIDATES`` tools tie with the k-th (as tantivy's
         stage, it then answers from those scored: the best bounds, lower row ids first)."""
         term_ids = self._ids(terms)
-        mask = None if allowed is None else self._mask(impacts, allowed)
+        mask = None if allowed is None else self._masks.get(allowed, impacts.mask)
         depth, rounds, scored = k + EXTRA_CANDIDATES, 0, 0
         best: list[tuple[float, int]] = []
         while True:
@@ -790,30 +786,6 @@ class TantivyIndex(TermIndex):
         """Build the native first stage now if not started, and wait for it: the built
         ``_impacts.Index``, or None (tests, benchmarks)."""
         return self._impacts.wait(self._impacts_source, timeout)
-
-    def _mask(self, impacts: Any, allowed: frozenset[int]) -> bytes:
-        """The native stage's mask of an allowed set, kept per set for this revision (an
-        engine keeps each filter's set per revision: the same object comes back)."""
-        of_set = self._mask_of_set
-        known = of_set.get(id(allowed))
-        if known is not None and known[0]() is allowed:
-            return known[1]
-        masks = self._masks
-        mask = masks.get(allowed)  # an equal set's (another reader's): compared once
-        if mask is None:
-            mask = impacts.mask(allowed)
-            # Down to under the bound, not one out: reader threads share the dict, and two
-            # that saw it under the bound each add one (or evict the same one), leaving it
-            # above for good if each insert took out one (28 of 16 seen with 8 threads).
-            while len(masks) >= NATIVE_MASKS:
-                with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-                    del masks[next(iter(masks))]  # the oldest first
-            masks[allowed] = mask
-        while len(of_set) >= NATIVE_MASKS * 4:  # a few readers' sets of each filter
-            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-                del of_set[next(iter(of_set))]
-        of_set[id(allowed)] = (weakref.ref(allowed), mask)
-        return mask
 
     def _best(
         self,
