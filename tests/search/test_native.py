@@ -283,3 +283,22 @@ def test_tools_far_apart_are_found_past_the_16_bit_gaps() -> None:
     every = index.top([1, 0], 200_000)
     assert len(every) == 200_000 and len({row for _, row in every}) == 200_000
     assert {row - 10_000_000 for _, row in every[: len(holders)]} == set(holders)
+
+
+def test_switched_off_once_built_tantivy_answers(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``native.ENABLED`` off takes a built stage out too (attack43 saw it kept)."""
+    kits, queries = bench_toolkits(300)
+    catalog.register(kits)
+    index = built(catalog)
+    impacts(index)
+    terms = index.terms(queries[0], bm25.MAX_QUERY_TERMS)
+    by_native = index.rank(terms, 10)
+    monkeypatch.setattr(native, "ENABLED", False)
+
+    def refused(*args: Any) -> None:
+        raise AssertionError("the native stage answered while switched off")
+
+    monkeypatch.setattr(TantivyIndex, "_rank_by_impacts", refused)
+    assert index.rank(terms, 10) == by_native

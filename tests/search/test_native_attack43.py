@@ -49,6 +49,19 @@ def common_word_kits(n: int = 1200, seed: int = 4) -> list[Toolkit]:
     ]
 
 
+def scorings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A counter of the exact scorings (``_score`` calls) from here on: ``[n]``."""
+    scored = [0]
+    score = TantivyIndex._score
+
+    def counting(self: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
+        scored[0] += 1
+        return score(self, doc, ids, keep)
+
+    monkeypatch.setattr(TantivyIndex, "_score", counting)
+    return scored
+
+
 def test_a_dropped_index_is_freed_without_a_cyclic_collection(catalog: Catalog) -> None:
     """A revision's index (at 1M tools ~1 GB with its packed tools and postings) is freed
     when the last reference to it goes, as before the native stage: its ``Impacts`` must not
@@ -84,24 +97,16 @@ def test_a_term_most_tools_hold_is_certified_in_one_round(
     catalog.register(common_word_kits())
     index = built(catalog)
     found = impacts(index)
-    scored = 0
-    score = TantivyIndex._score
-
-    def counting(self: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
-        nonlocal scored
-        scored += 1
-        return score(self, doc, ids, keep)
-
-    monkeypatch.setattr(TantivyIndex, "_score", counting)
+    scored = scorings(monkeypatch)
     for query in ("python", "python zqbf", "zqcd python zqdf"):
         terms = query.split()
         assert all(term in index._term_ids for term in terms)
         for k in (1, 10, 50):
-            scored = 0
+            scored[0] = 0
             index.rounds.clear()
             got = index._rank_by_impacts(found, terms, k, None)
             # the tools tied for the k-th score (as long: ~40 each) and a second round at most
-            assert scored < 200 and sum(index.rounds.values()) == 1, (query, k, scored)
+            assert scored[0] < 200 and sum(index.rounds.values()) == 1, (query, k, scored)
             assert max(index.rounds) <= 2, (query, k, index.rounds)
             assert got == index._scan(terms, k, frozenset(index._tools)), (query, k)
 
@@ -118,21 +123,13 @@ def test_tools_tied_in_score_are_scored_once(
     catalog.register([Toolkit(name="things", version="1", tools=tools)])
     index = built(catalog)
     found = impacts(index)
-    scored = 0
-    score = TantivyIndex._score
-
-    def counting(self: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
-        nonlocal scored
-        scored += 1
-        return score(self, doc, ids, keep)
-
-    monkeypatch.setattr(TantivyIndex, "_score", counting)
+    scored = scorings(monkeypatch)
     for terms in (["get"], ["get", "id"]):
         for k in (1, 10):
-            scored = 0
+            scored[0] = 0
             index._decoded.clear()
             got = index._rank_by_impacts(found, terms, k, None)
-            assert scored == len(WORDS), (terms, k, scored)
+            assert scored[0] == len(WORDS), (terms, k, scored)
             # only the first round's kept: the rest would push out what queries share
             assert len(index._decoded) <= k + EXTRA_CANDIDATES
             assert got == index._scan(terms, k, frozenset(index._tools)), (terms, k)
@@ -150,20 +147,12 @@ def test_past_max_candidates_tied_tools_are_answered_best_effort(
     index = built(catalog)
     found = impacts(index)
     monkeypatch.setattr("toolcat.search.lexical_index.MAX_CANDIDATES", 100)
-    scored = 0
-    score = TantivyIndex._score
-
-    def counting(self: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
-        nonlocal scored
-        scored += 1
-        return score(self, doc, ids, keep)
-
-    monkeypatch.setattr(TantivyIndex, "_score", counting)
+    scored = scorings(monkeypatch)
     for k in (1, 10):
-        scored = 0
+        scored[0] = 0
         index.rounds.clear()
         got = index._rank_by_impacts(found, ["get", "id"], k, None)
-        assert scored <= 100 < len(WORDS)  # not every tied tool
+        assert scored[0] <= 100 < len(WORDS)  # not every tied tool
         assert index.rounds[0] == 1  # uncertified, and counted so
         assert got == index._scan(["get", "id"], k, frozenset(index._tools))
 

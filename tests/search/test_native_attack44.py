@@ -9,6 +9,7 @@ import random
 import pytest
 
 from tests.search.test_lexical_index import built
+from tests.search.test_per_filter import Compared
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import bm25, lexical_index, native
 from toolcat.search.lexical_index import TantivyIndex
@@ -83,18 +84,6 @@ def test_no_hits_asked_is_no_hits_through_every_first_stage(catalog: Catalog, k:
     assert native_off.rank(terms, k, allowed) == []
 
 
-class _Compared(frozenset):  # type: ignore[type-arg]
-    """A frozenset that counts how often it is compared whole with another."""
-
-    compared = 0
-
-    def __eq__(self, other: object) -> bool:
-        _Compared.compared += 1
-        return frozenset.__eq__(self, other)
-
-    __hash__ = frozenset.__hash__
-
-
 def test_another_readers_equal_filter_set_is_not_compared_whole_at_every_query(
     catalog: Catalog,
 ) -> None:
@@ -108,10 +97,10 @@ def test_another_readers_equal_filter_set_is_not_compared_whole_at_every_query(
     rows = sorted(index._tools)
     terms = index.terms("weather city report", bm25.MAX_QUERY_TERMS)
     first_reader = frozenset(rows[::2])
-    second_reader = _Compared(rows[::2])
+    second_reader = Compared(rows[::2])
     assert index.rank(terms, 10, first_reader) == index._scan(terms, 10, first_reader)
-    _Compared.compared = 0
+    Compared.compared = 0
     for _ in range(20):
         assert index.rank(terms, 10, second_reader) == index._scan(terms, 10, first_reader)
-    assert _Compared.compared <= 1
+    assert Compared.compared <= 1
     assert len(index._masks) == 1  # one mask for the two readers' sets

@@ -5,9 +5,9 @@
    / 65534: a contribution is below its IDF). A query adds each of its terms' quanta times
    the term's quantum (a whole number of the query's units, rounded up) per tool; a tool's
    sum is at least its exact score (the same contributions, each rounded up), so the tools
-   with the best sums, rescored
-   exactly best sum first, certify the exact top k as tantivy's scores do (lexical_index.py's
-   ``rank``). Every posting is visited: no pruning, a few nanoseconds each.
+   with the best sums, rescored exactly best sum first, certify the exact top k as
+   tantivy's scores do (lexical_index.py's ``rank``). Every posting is visited: no pruning,
+   a few nanoseconds each.
 
    The packed tools may come from a saved index on disk (input): every blob is read within
    its length, a term id outside the vocabulary is passed over, a term a tool repeats counts

@@ -38,9 +38,9 @@ three of seven benchmark sources; rescoring its top 30 without the bound kept th
 98% of queries at 0.15 ms; the bound makes it exact, rescoring ~10 tools (~0.09 ms).
 
 At a million tools tantivy's query over a long request's terms is most of a search (~4 ms):
-once a revision has answered a few queries, a first stage in C takes its place for
-unfiltered ones (native.py: every posting summed as 16-bit impacts rounded up, the same
-certificate and rescoring, the same answers, a quarter of the time).
+once a revision has answered a few queries, a first stage in C takes its place (native.py:
+every posting summed as 16-bit impacts rounded up, a filter as a bit mask over the tools;
+the same certificate and rescoring, the same answers, a quarter of the time).
 
 tantivy is an optional dependency (``pip install 'toolcat[fast]'``): a 17 MB compiled wheel
 that needs Python 3.11 in its current release and pays off only in processes that search
@@ -253,7 +253,7 @@ class TantivyIndex(TermIndex):
         # The first stage in C (native.py), built from ``_tools`` as they are at this
         # revision: it covers the rows brought forward and never the stale documents.
         self._impacts = native.Impacts()
-        self._masks: PerFilter[bytes] = PerFilter(NATIVE_MASKS)  # the native stage's
+        self._masks: PerFilter[bytes] = PerFilter(NATIVE_MASKS)  # its masks of filters
 
     def build(
         self,
