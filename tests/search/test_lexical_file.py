@@ -286,6 +286,8 @@ def test_a_stamp_of_any_shape_is_rebuilt(
         ("counts", "Z"),
         ("counts", "q"),
         ("scale", "2"),
+        ("scale", 5e-324),  # positive, but a length normalisation rounds to 0: 0 / 0
+        ("scale", 1.0),  # another column weight's: every tool scored wrong
         ("avgdl", float("nan")),
         ("n_docs", 5),
         ("bounded", "yes"),

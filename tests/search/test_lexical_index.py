@@ -8,6 +8,7 @@ import gc
 import json
 import math
 import random
+import struct
 import subprocess
 import sys
 from array import array
@@ -609,6 +610,32 @@ def test_a_saved_tool_that_repeats_a_term_scores_its_first_count(catalog: Catalo
     assert index.contribution(doc, index._terms[term_id]) == pytest.approx(
         index._idf[term_id] * 3 / (3 + norm)
     )
+
+
+def test_a_saved_count_that_is_not_a_count_scores_nothing(catalog: Catalog) -> None:
+    """A forged save of counts in doubles (column weights that are not multiples): a count
+    of exactly -norm divided by 0 in every search that reached its tool; a negative, NaN
+    or infinite count now adds nothing."""
+    kits, _ = bench_toolkits(300)
+    catalog.register(kits)
+    index = TantivyIndex()
+    with catalog._snapshot() as conn:
+        index.build(conn, catalog.revision, (4.0, 2.0, 1.3, 0.5, 0.7))
+    assert index._counts == "d"
+    doc = next(iter(index._tools))
+    norm, held = index._decode(doc, keep=False)
+    ids = list(held)
+    length = struct.unpack_from("I", index._tools[doc])[0]
+    for forged in (-norm, -1.0, math.nan, math.inf):
+        index._tools[doc] = (
+            struct.pack("I", length)
+            + array("I", ids).tobytes()
+            + array("d", [forged] * len(ids)).tobytes()
+        )
+        index._decoded.clear()
+        assert index._score(doc, ids) == 0.0
+        terms = [index._terms[ids[0]]]
+        assert all(score >= 0 for _, score in index.rank(terms, 5))
 
 
 def test_readers_racing_to_forget_keep_the_unpacked_tools_bounded(

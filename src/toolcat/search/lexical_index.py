@@ -137,6 +137,12 @@ def repeats(weights: Sequence[float]) -> list[int]:
     return [min(MAX_REPEAT, max(1, round(w / unit))) if w > 0 else 0 for w in weights]
 
 
+def count_scale(weights: Sequence[float]) -> float:
+    """tantivy's term frequency over FTS5's weighted one: 1 over the lightest positive
+    column's weight (``repeats``' unit)."""
+    return 1 / min([w for w in weights if w > 0], default=1.0)
+
+
 # A tool packed: its length (``_LENGTH``), its term ids (``I``) and each term's count (``I``,
 # or ``d`` when not whole), as bytes; ``TantivyIndex.build`` packs, ``_unpack`` reads.
 _LENGTH = struct.Struct("I")
@@ -268,7 +274,7 @@ class TantivyIndex(TermIndex):
         weights = tuple(weights)
         times = repeats(weights)
         unit = min([w for w in weights if w > 0], default=1.0)
-        scale = 1 / unit  # tantivy's term frequency over FTS5's weighted one
+        scale = count_scale(weights)
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
         counted_in_body = bounded  # counts from the repeated columns (weight 0: left out)
         select = f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts"
@@ -578,6 +584,10 @@ class TantivyIndex(TermIndex):
             at += size
         self._tools, self._terms = tools, terms
         self._term_ids = {term: i for i, term in enumerate(terms)}
+        if meta["scale"] != count_scale(weights):
+            # Every length normalisation is multiplied by it: a forged one scored every tool
+            # wrong, and one that rounds a normalisation to 0 divided a count of 0 by 0.
+            raise ValueError("saved with another scale of counts than these weights give")
         self._counts, self._scale = meta["counts"], meta["scale"]
         self._df, self._tantivy_df = array("I", state["doc_freq"]), array("I", state["tantivy_df"])
         self._everyone, self._base_avgdl = searcher.num_docs, meta["base_avgdl"]
@@ -604,6 +614,9 @@ class TantivyIndex(TermIndex):
         if decoded is None:
             length, held_ids, counts = _unpack(self._tools[doc], self._counts)
             norm = self._scale * K1 * (1 - B + B * length / self._avgdl)
+            if self._counts == "d" and not all(0.0 <= c < math.inf for c in counts):
+                # a forged save: -norm divided by 0; another count counts nothing
+                counts = [c if 0.0 <= c < math.inf else 0.0 for c in counts]  # type: ignore[assignment]
             held = dict(zip(held_ids, counts, strict=True))
             if len(held) < len(held_ids):  # a forged save repeats a term: its first count
                 held = {}
