@@ -18,7 +18,7 @@ from tests.search.test_lexical_index import FILTERS, built, tagged_toolkits
 from tests.search.test_postings import bench_toolkits, exact_fts5
 from toolcat import Catalog
 from toolcat.search import bm25, native
-from toolcat.search.lexical_index import K1, NATIVE_SCAN_MOST, B, TantivyIndex
+from toolcat.search.lexical_index import K1, B, TantivyIndex
 from toolcat.store import reader
 
 pytest.importorskip("tantivy")
@@ -138,9 +138,16 @@ def test_built_only_for_a_revision_searched_more_than_once(catalog: Catalog) -> 
     assert index.rank(terms, 5) == first
 
 
-def test_filtered_rankings_are_every_allowed_tool_scored(catalog: Catalog) -> None:
+def test_filtered_rankings_are_every_allowed_tool_scored(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A filter's allowed tools are a mask of the native stage (kept per filter), or, when
     they are few, scored one by one: either way every allowed tool scored, bit for bit."""
+    from toolcat.search import lexical_index
+
+    # Scanned up to a tenth of the postings: both ways taken at 1.5k tools.
+    monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", 10)
+    monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", 0)
     kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
@@ -149,15 +156,46 @@ def test_filtered_rankings_are_every_allowed_tool_scored(catalog: Catalog) -> No
         allowed_sets = [reader.allowed_ids(conn, f) for f in FILTERS]
     every = list(index._tools)
     allowed_sets += [frozenset(every[::2]), frozenset(every[5::7]), frozenset(every[:150])]
-    assert any(len(a) > NATIVE_SCAN_MOST for a in allowed_sets)
-    assert any(0 < len(a) <= NATIVE_SCAN_MOST for a in allowed_sets)
+    masked: set[frozenset[int]] = set()
+    scanned = 0
     for allowed in allowed_sets:
         for query in queries_of(queries[:30]):
             terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+            if terms and allowed and not index.scans(terms, allowed):
+                masked.add(allowed)
+            scanned += bool(terms and allowed and index.scans(terms, allowed))
             for k in (1, 10, 50):
                 got = index.rank(terms, k, allowed) if terms else []
                 assert got == (index._scan(terms, k, allowed) if terms else []), (query, k)
-    assert len(index._masks) == sum(len(a) > NATIVE_SCAN_MOST for a in set(allowed_sets))
+    assert scanned and masked  # both ways taken
+    assert len(index._masks) == len(masked)
+
+
+def test_a_filter_is_scanned_when_its_tools_cost_less_than_the_postings(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Scored one by one while a filter's tools are fewer than the query's postings over
+    ``SCAN_POSTINGS``; else the native stage's mask: the choice follows the terms, not a
+    fixed number of tools (100 tools cost 0.79 ms scanned at 100k, 0.31 ms masked)."""
+    from toolcat.search import lexical_index
+
+    monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", 50)  # (1.5k tools: few postings)
+    monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", 1000)
+    kits, _ = bench_toolkits(1500)
+    catalog.register(kits)
+    index = built(catalog)
+    impacts(index)
+    common = max(range(len(index._df)), key=index._df.__getitem__)
+    terms = [index._terms[common]]
+    postings = index._df[common]
+    every = list(index._tools)
+    most_scanned = (lexical_index.NATIVE_OWN_POSTINGS + postings - 1) // 50
+    below, at = frozenset(every[:most_scanned]), frozenset(every[: most_scanned + 1])
+    assert below and index.scans(terms, below) and not index.scans(terms, at)
+    assert index.rank(terms, 10, below) == index._scan(terms, 10, below)
+    assert not index._masks  # scanned: no mask made
+    assert index.rank(terms, 10, at) == index._scan(terms, 10, at)
+    assert len(index._masks) == 1
 
 
 def test_a_mask_is_the_tools_of_its_rows_and_only_this_indexs() -> None:

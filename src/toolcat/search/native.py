@@ -31,7 +31,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # A revision's index is built once it has been asked this many queries (unfiltered, or
-# filtered past ``lexical_index.NATIVE_SCAN_MOST`` tools).
+# filtered to more tools than are scanned one by one: ``lexical_index.SCAN_POSTINGS``).
 BUILD_AFTER = 3
 ENABLED = True  # tests and benchmarks switch it off (built or not) to measure tantivy alone
 
