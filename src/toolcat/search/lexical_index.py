@@ -586,6 +586,9 @@ class TantivyIndex(TermIndex):
         for row, size in zip(rows, state["sizes"], strict=True):
             tools[row] = blob[at : at + size]
             at += size
+        if len(tools) != len(rows):
+            # a row saved twice: tantivy's two documents of it answered it twice
+            raise ValueError("a row saved twice")
         self._tools, self._terms = tools, terms
         self._term_ids = {term: i for i, term in enumerate(terms)}
         if meta["scale"] != count_scale(weights):
@@ -602,12 +605,18 @@ class TantivyIndex(TermIndex):
         self._queries, self._decoded = {}, {}
         positions = array("q", state["positions"])
         self._row_ids = positions if searcher.num_segments == 1 else array("q")
+        if len(self._row_ids) > searcher.num_docs:
+            raise ValueError("more rows mapped than tantivy holds documents")
         self._stale = frozenset(state["stale"])
         self._delta_rows = frozenset(rows[len(rows) - meta["delta"] :] if meta["delta"] else ())
         if (self._stale or self._delta_rows) and not self._row_ids:
             raise ValueError("brought forward, but tantivy's documents are not mapped to rows")
         self._index_delta()
         self._searcher, self._schema = searcher, index.schema
+        if self.bounded and not self._bound_holds():
+            # tantivy's folder is input too: one of another catalog's documents answered
+            # with bounds of nothing this index holds (answers not FTS5's), as a build checks
+            raise ValueError("tantivy's saved scores do not bound the saved tools'")
         self.revision, self.weights = revision, tuple(weights)
 
     def _decode(self, doc: int, keep: bool = True) -> tuple[float, dict[int, Any]]:
@@ -670,12 +679,16 @@ class TantivyIndex(TermIndex):
                 tantivy.Query.term_query(self._schema, "body", term), self._boost[term]
             )
             found = self._searcher.search(query, hits, count=False).hits
+            if row_of and any(a.doc >= len(row_of) for _, a in found):
+                return False  # a document past the rows (tantivy's padding holds no term)
             ids = (
                 [row_of[a.doc] for _, a in found]
                 if row_of
                 else self._searcher.fast_field_values("id", [a for _, a in found])
             )
             for (score, _), doc in zip(found, ids, strict=True):
+                if doc in self._stale:
+                    continue  # its document is of the row as it was (brought forward)
                 if score * (1 + SLACK) < self.contribution(doc, term):
                     return False
         return True
@@ -738,14 +751,18 @@ class TantivyIndex(TermIndex):
             rounds += 1
             hits = self._searcher.search(query, depth, count=False).hits
             if self._row_ids:
-                row_ids = self._row_ids
-                # Converted as the loop below reaches them: it stops at the certificate.
+                row_ids, mapped = self._row_ids, len(self._row_ids)
+                # Converted as the loop below reaches them: it stops at the certificate. A
+                # document past the rows (a saved tantivy folder is input) is passed over.
                 found: Iterable[tuple[float, int]] = (
-                    (score, row_ids[address.doc]) for score, address in hits
+                    (score, row_ids[address.doc]) for score, address in hits if address.doc < mapped
                 )
             else:
                 ids = self._searcher.fast_field_values("id", [a for _, a in hits])
-                found = list(zip([score for score, _ in hits], ids, strict=True))
+                tools = self._tools  # an id of no row held (a saved folder's): passed over
+                found = [
+                    (score, doc) for (score, _), doc in zip(hits, ids, strict=True) if doc in tools
+                ]
             best, certified = self._best(found, term_ids, k, bounded, allowed, stale)
             certified = certified or len(hits) < depth  # every matching tool is among them
             if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
