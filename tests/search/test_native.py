@@ -147,6 +147,7 @@ def test_filtered_rankings_are_every_allowed_tool_scored(
 
     # Scanned up to a tenth of the postings: both ways taken at 1.5k tools.
     monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", 10)
+    monkeypatch.setattr(lexical_index, "SCAN_PASS_POSTINGS", 0)
     monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", 0)
     kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
@@ -180,6 +181,7 @@ def test_a_filter_is_scanned_when_its_tools_cost_less_than_the_postings(
     from toolcat.search import lexical_index
 
     monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", 50)  # (1.5k tools: few postings)
+    monkeypatch.setattr(lexical_index, "SCAN_PASS_POSTINGS", 10)
     monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", 1000)
     kits, _ = bench_toolkits(1500)
     catalog.register(kits)
@@ -189,7 +191,15 @@ def test_a_filter_is_scanned_when_its_tools_cost_less_than_the_postings(
     terms = [index._terms[common]]
     postings = index._df[common]
     every = list(index._tools)
-    most_scanned = (lexical_index.NATIVE_OWN_POSTINGS + postings - 1) // 50
+    # n tools scanned cost n * (10 + 50 * share); masked, the postings, the stage's own
+    # work and the k + 16 tools it rescores as a scan would (share: tools holding the term)
+    share = postings / index.n_docs
+    masked = 1000 + index.n_docs // lexical_index.NATIVE_TOOLS_A_POSTING + postings
+    most_scanned = next(
+        n
+        for n in range(1, len(every))
+        if (n + 1) * (10 + 50 * share) >= masked + min((n + 1) * share, 26) * 50
+    )
     below, at = frozenset(every[:most_scanned]), frozenset(every[: most_scanned + 1])
     assert below and index.scans(terms, below) and not index.scans(terms, at)
     assert index.rank(terms, 10, below) == index._scan(terms, 10, below)

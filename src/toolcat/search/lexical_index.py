@@ -100,12 +100,19 @@ QUERY_CACHE = 50_000
 FORWARD_SHARE = 50
 FORWARD_MIN = 1000
 # A filter's tools are scored one by one (``_scan``) instead of by the native first stage,
-# which passes over the query's postings whatever the filter, while they cost less: a tool
-# scanned about as much as this many postings (6.6-9.2 us a tool against 3.4-7.0 ns a
-# posting, at 100k and 1M tools), the stage's own work around its pass as many as
-# ``NATIVE_OWN_POSTINGS`` (~0.2 ms).
+# which passes over the query's postings whatever the filter, while they cost less. Counted
+# in postings (3.4-7.0 ns each, at 100k and 1M tools): a tool scored costs about
+# ``SCAN_POSTINGS`` (6.6-9.2 us), an allowed tool passed over (no query term) about
+# ``SCAN_PASS_POSTINGS`` (~2 us), the stage's own work ``NATIVE_OWN_POSTINGS`` and a posting
+# for every ``NATIVE_TOOLS_A_POSTING`` tools (its marks; ~5 us at 100k). Both score the
+# allowed tools that hold a query term (the stage up to ``k + EXTRA_CANDIDATES`` of them, as
+# certified): a scan every one, as many as the terms' postings make likely. (Costed as if
+# every allowed tool were scored, 25 allowed tools and rare terms were scanned in 0.05-0.12
+# ms against 0.004 ms masked at 100k: attack45.)
 SCAN_POSTINGS = 2000
-NATIVE_OWN_POSTINGS = 50_000
+SCAN_PASS_POSTINGS = 400
+NATIVE_OWN_POSTINGS = 1000
+NATIVE_TOOLS_A_POSTING = 256
 # Filters whose native masks (a bit a tool: 125 KB at 1M tools) are kept per revision.
 NATIVE_MASKS = 16
 # Rescored tools kept unpacked per revision (``TantivyIndex._decoded``): a warm query
@@ -586,6 +593,9 @@ class TantivyIndex(TermIndex):
         for row, size in zip(rows, state["sizes"], strict=True):
             tools[row] = blob[at : at + size]
             at += size
+        if len(tools) != len(rows):
+            # a row saved twice: tantivy's two documents of it answered it twice
+            raise ValueError("a row saved twice")
         self._tools, self._terms = tools, terms
         self._term_ids = {term: i for i, term in enumerate(terms)}
         if meta["scale"] != count_scale(weights):
@@ -602,12 +612,18 @@ class TantivyIndex(TermIndex):
         self._queries, self._decoded = {}, {}
         positions = array("q", state["positions"])
         self._row_ids = positions if searcher.num_segments == 1 else array("q")
+        if len(self._row_ids) > searcher.num_docs:
+            raise ValueError("more rows mapped than tantivy holds documents")
         self._stale = frozenset(state["stale"])
         self._delta_rows = frozenset(rows[len(rows) - meta["delta"] :] if meta["delta"] else ())
         if (self._stale or self._delta_rows) and not self._row_ids:
             raise ValueError("brought forward, but tantivy's documents are not mapped to rows")
         self._index_delta()
         self._searcher, self._schema = searcher, index.schema
+        if self.bounded and not self._bound_holds():
+            # tantivy's folder is input too: one of another catalog's documents answered
+            # with bounds of nothing this index holds (answers not FTS5's), as a build checks
+            raise ValueError("tantivy's saved scores do not bound the saved tools'")
         self.revision, self.weights = revision, tuple(weights)
 
     def _decode(self, doc: int, keep: bool = True) -> tuple[float, dict[int, Any]]:
@@ -670,14 +686,20 @@ class TantivyIndex(TermIndex):
                 tantivy.Query.term_query(self._schema, "body", term), self._boost[term]
             )
             found = self._searcher.search(query, hits, count=False).hits
+            if row_of and any(a.doc >= len(row_of) for _, a in found):
+                return False  # a document past the rows (tantivy's padding holds no term)
             ids = (
                 [row_of[a.doc] for _, a in found]
                 if row_of
                 else self._searcher.fast_field_values("id", [a for _, a in found])
             )
             for (score, _), doc in zip(found, ids, strict=True):
-                if score * (1 + SLACK) < self.contribution(doc, term):
-                    return False
+                if doc in self._stale:
+                    continue  # its document is of the row as it was (brought forward)
+                if doc not in self._tools:
+                    return False  # a document of no row held (tantivy's padding holds none)
+                if score * (1 + SLACK) < self._score(doc, [self._term_ids[term]], keep=False):
+                    return False  # (not kept: a restore's index starts with none decoded)
         return True
 
     def documents(self, ids: Sequence[int], terms: Sequence[str]) -> dict[int, Document] | None:
@@ -702,7 +724,7 @@ class TantivyIndex(TermIndex):
         ``allowed`` (``reader.allowed_ids``), among those tools only."""
         if k < 1 or not terms or (allowed is not None and not allowed):
             return []  # (the certificates below read the k-th best: none at k 0)
-        if allowed is None or not self.scans(terms, allowed):
+        if allowed is None or not self.scans(terms, allowed, k):
             impacts = self._impacts.ready(self._impacts_source)
             if impacts is not None:
                 return self._rank_by_impacts(impacts, terms, k, allowed)
@@ -738,14 +760,18 @@ class TantivyIndex(TermIndex):
             rounds += 1
             hits = self._searcher.search(query, depth, count=False).hits
             if self._row_ids:
-                row_ids = self._row_ids
-                # Converted as the loop below reaches them: it stops at the certificate.
+                row_ids, mapped = self._row_ids, len(self._row_ids)
+                # Converted as the loop below reaches them: it stops at the certificate. A
+                # document past the rows (a saved tantivy folder is input) is passed over.
                 found: Iterable[tuple[float, int]] = (
-                    (score, row_ids[address.doc]) for score, address in hits
+                    (score, row_ids[address.doc]) for score, address in hits if address.doc < mapped
                 )
             else:
                 ids = self._searcher.fast_field_values("id", [a for _, a in hits])
-                found = list(zip([score for score, _ in hits], ids, strict=True))
+                tools = self._tools  # an id of no row held (a saved folder's): passed over
+                found = [
+                    (score, doc) for (score, _), doc in zip(hits, ids, strict=True) if doc in tools
+                ]
             best, certified = self._best(found, term_ids, k, bounded, allowed, stale)
             certified = certified or len(hits) < depth  # every matching tool is among them
             if certified or (bounded and len(best) == k and best[0][0] > hits[-1][0] * (1 + SLACK)):
@@ -837,12 +863,18 @@ class TantivyIndex(TermIndex):
                 heapq.heapreplace(best, entry)
         return best, False
 
-    def scans(self, terms: Sequence[str], allowed: frozenset[int]) -> bool:
+    def scans(self, terms: Sequence[str], allowed: frozenset[int], k: int = 10) -> bool:
         """Whether scoring ``allowed`` tool by tool costs less than the native first stage
-        over these terms' postings (``SCAN_POSTINGS``)."""
+        over these terms' postings, for a top ``k`` (``SCAN_POSTINGS``)."""
         df = self._df
         postings = sum([df[i] for i in self._ids(terms) if i >= 0])
-        return len(allowed) * SCAN_POSTINGS < NATIVE_OWN_POSTINGS + postings
+        n_docs = self.n_docs
+        # the allowed tools holding a query term, as many as the postings make likely
+        holding = len(allowed) * min(1.0, postings / n_docs) if n_docs else 0.0
+        scanned = len(allowed) * SCAN_PASS_POSTINGS + holding * SCAN_POSTINGS
+        rescored = min(holding, k + EXTRA_CANDIDATES) * SCAN_POSTINGS
+        own = NATIVE_OWN_POSTINGS + n_docs // NATIVE_TOOLS_A_POSTING
+        return scanned < own + postings + rescored
 
     def _scan(
         self, terms: Sequence[str], k: int, allowed: frozenset[int]
