@@ -101,16 +101,16 @@ FORWARD_SHARE = 50
 FORWARD_MIN = 1000
 # A filter's tools are scored one by one (``_scan``) instead of by the native first stage,
 # which passes over the query's postings whatever the filter, while they cost less. Counted
-# in postings (3.4-7.0 ns each, at 100k and 1M tools): a tool scored costs about
-# ``SCAN_POSTINGS`` (6.6-9.2 us), an allowed tool passed over (no query term) about
-# ``SCAN_PASS_POSTINGS`` (~2 us), the stage's own work ``NATIVE_OWN_POSTINGS`` and a posting
-# for every ``NATIVE_TOOLS_A_POSTING`` tools (its marks; ~5 us at 100k). Both score the
-# allowed tools that hold a query term (the stage up to ``k + EXTRA_CANDIDATES`` of them, as
-# certified): a scan every one, as many as the terms' postings make likely. (Costed as if
-# every allowed tool were scored, 25 allowed tools and rare terms were scanned in 0.05-0.12
-# ms against 0.004 ms masked at 100k: attack45.)
-SCAN_POSTINGS = 2000
-SCAN_PASS_POSTINGS = 400
+# in postings (2.5-7 ns each, at 1M and 100k tools): an allowed tool scored costs about
+# ``SCAN_POSTINGS`` (~8 us), one passed over (no query term) ``SCAN_PASS_POSTINGS``, the
+# stage's own work ``NATIVE_OWN_POSTINGS`` and a posting for every
+# ``NATIVE_TOOLS_A_POSTING`` tools (its marks). Both score the allowed tools that hold a
+# query term (the stage up to ``k + EXTRA_CANDIDATES`` of them), as many as the terms'
+# postings make likely. Fitted on long queries with random filters at 100k and 1M and on
+# rare terms with small filters (attack45: costed as if every allowed tool were scored,
+# those were scanned in 0.05-0.12 ms against 0.004 ms masked): docs/benchmarks.md.
+SCAN_POSTINGS = 3000
+SCAN_PASS_POSTINGS = 500
 NATIVE_OWN_POSTINGS = 1000
 NATIVE_TOOLS_A_POSTING = 256
 # Filters whose native masks (a bit a tool: 125 KB at 1M tools) are kept per revision.
