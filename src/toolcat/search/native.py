@@ -31,7 +31,7 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 # A revision's index is built once it has been asked this many queries (unfiltered, or
-# filtered to more tools than are scanned one by one: ``lexical_index.SCAN_POSTINGS``).
+# filtered where the stage costs less than scoring the filter's tools: ``TantivyIndex.scans``).
 BUILD_AFTER = 3
 ENABLED = True  # tests and benchmarks switch it off (built or not) to measure tantivy alone
 
