@@ -138,17 +138,22 @@ def test_built_only_for_a_revision_searched_more_than_once(catalog: Catalog) -> 
     assert index.rank(terms, 5) == first
 
 
+def cost_rule(monkeypatch: pytest.MonkeyPatch, scored: int, passed: int, own: int) -> None:
+    """The filter rule's costs, in postings: a tool scanned and scored, one passed over, the
+    native stage's own work."""
+    from toolcat.search import lexical_index
+
+    monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", scored)
+    monkeypatch.setattr(lexical_index, "SCAN_PASS_POSTINGS", passed)
+    monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", own)
+
+
 def test_filtered_rankings_are_every_allowed_tool_scored(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A filter's allowed tools are a mask of the native stage (kept per filter), or, when
     they are few, scored one by one: either way every allowed tool scored, bit for bit."""
-    from toolcat.search import lexical_index
-
-    # Scanned up to a tenth of the postings: both ways taken at 1.5k tools.
-    monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", 10)
-    monkeypatch.setattr(lexical_index, "SCAN_PASS_POSTINGS", 0)
-    monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", 0)
+    cost_rule(monkeypatch, scored=10, passed=0, own=0)  # both ways taken at 1.5k tools
     kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
@@ -175,14 +180,12 @@ def test_filtered_rankings_are_every_allowed_tool_scored(
 def test_a_filter_is_scanned_when_its_tools_cost_less_than_the_postings(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Scored one by one while a filter's tools are fewer than the query's postings over
-    ``SCAN_POSTINGS``; else the native stage's mask: the choice follows the terms, not a
-    fixed number of tools (100 tools cost 0.79 ms scanned at 100k, 0.31 ms masked)."""
+    """Scored one by one while that costs less than the native stage over the query's
+    postings (``TantivyIndex.scans``); else the stage's mask: the choice follows the terms,
+    not a fixed number of tools (100 tools cost 0.79 ms scanned at 100k, 0.31 ms masked)."""
     from toolcat.search import lexical_index
 
-    monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", 50)  # (1.5k tools: few postings)
-    monkeypatch.setattr(lexical_index, "SCAN_PASS_POSTINGS", 10)
-    monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", 1000)
+    cost_rule(monkeypatch, scored=50, passed=10, own=1000)  # (1.5k tools: few postings)
     kits, _ = bench_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
