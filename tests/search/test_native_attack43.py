@@ -10,27 +10,16 @@ from typing import Any
 
 import pytest
 
+from tests.search.test_lexical_index import built
+from tests.search.test_native import impacts
 from toolcat import Catalog, Tool, Toolkit
-from toolcat.search import bm25, native
+from toolcat.search import native
 from toolcat.search.lexical_index import EXTRA_CANDIDATES, TantivyIndex
 
 pytest.importorskip("tantivy")
 pytestmark = pytest.mark.skipif(native.module() is None, reason="_impacts not compiled")
 
 WORDS = [f"zq{a}{b}" for a in "bcdfghjklmnpqrtvwxz" for b in "bcdfghjklmnpqrtvwxz"][:300]
-
-
-def built(catalog: Catalog) -> TantivyIndex:
-    index = TantivyIndex()
-    with catalog._snapshot() as conn:
-        index.build(conn, catalog.revision, bm25.DEFAULT_WEIGHTS)
-    return index
-
-
-def impacts(index: TantivyIndex) -> Any:
-    got = index.wait_native(60)
-    assert got is not None, index._impacts.error
-    return got
 
 
 def common_word_kits(n: int = 1200, seed: int = 4) -> list[Toolkit]:

@@ -665,10 +665,13 @@ class TantivyIndex(TermIndex):
         score: float = sum([idf[t] * (f := held[t]) / (f + norm) for t in ids if t in held])
         return score
 
-    def contribution(self, doc: int, term: str) -> float:
-        """``term``'s bm25() contribution to tool ``doc`` (0.0 when it lacks the term)."""
+    def contribution(self, doc: int, term: str, keep: bool = True) -> float:
+        """``term``'s bm25() contribution to tool ``doc`` (0.0 when it lacks the term);
+        ``keep``: as ``_decode``'s."""
         term_id = self._term_ids.get(term)
-        return 0.0 if doc not in self._tools or term_id is None else self._score(doc, [term_id])
+        if doc not in self._tools or term_id is None:
+            return 0.0
+        return self._score(doc, [term_id], keep)
 
     def _ids(self, terms: Sequence[str]) -> list[int]:
         """Term ids of index terms (-1 for a term no tool has)."""
@@ -698,7 +701,7 @@ class TantivyIndex(TermIndex):
                     continue  # its document is of the row as it was (brought forward)
                 if doc not in self._tools:
                     return False  # a document of no row held (tantivy's padding holds none)
-                if score * (1 + SLACK) < self._score(doc, [self._term_ids[term]], keep=False):
+                if score * (1 + SLACK) < self.contribution(doc, term, keep=False):
                     return False  # (not kept: a restore's index starts with none decoded)
         return True
 
