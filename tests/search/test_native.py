@@ -353,3 +353,120 @@ def test_switched_off_once_built_tantivy_answers(
 
     monkeypatch.setattr(TantivyIndex, "_rank_by_impacts", refused)
     assert index.rank(terms, 10) == by_native
+
+
+# -- exact scores in C, and the common terms spared -----------------------------------------
+
+
+def spare_everywhere(monkeypatch: pytest.MonkeyPatch, share: float = 0.02) -> None:
+    """The native stage spares common terms at any catalog size (``SPARE_FROM`` is 50k)."""
+    from toolcat.search import lexical_index
+
+    monkeypatch.setattr(lexical_index, "SPARE_FROM", 0)
+    monkeypatch.setattr(lexical_index, "SPARE_SHARE", share)
+    monkeypatch.setattr(lexical_index, "SPARE_WHEN", 0.0)
+
+
+def test_sparing_common_terms_answers_every_tool_scored_bit_for_bit(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Candidates from the rarer terms alone, certified against the spared terms' largest
+    impacts or asked again with every term: the same answers, bit for bit, both ways taken
+    (and with a filter's mask)."""
+    spare_everywhere(monkeypatch)
+    kits, queries = tagged_toolkits(1500)
+    catalog.register(kits)
+    index = built(catalog)
+    impacts(index)
+    with catalog._snapshot() as conn:
+        allowed = reader.allowed_ids(conn, FILTERS[0])
+    for query in queries_of(queries[:60]):
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        if not terms:
+            continue
+        for k in (1, 10, 50):
+            assert index.rank(terms, k) == every_tool_scored(index, terms, k), (query, k)
+            assert index.rank(terms, k, allowed) == index._scan(terms, k, allowed), (query, k)
+    assert index.spared[True] > 50 and index.spared[False] > 5  # certified, asked again
+    assert index.rounds[0] == 0
+
+
+def test_a_tool_of_common_terms_alone_above_the_candidates_is_not_missed() -> None:
+    """The rare term's one tool scores below tools holding only the common term: from the
+    rare term's candidates alone the answer would miss them. Their bound (the common term's
+    largest impact) beats the k-th score found, so the answer is not certified (rounds 0),
+    and asked with every term it is theirs."""
+    tools = {row: pack(4, [(1, 3)]) for row in range(1, 40)}  # the common term, 3 times
+    tools[100] = pack(40, [(0, 1), (2, 1)])  # the rare term once, in a long tool
+    index = make(tools, [1.5, 1.0, 0.2])
+    spared = index.best([0, 1], 5, 21, 512, 1e-4, 10)
+    assert spared[1] == 0 and [row for row, _ in spared[0]] == [100]
+    found, rounds, _ = index.best([0, 1], 5, 21, 4096, 1e-4, -1)
+    assert rounds > 0 and [row for row, _ in found] == [1, 2, 3, 4, 5]  # tied: by row id
+    # every held term spared but the rarest, whatever the share: here the third term's
+    found, rounds, scored = index.best([1, 2], 3, 19, 512, 1e-4, 0)
+    assert [row for row, _ in found] == [100] and rounds == 0 and scored == 1
+
+
+def test_exact_scores_are_decodes_bit_for_bit_on_forged_counts() -> None:
+    """Scored in C as ``_decode`` and ``_score`` read a tool: a term repeated counts its
+    first count, a negative count counts 0, an unknown id nothing, a term asked twice adds
+    twice, in the query's order (a count that is not a finite number leaves the index
+    unbounded, never used: ``test_forged_blobs_fail_or_leave_the_index_unused``)."""
+    norm = 2.0 * K1 * (1 - B + B * 6 / 10.0)
+
+    def part(idf: float, f: float) -> float:
+        return idf * f / (f + norm)
+
+    tools = {
+        1: pack(6, [(0, 2.5), (1, -0.5), (0, 9.0), (7, 1.0), (2, 0.3)], "d"),
+        2: pack(6, [(1, 1.0), (2, 0.0)], "d"),
+    }
+    index = make(tools, [2.0, 1.0, 0.5], "d")
+    assert index.bounded
+    found, rounds, _ = index.best([0, 1, 2, 0, -1], 2, 2, 2, 0.0)
+    scores = dict(found)
+    assert scores[1] == 0.0 + part(2.0, 2.5) + part(1.0, 0.0) + part(0.5, 0.3) + part(2.0, 2.5)
+    assert scores[2] == 0.0 + part(1.0, 1.0) + part(0.5, 0.0)
+    assert rounds == 1
+
+
+def test_best_refuses_what_it_cannot_answer() -> None:
+    index = make({1: pack(3, [(0, 1)]), 2: pack(3, [(0, 2)])}, [1.0])
+    for slack in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="slack"):
+            index.best([0], 1, 1, 1, slack)
+    with pytest.raises(ValueError, match="own"):
+        index.best([0], 1, 1, 1, 0.0, -1, b"\0")
+    with pytest.raises(ValueError, match="65536"):
+        index.best([0] * 65537, 1, 1, 1, 0.0)
+    with pytest.raises(TypeError):
+        index.best(["a"], 1, 1, 1, 0.0)
+    assert index.best([0], 0, 1, 1, 0.0) == ([], 1, 0)
+    assert index.best([-1, 5, 2**40], 3, 1, 1, 0.0) == ([], 1, 0)
+    # depth and most past the tools, below k: bounded by them
+    assert [row for row, _ in index.best([0], 10**9, -5, -5, 0.0)[0]] == [2, 1]
+    assert index.best([0], 1, 1, 1, 0.0, -1, index.mask([1]))[0][0][0] == 1
+    assert make({}, [1.0]).best([0], 3, 3, 3, 0.0) == ([], 1, 0)
+
+
+def test_the_terms_each_hit_holds_are_read_as_decode_reads_them(catalog: Catalog) -> None:
+    """fusion's signals read which query terms each hit holds: from the native stage when
+    built, the same sets as unpacking each tool in Python; a row it does not hold is None."""
+    kits, queries = bench_toolkits(600)
+    catalog.register(kits)
+    index = built(catalog)
+    found = impacts(index)
+    rows = list(index._tools)
+    for query in queries[:40]:
+        terms = [*index.terms(query, bm25.MAX_QUERY_TERMS), "zzz-no-such-term"]
+        ids = [row for row, _ in index.rank(terms[:-1], 10)] + rows[:5] + [-3, 2**62, 10**30]
+        native_sets = index.documents(ids, terms)
+        index._impacts.index = None
+        python_sets = index.documents(ids, terms)
+        index._impacts.index = found
+        assert native_sets == python_sets, query
+    held = found.held([index._ids(["zzz"])[0], -1], [rows[0], 10**30], ["a", "b"])
+    assert held == [set(), None]
+    with pytest.raises(ValueError, match="label"):
+        found.held([0, 1], [rows[0]], ["only one"])

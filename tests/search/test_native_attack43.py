@@ -38,17 +38,25 @@ def common_word_kits(n: int = 1200, seed: int = 4) -> list[Toolkit]:
     ]
 
 
-def scorings(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """A counter of the exact scorings (``_score`` calls) from here on: ``[n]``."""
-    scored = [0]
-    score = TantivyIndex._score
+class Scorings:
+    """The exact scorings from ``reset`` on: ``_score`` calls (Python) and the tools the
+    native stage scored (``TantivyIndex.scored``)."""
 
-    def counting(self: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
-        scored[0] += 1
-        return score(self, doc, ids, keep)
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, index: TantivyIndex) -> None:
+        self.index, self.python, self.native = index, 0, index.scored
+        score = TantivyIndex._score
 
-    monkeypatch.setattr(TantivyIndex, "_score", counting)
-    return scored
+        def counting(owner: TantivyIndex, doc: int, ids: Any, keep: bool = True) -> float:
+            self.python += 1
+            return score(owner, doc, ids, keep)
+
+        monkeypatch.setattr(TantivyIndex, "_score", counting)
+
+    def reset(self) -> None:
+        self.python, self.native = 0, self.index.scored
+
+    def count(self) -> int:
+        return self.python + self.index.scored - self.native
 
 
 def test_a_dropped_index_is_freed_without_a_cyclic_collection(catalog: Catalog) -> None:
@@ -86,16 +94,16 @@ def test_a_term_most_tools_hold_is_certified_in_one_round(
     catalog.register(common_word_kits())
     index = built(catalog)
     found = impacts(index)
-    scored = scorings(monkeypatch)
+    scored = Scorings(monkeypatch, index)
     for query in ("python", "python zqbf", "zqcd python zqdf"):
         terms = query.split()
         assert all(term in index._term_ids for term in terms)
         for k in (1, 10, 50):
-            scored[0] = 0
+            scored.reset()
             index.rounds.clear()
             got = index._rank_by_impacts(found, terms, k, None)
             # the tools tied for the k-th score (as long: ~40 each) and a second round at most
-            assert scored[0] < 200 and sum(index.rounds.values()) == 1, (query, k, scored)
+            assert scored.count() < 200 and sum(index.rounds.values()) == 1, (query, k)
             assert max(index.rounds) <= 2, (query, k, index.rounds)
             assert got == index._scan(terms, k, frozenset(index._tools)), (query, k)
 
@@ -112,13 +120,13 @@ def test_tools_tied_in_score_are_scored_once(
     catalog.register([Toolkit(name="things", version="1", tools=tools)])
     index = built(catalog)
     found = impacts(index)
-    scored = scorings(monkeypatch)
+    scored = Scorings(monkeypatch, index)
     for terms in (["get"], ["get", "id"]):
         for k in (1, 10):
-            scored[0] = 0
+            scored.reset()
             index._decoded.clear()
             got = index._rank_by_impacts(found, terms, k, None)
-            assert scored[0] == len(WORDS), (terms, k, scored)
+            assert scored.count() == len(WORDS), (terms, k, scored.count())
             # only the first round's kept: the rest would push out what queries share
             assert len(index._decoded) <= k + EXTRA_CANDIDATES
             assert got == index._scan(terms, k, frozenset(index._tools)), (terms, k)
@@ -136,12 +144,12 @@ def test_past_max_candidates_tied_tools_are_answered_best_effort(
     index = built(catalog)
     found = impacts(index)
     monkeypatch.setattr("toolcat.search.lexical_index.MAX_CANDIDATES", 100)
-    scored = scorings(monkeypatch)
+    scored = Scorings(monkeypatch, index)
     for k in (1, 10):
-        scored[0] = 0
+        scored.reset()
         index.rounds.clear()
         got = index._rank_by_impacts(found, ["get", "id"], k, None)
-        assert scored[0] <= 100 < len(WORDS)  # not every tied tool
+        assert scored.count() <= 100 < len(WORDS)  # not every tied tool
         assert index.rounds[0] == 1  # uncertified, and counted so
         assert got == index._scan(["get", "id"], k, frozenset(index._tools))
 

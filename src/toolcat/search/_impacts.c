@@ -55,6 +55,13 @@ typedef struct {
     uint16_t *gaps;
     uint16_t *impacts;   /* postings: the contribution in its term's quanta, rounded up */
     double *quantum;     /* term id -> its quantum */
+    uint16_t *most;      /* term id -> its largest impact, in its quanta */
+    /* For exact scores (``best``): the packed tools in tool order (a list of bytes, never
+       handed out: read without the GIL), their length normalisations and the IDFs. */
+    PyObject *blobs;
+    double *norms;
+    double *idf;
+    int is_double;
     uint64_t n_postings;
     int bounded;
     Scratch *free_scratch[MAX_SCRATCH];
@@ -68,6 +75,10 @@ static void Index_dealloc(Index *self) {
     free(self->gaps);
     free(self->impacts);
     free(self->quantum);
+    free(self->most);
+    free(self->norms);
+    free(self->idf);
+    Py_XDECREF(self->blobs);
     for (int i = 0; i < self->n_free; i++) free(self->free_scratch[i]);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -108,6 +119,7 @@ static uint32_t term_at(const Packed *p, Py_ssize_t i) {
 
 typedef struct {
     int64_t row;
+    PyObject *blob;
     const unsigned char *data;
     Py_ssize_t size;
 } Packed_row;
@@ -179,6 +191,14 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             self->quantum[t] = idf[t] > 0.0 ? LEAST_QUANTUM : 1.0;
         }
     }
+    self->idf = malloc(sizeof(double) * terms_n);
+    self->most = calloc(terms_n, sizeof(uint16_t));
+    if (!self->idf || !self->most) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (n_terms) memcpy(self->idf, idf, sizeof(double) * (size_t)n_terms);
+    self->is_double = is_double;
     self->offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->gap_offsets = calloc((size_t)n_terms + 1, sizeof(uint64_t));
     self->rows = malloc(sizeof(int64_t) * docs_n);
@@ -210,6 +230,7 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         Py_INCREF(value);
         PyList_SET_ITEM(blobs, d, value);
         packed[d].row = row;
+        packed[d].blob = value;
         packed[d].data = (const unsigned char *)PyBytes_AS_STRING(value);
         packed[d].size = PyBytes_GET_SIZE(value);
         d++;
@@ -279,6 +300,7 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
                     quanta = (uint16_t)q;
                 }
                 self->impacts[fill[t]] = quanta;
+                if (quanta > self->most[t]) self->most[t] = quanta;
                 fill[t]++;
             }
         }
@@ -289,11 +311,19 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         goto fail;
     }
+    /* The blobs again, in tool order, for ``best``'s exact scores. */
+    self->blobs = PyList_New(n_docs);
+    if (self->blobs == NULL) goto fail;
+    for (Py_ssize_t i_doc = 0; i_doc < n_docs; i_doc++) {
+        Py_INCREF(packed[i_doc].blob);
+        PyList_SET_ITEM(self->blobs, i_doc, packed[i_doc].blob);
+    }
+    self->norms = norms;
+    norms = NULL;
     Py_DECREF(blobs);
     free(packed);
     free(fill);
     free(last);
-    free(norms);
     PyBuffer_Release(&idf_buf);
     return (PyObject *)self;
 fail:
@@ -319,7 +349,7 @@ static void give_scratch(Index *self, Scratch *s) {
 
 typedef struct {
     uint64_t sum;
-    int64_t row;
+    int64_t doc; /* the tool's index: rows ascend with it */
 } Hit;
 
 #define NONE UINT32_MAX /* no more tools: above every block's end */
@@ -351,7 +381,7 @@ static inline void next_doc(const uint16_t *gaps, Cursor *c) {
 
 /* a ranks below b: a smaller sum, or the same sum and a higher row id */
 static inline int below(const Hit *a, const Hit *b) {
-    return a->sum < b->sum || (a->sum == b->sum && a->row > b->row);
+    return a->sum < b->sum || (a->sum == b->sum && a->doc > b->doc);
 }
 
 static void sift_down(Hit *heap, Py_ssize_t n, Py_ssize_t i) {
@@ -388,58 +418,66 @@ static int best_first(const void *x, const void *y) {
 /* A mask's size: a bit a tool, whole 64-bit words. */
 static Py_ssize_t mask_bytes(const Index *self) { return (self->n_docs + 63) / 64 * 8; }
 
-/* top(term_ids, n, mask=None) -> [(bound, row id)], the n tools with the largest bounds,
-   largest first, among the tools holding a query term (and, with a mask, let through by it):
-   ids < 0 (no tool has the term) add nothing; a term asked twice adds its bound twice
-   (``_score`` adds its contribution twice). */
-static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"term_ids", "n", "mask", NULL};
-    PyObject *ids_obj, *mask_obj = Py_None;
-    Py_ssize_t n;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "On|O", kwlist, &ids_obj, &n, &mask_obj))
-        return NULL;
-    const unsigned char *mask = NULL;
-    if (mask_obj != Py_None) {
-        if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != mask_bytes(self)) {
-            PyErr_SetString(PyExc_ValueError, "a mask must be this index's own (``mask``)");
-            return NULL;
-        }
-        mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+/* ``mask_obj`` as a mask of this index's (NULL for None): 0, or -1 with an exception. */
+static int mask_of(const Index *self, PyObject *mask_obj, const unsigned char **mask) {
+    *mask = NULL;
+    if (mask_obj == Py_None) return 0;
+    if (!PyBytes_Check(mask_obj) || PyBytes_GET_SIZE(mask_obj) != mask_bytes(self)) {
+        PyErr_SetString(PyExc_ValueError, "a mask must be this index's own (``mask``)");
+        return -1;
     }
-    if (n < 1) return PyList_New(0);
-    if (n > self->n_docs) n = self->n_docs ? self->n_docs : 1;
+    *mask = (const unsigned char *)PyBytes_AS_STRING(mask_obj);
+    return 0;
+}
+
+/* A query's terms as cursors at their first postings, and its unit: parsed once a call. */
+typedef struct {
+    Py_ssize_t n_ids;
+    Cursor *cursor; /* as each term starts: copied for each pass over the postings */
+    int64_t *ids;   /* the term ids asked, -1 for one outside the vocabulary */
+    double unit;
+} Query;
+
+static void query_free(Query *q) {
+    PyMem_Free(q->cursor);
+    PyMem_Free(q->ids);
+}
+
+/* Read ``ids_obj`` into ``q`` (0), or set an exception (-1). */
+static int query_parse(const Index *self, PyObject *ids_obj, Query *q) {
+    q->cursor = NULL;
+    q->ids = NULL;
     PyObject *seq = PySequence_Fast(ids_obj, "term ids must be a sequence");
-    if (seq == NULL) return NULL;
-    Py_ssize_t n_ids = PySequence_Fast_GET_SIZE(seq);
+    if (seq == NULL) return -1;
+    const Py_ssize_t n_ids = PySequence_Fast_GET_SIZE(seq);
+    q->n_ids = n_ids;
     if (n_ids > 65536) { /* a tool's sum must not wrap round */
         Py_DECREF(seq);
         PyErr_SetString(PyExc_ValueError, "at most 65536 term ids a query");
-        return NULL;
+        return -1;
     }
-    Cursor *cursor = PyMem_Malloc(sizeof(Cursor) * (n_ids ? (size_t)n_ids : 1));
-    Hit *heap = PyMem_Malloc(sizeof(Hit) * (size_t)n);
-    Scratch *s = take_scratch(self);
-    if (cursor == NULL || heap == NULL || s == NULL) {
+    q->cursor = PyMem_Malloc(sizeof(Cursor) * (n_ids ? (size_t)n_ids : 1));
+    q->ids = PyMem_Malloc(sizeof(int64_t) * (n_ids ? (size_t)n_ids : 1));
+    if (q->cursor == NULL || q->ids == NULL) {
         Py_DECREF(seq);
-        PyMem_Free(cursor);
-        PyMem_Free(heap);
-        if (s) give_scratch(self, s);
-        return PyErr_NoMemory();
+        query_free(q);
+        PyErr_NoMemory();
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n_ids; i++) {
         Py_ssize_t t = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
         if (t == -1 && PyErr_Occurred()) {
             Py_DECREF(seq);
-            PyMem_Free(cursor);
-            PyMem_Free(heap);
-            give_scratch(self, s);
-            return NULL;
+            query_free(q);
+            return -1;
         }
-        Cursor *c = &cursor[i];
+        Cursor *c = &q->cursor[i];
         c->doc = NONE; /* the tool before the first: -1 */
         c->at = c->stop = 0;
         c->quantum = 0.0;
+        q->ids[i] = -1;
         if (t >= 0 && t < self->n_terms) {
+            q->ids[i] = t;
             c->quantum = self->quantum[t];
             c->at = self->offsets[t];
             c->stop = self->offsets[t + 1];
@@ -454,15 +492,36 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
        thousandth at most (IDFs 1e7 apart). Whole numbers: a sum in doubles cost 18% more. */
     double largest = 0.0;
     for (Py_ssize_t i = 0; i < n_ids; i++)
-        if (cursor[i].quantum > largest) largest = cursor[i].quantum;
-    const double unit = ldexp(largest, -32);
+        if (q->cursor[i].quantum > largest) largest = q->cursor[i].quantum;
+    q->unit = ldexp(largest, -32);
     for (Py_ssize_t i = 0; i < n_ids; i++) {
-        const double times = ceil(cursor[i].quantum / unit);
+        const double times = ceil(q->cursor[i].quantum / q->unit);
         /* at least 1 (a quantum 2^1000 times smaller rounds to 0 units: a forged IDF) */
-        cursor[i].times = cursor[i].quantum <= 0.0 ? 0 : times < 1.0 ? 1 : (uint64_t)times;
+        q->cursor[i].times = q->cursor[i].quantum <= 0.0 ? 0 : times < 1.0 ? 1 : (uint64_t)times;
+    }
+    return 0;
+}
+
+/* A sum's bound on the exact score: a contribution's quanta, a quantum's units and a sum's
+   conversion may each round down by a unit in the last place (and the exact sum up), so a
+   bound a little above the sum never falls below the exact score. */
+static double bound_of(const Query *q, uint64_t sum) {
+    const double margin = 1.0 + 1e-12 + (2.0 * (double)q->n_ids + 8.0) * DBL_EPSILON;
+    return (double)sum * q->unit * margin;
+}
+
+/* The ``n`` tools with the largest sums of the query terms' impacts (the terms with
+   ``skip[i]`` set left out), among the tools holding one of the others and let through by
+   ``mask``, into ``heap``, best first: how many. Without the GIL. */
+static Py_ssize_t gather(const Index *self, const Query *q, const char *skip,
+                         const unsigned char *mask, Scratch *s, Cursor *cursor, Hit *heap,
+                         Py_ssize_t n) {
+    const Py_ssize_t n_ids = q->n_ids;
+    for (Py_ssize_t i = 0; i < n_ids; i++) {
+        cursor[i] = q->cursor[i];
+        if (skip && skip[i]) cursor[i].doc = NONE;
     }
     Py_ssize_t n_heap = 0;
-    Py_BEGIN_ALLOW_THREADS
     uint64_t *acc = s->acc;
     uint64_t *seen = s->seen;
     const uint16_t *gaps = self->gaps;
@@ -501,7 +560,7 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
                 uint64_t sum = acc[doc];
                 acc[doc] = 0;
                 if (n_heap == n && sum < heap[0].sum) continue;
-                Hit h = {sum, self->rows[start + doc]};
+                Hit h = {sum, start + doc};
                 if (n_heap < n) {
                     heap[n_heap] = h;
                     sift_up(heap, n_heap++);
@@ -513,29 +572,395 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
         }
     }
     qsort(heap, (size_t)n_heap, sizeof(Hit), best_first);
+    return n_heap;
+}
+
+/* top(term_ids, n, mask=None) -> [(bound, row id)], the n tools with the largest bounds,
+   largest first, among the tools holding a query term (and, with a mask, let through by it):
+   ids < 0 (no tool has the term) add nothing; a term asked twice adds its bound twice
+   (``_score`` adds its contribution twice). */
+static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"term_ids", "n", "mask", NULL};
+    PyObject *ids_obj, *mask_obj = Py_None;
+    Py_ssize_t n;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "On|O", kwlist, &ids_obj, &n, &mask_obj))
+        return NULL;
+    const unsigned char *mask = NULL;
+    if (mask_of(self, mask_obj, &mask) < 0) return NULL;
+    if (n < 1) return PyList_New(0);
+    if (n > self->n_docs) n = self->n_docs ? self->n_docs : 1;
+    Query q;
+    if (query_parse(self, ids_obj, &q) < 0) return NULL;
+    Cursor *cursor = PyMem_Malloc(sizeof(Cursor) * (q.n_ids ? (size_t)q.n_ids : 1));
+    Hit *heap = PyMem_Malloc(sizeof(Hit) * (size_t)n);
+    Scratch *s = take_scratch(self);
+    if (cursor == NULL || heap == NULL || s == NULL) {
+        query_free(&q);
+        PyMem_Free(cursor);
+        PyMem_Free(heap);
+        if (s) give_scratch(self, s);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t n_heap;
+    Py_BEGIN_ALLOW_THREADS
+    n_heap = gather(self, &q, NULL, mask, s, cursor, heap, n);
     Py_END_ALLOW_THREADS
     give_scratch(self, s);
     PyMem_Free(cursor);
     PyObject *out = PyList_New(n_heap);
-    if (out == NULL) {
-        PyMem_Free(heap);
+    for (Py_ssize_t i = 0; out != NULL && i < n_heap; i++) {
+        PyObject *item = Py_BuildValue("(dL)", bound_of(&q, heap[i].sum),
+                                       (long long)self->rows[heap[i].doc]);
+        if (item == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, item);
+    }
+    query_free(&q);
+    PyMem_Free(heap);
+    return out;
+}
+
+/* One tool's exact bm25() for the query, as ``_score`` (lexical_index.py) computes it: each
+   query term's contribution ``(idf * f) / (f + norm)`` with the tool's first count of it
+   (a count that is not a finite number >= 0 counts 0, as ``_decode``), added in the query's
+   order (a term asked twice, twice), left to right from 0 as Python's ``sum`` of floats and
+   FTS5's bm25() add them: the same double, bit for bit. ``first`` maps a term id (hashed)
+   to the first place asking it, ``then`` a place to the next asking the same id.
+   ``contribution`` and ``held`` are scratch of ``n_ids``. Without the GIL. */
+typedef struct {
+    int64_t *key;     /* term id, -1 for an empty slot */
+    int32_t *first;
+    int32_t *then;
+    uint64_t slots;   /* a power of 2 */
+} Places;
+
+static inline uint64_t slot_of(int64_t t, uint64_t slots) {
+    return ((uint64_t)t * 0x9E3779B97F4A7C15ull) >> 32 & (slots - 1);
+}
+
+static int32_t place_of(const Places *p, int64_t t) {
+    for (uint64_t at = slot_of(t, p->slots);; at = (at + 1) & (p->slots - 1)) {
+        if (p->key[at] == t) return p->first[at];
+        if (p->key[at] < 0) return -1;
+    }
+}
+
+/* Each asked term id in ``p``, its places chained in the query's order. */
+static void places_fill(Places *p, const Query *q) {
+    for (uint64_t i = 0; i < p->slots; i++) p->key[i] = -1;
+    for (Py_ssize_t i = q->n_ids - 1; i >= 0; i--) {
+        p->then[i] = -1;
+        const int64_t t = q->ids[i];
+        if (t < 0) continue;
+        uint64_t at = slot_of(t, p->slots);
+        while (p->key[at] >= 0 && p->key[at] != t) at = (at + 1) & (p->slots - 1);
+        if (p->key[at] == t) p->then[i] = p->first[at];
+        p->key[at] = t;
+        p->first[at] = (int32_t)i;
+    }
+}
+
+/* The tool index of a row id (rows ascend), -1 for a row the index does not hold. */
+static Py_ssize_t doc_of(const Index *self, long long row) {
+    Py_ssize_t lo = 0, hi = self->n_docs;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (self->rows[mid] < row) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < self->n_docs && self->rows[lo] == row ? lo : -1;
+}
+
+/* Which query places tool ``doc`` holds (``held``), and with ``contribution``, each one's
+   contribution ``(idf * f) / (f + norm)``, with the tool's first count of the term (a term
+   repeated in a forged save: its first, as ``_decode``; a count that is not a finite number
+   >= 0 counts 0). Without the GIL. */
+static void holding(const Index *self, const Places *places, Py_ssize_t doc, char *held,
+                    Py_ssize_t n_ids, double *contribution) {
+    PyObject *blob = PyList_GET_ITEM(self->blobs, doc);
+    Packed p;
+    unpack((const unsigned char *)PyBytes_AS_STRING(blob), PyBytes_GET_SIZE(blob),
+           self->is_double ? 8 : 4, &p);
+    const double norm = self->norms[doc];
+    memset(held, 0, (size_t)n_ids);
+    for (Py_ssize_t i = 0; i < p.n; i++) {
+        const uint32_t t = term_at(&p, i);
+        int32_t at = place_of(places, (int64_t)t);
+        if (at < 0 || held[at]) continue; /* not asked, or repeated */
+        double c = 0.0;
+        if (contribution != NULL) {
+            double f = count_at(&p, i, self->is_double);
+            if (!(f >= 0.0 && f < INFINITY)) f = 0.0;
+            c = self->idf[t] * f / (f + norm);
+        }
+        for (; at >= 0; at = places->then[at]) {
+            held[at] = 1;
+            if (contribution != NULL) contribution[at] = c;
+        }
+    }
+}
+
+static double exact_score(const Index *self, const Query *q, const Places *places, Py_ssize_t doc,
+                          double *contribution, char *held) {
+    holding(self, places, doc, held, q->n_ids, contribution);
+    double score = 0.0;
+    for (Py_ssize_t i = 0; i < q->n_ids; i++)
+        if (held[i]) score += contribution[i];
+    return score;
+}
+
+typedef struct {
+    double score;
+    int64_t row;
+} Scored;
+
+/* a ranks below b: a lower score, or the same score and a higher row id (FTS5's order) */
+static inline int scored_below(const Scored *a, const Scored *b) {
+    return a->score < b->score || (a->score == b->score && a->row > b->row);
+}
+
+static void scored_sift_down(Scored *heap, Py_ssize_t n, Py_ssize_t i) {
+    for (;;) {
+        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && scored_below(&heap[l], &heap[m])) m = l;
+        if (r < n && scored_below(&heap[r], &heap[m])) m = r;
+        if (m == i) return;
+        Scored t = heap[i];
+        heap[i] = heap[m];
+        heap[m] = t;
+        i = m;
+    }
+}
+
+static void scored_sift_up(Scored *heap, Py_ssize_t i) {
+    while (i > 0) {
+        Py_ssize_t p = (i - 1) / 2;
+        if (!scored_below(&heap[i], &heap[p])) return;
+        Scored t = heap[i];
+        heap[i] = heap[p];
+        heap[p] = t;
+        i = p;
+    }
+}
+
+static int scored_best_first(const void *x, const void *y) {
+    const Scored *a = x, *b = y;
+    if (scored_below(a, b)) return 1;
+    if (scored_below(b, a)) return -1;
+    return 0;
+}
+
+/* best(term_ids, k, depth, most, slack, spare_above=-1, mask=None) -> (hits, rounds, scored)
+
+   The k best (row id, exact score), best first (ties: the lower row id first), as
+   lexical_index.py's ``rank`` answers: candidates by their bounds, best first, ``depth`` of
+   them, each scored exactly until the k-th score beats the next bound times ``1 + slack``
+   (every tool after it bounded below it: certified); if not, ``depth`` times 4 (up to
+   ``most``) and the new candidates scored. ``rounds``: how many (0: not certified, the best
+   of the ``most`` candidates scored); ``scored``: the tools scored exactly.
+
+   ``spare_above`` >= 0: the terms more tools hold than that (all but the rarest one, at
+   least) are left out of the bounds: candidates come from the rarer terms alone (most of a
+   long query's postings are its commonest terms'), each still scored with every term. The
+   bounds then add each spared term's largest impact; a tool holding none of the rarer
+   terms is bounded by those alone, so an answer whose k-th score beats both is certified
+   still, and one that is not is the best of ``most`` candidates. */
+static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"term_ids", "k", "depth", "most", "slack", "spare_above", "mask",
+                             NULL};
+    PyObject *ids_obj, *mask_obj = Py_None;
+    Py_ssize_t k, depth, most, spare_above = -1;
+    double slack;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "Onnnd|nO", kwlist, &ids_obj, &k, &depth,
+                                     &most, &slack, &spare_above, &mask_obj))
+        return NULL;
+    const unsigned char *mask = NULL;
+    if (mask_of(self, mask_obj, &mask) < 0) return NULL;
+    if (!(slack >= 0.0 && slack < 1.0)) {
+        PyErr_SetString(PyExc_ValueError, "slack must be in [0, 1)");
         return NULL;
     }
-    /* A contribution's quanta, a quantum's units and a sum's conversion may each round down
-       by a unit in the last place (and ``_score``'s sum up): a bound a little above the sum
-       never falls below the exact score. */
-    const double margin = 1.0 + 1e-12 + (2.0 * (double)n_ids + 8.0) * DBL_EPSILON;
-    for (Py_ssize_t i = 0; i < n_heap; i++) {
-        double bound = (double)heap[i].sum * unit * margin;
-        PyObject *item = Py_BuildValue("(dL)", bound, (long long)heap[i].row);
-        if (item == NULL) {
-            Py_DECREF(out);
-            PyMem_Free(heap);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, item);
+    if (k < 1 || self->n_docs == 0) return Py_BuildValue("(Nii)", PyList_New(0), 1, 0);
+    if (k > self->n_docs) k = self->n_docs;
+    if (most > self->n_docs) most = self->n_docs;
+    if (most < k) most = k;
+    if (depth < k) depth = k;
+    if (depth > most) depth = most;
+    Query q;
+    if (query_parse(self, ids_obj, &q) < 0) return NULL;
+    const Py_ssize_t n_ids = q.n_ids;
+    const size_t ids_n = n_ids ? (size_t)n_ids : 1;
+    uint64_t slots = 16;
+    while (slots < 2 * ids_n) slots *= 2;
+    Places places = {PyMem_Malloc(sizeof(int64_t) * slots), PyMem_Malloc(sizeof(int32_t) * slots),
+                     PyMem_Malloc(sizeof(int32_t) * ids_n), slots};
+    Cursor *cursor = PyMem_Malloc(sizeof(Cursor) * ids_n);
+    char *skip = PyMem_Calloc(ids_n, 1);
+    char *held = PyMem_Malloc(ids_n);
+    double *contribution = PyMem_Malloc(sizeof(double) * ids_n);
+    Hit *found = PyMem_Malloc(sizeof(Hit) * (size_t)most);
+    Scored *best = PyMem_Malloc(sizeof(Scored) * (size_t)k);
+    Scratch *s = take_scratch(self);
+    PyObject *out = NULL;
+    if (!places.key || !places.first || !places.then || !cursor || !skip || !held ||
+        !contribution || !found || !best || !s) {
+        PyErr_NoMemory();
+        goto done;
     }
-    PyMem_Free(heap);
+    places_fill(&places, &q);
+    /* Terms spared: held by more than ``spare_above`` tools, the rarest held term kept. */
+    uint64_t spared = 0; /* the spared terms' largest impacts, in the query's units */
+    if (spare_above >= 0) {
+        Py_ssize_t rarest = -1;
+        uint64_t rarest_df = UINT64_MAX;
+        for (Py_ssize_t i = 0; i < n_ids; i++) {
+            const int64_t t = q.ids[i];
+            if (t < 0) continue;
+            const uint64_t df = self->offsets[t + 1] - self->offsets[t];
+            if (df > 0 && df < rarest_df) {
+                rarest_df = df;
+                rarest = i;
+            }
+        }
+        for (Py_ssize_t i = 0; i < n_ids; i++) {
+            const int64_t t = q.ids[i];
+            if (t < 0 || i == rarest || q.ids[rarest] == t) continue;
+            if (self->offsets[t + 1] - self->offsets[t] > (uint64_t)spare_above) {
+                skip[i] = 1;
+                spared += q.cursor[i].times * self->most[t];
+            }
+        }
+    }
+    int rounds = 0, certified = 0;
+    Py_ssize_t n_best = 0, scored = 0, n_scored = 0; /* scored: of ``found``, this round */
+    Py_BEGIN_ALLOW_THREADS
+    const double step = 1.0 + slack;
+    const double spared_bound = bound_of(&q, spared);
+    for (;;) {
+        rounds++;
+        const Py_ssize_t n_found = gather(self, &q, skip, mask, s, cursor, found, depth);
+        /* One order (bound, then tool): a deeper round's first candidates are the round
+           before's, scored already. */
+        for (Py_ssize_t i = scored; i < n_found; i++) {
+            if (n_best == k && best[0].score > bound_of(&q, found[i].sum + spared) * step) {
+                certified = 1;
+                break;
+            }
+            const Py_ssize_t doc = (Py_ssize_t)found[i].doc;
+            n_scored++;
+            Scored e = {exact_score(self, &q, &places, doc, contribution, held),
+                        self->rows[doc]};
+            if (n_best < k) {
+                best[n_best] = e;
+                scored_sift_up(best, n_best++);
+            } else if (scored_below(&best[0], &e)) {
+                best[0] = e;
+                scored_sift_down(best, n_best, 0);
+            }
+        }
+        scored = n_found;
+        /* the tools past these are bounded by the last one's bound */
+        if (!certified && n_found > 0 && n_best == k &&
+            best[0].score > bound_of(&q, found[n_found - 1].sum + spared) * step)
+            certified = 1;
+        if (certified) break;
+        if (n_found < depth || depth >= self->n_docs) { /* every tool holding one scored */
+            certified = spared == 0 || (n_best == k && best[0].score > spared_bound * step);
+            break;
+        }
+        if (depth >= most) break; /* thousands tied with the k-th: the best effort */
+        depth = depth * 4 < most ? depth * 4 : most;
+    }
+    qsort(best, (size_t)n_best, sizeof(Scored), scored_best_first);
+    Py_END_ALLOW_THREADS
+    out = PyList_New(n_best);
+    for (Py_ssize_t i = 0; out != NULL && i < n_best; i++) {
+        PyObject *item = Py_BuildValue("(Ld)", (long long)best[i].row, best[i].score);
+        if (item == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, item);
+    }
+    if (out != NULL) out = Py_BuildValue("(Nin)", out, certified ? rounds : 0, n_scored);
+done:
+    if (s) give_scratch(self, s);
+    PyMem_Free(places.key);
+    PyMem_Free(places.first);
+    PyMem_Free(places.then);
+    PyMem_Free(cursor);
+    PyMem_Free(skip);
+    PyMem_Free(held);
+    PyMem_Free(contribution);
+    PyMem_Free(found);
+    PyMem_Free(best);
+    query_free(&q);
+    return out;
+}
+
+/* held(term_ids, rows, labels) -> [set | None]: for each row id, the labels (``labels[i]``
+   for ``term_ids[i]``) of the query terms its tool holds, None for a row the index does not
+   hold (fusion's signals read which terms each hit holds). */
+static PyObject *Index_held(Index *self, PyObject *args) {
+    PyObject *ids_obj, *rows_obj, *labels_obj;
+    if (!PyArg_ParseTuple(args, "OOO", &ids_obj, &rows_obj, &labels_obj)) return NULL;
+    PyObject *labels = PySequence_Fast(labels_obj, "labels must be a sequence");
+    if (labels == NULL) return NULL;
+    PyObject *rows = PySequence_Fast(rows_obj, "rows must be a sequence");
+    if (rows == NULL) {
+        Py_DECREF(labels);
+        return NULL;
+    }
+    Query q;
+    if (query_parse(self, ids_obj, &q) < 0) {
+        Py_DECREF(labels);
+        Py_DECREF(rows);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const Py_ssize_t n_ids = q.n_ids, n_rows = PySequence_Fast_GET_SIZE(rows);
+    const size_t ids_n = n_ids ? (size_t)n_ids : 1;
+    uint64_t slots = 16;
+    while (slots < 2 * ids_n) slots *= 2;
+    Places places = {PyMem_Malloc(sizeof(int64_t) * slots), PyMem_Malloc(sizeof(int32_t) * slots),
+                     PyMem_Malloc(sizeof(int32_t) * ids_n), slots};
+    char *held = PyMem_Malloc(ids_n);
+    if (PySequence_Fast_GET_SIZE(labels) != n_ids) {
+        PyErr_SetString(PyExc_ValueError, "a label for each term id");
+        goto done;
+    }
+    if (!places.key || !places.first || !places.then || !held) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    places_fill(&places, &q);
+    out = PyList_New(n_rows);
+    for (Py_ssize_t r = 0; out != NULL && r < n_rows; r++) {
+        int overflow = 0;
+        const long long row =
+            PyLong_AsLongLongAndOverflow(PySequence_Fast_GET_ITEM(rows, r), &overflow);
+        if (row == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+            break;
+        }
+        const Py_ssize_t doc = overflow ? -1 : doc_of(self, row);
+        PyObject *item;
+        if (doc < 0) {
+            item = Py_NewRef(Py_None);
+        } else {
+            holding(self, &places, doc, held, n_ids, NULL);
+            item = PySet_New(NULL);
+            for (Py_ssize_t i = 0; item != NULL && i < n_ids; i++)
+                if (held[i] && PySet_Add(item, PySequence_Fast_GET_ITEM(labels, i)) < 0)
+                    Py_CLEAR(item);
+        }
+        if (item == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, r, item);
+    }
+done:
+    PyMem_Free(places.key);
+    PyMem_Free(places.first);
+    PyMem_Free(places.then);
+    PyMem_Free(held);
+    query_free(&q);
+    Py_DECREF(labels);
+    Py_DECREF(rows);
     return out;
 }
 
@@ -562,14 +987,8 @@ static PyObject *Index_mask(Index *self, PyObject *rows_obj) {
             return NULL;
         }
         if (overflow) continue; /* no such row */
-        Py_ssize_t lo = 0, hi = self->n_docs;
-        while (lo < hi) {
-            Py_ssize_t mid = lo + (hi - lo) / 2;
-            if (self->rows[mid] < row) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo < self->n_docs && self->rows[lo] == row)
-            bits[(size_t)lo / 8] |= (unsigned char)(1u << (lo % 8));
+        const Py_ssize_t doc = doc_of(self, row);
+        if (doc >= 0) bits[(size_t)doc / 8] |= (unsigned char)(1u << (doc % 8));
     }
     Py_DECREF(it);
     if (PyErr_Occurred()) {
@@ -589,7 +1008,8 @@ static PyObject *Index_nbytes(Index *self, void *Py_UNUSED(closure)) {
                    (size_t)self->gap_offsets[self->n_terms] * sizeof(uint16_t) +
                    ((size_t)self->n_terms + 1) * sizeof(uint64_t) +
                    (size_t)self->n_postings * sizeof(uint16_t) +
-                   (size_t)self->n_terms * sizeof(double) +
+                   (size_t)self->n_terms * (2 * sizeof(double) + sizeof(uint16_t)) +
+                   (size_t)self->n_docs * (sizeof(double) + sizeof(PyObject *)) +
                    (size_t)self->n_free * sizeof(Scratch);
     return PyLong_FromSize_t(bytes);
 }
@@ -600,7 +1020,8 @@ static PyObject *Index_postings(Index *self, void *Py_UNUSED(closure)) {
 
 static PyGetSetDef Index_getset[] = {
     {"bounded", (getter)Index_bounded, NULL, "Every bound holds (False: do not use).", NULL},
-    {"nbytes", (getter)Index_nbytes, NULL, "Bytes held.", NULL},
+    {"nbytes", (getter)Index_nbytes, NULL, "Bytes held (the packed tools shared, not counted).",
+     NULL},
     {"postings", (getter)Index_postings, NULL, "(term, tool) pairs held.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -608,6 +1029,11 @@ static PyGetSetDef Index_getset[] = {
 static PyMethodDef Index_methods[] = {
     {"top", (PyCFunction)(void (*)(void))Index_top, METH_VARARGS | METH_KEYWORDS,
      "top(term_ids, n, mask=None): the n largest (bound, row id), largest first."},
+    {"best", (PyCFunction)(void (*)(void))Index_best, METH_VARARGS | METH_KEYWORDS,
+     "best(term_ids, k, depth, most, slack, spare_above=-1, mask=None): the k best "
+     "(row id, exact score), the rounds (0: not certified) and the tools scored."},
+    {"held", (PyCFunction)Index_held, METH_VARARGS,
+     "held(term_ids, rows, labels): for each row, the labels of the terms it holds."},
     {"mask", (PyCFunction)Index_mask, METH_O,
      "mask(rows): the tools of these row ids, for top's mask."},
     {NULL, NULL, 0, NULL},

@@ -18,4 +18,17 @@ class Index:
     def top(
         self, term_ids: Sequence[int], n: int, mask: bytes | None = None
     ) -> list[tuple[float, int]]: ...
+    def best(
+        self,
+        term_ids: Sequence[int],
+        k: int,
+        depth: int,
+        most: int,
+        slack: float,
+        spare_above: int = -1,
+        mask: bytes | None = None,
+    ) -> tuple[list[tuple[int, float]], int, int]: ...
+    def held(
+        self, term_ids: Sequence[int], rows: Sequence[int], labels: Sequence[str]
+    ) -> list[set[str] | None]: ...
     def mask(self, rows: Iterable[int]) -> bytes: ...

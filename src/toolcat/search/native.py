@@ -12,13 +12,22 @@ same exact scores, same ranking; about a quarter of tantivy's time at 1M. (One q
 every term, the largest IDF's, rounded a common term's contributions all up to one quantum:
 every tool tied, and a query of such terms rescored every tool holding them, 2.7 s at 100k.)
 
+``Index.best`` does the whole ranking in C: the bounds, then each candidate scored exactly
+from its packed tool as ``_score`` scores it (the same double, bit for bit), round after
+round until certified (~0.3 us a tool against ~8 us in Python). In large catalogs it may
+leave a long query's common terms out of the bounds (``spare_above``): candidates from the
+rarer terms only, scored with every term, and certified against the spared terms' largest
+impacts; an answer that is not is asked again with every term (lexical_index.py,
+``SPARE_FROM``), so answers stay exact. ``Index.held`` reads which query terms each hit
+holds (fusion's signals) the same way.
+
 The index is built from the revision's packed tools (``TantivyIndex._tools``: the rows as
 they are now, brought-forward ones included) on a thread of its own, the first time a
 revision has been asked ``BUILD_AFTER`` queries (a one-shot search never pays for it),
 with the GIL let go for all but gathering the blobs (~1 s of C at 1M tools; 4 bytes a
-posting, a 16-bit gap and a 16-bit impact: 150 MB there). Until it is ready, and where
-the extension was not compiled (a machine without a C compiler: ``setup.py`` builds it
-optionally), tantivy answers.
+posting, a 16-bit gap and a 16-bit impact: 150 MB there; the packed tools are shared with
+the index, not copied). Until it is ready, and where the extension was not compiled (a
+machine without a C compiler: ``setup.py`` builds it optionally), tantivy answers.
 """
 
 from __future__ import annotations
