@@ -138,14 +138,17 @@ def test_built_only_for_a_revision_searched_more_than_once(catalog: Catalog) -> 
     assert index.rank(terms, 5) == first
 
 
-def cost_rule(monkeypatch: pytest.MonkeyPatch, scored: int, passed: int, own: int) -> None:
+def cost_rule(
+    monkeypatch: pytest.MonkeyPatch, scored: int, passed: int, own: int, native_scored: int
+) -> None:
     """The filter rule's costs, in postings: a tool scanned and scored, one passed over, the
-    native stage's own work."""
+    native stage's own work, a tool it scores."""
     from toolcat.search import lexical_index
 
     monkeypatch.setattr(lexical_index, "SCAN_POSTINGS", scored)
     monkeypatch.setattr(lexical_index, "SCAN_PASS_POSTINGS", passed)
     monkeypatch.setattr(lexical_index, "NATIVE_OWN_POSTINGS", own)
+    monkeypatch.setattr(lexical_index, "NATIVE_SCORE_POSTINGS", native_scored)
 
 
 def test_filtered_rankings_are_every_allowed_tool_scored(
@@ -153,7 +156,9 @@ def test_filtered_rankings_are_every_allowed_tool_scored(
 ) -> None:
     """A filter's allowed tools are a mask of the native stage (kept per filter), or, when
     they are few, scored one by one: either way every allowed tool scored, bit for bit."""
-    cost_rule(monkeypatch, scored=10, passed=0, own=0)  # both ways taken at 1.5k tools
+    cost_rule(
+        monkeypatch, scored=10, passed=0, own=0, native_scored=10
+    )  # both ways taken at 1.5k tools
     kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
@@ -185,7 +190,9 @@ def test_a_filter_is_scanned_when_its_tools_cost_less_than_the_postings(
     not a fixed number of tools (100 tools cost 0.79 ms scanned at 100k, 0.31 ms masked)."""
     from toolcat.search import lexical_index
 
-    cost_rule(monkeypatch, scored=50, passed=10, own=1000)  # (1.5k tools: few postings)
+    cost_rule(
+        monkeypatch, scored=50, passed=10, own=1000, native_scored=5
+    )  # (1.5k tools: few postings)
     kits, _ = bench_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
@@ -195,13 +202,13 @@ def test_a_filter_is_scanned_when_its_tools_cost_less_than_the_postings(
     postings = index._df[common]
     every = list(index._tools)
     # n tools scanned cost n * (10 + 50 * share); masked, the postings, the stage's own
-    # work and the k + 16 tools it rescores as a scan would (share: tools holding the term)
+    # work and the k + 16 tools it rescores, in C (share: tools holding the term)
     share = postings / index.n_docs
     masked = 1000 + index.n_docs // lexical_index.NATIVE_TOOLS_A_POSTING + postings
     most_scanned = next(
         n
         for n in range(1, len(every))
-        if (n + 1) * (10 + 50 * share) >= masked + min((n + 1) * share, 26) * 50
+        if (n + 1) * (10 + 50 * share) >= masked + min((n + 1) * share, 26) * 5
     )
     below, at = frozenset(every[:most_scanned]), frozenset(every[: most_scanned + 1])
     assert below and index.scans(terms, below) and not index.scans(terms, at)

@@ -105,14 +105,16 @@ FORWARD_MIN = 1000
 # ``SCAN_POSTINGS`` (~8 us), one passed over (no query term) ``SCAN_PASS_POSTINGS``, the
 # stage's own work ``NATIVE_OWN_POSTINGS`` and a posting for every
 # ``NATIVE_TOOLS_A_POSTING`` tools (its marks). Both score the allowed tools that hold a
-# query term (the stage up to ``k + EXTRA_CANDIDATES`` of them), as many as the terms'
-# postings make likely. Fitted on long queries with random filters at 100k and 1M and on
-# rare terms with small filters (attack45: costed as if every allowed tool were scored,
-# those were scanned in 0.05-0.12 ms against 0.004 ms masked): docs/benchmarks.md.
+# query term (the stage up to ``k + EXTRA_CANDIDATES`` of them, in C: ~0.9 us a tool,
+# ``NATIVE_SCORE_POSTINGS``), as many as the terms' postings make likely. Fitted on long
+# queries with random filters at 100k and 1M and on rare terms with small filters
+# (attack45: costed as if every allowed tool were scored, those were scanned in 0.05-0.12
+# ms against 0.004 ms masked): docs/benchmarks.md.
 SCAN_POSTINGS = 3000
 SCAN_PASS_POSTINGS = 500
 NATIVE_OWN_POSTINGS = 1000
 NATIVE_TOOLS_A_POSTING = 256
+NATIVE_SCORE_POSTINGS = 200
 # The native first stage leaves a long query's common terms out of its bounds (``best``'s
 # ``spare_above``: candidates from the rarer terms, each scored with all of them, the
 # answer certified against the spared terms' largest impacts, else asked again whole) in
@@ -905,7 +907,7 @@ class TantivyIndex(TermIndex):
         # the allowed tools holding a query term, as many as the postings make likely
         holding = len(allowed) * min(1.0, postings / n_docs) if n_docs else 0.0
         scanned = len(allowed) * SCAN_PASS_POSTINGS + holding * SCAN_POSTINGS
-        rescored = min(holding, k + EXTRA_CANDIDATES) * SCAN_POSTINGS
+        rescored = min(holding, k + EXTRA_CANDIDATES) * NATIVE_SCORE_POSTINGS
         own = NATIVE_OWN_POSTINGS + n_docs // NATIVE_TOOLS_A_POSTING
         return scanned < own + postings + rescored
 
