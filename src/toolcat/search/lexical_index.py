@@ -831,9 +831,11 @@ class TantivyIndex(TermIndex):
         depth = k + EXTRA_CANDIDATES
         spare_above = self._spare_above(term_ids)
         if spare_above >= 0:
-            found, rounds, scored = impacts.best(
-                term_ids, k, depth, SPARED_CANDIDATES, SLACK, spare_above, mask
-            )
+            # Their largest impacts added to every bound, deeper candidates are needed more
+            # often: all at once (one pass over the postings; they are scored only until
+            # certified), not round after round.
+            most = max(SPARED_CANDIDATES, depth)
+            found, rounds, scored = impacts.best(term_ids, k, most, most, SLACK, spare_above, mask)
             self.scored += scored
             self.spared[bool(rounds)] += 1
             if rounds:
