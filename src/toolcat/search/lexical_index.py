@@ -119,13 +119,16 @@ NATIVE_SCORE_POSTINGS = 200
 # ``spare_above``: candidates from the rarer terms, each scored with all of them, the
 # answer certified against the spared terms' largest impacts, else asked again whole) in
 # catalogs of ``SPARE_FROM`` tools or more, for terms more than ``SPARE_SHARE`` of the
-# tools hold, when those hold ``SPARE_WHEN`` of the query's postings or more; up to
-# ``SPARED_CANDIDATES`` candidates. Chosen on 300 bench queries at 10k, 100k and 1M tools
-# (docs/benchmarks.md): at 1M p50 1.23 -> 1.00 ms, 2 of 300 asked again; at 100k 0.18 ->
-# 0.14; at 10k the p50 the same and the p99 doubled (0.21 -> 0.42 ms: deeper rounds).
+# tools hold, when those hold ``SPARE_WHEN`` of the query's postings or more; candidates
+# ``SPARED_FIRST`` at first, up to ``SPARED_CANDIDATES``. Chosen on 300 bench queries at
+# 10k, 100k and 1M tools (scripts/research/native_spare.py, docs/benchmarks.md): at 1M the
+# stage's p50 1.04-1.31 -> 0.87-1.10 ms, 2 of 300 asked again; at 100k 0.13 -> 0.11; at 10k
+# the p50 the same and the p99 doubled (0.21 -> 0.42 ms), so not there. 26 candidates at
+# first (then x4) left the p50 as low and raised the p99 (three passes over the postings).
 SPARE_FROM = 50_000
 SPARE_SHARE = 0.2
 SPARE_WHEN = 0.5
+SPARED_FIRST = 128
 SPARED_CANDIDATES = 512
 # Filters whose native masks (a bit a tool: 125 KB at 1M tools) are kept per revision.
 NATIVE_MASKS = 16
@@ -832,10 +835,12 @@ class TantivyIndex(TermIndex):
         spare_above = self._spare_above(term_ids)
         if spare_above >= 0:
             # Their largest impacts added to every bound, deeper candidates are needed more
-            # often: all at once (one pass over the postings; they are scored only until
-            # certified), not round after round.
-            most = max(SPARED_CANDIDATES, depth)
-            found, rounds, scored = impacts.best(term_ids, k, most, most, SLACK, spare_above, mask)
+            # often: many at first (a pass over the postings a round; candidates are
+            # scored only until certified).
+            first = max(SPARED_FIRST, depth)
+            found, rounds, scored = impacts.best(
+                term_ids, k, first, max(SPARED_CANDIDATES, first), SLACK, spare_above, mask
+            )
             self.scored += scored
             self.spared[bool(rounds)] += 1
             if rounds:
