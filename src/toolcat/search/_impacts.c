@@ -384,36 +384,49 @@ static inline int below(const Hit *a, const Hit *b) {
     return a->sum < b->sum || (a->sum == b->sum && a->doc > b->doc);
 }
 
-static void sift_down(Hit *heap, Py_ssize_t n, Py_ssize_t i) {
-    for (;;) {
-        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && below(&heap[l], &heap[m])) m = l;
-        if (r < n && below(&heap[r], &heap[m])) m = r;
-        if (m == i) return;
-        Hit t = heap[i];
-        heap[i] = heap[m];
-        heap[m] = t;
-        i = m;
-    }
+typedef struct {
+    double score;
+    int64_t row;
+} Scored;
+
+/* a ranks below b: a lower score, or the same score and a higher row id (FTS5's order) */
+static inline int scored_below(const Scored *a, const Scored *b) {
+    return a->score < b->score || (a->score == b->score && a->row > b->row);
 }
 
-static void sift_up(Hit *heap, Py_ssize_t i) {
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) / 2;
-        if (!below(&heap[i], &heap[p])) return;
-        Hit t = heap[i];
-        heap[i] = heap[p];
-        heap[p] = t;
-        i = p;
+/* A heap of T with the one ranking lowest (``BELOW``) on top, and a sort best first. */
+#define HEAP_OF(T, BELOW)                                                                  \
+    static void T##_sift_down(T *heap, Py_ssize_t n, Py_ssize_t i) {                       \
+        for (;;) {                                                                         \
+            Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;                                    \
+            if (l < n && BELOW(&heap[l], &heap[m])) m = l;                                 \
+            if (r < n && BELOW(&heap[r], &heap[m])) m = r;                                 \
+            if (m == i) return;                                                            \
+            T t = heap[i];                                                                 \
+            heap[i] = heap[m];                                                             \
+            heap[m] = t;                                                                   \
+            i = m;                                                                         \
+        }                                                                                  \
+    }                                                                                      \
+    static void T##_sift_up(T *heap, Py_ssize_t i) {                                       \
+        while (i > 0) {                                                                    \
+            Py_ssize_t p = (i - 1) / 2;                                                    \
+            if (!BELOW(&heap[i], &heap[p])) return;                                        \
+            T t = heap[i];                                                                 \
+            heap[i] = heap[p];                                                             \
+            heap[p] = t;                                                                   \
+            i = p;                                                                         \
+        }                                                                                  \
+    }                                                                                      \
+    static int T##_best_first(const void *x, const void *y) {                              \
+        const T *a = x, *b = y;                                                            \
+        if (BELOW(a, b)) return 1;                                                         \
+        if (BELOW(b, a)) return -1;                                                        \
+        return 0;                                                                          \
     }
-}
 
-static int best_first(const void *x, const void *y) {
-    const Hit *a = x, *b = y;
-    if (below(a, b)) return 1;
-    if (below(b, a)) return -1;
-    return 0;
-}
+HEAP_OF(Hit, below)
+HEAP_OF(Scored, scored_below)
 
 /* A mask's size: a bit a tool, whole 64-bit words. */
 static Py_ssize_t mask_bytes(const Index *self) { return (self->n_docs + 63) / 64 * 8; }
@@ -563,15 +576,15 @@ static Py_ssize_t gather(const Index *self, const Query *q, const char *skip,
                 Hit h = {sum, start + doc};
                 if (n_heap < n) {
                     heap[n_heap] = h;
-                    sift_up(heap, n_heap++);
+                    Hit_sift_up(heap, n_heap++);
                 } else if (below(&heap[0], &h)) {
                     heap[0] = h;
-                    sift_down(heap, n_heap, 0);
+                    Hit_sift_down(heap, n_heap, 0);
                 }
             }
         }
     }
-    qsort(heap, (size_t)n_heap, sizeof(Hit), best_first);
+    qsort(heap, (size_t)n_heap, sizeof(Hit), Hit_best_first);
     return n_heap;
 }
 
@@ -708,47 +721,6 @@ static double exact_score(const Index *self, const Query *q, const Places *place
     return score;
 }
 
-typedef struct {
-    double score;
-    int64_t row;
-} Scored;
-
-/* a ranks below b: a lower score, or the same score and a higher row id (FTS5's order) */
-static inline int scored_below(const Scored *a, const Scored *b) {
-    return a->score < b->score || (a->score == b->score && a->row > b->row);
-}
-
-static void scored_sift_down(Scored *heap, Py_ssize_t n, Py_ssize_t i) {
-    for (;;) {
-        Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && scored_below(&heap[l], &heap[m])) m = l;
-        if (r < n && scored_below(&heap[r], &heap[m])) m = r;
-        if (m == i) return;
-        Scored t = heap[i];
-        heap[i] = heap[m];
-        heap[m] = t;
-        i = m;
-    }
-}
-
-static void scored_sift_up(Scored *heap, Py_ssize_t i) {
-    while (i > 0) {
-        Py_ssize_t p = (i - 1) / 2;
-        if (!scored_below(&heap[i], &heap[p])) return;
-        Scored t = heap[i];
-        heap[i] = heap[p];
-        heap[p] = t;
-        i = p;
-    }
-}
-
-static int scored_best_first(const void *x, const void *y) {
-    const Scored *a = x, *b = y;
-    if (scored_below(a, b)) return 1;
-    if (scored_below(b, a)) return -1;
-    return 0;
-}
-
 /* best(term_ids, k, depth, most, slack, spare_above=-1, mask=None) -> (hits, rounds, scored)
 
    The k best (row id, exact score), best first (ties: the lower row id first), as
@@ -851,10 +823,10 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
                         self->rows[doc]};
             if (n_best < k) {
                 best[n_best] = e;
-                scored_sift_up(best, n_best++);
+                Scored_sift_up(best, n_best++);
             } else if (scored_below(&best[0], &e)) {
                 best[0] = e;
-                scored_sift_down(best, n_best, 0);
+                Scored_sift_down(best, n_best, 0);
             }
         }
         scored = n_found;
@@ -870,7 +842,7 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
         if (depth >= most) break; /* thousands tied with the k-th: the best effort */
         depth = depth * 4 < most ? depth * 4 : most;
     }
-    qsort(best, (size_t)n_best, sizeof(Scored), scored_best_first);
+    qsort(best, (size_t)n_best, sizeof(Scored), Scored_best_first);
     Py_END_ALLOW_THREADS
     out = PyList_New(n_best);
     for (Py_ssize_t i = 0; out != NULL && i < n_best; i++) {
