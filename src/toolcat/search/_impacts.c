@@ -225,6 +225,10 @@ static PyObject *Index_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_ValueError, "a packed tool shorter than its length field");
             goto fail;
         }
+        if (!PyLong_Check(key)) { /* read as is: no ``__index__`` run while the dict is read */
+            PyErr_SetString(PyExc_TypeError, "a row id must be an int");
+            goto fail;
+        }
         int64_t row = PyLong_AsLongLong(key);
         if (row == -1 && PyErr_Occurred()) goto fail;
         Py_INCREF(value);
@@ -781,6 +785,7 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
     places_fill(&places, &q);
     /* Terms spared: held by more than ``spare_above`` tools, the rarest held term kept. */
     uint64_t spared = 0; /* the spared terms' largest impacts, in the query's units */
+    int any_spared = 0;
     if (spare_above >= 0) {
         Py_ssize_t rarest = -1;
         uint64_t rarest_df = UINT64_MAX;
@@ -795,9 +800,11 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
         }
         for (Py_ssize_t i = 0; i < n_ids; i++) {
             const int64_t t = q.ids[i];
-            if (t < 0 || i == rarest || q.ids[rarest] == t) continue;
+            /* (no term held: rarest -1, and no term to spare) */
+            if (t < 0 || rarest < 0 || i == rarest || q.ids[rarest] == t) continue;
             if (self->offsets[t + 1] - self->offsets[t] > (uint64_t)spare_above) {
                 skip[i] = 1;
+                any_spared = 1;
                 spared += q.cursor[i].times * self->most[t];
             }
         }
@@ -836,7 +843,10 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
             certified = 1;
         if (certified) break;
         if (n_found < depth || depth >= self->n_docs) { /* every tool holding one scored */
-            certified = spared == 0 || (n_best == k && best[0].score > spared_bound * step);
+            /* A tool holding spared terms alone may still belong: among fewer than k, or
+               tied at a score of 0 (a spared term's largest impact 0: counts of 0 in a
+               forged save), with a lower row id. */
+            certified = !any_spared || (n_best == k && best[0].score > spared_bound * step);
             break;
         }
         if (depth >= most) break; /* thousands tied with the k-th: the best effort */
@@ -872,9 +882,11 @@ done:
 static PyObject *Index_held(Index *self, PyObject *args) {
     PyObject *ids_obj, *rows_obj, *labels_obj;
     if (!PyArg_ParseTuple(args, "OOO", &ids_obj, &rows_obj, &labels_obj)) return NULL;
-    PyObject *labels = PySequence_Fast(labels_obj, "labels must be a sequence");
+    /* Tuples (a list is copied): reading a row id (``__index__``) or hashing a label runs
+       Python code, which could empty a list while it is read. */
+    PyObject *labels = PySequence_Tuple(labels_obj);
     if (labels == NULL) return NULL;
-    PyObject *rows = PySequence_Fast(rows_obj, "rows must be a sequence");
+    PyObject *rows = PySequence_Tuple(rows_obj);
     if (rows == NULL) {
         Py_DECREF(labels);
         return NULL;
@@ -886,14 +898,14 @@ static PyObject *Index_held(Index *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = NULL;
-    const Py_ssize_t n_ids = q.n_ids, n_rows = PySequence_Fast_GET_SIZE(rows);
+    const Py_ssize_t n_ids = q.n_ids, n_rows = PyTuple_GET_SIZE(rows);
     const size_t ids_n = n_ids ? (size_t)n_ids : 1;
     uint64_t slots = 16;
     while (slots < 2 * ids_n) slots *= 2;
     Places places = {PyMem_Malloc(sizeof(int64_t) * slots), PyMem_Malloc(sizeof(int32_t) * slots),
                      PyMem_Malloc(sizeof(int32_t) * ids_n), slots};
     char *held = PyMem_Malloc(ids_n);
-    if (PySequence_Fast_GET_SIZE(labels) != n_ids) {
+    if (PyTuple_GET_SIZE(labels) != n_ids) {
         PyErr_SetString(PyExc_ValueError, "a label for each term id");
         goto done;
     }
@@ -906,7 +918,7 @@ static PyObject *Index_held(Index *self, PyObject *args) {
     for (Py_ssize_t r = 0; out != NULL && r < n_rows; r++) {
         int overflow = 0;
         const long long row =
-            PyLong_AsLongLongAndOverflow(PySequence_Fast_GET_ITEM(rows, r), &overflow);
+            PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(rows, r), &overflow);
         if (row == -1 && PyErr_Occurred()) {
             Py_CLEAR(out);
             break;
@@ -919,7 +931,7 @@ static PyObject *Index_held(Index *self, PyObject *args) {
             holding(self, &places, doc, held, n_ids, NULL);
             item = PySet_New(NULL);
             for (Py_ssize_t i = 0; item != NULL && i < n_ids; i++)
-                if (held[i] && PySet_Add(item, PySequence_Fast_GET_ITEM(labels, i)) < 0)
+                if (held[i] && PySet_Add(item, PyTuple_GET_ITEM(labels, i)) < 0)
                     Py_CLEAR(item);
         }
         if (item == NULL) Py_CLEAR(out);

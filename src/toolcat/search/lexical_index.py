@@ -125,7 +125,14 @@ NATIVE_SCORE_POSTINGS = 200
 # stage's p50 1.04-1.31 -> 0.87-1.10 ms, 2 of 300 asked again; at 100k 0.13 -> 0.11; at 10k
 # the p50 the same and the p99 doubled (0.21 -> 0.42 ms), so not there. 26 candidates at
 # first (then x4) left the p50 as low and raised the p99 (three passes over the postings).
+# Only for a top ``SPARE_MOST_K`` or shorter: the k-th score of a deeper one is lower, and
+# bounds that add each spared term's largest impact certify it only after many more
+# candidates, or not at all (asked again). On the 59 of those 300 queries spared, CPU
+# against never sparing (attack46, with 26 candidates at first): k 10 0.78x at 100k,
+# 0.76x at 1M; k 20 1.02x, 0.80x; k 30 1.37x, 0.92x; k 50 (hybrid's BM25 depth) 1.60x,
+# 0.97x; k 100 1.90x, 1.36x.
 SPARE_FROM = 50_000
+SPARE_MOST_K = 20
 SPARE_SHARE = 0.2
 SPARE_WHEN = 0.5
 SPARED_FIRST = 128
@@ -682,8 +689,14 @@ class TantivyIndex(TermIndex):
         here, bit for bit, and keep the lower row id first."""
         norm, held = self._decode(doc, keep)
         idf = self._idf
-        # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f).
-        score: float = sum([idf[t] * (f := held[t]) / (f + norm) for t in ids if t in held])
+        # f / (f + norm) with f = FTS5's weighted count, from tantivy's (scale * f). Added
+        # left to right as FTS5 and the native stage add (``Index.best``), not by ``sum``:
+        # from Python 3.12 it adds floats with compensation, an ulp from theirs.
+        score = 0.0
+        for t in ids:
+            if t in held:
+                f = held[t]
+                score += idf[t] * f / (f + norm)
         return score
 
     def contribution(self, doc: int, term: str, keep: bool = True) -> float:
@@ -832,7 +845,7 @@ class TantivyIndex(TermIndex):
         term_ids = self._ids(terms)
         mask = None if allowed is None else self._masks.get(allowed, impacts.mask)
         depth = k + EXTRA_CANDIDATES
-        spare_above = self._spare_above(term_ids)
+        spare_above = self._spare_above(term_ids, k)
         if spare_above >= 0:
             # Their largest impacts added to every bound, deeper candidates are needed more
             # often: many at first (a pass over the postings a round; candidates are
@@ -851,11 +864,11 @@ class TantivyIndex(TermIndex):
         self.rounds[rounds] += 1
         return found  # type: ignore[no-any-return]
 
-    def _spare_above(self, term_ids: list[int]) -> int:
+    def _spare_above(self, term_ids: list[int], k: int) -> int:
         """The document frequency above which the native stage leaves a query's terms out
-        of its bounds (``SPARE_SHARE``), or -1 when none is worth it."""
+        of its bounds for a top ``k`` (``SPARE_SHARE``), or -1 when none is worth it."""
         n_docs = self.n_docs
-        if n_docs < SPARE_FROM:
+        if n_docs < SPARE_FROM or k > SPARE_MOST_K:
             return -1
         above = int(n_docs * SPARE_SHARE)
         df = self._df
