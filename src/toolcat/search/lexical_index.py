@@ -893,15 +893,12 @@ class TantivyIndex(TermIndex):
         bounded: bool,
         allowed: frozenset[int] | None,
         stale: frozenset[int],
-        best: list[tuple[float, int]] | None = None,
-        keep: bool = True,
     ) -> tuple[list[tuple[float, int]], bool]:
-        """The k best exact (score, -row id) of candidates given best bound first, as a
-        heap, and whether the certificate held: the k-th exact score beat a bound. ``best``:
-        the heap of the candidates before these (which did not certify it), added to;
-        ``keep``: whether the tools decoded are kept (``_decode``)."""
+        """The k best exact (score, -row id) of tantivy's candidates given best bound
+        first, as a heap, and whether the certificate held: the k-th exact score beat a
+        bound."""
         score = self._score
-        best = [] if best is None else best
+        best: list[tuple[float, int]] = []
         for bound, doc in found:
             # The bounds come best first and bound the exact scores from above: once the
             # k-th exact score beats this one, no tool from here on can enter.
@@ -911,7 +908,7 @@ class TantivyIndex(TermIndex):
                 continue
             # Summed in the query's term order (``_score``; a set's order made tools
             # that tie in FTS5 differ by an ulp).
-            entry = (score(doc, term_ids, keep), -doc)
+            entry = (score(doc, term_ids), -doc)
             if len(best) < k:
                 heapq.heappush(best, entry)
             elif entry > best[0]:
