@@ -400,15 +400,18 @@ static inline int scored_below(const Scored *a, const Scored *b) {
 
 /* A heap of T with the one ranking lowest (``BELOW``) on top, and a sort best first. */
 #define HEAP_OF(T, BELOW)                                                                  \
+    static inline void T##_swap(T *heap, Py_ssize_t a, Py_ssize_t b) {                     \
+        T t = heap[a];                                                                     \
+        heap[a] = heap[b];                                                                 \
+        heap[b] = t;                                                                       \
+    }                                                                                      \
     static void T##_sift_down(T *heap, Py_ssize_t n, Py_ssize_t i) {                       \
         for (;;) {                                                                         \
             Py_ssize_t l = 2 * i + 1, r = l + 1, m = i;                                    \
             if (l < n && BELOW(&heap[l], &heap[m])) m = l;                                 \
             if (r < n && BELOW(&heap[r], &heap[m])) m = r;                                 \
             if (m == i) return;                                                            \
-            T t = heap[i];                                                                 \
-            heap[i] = heap[m];                                                             \
-            heap[m] = t;                                                                   \
+            T##_swap(heap, i, m);                                                          \
             i = m;                                                                         \
         }                                                                                  \
     }                                                                                      \
@@ -416,10 +419,18 @@ static inline int scored_below(const Scored *a, const Scored *b) {
         while (i > 0) {                                                                    \
             Py_ssize_t p = (i - 1) / 2;                                                    \
             if (!BELOW(&heap[i], &heap[p])) return;                                        \
-            T t = heap[i];                                                                 \
-            heap[i] = heap[p];                                                             \
-            heap[p] = t;                                                                   \
+            T##_swap(heap, i, p);                                                          \
             i = p;                                                                         \
+        }                                                                                  \
+    }                                                                                      \
+    /* ``item`` into a heap of at most ``n``, if it ranks above the lowest when full */    \
+    static inline void T##_offer(T *heap, Py_ssize_t *size, Py_ssize_t n, T item) {        \
+        if (*size < n) {                                                                   \
+            heap[*size] = item;                                                            \
+            T##_sift_up(heap, (*size)++);                                                  \
+        } else if (BELOW(&heap[0], &item)) {                                               \
+            heap[0] = item;                                                                \
+            T##_sift_down(heap, *size, 0);                                                 \
         }                                                                                  \
     }                                                                                      \
     static int T##_best_first(const void *x, const void *y) {                              \
@@ -577,14 +588,7 @@ static Py_ssize_t gather(const Index *self, const Query *q, const char *skip,
                 uint64_t sum = acc[doc];
                 acc[doc] = 0;
                 if (n_heap == n && sum < heap[0].sum) continue;
-                Hit h = {sum, start + doc};
-                if (n_heap < n) {
-                    heap[n_heap] = h;
-                    Hit_sift_up(heap, n_heap++);
-                } else if (below(&heap[0], &h)) {
-                    heap[0] = h;
-                    Hit_sift_down(heap, n_heap, 0);
-                }
+                Hit_offer(heap, &n_heap, n, (Hit){sum, start + doc});
             }
         }
     }
@@ -826,15 +830,9 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
             }
             const Py_ssize_t doc = (Py_ssize_t)found[i].doc;
             n_scored++;
-            Scored e = {exact_score(self, &q, &places, doc, contribution, held),
-                        self->rows[doc]};
-            if (n_best < k) {
-                best[n_best] = e;
-                Scored_sift_up(best, n_best++);
-            } else if (scored_below(&best[0], &e)) {
-                best[0] = e;
-                Scored_sift_down(best, n_best, 0);
-            }
+            const Scored e = {exact_score(self, &q, &places, doc, contribution, held),
+                              self->rows[doc]};
+            Scored_offer(best, &n_best, k, e);
         }
         scored = n_found;
         /* the tools past these are bounded by the last one's bound */
