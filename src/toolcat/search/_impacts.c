@@ -599,7 +599,8 @@ static Py_ssize_t gather(const Index *self, const Query *q, const char *skip,
 /* top(term_ids, n, mask=None) -> [(bound, row id)], the n tools with the largest bounds,
    largest first, among the tools holding a query term (and, with a mask, let through by it):
    ids < 0 (no tool has the term) add nothing; a term asked twice adds its bound twice
-   (``_score`` adds its contribution twice). */
+   (``_score`` adds its contribution twice). ``rank`` asks ``best``; the bounds alone, which
+   its certificate rests on, are for tests and probes. */
 static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"term_ids", "n", "mask", NULL};
     PyObject *ids_obj, *mask_obj = Py_None;
@@ -640,13 +641,8 @@ static PyObject *Index_top(Index *self, PyObject *args, PyObject *kwds) {
     return out;
 }
 
-/* One tool's exact bm25() for the query, as ``_score`` (lexical_index.py) computes it: each
-   query term's contribution ``(idf * f) / (f + norm)`` with the tool's first count of it
-   (a count that is not a finite number >= 0 counts 0, as ``_decode``), added in the query's
-   order (a term asked twice, twice), left to right from 0 as Python's ``sum`` of floats and
-   FTS5's bm25() add them: the same double, bit for bit. ``first`` maps a term id (hashed)
-   to the first place asking it, ``then`` a place to the next asking the same id.
-   ``contribution`` and ``held`` are scratch of ``n_ids``. Without the GIL. */
+/* A query's term ids hashed to their places in it: ``first`` maps an id to the first place
+   asking it, ``then`` a place to the next asking the same id (a term asked twice). */
 typedef struct {
     int64_t *key;     /* term id, -1 for an empty slot */
     int32_t *first;
@@ -678,6 +674,28 @@ static void places_fill(Places *p, const Query *q) {
         p->key[at] = t;
         p->first[at] = (int32_t)i;
     }
+}
+
+/* ``p`` for query ``q``, allocated and filled: 0, or -1 with MemoryError set. */
+static int places_new(Places *p, const Query *q) {
+    const size_t ids_n = q->n_ids ? (size_t)q->n_ids : 1;
+    p->slots = 16;
+    while (p->slots < 2 * ids_n) p->slots *= 2;
+    p->key = PyMem_Malloc(sizeof(int64_t) * p->slots);
+    p->first = PyMem_Malloc(sizeof(int32_t) * p->slots);
+    p->then = PyMem_Malloc(sizeof(int32_t) * ids_n);
+    if (!p->key || !p->first || !p->then) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    places_fill(p, q);
+    return 0;
+}
+
+static void places_free(Places *p) {
+    PyMem_Free(p->key);
+    PyMem_Free(p->first);
+    PyMem_Free(p->then);
 }
 
 /* The tool index of a row id (rows ascend), -1 for a row the index does not hold. */
@@ -720,6 +738,11 @@ static void holding(const Index *self, const Places *places, Py_ssize_t doc, cha
     }
 }
 
+/* One tool's exact bm25() for the query, as ``_score`` (lexical_index.py) computes it: the
+   contributions of the query terms it holds (``holding``), added in the query's order (a
+   term asked twice, twice), left to right from 0 as ``_score`` and FTS5's bm25() add them:
+   the same double, bit for bit. ``contribution`` and ``held`` are scratch of ``n_ids``.
+   Without the GIL. */
 static double exact_score(const Index *self, const Query *q, const Places *places, Py_ssize_t doc,
                           double *contribution, char *held) {
     holding(self, places, doc, held, q->n_ids, contribution);
@@ -769,10 +792,7 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
     if (query_parse(self, ids_obj, &q) < 0) return NULL;
     const Py_ssize_t n_ids = q.n_ids;
     const size_t ids_n = n_ids ? (size_t)n_ids : 1;
-    uint64_t slots = 16;
-    while (slots < 2 * ids_n) slots *= 2;
-    Places places = {PyMem_Malloc(sizeof(int64_t) * slots), PyMem_Malloc(sizeof(int32_t) * slots),
-                     PyMem_Malloc(sizeof(int32_t) * ids_n), slots};
+    Places places = {NULL, NULL, NULL, 0};
     Cursor *cursor = PyMem_Malloc(sizeof(Cursor) * ids_n);
     char *skip = PyMem_Calloc(ids_n, 1);
     char *held = PyMem_Malloc(ids_n);
@@ -781,12 +801,11 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
     Scored *best = PyMem_Malloc(sizeof(Scored) * (size_t)k);
     Scratch *s = take_scratch(self);
     PyObject *out = NULL;
-    if (!places.key || !places.first || !places.then || !cursor || !skip || !held ||
-        !contribution || !found || !best || !s) {
+    if (!cursor || !skip || !held || !contribution || !found || !best || !s) {
         PyErr_NoMemory();
         goto done;
     }
-    places_fill(&places, &q);
+    if (places_new(&places, &q) < 0) goto done;
     /* Terms spared: held by more than ``spare_above`` tools, the rarest held term kept. */
     uint64_t spared = 0; /* the spared terms' largest impacts, in the query's units */
     int any_spared = 0;
@@ -861,9 +880,7 @@ static PyObject *Index_best(Index *self, PyObject *args, PyObject *kwds) {
     if (out != NULL) out = Py_BuildValue("(Nin)", out, certified ? rounds : 0, n_scored);
 done:
     if (s) give_scratch(self, s);
-    PyMem_Free(places.key);
-    PyMem_Free(places.first);
-    PyMem_Free(places.then);
+    places_free(&places);
     PyMem_Free(cursor);
     PyMem_Free(skip);
     PyMem_Free(held);
@@ -897,21 +914,17 @@ static PyObject *Index_held(Index *self, PyObject *args) {
     }
     PyObject *out = NULL;
     const Py_ssize_t n_ids = q.n_ids, n_rows = PyTuple_GET_SIZE(rows);
-    const size_t ids_n = n_ids ? (size_t)n_ids : 1;
-    uint64_t slots = 16;
-    while (slots < 2 * ids_n) slots *= 2;
-    Places places = {PyMem_Malloc(sizeof(int64_t) * slots), PyMem_Malloc(sizeof(int32_t) * slots),
-                     PyMem_Malloc(sizeof(int32_t) * ids_n), slots};
-    char *held = PyMem_Malloc(ids_n);
+    Places places = {NULL, NULL, NULL, 0};
+    char *held = PyMem_Malloc(n_ids ? (size_t)n_ids : 1);
     if (PyTuple_GET_SIZE(labels) != n_ids) {
         PyErr_SetString(PyExc_ValueError, "a label for each term id");
         goto done;
     }
-    if (!places.key || !places.first || !places.then || !held) {
+    if (held == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    places_fill(&places, &q);
+    if (places_new(&places, &q) < 0) goto done;
     out = PyList_New(n_rows);
     for (Py_ssize_t r = 0; out != NULL && r < n_rows; r++) {
         int overflow = 0;
@@ -936,9 +949,7 @@ static PyObject *Index_held(Index *self, PyObject *args) {
         else PyList_SET_ITEM(out, r, item);
     }
 done:
-    PyMem_Free(places.key);
-    PyMem_Free(places.first);
-    PyMem_Free(places.then);
+    places_free(&places);
     PyMem_Free(held);
     query_free(&q);
     Py_DECREF(labels);

@@ -105,7 +105,7 @@ FORWARD_MIN = 1000
 # ``SCAN_POSTINGS`` (~8 us), one passed over (no query term) ``SCAN_PASS_POSTINGS``, the
 # stage's own work ``NATIVE_OWN_POSTINGS`` and a posting for every
 # ``NATIVE_TOOLS_A_POSTING`` tools (its marks). Both score the allowed tools that hold a
-# query term (the stage up to ``k + EXTRA_CANDIDATES`` of them, in C: ~0.9 us a tool,
+# query term (the stage up to ``k + EXTRA_CANDIDATES`` of them, in C: 0.35-1.5 us a tool,
 # ``NATIVE_SCORE_POSTINGS``), as many as the terms' postings make likely. Fitted on long
 # queries with random filters at 100k and 1M and on rare terms with small filters
 # (attack45: costed as if every allowed tool were scored, those were scanned in 0.05-0.12
@@ -163,20 +163,21 @@ def _body(times: Sequence[int], texts: Sequence[str]) -> str:
     )
 
 
+def lightest(weights: Sequence[float]) -> float:
+    """The lightest positive column weight (1.0 when none is): tantivy's unit of count."""
+    return min([w for w in weights if w > 0], default=1.0)
+
+
 def repeats(weights: Sequence[float]) -> list[int]:
     """How often each column's tokens go into tantivy's one field: in proportion to the
     column's weight, the lightest positive column once."""
-    positive = [w for w in weights if w > 0]
-    if not positive:
-        return [0] * len(weights)
-    unit = min(positive)
+    unit = lightest(weights)
     return [min(MAX_REPEAT, max(1, round(w / unit))) if w > 0 else 0 for w in weights]
 
 
 def count_scale(weights: Sequence[float]) -> float:
-    """tantivy's term frequency over FTS5's weighted one: 1 over the lightest positive
-    column's weight (``repeats``' unit)."""
-    return 1 / min([w for w in weights if w > 0], default=1.0)
+    """tantivy's term frequency over FTS5's weighted one: 1 over ``lightest``."""
+    return 1 / lightest(weights)
 
 
 # A tool packed: its length (``_LENGTH``), its term ids (``I``) and each term's count (``I``,
@@ -312,8 +313,7 @@ class TantivyIndex(TermIndex):
         tantivy = tantivy_module()
         weights = tuple(weights)
         times = repeats(weights)
-        unit = min([w for w in weights if w > 0], default=1.0)
-        scale = count_scale(weights)
+        unit, scale = lightest(weights), count_scale(weights)
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
         counted_in_body = bounded  # counts from the repeated columns (weight 0: left out)
         select = f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts"
