@@ -398,6 +398,49 @@ def test_sparing_common_terms_answers_every_tool_scored_bit_for_bit(
     assert index.rounds[0] == 0
 
 
+def test_common_terms_spared_take_one_pass_then_every_term(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spared ask is one pass over the postings (``SPARED_CANDIDATES`` candidates at
+    once: a second spared pass raised the p99 at 1M), and one not certified is asked
+    again with every term, never spared twice."""
+    from toolcat.search import lexical_index
+
+    spare_everywhere(monkeypatch)
+    kits, queries = tagged_toolkits(1500)
+    catalog.register(kits)
+    index = built(catalog)
+    stage = impacts(index)
+    asked: list[tuple[int, int, int, int]] = []  # (depth, most, spare_above, rounds)
+
+    class Recorded:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(stage, name)
+
+        def best(self, term_ids: Any, k: int, depth: int, most: int, *rest: Any) -> Any:
+            found = stage.best(term_ids, k, depth, most, *rest)
+            asked.append((depth, most, rest[1], found[1]))
+            return found
+
+    monkeypatch.setattr(index._impacts, "index", Recorded())
+    for query in queries_of(queries[:60]):
+        terms = index.terms(query, bm25.MAX_QUERY_TERMS)
+        if terms:
+            asked.clear()
+            assert index.rank(terms, 10) == every_tool_scored(index, terms, 10), query
+            spared = [a for a in asked if a[2] >= 0]
+            assert len(spared) <= 1
+            if spared:
+                depth, most, _, rounds = spared[0]
+                assert depth == most == lexical_index.SPARED_CANDIDATES
+                assert rounds in (0, 1)
+                if rounds:  # certified: answered
+                    assert len(asked) == 1
+                else:  # asked again, every term in the bounds
+                    assert len(asked) == 2 and asked[1][2] == -1
+    assert index.spared[True] > 20 and index.spared[False] > 2  # certified, asked again
+
+
 def test_a_tool_of_common_terms_alone_above_the_candidates_is_not_missed() -> None:
     """The rare term's one tool scores below tools holding only the common term: from the
     rare term's candidates alone the answer would miss them. Their bound (the common term's

@@ -119,12 +119,17 @@ NATIVE_SCORE_POSTINGS = 200
 # ``spare_above``: candidates from the rarer terms, each scored with all of them, the
 # answer certified against the spared terms' largest impacts, else asked again whole) in
 # catalogs of ``SPARE_FROM`` tools or more, for terms more than ``SPARE_SHARE`` of the
-# tools hold, when those hold ``SPARE_WHEN`` of the query's postings or more; candidates
-# ``SPARED_FIRST`` at first, up to ``SPARED_CANDIDATES``. Chosen on 300 bench queries at
-# 10k, 100k and 1M tools (scripts/research/native_spare.py, docs/benchmarks.md): at 1M the
-# stage's p50 1.04-1.31 -> 0.87-1.10 ms, 2 of 300 asked again; at 100k 0.13 -> 0.11; at 10k
-# the p50 the same and the p99 doubled (0.21 -> 0.42 ms), so not there. 26 candidates at
-# first (then x4) left the p50 as low and raised the p99 (three passes over the postings).
+# tools hold, when those hold ``SPARE_WHEN`` of the query's postings or more;
+# ``SPARED_CANDIDATES`` candidates in one pass over the postings. Chosen on 300 bench
+# queries at 10k, 100k and 1M tools (scripts/research/native_spare.py, docs/benchmarks.md):
+# at 1M the stage's p50 1.04-1.31 -> 0.87-1.10 ms, 2-3 of 300 asked again; at 100k 0.13 ->
+# 0.11; at 10k the p50 the same and the p99 doubled (0.21 -> 0.42 ms), so not there. More
+# passes raised the p99, each one over the postings again: 26 candidates at first, then x4
+# (three passes); 128, then 512 (the stage's p99 at 1M 4.1-6.3 ms in six runs against
+# 3.5-4.3 with 256 at once, alternated: the queries asked again paid two spared passes).
+# In one pass, sparing paid from a third of the postings on (``SPARE_WHEN`` 0.3 against
+# 0.5 at 1M, on the bench's queries and on two other draws of 300: mean 0.94-1.03 against
+# 1.03-1.09 ms, p99 2.9-3.2 against 3.3-3.7; at 100k within noise).
 # Only for a top ``SPARE_MOST_K`` or shorter: the k-th score of a deeper one is lower, and
 # bounds that add each spared term's largest impact certify it only after many more
 # candidates, or not at all (asked again). On the 59 of those 300 queries spared, CPU
@@ -134,9 +139,8 @@ NATIVE_SCORE_POSTINGS = 200
 SPARE_FROM = 50_000
 SPARE_MOST_K = 20
 SPARE_SHARE = 0.2
-SPARE_WHEN = 0.5
-SPARED_FIRST = 128
-SPARED_CANDIDATES = 512
+SPARE_WHEN = 0.3
+SPARED_CANDIDATES = 256
 # Filters whose native masks (a bit a tool: 125 KB at 1M tools) are kept per revision.
 NATIVE_MASKS = 16
 # Rescored tools kept unpacked per revision (``TantivyIndex._decoded``), while tantivy's
@@ -848,12 +852,10 @@ class TantivyIndex(TermIndex):
         spare_above = self._spare_above(term_ids, k)
         if spare_above >= 0:
             # Their largest impacts added to every bound, deeper candidates are needed more
-            # often: many at first (a pass over the postings a round; candidates are
-            # scored only until certified).
-            first = max(SPARED_FIRST, depth)
-            found, rounds, scored = impacts.best(
-                term_ids, k, first, max(SPARED_CANDIDATES, first), SLACK, spare_above, mask
-            )
+            # often: many in one pass over the postings (candidates are scored only until
+            # certified; not certified, asked again whole).
+            many = max(SPARED_CANDIDATES, depth)
+            found, rounds, scored = impacts.best(term_ids, k, many, many, SLACK, spare_above, mask)
             self.scored += scored
             self.spared[bool(rounds)] += 1
             if rounds:
