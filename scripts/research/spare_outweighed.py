@@ -26,7 +26,7 @@ import bench_scale  # noqa: E402
 from toolcat import Catalog  # noqa: E402
 from toolcat.search import lexical_index as lx  # noqa: E402
 
-K = 10
+K = int(__import__("os").environ.get("K", "10"))
 
 
 def main() -> None:
