@@ -372,6 +372,7 @@ def spare_everywhere(monkeypatch: pytest.MonkeyPatch, share: float = 0.02) -> No
     monkeypatch.setattr(lexical_index, "SPARE_FROM", 0)
     monkeypatch.setattr(lexical_index, "SPARE_SHARE", share)
     monkeypatch.setattr(lexical_index, "SPARE_WHEN", 0.0)
+    monkeypatch.setattr(lexical_index, "SPARED_IDF_MOST", float("inf"))  # whatever the IDFs
 
 
 def test_sparing_common_terms_answers_every_tool_scored_bit_for_bit(
