@@ -365,6 +365,21 @@ def test_switched_off_once_built_tantivy_answers(
 # -- exact scores in C, and the common terms spared -----------------------------------------
 
 
+class Recorded:
+    """The native stage, its ``best`` calls recorded as (depth, most, spare_above, rounds)."""
+
+    def __init__(self, stage: Any) -> None:
+        self.stage, self.asked = stage, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stage, name)
+
+    def best(self, term_ids: Any, k: int, depth: int, most: int, *rest: Any) -> Any:
+        found = self.stage.best(term_ids, k, depth, most, *rest)
+        self.asked.append((depth, most, rest[1] if len(rest) > 1 else -1, found[1]))
+        return found
+
+
 def spare_everywhere(monkeypatch: pytest.MonkeyPatch, share: float = 0.02) -> None:
     """The native stage spares common terms at any catalog size (``SPARE_FROM`` is 50k)."""
     from toolcat.search import lexical_index
@@ -411,19 +426,9 @@ def test_common_terms_spared_take_one_pass_then_every_term(
     kits, queries = tagged_toolkits(1500)
     catalog.register(kits)
     index = built(catalog)
-    stage = impacts(index)
-    asked: list[tuple[int, int, int, int]] = []  # (depth, most, spare_above, rounds)
-
-    class Recorded:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(stage, name)
-
-        def best(self, term_ids: Any, k: int, depth: int, most: int, *rest: Any) -> Any:
-            found = stage.best(term_ids, k, depth, most, *rest)
-            asked.append((depth, most, rest[1], found[1]))
-            return found
-
-    monkeypatch.setattr(index._impacts, "index", Recorded())
+    recorded = Recorded(impacts(index))
+    asked = recorded.asked
+    monkeypatch.setattr(index._impacts, "index", recorded)
     for query in queries_of(queries[:60]):
         terms = index.terms(query, bm25.MAX_QUERY_TERMS)
         if terms:

@@ -11,7 +11,7 @@ import pytest
 
 from tests.search.test_lexical_forward import forward
 from tests.search.test_lexical_index import built
-from tests.search.test_native import every_tool_scored, impacts, spare_everywhere
+from tests.search.test_native import Recorded, every_tool_scored, impacts, spare_everywhere
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import lexical_index, native
 from toolcat.search.lexical_index import TantivyIndex
@@ -52,21 +52,6 @@ def middling_toolkits(n: int = 2000, seed: int = 47) -> list[Toolkit]:
             tools.append(Tool(name=f"t{row}", description=" ".join(words)))
         kits.append(Toolkit(name=f"kit{kit}", version="1.0.0", tools=tools))
     return kits
-
-
-class Recorded:
-    """The native stage, its ``best`` calls recorded as (depth, most, spare_above, rounds)."""
-
-    def __init__(self, stage: Any) -> None:
-        self.stage, self.asked = stage, []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.stage, name)
-
-    def best(self, term_ids: Any, k: int, depth: int, most: int, *rest: Any) -> Any:
-        found = self.stage.best(term_ids, k, depth, most, *rest)
-        self.asked.append((depth, most, rest[1] if len(rest) > 1 else -1, found[1]))
-        return found
 
 
 def test_common_terms_outweighing_the_kept_ones_are_not_spared(
