@@ -447,6 +447,28 @@ def test_common_terms_spared_take_one_pass_then_every_term(
     assert index.spared[True] > 20 and index.spared[False] > 2  # certified, asked again
 
 
+def test_a_query_whose_only_common_term_is_its_rarest_is_not_spared(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``best`` always keeps the rarest held term: a query whose common terms are that one
+    alone (asked once or twice) has nothing to spare, and gets no spared pass of
+    ``SPARED_CANDIDATES`` for nothing; with a commoner term beside it, it has."""
+    spare_everywhere(monkeypatch)
+    kits, _ = tagged_toolkits(1500)
+    catalog.register(kits)
+    index = built(catalog)
+    df = index._df
+    above = int(index.n_docs * 0.02)  # ``spare_everywhere``'s share
+    common = sorted((i for i in range(len(df)) if df[i] > above), key=df.__getitem__)
+    assert len(common) >= 2 and df[common[0]] < df[common[-1]]
+    for ids in ([common[0]], [common[0], common[0]], [-1, common[0]]):
+        assert index._spare_above(ids, 10) == -1, ids
+    assert index._spare_above([common[0], common[-1]], 10) == above
+    assert index.rank([index._terms[common[0]]], 10) == every_tool_scored(
+        index, [index._terms[common[0]]], 10
+    )
+
+
 def test_a_tool_of_common_terms_alone_above_the_candidates_is_not_missed() -> None:
     """The rare term's one tool scores below tools holding only the common term: from the
     rare term's candidates alone the answer would miss them. Their bound (the common term's

@@ -883,17 +883,18 @@ class TantivyIndex(TermIndex):
             return -1
         above = int(n_docs * SPARE_SHARE)
         df = self._df
-        held = [df[i] for i in term_ids if i >= 0]
-        spared = sum([f for f in held if f > above])
-        if not spared or spared < SPARE_WHEN * sum(held):
+        held = [i for i in term_ids if i >= 0 and df[i]]
+        common = [df[i] for i in held if df[i] > above]
+        if not common or sum(common) < SPARE_WHEN * sum([df[i] for i in held]):
             return -1
         # As ``best`` spares them: every term held by more than ``above`` tools but the
-        # rarest held one (the first of the rarest, with its repeats).
-        rarest = min([i for i in term_ids if i >= 0 and df[i]], key=df.__getitem__)
+        # rarest held one (the first of the rarest, with its repeats); none left, no pass
+        # of ``SPARED_CANDIDATES`` for nothing.
+        rarest = min(held, key=df.__getitem__)
         idf = self._idf
-        spared_idf = sum([idf[i] for i in term_ids if i >= 0 and df[i] > above and i != rarest])
-        kept_idf = max([idf[i] for i in term_ids if i >= 0 and (df[i] <= above or i == rarest)])
-        return above if spared_idf <= SPARED_IDF_MOST * kept_idf else -1
+        spared = [idf[i] for i in held if df[i] > above and i != rarest]
+        kept = [idf[i] for i in held if df[i] <= above or i == rarest]
+        return above if spared and sum(spared) <= SPARED_IDF_MOST * max(kept) else -1
 
     def _impacts_source(self) -> tuple[Any, ...]:
         """The native stage's ``_impacts.Index`` arguments, from this revision's tools."""
