@@ -335,7 +335,7 @@ def bm25_beside_peers(
     samples: dict[str, list[float]] = {
         name: [] for name in ("bm25_warm", "bm25_core", "postings_core", *peers)
     }
-    answers = getattr(catalog._search, "_answers", {})
+    answers = catalog._search.answers
     for q in qs:
         answers.clear()  # ranked, not a kept answer (the warm-up and repeats asked some)
         start = time.perf_counter()
@@ -383,7 +383,7 @@ def bm25_beside_peers(
 
 def ranked(catalog: Catalog, **filters: Any) -> Callable[[str], Any]:
     """A search with these filters that ranks every query (no kept answer)."""
-    answers = getattr(catalog._search, "_answers", {})
+    answers = catalog._search.answers
 
     def ask(q: str) -> Any:
         answers.clear()

@@ -344,7 +344,7 @@ def child_serve(db: str, first: list[str], warm: list[str], then: list[str]) -> 
     first_stage = bm25_ready(catalog)
     out["warm_up_s"] = round(time.perf_counter() - t0, 2)
     out["first_stage"] = first_stage
-    answers = getattr(catalog._search, "_answers", {})
+    answers = kept_answers(catalog)
     clock = Clock()
     for q in then:
         answers.clear()  # ranked, not a kept answer
@@ -354,6 +354,13 @@ def child_serve(db: str, first: list[str], warm: list[str], then: list[str]) -> 
     out["index_backend"] = type(catalog._search.postings.index).__name__
     out.update(rss_mb())
     return out
+
+
+def kept_answers(catalog: Any) -> Any:
+    """The catalog's kept BM25 answers, to ``clear()`` before a query that must be ranked:
+    ``SearchEngine.answers`` (a dict ``_answers`` in code before it, for ``--src``)."""
+    engine = catalog._search
+    return engine.answers if hasattr(engine, "answers") else getattr(engine, "_answers", {})
 
 
 def bm25_ready(catalog: Any) -> str:
@@ -430,7 +437,7 @@ def child_bm25(db: str, warm: list[str], then: list[str]) -> dict[str, Any]:
         else:
             gc_cpu[0] += time.thread_time() - gc_cpu[1]
 
-    answers = getattr(catalog._search, "_answers", {})
+    answers = kept_answers(catalog)
     ours, peer = Clock(), Clock()
     during: list[int] = []  # the oldest generation collected during each query, or -1
     in_gc: list[float] = []  # CPU time in collections during each query
@@ -722,7 +729,7 @@ def child_hybrid(
     for q in warm:
         catalog.search(q, k=10, mode="bm25")
         catalog.search(q, k=10, mode="hybrid")
-    answers = getattr(catalog._search, "_answers", {})
+    answers = kept_answers(catalog)
     for mode, asked in (("bm25", bm25), ("hybrid", hybrid)):
         clock = Clock(time.thread_time if mode == "bm25" else time.process_time)
         for q in asked:

@@ -90,7 +90,7 @@ def split(catalog: Any, index: Any, then: list[str]) -> dict[str, Any]:
             return getattr(searcher, name)
 
     index._searcher = TimedSearcher()
-    answers = getattr(catalog._search, "_answers", {})
+    answers = bench_scale.kept_answers(catalog)
     whole = []
     for q in then:
         answers.clear()
@@ -123,7 +123,7 @@ def main() -> None:
     if "--split" in sys.argv[3:]:
         print(json.dumps({"tools": size, **split(catalog, index, then)}))
         return
-    answers = getattr(catalog._search, "_answers", {})
+    answers = bench_scale.kept_answers(catalog)
     scored = [0]
     score = index._score
 

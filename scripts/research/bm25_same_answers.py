@@ -70,7 +70,7 @@ def digest(src: str, db: str, size: int, count: int) -> None:
     catalog._search.postings.wait()
     for q in texts[:40]:
         catalog.search(q, k=10, mode="bm25")
-    answers = catalog._search._answers
+    answers = bench_scale.kept_answers(catalog)
     total = hashlib.sha1()
     for name, scope in scopes(catalog, size).items():
         h = hashlib.sha1()
@@ -111,7 +111,7 @@ def paired(old_src: str, db: str, size: int, passes: int) -> None:
         order = list(catalogs.items())
         for i, q in enumerate(then * passes):
             for name, catalog in order if i % 2 == 0 else order[::-1]:
-                catalog._search._answers.clear()
+                bench_scale.kept_answers(catalog).clear()
                 started = time.thread_time()
                 catalog.search(q, k=10, mode="bm25")
                 times[name].append(time.thread_time() - started)

@@ -318,11 +318,14 @@ class Catalog:
 
     def share_indexes(self, other: Catalog) -> None:
         """Search with the in-memory BM25 index and vector matrix ``other`` keeps (both open
-        the same file): a server's pooled readers hold one of each, built once per revision,
-        not one each (at 1M tools ~700 MB of BM25 index and 1.5 GB of vectors apiece). Both
-        are stamped with their revision, so no search is answered from another revision's."""
-        self._search.postings = other._search.postings
-        self._search.vectors = other._search.vectors
+        the same file), and with its kept BM25 answers and built hit tools: a server's pooled
+        readers hold one of each, built once per revision, not one each (at 1M tools ~700 MB
+        of BM25 index and 1.5 GB of vectors apiece), and a request one reader answered is
+        kept for all. Each is stamped with its revision, so no search is answered from
+        another revision's."""
+        mine, theirs = self._search, other._search
+        mine.postings, mine.vectors = theirs.postings, theirs.vectors
+        mine.answers, mine.built = theirs.answers, theirs.built
 
     @property
     def replica_of(self) -> str | None:
@@ -983,6 +986,32 @@ class Catalog:
             Hits best first, with higher-is-better scores, and the catalog revision.
         """
         return self._searched(query, self._search.result, lambda r: [h.tool.id for h in r.hits])
+
+    @_arguments_of(_search_arguments)
+    def search_kept(self, query: _Query) -> SearchResult | None:
+        """``search``'s answer when it costs no ranking and no tool read, else None (ask
+        ``search``; nothing was ranked, read or built).
+
+        That is a BM25 request this catalog ranked before at its current revision, with the
+        same ``k`` and scope, whose tools it still holds built: a server answers such a
+        repeat on its event loop instead of a worker thread. Arguments, errors, the
+        principal's reordering and the hits remembered for learning are ``search``'s.
+        """
+        with self._lock:
+            plan = self._search.plan(self._conn, query.mode)
+        result = self._search.kept(
+            self._snapshot,
+            self._scope_filters,
+            self._search.result,
+            query.text,
+            plan,
+            query.k,
+            query.scope,
+            query.principal,
+        )
+        if result is not None:
+            self.searched(query.text, [h.tool.id for h in result.hits])
+        return result
 
     @_arguments_of(_search_arguments)
     def search_summaries(self, query: _Query) -> dict[str, Any]:

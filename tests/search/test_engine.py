@@ -137,12 +137,12 @@ def test_kept_hits_and_answers_equal_fresh_ones(indexed: tuple[Path, list[str]])
         fresh = []
         for query in queries:
             fresh.append(full(fresh_catalog.search(query, mode="bm25")))
-            fresh_catalog._search._hits.clear()  # each answer's hits built from rows
-            fresh_catalog._search._answers.clear()
+            fresh_catalog._search.built.clear()  # each answer's hits built from rows
+            fresh_catalog._search.answers.clear()
     with Catalog(path) as warm:
         first = [warm.search(query, mode="bm25") for query in queries]
         engine_state = warm._search
-        assert engine_state._hits and len(engine_state._answers) == len(set(queries))
+        assert len(engine_state.built) and len(engine_state.answers) == len(set(queries))
         again = [warm.search(query, mode="bm25") for query in queries]  # kept answers
         assert [full(r) for r in first] == fresh
         assert [full(r) for r in again] == fresh
@@ -177,7 +177,7 @@ def test_a_change_from_another_connection_is_seen_by_the_next_query(tmp_path: Pa
         assert server._search.postings.current(server.revision, bm25.DEFAULT_WEIGHTS)
         assert before.hits[0].tool.id == "shredder.shred_file"
         assert before.hits[0].tool.description == "Shred a file so it cannot be read"
-        assert server._search._answers  # kept
+        assert server._search.answers  # kept
         # Another connection changes the tool's text (a new version) ...
         admin.register(
             Toolkit(
@@ -218,10 +218,10 @@ def test_answers_are_kept_per_filters(tmp_path: Path) -> None:
 
         first = answers()
         assert len({tuple(ids) for ids in first}) == len(asks)
-        assert len(catalog._search._answers) == len(asks)
+        assert len(catalog._search.answers) == len(asks)
         for _ in range(engine.POSTINGS_AFTER):  # kept answers, then the in-memory index
             assert answers() == first
-        catalog._search._answers.clear()
+        catalog._search.answers.clear()
         assert answers() == first  # ranked again, from the in-memory index
         assert "files.delete_file" in first[0] and "files.delete_file" not in first[4]
 
@@ -231,7 +231,7 @@ def test_a_caller_that_changes_its_answer_does_not_change_a_kept_one(tmp_path: P
     with Catalog(tmp_path / "catalog.db") as catalog:
         catalog.register(SAMPLE_TOOLKITS)
         first = catalog.search("remove an old file", mode="bm25", k=3)
-        assert catalog._search._answers  # kept
+        assert catalog._search.answers  # kept
         expected = [(h.rank, h.score, h.tool.id) for h in first.hits]
         first.hits[0].score = -1.0
         first.hits[0].rank = 99

@@ -372,7 +372,7 @@ def test_scoped_searches_are_answered_from_the_index_of_their_revision(db_path: 
         index = server._search.postings.index
         assert isinstance(index, TantivyIndex) and index.revision == server.revision
         asked = sum(index.rounds.values())
-        server._search._answers.clear()  # ranked again, not answered from kept answers
+        server._search.answers.clear()  # ranked again, not answered from kept answers
         again = [server.search(q, mode="bm25", k=5, tags=["odd"]) for q in queries[:30]]
         assert sum(index.rounds.values()) == asked + 30  # the index answered them
         assert [[(h.tool.id, h.score) for h in r.hits] for r in again] == [

@@ -10,7 +10,6 @@ open a read snapshot and to turn a ``Scope`` into filters.
 from __future__ import annotations
 
 import functools
-import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -24,6 +23,7 @@ from ..store.reader import Filters
 from ..text.tokenize import tokenize
 from . import bm25, calibration, fusion, modes, split
 from .embeddings import DEFAULT_MODEL, QueryEncodingFailed, VectorIndex, embedder
+from .kept import KeptAtRevision
 from .lexical_index import LexicalIndex, TantivyIndex
 from .postings import PostingsIndex
 from .regex import regex_search
@@ -70,6 +70,7 @@ Answer = TypeVar("Answer")
 # (row id, score, match) best first.
 Ranked = tuple[tuple[int, float, str], ...]
 FilterKey = tuple[str, tuple[Any, ...]] | None  # Filters.key
+AnswerKey = tuple[str, int, FilterKey]  # (query, k, filters' key)
 
 
 class Ranking(NamedTuple):
@@ -127,11 +128,10 @@ class SearchEngine:
         self.postings = LexicalIndex()
         self.vectors = VectorIndex()
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
-        self._hits: dict[int, RegisteredTool] = {}  # row id -> tool, at _hits_revision
-        self._hits_revision = -1
-        # (query, k, filters' key) -> (ranked, warnings), at:
-        self._answers: dict[tuple[str, int, FilterKey], tuple[Ranked, tuple[str, ...]]] = {}
-        self._answers_revision = -1
+        # Row id -> tool built for a hit; (query, k, filters' key) -> (ranked, warnings).
+        self.built: KeptAtRevision[int, RegisteredTool] = KeptAtRevision(HIT_CACHE_SIZE)
+        self.answers: KeptAtRevision[AnswerKey, tuple[Ranked, tuple[str, ...]]]
+        self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
         # filters' SQL -> the row ids they let through, at:
@@ -231,11 +231,50 @@ class SearchEngine:
             )
             if fell_back:
                 ranking = ranking._replace(warnings=(fell_back, *ranking.warnings))
-            if principal is not None:
-                from .learned import lifted
+            return self._answered(conn, ranking, principal, answer)
 
-                ranking = lifted(conn, ranking, principal)
-            return answer(conn, ranking)
+    def kept(
+        self,
+        snapshot: Callable[[], AbstractContextManager[sqlite3.Connection]],
+        filters: Callable[[sqlite3.Connection, Scope], Filters],
+        answer: Callable[[sqlite3.Connection, Ranking], Answer],
+        query: str,
+        plan: tuple[str, str],
+        k: int,
+        scope: Scope,
+        principal: str | None = None,
+    ) -> Answer | None:
+        """``search``'s answer (same arguments) when it costs no ranking and no tool read: a
+        BM25 ranking of ``query`` kept at the snapshot's revision, its in-memory index loaded
+        and every hit's tool built; None otherwise, with nothing ranked, read or built. What
+        is left is a few indexed reads (the revision, the scope's toolkit, the principal's
+        uses), so a server may answer a repeated request on its event loop."""
+        if plan[0] != "bm25" or not query.strip():
+            return None
+        with snapshot() as conn:
+            revision, ranking = self._kept(conn, query, plan[0], filters(conn, scope), k)
+            if (
+                ranking is None
+                or self._index(conn, revision) is None  # else a query may start building it
+                or not self.built.holds(revision, (row_id for row_id, _, _ in ranking.ranked))
+            ):
+                return None
+            return self._answered(conn, ranking, principal, answer)
+
+    @staticmethod
+    def _answered(
+        conn: sqlite3.Connection,
+        ranking: Ranking,
+        principal: str | None,
+        answer: Callable[[sqlite3.Connection, Ranking], Answer],
+    ) -> Answer:
+        """``ranking`` reordered by ``principal``'s own uses (``learned.lifted``) and built
+        by ``answer``."""
+        if principal is not None:
+            from .learned import lifted
+
+            ranking = lifted(conn, ranking, principal)
+        return answer(conn, ranking)
 
     # -- ranking --------------------------------------------------------------------------
 
@@ -285,23 +324,15 @@ class SearchEngine:
         when it fits the part clearly (``split.fits``).
         """
         text = query[:MAX_QUERY_CHARS]
-        if filters.toolkit_id is not None and not reader.is_active_toolkit(
-            conn, filters.toolkit_id
-        ):
-            raise InvalidQueryError(
-                "search covers active versions only; that toolkit version is not active. "
-                "List its tools with list(toolkit=...) instead."
-            )
-        revision = reader.revision(conn)
-        key = None
-        if mode == "bm25" and len(query) <= MAX_CACHED_QUERY_CHARS:
-            key = (query, k, filters.key)
-            if revision != self._answers_revision:
-                self._answers, self._answers_revision = {}, revision
-            kept = self._answers.get(key)
-            if kept is not None:
-                self._index_asked(conn, revision)
-                return Ranking(revision, query, mode, *kept)
+        revision, kept = self._kept(conn, query, mode, filters, k)
+        if kept is not None:
+            self._index_asked(conn, revision)
+            return kept
+        key = (
+            (query, k, filters.key)
+            if mode == "bm25" and len(query) <= MAX_CACHED_QUERY_CHARS
+            else None
+        )
         warnings: list[str] = []
         signals: dict[int, fusion.Candidate] = {}
         context = None
@@ -344,27 +375,41 @@ class SearchEngine:
             if i not in exact
         ]
         answer = (tuple(calibration.down_the_ranks(ordered[:k])), tuple(warnings))
-        if key is not None and ANSWER_CACHE_SIZE > 0:
-            answers = self._answers
-            if len(answers) >= ANSWER_CACHE_SIZE:
-                del answers[next(iter(answers))]  # the oldest first
-            answers[key] = answer
+        if key is not None:
+            self.answers.keep(revision, {key: answer})
         return Ranking(revision, query, mode, *answer)
+
+    def _kept(
+        self, conn: sqlite3.Connection, query: str, mode: str, filters: Filters, k: int
+    ) -> tuple[int, Ranking | None]:
+        """(the current revision, the BM25 ranking of ``query`` kept at it or None):
+        ``rank`` keeps each one it makes. Refuses a toolkit version that is not active, as
+        ``rank`` does."""
+        if filters.toolkit_id is not None and not reader.is_active_toolkit(
+            conn, filters.toolkit_id
+        ):
+            raise InvalidQueryError(
+                "search covers active versions only; that toolkit version is not active. "
+                "List its tools with list(toolkit=...) instead."
+            )
+        revision = reader.revision(conn)
+        if mode != "bm25" or len(query) > MAX_CACHED_QUERY_CHARS:
+            return revision, None
+        kept = self.answers.get(revision, (query, k, filters.key))
+        return revision, None if kept is None else Ranking(revision, query, mode, *kept)
 
     def _tools(
         self, conn: sqlite3.Connection, ids: list[int], revision: int
     ) -> dict[int, RegisteredTool]:
         """The tools of these rows, kept for the revision (agents ask similar queries: the
         hits of a warm search are mostly built already)."""
-        known = self._hits
-        if revision != self._hits_revision:
-            known, self._hits_revision = {}, revision
-            self._hits = known
+        known = self.built.found(revision, ids)
         missing = [i for i in ids if i not in known]
-        if missing:
-            known.update(reader.tools_by_id(conn, missing))
-            for old in list(itertools.islice(known, max(0, len(known) - HIT_CACHE_SIZE))):
-                del known[old]  # the oldest built first (dicts keep insertion order)
+        if not missing:
+            return known
+        read = reader.tools_by_id(conn, missing)
+        self.built.keep(revision, read)
+        known.update(read)
         return {i: known[i] for i in ids if i in known}
 
     def _rank(

@@ -43,7 +43,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from ..errors import CatalogDamagedError, DeprecatedToolkitError, ToolcatError, UnknownToolkitError
 from ..export.providers import mcp_tool, object_schema
-from ..models import RegisteredTool, ToolResult
+from ..models import RegisteredTool, SearchHit, SearchResult, ToolResult
 from ..policy.rules import Policy
 from ..policy.tags import TagFilter
 from ..runtime.call import error_result
@@ -182,6 +182,8 @@ class ServeOptions:
 
 
 T = TypeVar("T")
+# A search as search_tools shows it: the answer, its hits within the scope, their names.
+Searched = tuple[SearchResult, list[SearchHit], dict[str, str]]
 
 
 class Readers:
@@ -230,7 +232,11 @@ class Readers:
     def borrowed(self) -> Iterator[Catalog]:
         """A reader for the calling thread; given back (or retired, when a renew came
         meanwhile and it reads a replaced file) afterwards."""
-        reader = self._take()
+        with self._lent(self._take()) as reader:
+            yield reader
+
+    @contextlib.contextmanager
+    def _lent(self, reader: Catalog) -> Iterator[Catalog]:
         try:
             yield reader
         finally:
@@ -241,17 +247,30 @@ class Readers:
             if not current:
                 self._retire(reader)
 
-    async def run(self, fn: Callable[[Catalog], T]) -> T:
-        def work() -> T:
-            with self.borrowed() as reader:
-                try:
-                    return fn(reader)
-                except CatalogDamagedError:
-                    if self.on_damaged is not None:
-                        self.on_damaged()
-                    raise
+    def _read(self, reader: Catalog, fn: Callable[[Catalog], T]) -> T:
+        with self._lent(reader):
+            try:
+                return fn(reader)
+            except CatalogDamagedError:
+                if self.on_damaged is not None:
+                    self.on_damaged()
+                raise
 
-        return await anyio.to_thread.run_sync(work, limiter=self._limiter)
+    async def run(self, fn: Callable[[Catalog], T]) -> T:
+        return await anyio.to_thread.run_sync(
+            lambda: self._read(self._take(), fn), limiter=self._limiter
+        )
+
+    def now(self, fn: Callable[[Catalog], T]) -> T | None:
+        """``fn`` on a free reader, on the calling thread: the event loop, for work of a
+        few indexed reads (a kept answer, ``Catalog.search_kept``), where the hop to a
+        worker thread costs more than the work. None when no reader is free (none is
+        opened here)."""
+        try:
+            reader = self._free.get_nowait()
+        except queue.Empty:
+            return None
+        return self._read(reader, fn)
 
     def renew(self, revision: int) -> None:
         """A replica's file was replaced by a new revision: open the readers on it and warm
@@ -775,22 +794,33 @@ class CatalogServer:
         fetch = k if scope.exact_in_search else min(k * 4 + 20, 1000)
         learner = self._learner(ctx)
 
-        def search(catalog: Catalog) -> tuple[Any, list[Any], dict[str, str]]:
-            found = catalog.search(
-                query,
-                k=fetch,
-                mode=self.options.search_mode,
-                tags=scope.tag_filter & TagFilter.of(*tag_lists.values()),
-                toolkit=scope.single_toolkit,
-                policies=scope.search_policies,
-                principal=learner,
-            )
+        asked: dict[str, Any] = {
+            "k": fetch,
+            "mode": self.options.search_mode,
+            "tags": scope.tag_filter & TagFilter.of(*tag_lists.values()),
+            "toolkit": scope.single_toolkit,
+            "policies": scope.search_policies,
+            "principal": learner,
+        }
+
+        def visible(catalog: Catalog, found: SearchResult) -> Searched:
             hits = [h for h in found.hits if scope.allows(h.tool)][:k]
             tools = [h.tool for h in hits]
             return found, hits, catalog.short_names(tools, within=scope) if tools else {}
 
+        def kept(catalog: Catalog) -> Searched | None:
+            found = catalog.search_kept(query, **asked)
+            return None if found is None else visible(catalog, found)
+
         try:
-            found, hits, names = await self.readers.run(search)
+            # A repeated request is answered on the event loop when the catalog kept it
+            # (exact scopes only: the names are then a few indexed reads); else on a reader.
+            done = self.readers.now(kept) if scope.exact_in_search else None
+            if done is None:
+                done = await self.readers.run(
+                    lambda catalog: visible(catalog, catalog.search(query, **asked))
+                )
+            found, hits, names = done
         except ToolcatError as e:
             return _error(e.code, str(_within(scope, e)))
         if found.mode != "regex":  # a pattern is not a request to learn from
