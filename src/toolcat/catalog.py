@@ -327,6 +327,11 @@ class Catalog:
         mine.postings, mine.vectors = theirs.postings, theirs.vectors
         mine.answers, mine.built = theirs.answers, theirs.built
 
+    def forget_kept(self) -> None:
+        """Forget the kept search answers and built hit tools (``share_indexes`` shares
+        them): the file was replaced by another copy at the same revision."""
+        self._search.forget_kept()
+
     @property
     def replica_of(self) -> str | None:
         """The primary this catalog is a read-only replica of; None on a primary."""

@@ -268,13 +268,14 @@ def test_a_servers_own_selection_keeps_its_list_shareable(db: Path, tmp_path: Pa
         run(principals)
 
 
-def counted_reader_runs(server: CatalogServer) -> list[int]:
-    """Count the server's trips to a reader on a worker thread from now on."""
+def counted_reader_runs(server: CatalogServer, asker: str = "") -> list[int]:
+    """Count the server's trips to a reader on a worker thread from now on (those of the
+    method ``asker`` names, as ``CatalogServer._search``, when given)."""
     trips = [0]
     run_on_reader = server.readers.run
 
     async def counted(fn: Any) -> Any:
-        trips[0] += 1
+        trips[0] += fn.__qualname__.startswith(f"{asker}.<locals>.") if asker else 1
         return await run_on_reader(fn)
 
     server.readers.run = counted  # type: ignore[method-assign]
@@ -406,3 +407,94 @@ def test_a_copy_swapped_in_again_forgets_the_lists_built_from_the_old_one(db: Pa
         assert [t.name for t in again] == [t.name for t in first]  # same rows, new build
     finally:
         server.close()
+
+
+SEARCHED = {"query": "multiply two numbers and round the result", "k": 4}
+
+
+def test_a_repeated_search_takes_no_reader_trip(db: Path) -> None:
+    """``search_tools`` asked again at the same revision is answered on the event loop
+    (the catalog's kept answer), the same answer; a change by another connection is seen
+    by the very next search, ranked on a reader."""
+    with served(db) as (url, server):
+        trips = counted_reader_runs(server)
+
+        async def check() -> None:
+            async with http_session(url, None, mode=MODERN) as session:
+                first = [await session.call("search_tools", SEARCHED) for _ in range(3)]
+                assert trips[0] >= 1
+                trips[0] = 0
+                again = await session.call("search_tools", SEARCHED)
+                assert trips[0] == 0  # no worker thread
+                assert again.structured_content == first[-1].structured_content
+                assert again.content[0].text == first[-1].content[0].text
+                toolkit = again.structured_content["tools"][0]["toolkit"]
+                with Catalog(db) as writer:
+                    writer.remove(toolkit)
+                changed = await session.call("search_tools", SEARCHED)
+                assert trips[0] == 1  # ranked again
+                assert toolkit not in {t["toolkit"] for t in changed.structured_content["tools"]}
+
+        run(check)
+
+
+def test_callers_never_share_a_kept_search(db: Path, tmp_path: Path) -> None:
+    """Hostile: the widest caller's kept answer is never another scope's. ``math-team``
+    (one toolkit) asking what ``everyone`` asked gets only math tools, kept or not, however
+    often they alternate; its repeats are kept apart from everyone's, and a principal of the
+    same scope (``math-twin``) is answered from them, reordered by its own uses only."""
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text(TOKENS_YAML)
+    with served(db, tokens) as (url, server):
+        trips = counted_reader_runs(server, "CatalogServer._search")
+
+        async def toolkits(token: str) -> list[str]:
+            async with http_session(url, token, mode=MODERN) as session:
+                found = await session.call("search_tools", SEARCHED)
+                return [t["toolkit"] for t in found.structured_content["tools"]]
+
+        async def check() -> None:
+            wide = [await toolkits("everyone-token") for _ in range(3)][-1]
+            assert set(wide) - {"math"}  # everyone's answer holds other toolkits
+            for _ in range(3):
+                assert set(await toolkits("math-team-token")) == {"math"}
+                assert await toolkits("everyone-token") == wide
+            for token in ("math-team-token", "everyone-token", "math-twin-token"):
+                trips[0] = 0
+                await toolkits(token)
+                assert trips[0] == 0, token  # its scope's kept answer (twin: math-team's)
+
+        run(check)
+
+
+def test_a_copy_swapped_in_again_forgets_the_kept_searches(db: Path) -> None:
+    """Hostile (a replica): the same revision's copy restored again over one found damaged.
+    No answer ranked, or tool built, from that copy is given from the new readers."""
+    server = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600))
+    try:
+        revision = server.watcher.current()
+        assert revision is not None
+        query = SEARCHED["query"]
+        with server.readers.borrowed() as catalog:
+            for _ in range(3):
+                catalog.search(query, k=4)
+            assert catalog.search_kept(query, k=4) is not None
+        server.prepare(revision)  # the same revision, a new copy
+        assert server.readers.now(lambda c: c.search_kept(query, k=4)) is None
+    finally:
+        server.close()
+
+
+def test_readers_now_takes_only_a_free_reader(db: Path) -> None:
+    from toolcat.server.mcp import Readers
+
+    with Catalog(db) as catalog:
+        readers = Readers(catalog, 2)
+        try:
+            first, second = readers._take(), readers._take()  # both lent out
+            assert readers.now(lambda c: c) is None  # none free: none opened here
+            with readers._lent(first), readers._lent(second):
+                pass  # given back
+            assert readers.now(lambda c: c) in (first, second)
+        finally:
+            readers.close()

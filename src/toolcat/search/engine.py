@@ -129,14 +129,21 @@ class SearchEngine:
         self.vectors = VectorIndex()
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
         # Row id -> tool built for a hit; (query, k, filters' key) -> (ranked, warnings).
-        self.built: KeptAtRevision[int, RegisteredTool] = KeptAtRevision(HIT_CACHE_SIZE)
+        self.built: KeptAtRevision[int, RegisteredTool]
         self.answers: KeptAtRevision[AnswerKey, tuple[Ranked, tuple[str, ...]]]
-        self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
+        self.forget_kept()
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
         # filters' SQL -> the row ids they let through, at:
         self._allowed_ids: dict[FilterKey, frozenset[int]] = {}
         self._allowed_revision = -1
+
+    def forget_kept(self) -> None:
+        """Start new stores of kept answers and built hit tools: the file was replaced by
+        another copy at the same revision (a replica's restored again), whose rows the
+        kept ones may not be. Whoever shares the old stores keeps them."""
+        self.built = KeptAtRevision(HIT_CACHE_SIZE)
+        self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
 
     # -- which model, which mode ----------------------------------------------------------
 

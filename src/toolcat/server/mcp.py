@@ -278,6 +278,9 @@ class Readers:
         have them. Readers of the old file finish what they do and are closed."""
         fresh: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         opened: list[Catalog] = []
+        # Perhaps the same revision restored again over a copy found damaged: nothing
+        # answered or built from that one is shared with the new readers.
+        self._catalog.forget_kept()
         for _ in range(self._size):
             reader = self._open()
             try:
