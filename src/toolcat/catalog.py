@@ -184,6 +184,11 @@ def unknown_toolkit(name: str, known: Iterable[str]) -> UnknownToolkitError:
     return UnknownToolkitError(f"no toolkit named {name!r}.{hint}")
 
 
+class _Unresolved(Exception):
+    """A search's toolkit is not registered, not active or not that version: its error
+    (``Catalog._filters``) is left to ``search`` to explain."""
+
+
 class _CatalogLock:
     """The lock every use of the catalog's connection holds. A ``CatalogDamagedError``
     raised while it is held (by a reader that sees only rows) leaves it naming the file."""
@@ -318,18 +323,20 @@ class Catalog:
 
     def share_indexes(self, other: Catalog) -> None:
         """Search with the in-memory BM25 index and vector matrix ``other`` keeps (both open
-        the same file), and with its kept BM25 answers and built hit tools: a server's pooled
-        readers hold one of each, built once per revision, not one each (at 1M tools ~700 MB
-        of BM25 index and 1.5 GB of vectors apiece), and a request one reader answered is
-        kept for all. Each is stamped with its revision, so no search is answered from
-        another revision's."""
+        the same file), and with its kept BM25 answers, built hit tools and shared names
+        (``short_names``): a server's pooled readers hold one of each, built once per
+        revision, not one each (at 1M tools ~700 MB of BM25 index and 1.5 GB of vectors
+        apiece), and a request one reader answered is kept for all. Each is stamped with
+        its revision, so no search is answered from another revision's."""
         mine, theirs = self._search, other._search
         mine.postings, mine.vectors = theirs.postings, theirs.vectors
         mine.answers, mine.built = theirs.answers, theirs.built
+        mine.namesakes = theirs.namesakes
 
     def forget_kept(self) -> None:
-        """Forget the kept search answers and built hit tools (``share_indexes`` shares
-        them): the file was replaced by another copy at the same revision."""
+        """Forget the kept search answers, built hit tools and shared names
+        (``share_indexes`` shares them): the file was replaced by another copy at the same
+        revision."""
         self._search.forget_kept()
 
     @property
@@ -787,8 +794,11 @@ class Catalog:
 
     # -- reading --------------------------------------------------------------------------
 
-    def _scope_filters(self, conn: sqlite3.Connection, scope: Scope) -> Filters:
-        """The filters of a search's ``scope`` (``SearchEngine.search`` asks in its snapshot)."""
+    def _scope_filters(
+        self, conn: sqlite3.Connection, scope: Scope, *, explain: bool = True
+    ) -> Filters:
+        """The filters of a search's ``scope`` (``SearchEngine.search`` asks in its snapshot;
+        ``explain``: ``_filters``')."""
         return self._filters(
             conn,
             scope.tags,
@@ -796,6 +806,7 @@ class Catalog:
             scope.include_deferred,
             scope.include_denied,
             scope.policies,
+            explain=explain,
         )
 
     def _filters(
@@ -806,7 +817,12 @@ class Catalog:
         include_deferred: bool,
         include_denied: bool,
         policies: Iterable[Policy] = (),
+        *,
+        explain: bool = True,
     ) -> Filters:
+        """Raises the toolkit's error (close matches, its versions); without ``explain``,
+        ``_Unresolved`` instead, having read nothing more (``search_kept``: what every
+        toolkit is called is a reader's to read, not the event loop's)."""
         own = () if include_denied or not self.policy.deny else (self.policy,)
         base = Filters(
             tags=tags,
@@ -818,9 +834,13 @@ class Catalog:
         name, version = parse_toolkit_ref(toolkit)
         rows = reader.toolkit_rows(conn, name)
         if not rows:
+            if not explain:
+                raise _Unresolved
             raise unknown_toolkit(name, reader.toolkit_names(conn))
         if version is None:
             if all(deprecated for *_, deprecated in rows):
+                if not explain:
+                    raise _Unresolved
                 pins = ", ".join(
                     f"{name}@{v.version}"
                     for v in sort_versions(reader.toolkit_versions(conn, name))
@@ -834,6 +854,8 @@ class Catalog:
         for row_id, registered, _digest, _deprecated in rows:
             if writer.same_version(registered, version):
                 return dataclasses.replace(base, toolkit_id=row_id)
+        if not explain:
+            raise _Unresolved
         known = ", ".join(v.version for v in sort_versions(reader.toolkit_versions(conn, name)))
         raise UnknownToolkitError(
             f"toolkit {name!r} has no version {version!r}; registered: {known}"
@@ -1000,20 +1022,25 @@ class Catalog:
         That is a BM25 request this catalog ranked before at its current revision, with the
         same ``k`` and scope, whose tools it still holds built: a server answers such a
         repeat on its event loop instead of a worker thread. Arguments, errors, the
-        principal's reordering and the hits remembered for learning are ``search``'s.
+        principal's reordering and the hits remembered for learning are ``search``'s, but
+        for a toolkit that is not registered, active or that version: None (``search``
+        raises its error, whose close matches read every toolkit's name).
         """
         with self._lock:
             plan = self._search.plan(self._conn, query.mode)
-        result = self._search.kept(
-            self._snapshot,
-            self._scope_filters,
-            self._search.result,
-            query.text,
-            plan,
-            query.k,
-            query.scope,
-            query.principal,
-        )
+        try:
+            result = self._search.kept(
+                self._snapshot,
+                functools.partial(self._scope_filters, explain=False),
+                self._search.result,
+                query.text,
+                plan,
+                query.k,
+                query.scope,
+                query.principal,
+            )
+        except _Unresolved:  # search raises the toolkit's error, with its close matches
+            return None
         if result is not None:
             self.searched(query.text, [h.tool.id for h in result.hits])
         return result
@@ -1225,9 +1252,17 @@ class Catalog:
         policy = self.policy
         return lambda tool: within.allows(tool) and policy.denying_rule(tool) is None
 
-    def _selection_filters(self, conn: sqlite3.Connection, within: Selection) -> Filters:
+    def _selection_filters(
+        self, conn: sqlite3.Connection, within: Selection, *, explain: bool = True
+    ) -> Filters:
         return self._filters(
-            conn, within.tag_filter, within.single_toolkit, True, False, within.search_policies
+            conn,
+            within.tag_filter,
+            within.single_toolkit,
+            True,
+            False,
+            within.search_policies,
+            explain=explain,
         )
 
     def short_names(
@@ -1241,14 +1276,60 @@ class Catalog:
             names = sorted({t.name for t in tools})
             if within is None:
                 shared = reader.shared_names(conn, names)
-            else:
+            elif within.exact_in_search:
                 # The SQL alone when it is exact: a name's first two rows, not each row of
-                # it built as a tool and checked (MCP search_tools asks on every search).
-                admits = None if within.exact_in_search else self._admits(within)
+                # it built as a tool and checked (MCP search_tools asks on every search);
+                # kept for the revision (``short_names_kept``).
+                filters = self._selection_filters(conn, within)
+                shared = self._namesakes(conn, names, filters) or set()  # read: never None
+            else:
                 shared = reader.shared_names(
-                    conn, names, self._selection_filters(conn, within), admits
+                    conn, names, self._selection_filters(conn, within), self._admits(within)
                 )
         return {t.id: t.id if t.name in shared else t.name for t in tools}
+
+    def short_names_kept(
+        self, tools: Iterable[RegisteredTool], *, within: Selection
+    ) -> dict[str, str] | None:
+        """``short_names`` when it reads no tool row: ``within`` is exact
+        (``exact_in_search``) and whether each name is shared within it was found at the
+        current revision before; else None. A server asks this on its event loop: a name
+        that thousands of tools outside ``within`` share costs a scan of them all."""
+        if not within.exact_in_search:
+            return None
+        tools = builtins.list(tools)
+        with self._snapshot() as conn:
+            try:
+                filters = self._selection_filters(conn, within, explain=False)
+            except _Unresolved:
+                return None
+            shared = self._namesakes(conn, sorted({t.name for t in tools}), filters, read=False)
+        if shared is None:
+            return None
+        return {t.id: t.id if t.name in shared else t.name for t in tools}
+
+    def _namesakes(
+        self,
+        conn: sqlite3.Connection,
+        names: builtins.list[str],
+        filters: Filters,
+        *,
+        read: bool = True,
+    ) -> set[str] | None:
+        """Which of ``names`` more than one tool ``filters`` let through has
+        (``reader.shared_names``), kept per revision; without ``read``, None when one is not
+        kept yet."""
+        revision, key, kept = reader.revision(conn), filters.key, self._search.namesakes
+        known = kept.found(revision, [(key, name) for name in names])
+        missing = [name for name in names if (key, name) not in known]
+        if missing:
+            if not read:
+                return None
+            found = reader.shared_names(conn, missing, filters)
+            fresh = {(key, name): name in found for name in missing}
+            kept.keep(revision, fresh)
+            known.update(fresh)
+        return {name for (_, name), shared in known.items() if shared}
 
     def export(self, tools: Iterable[Any], format: str) -> ExportedTools:
         """Tool definitions in an LLM API's format, with names fitted to its rules.

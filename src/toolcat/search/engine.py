@@ -50,6 +50,9 @@ POSTINGS_AFTER = 2
 BACKGROUND_BUILD_FROM = 1000
 # Tools built for hits, kept per revision (the oldest forgotten first past this many).
 HIT_CACHE_SIZE = 4096
+# Whether a hit's name is shared within a selection (``Catalog.short_names``), kept per
+# revision: a repeated search on a server's event loop reads none.
+NAMESAKE_CACHE_SIZE = 4096
 # BM25 answers (queries up to MAX_CACHED_QUERY_CHARS, per filters) kept per revision: agents
 # repeat requests. The revision read at every query drops them when anything changed.
 ANSWER_CACHE_SIZE = 1024
@@ -128,9 +131,11 @@ class SearchEngine:
         self.postings = LexicalIndex()
         self.vectors = VectorIndex()
         self._bm25_queries = (-1, 0)  # (revision, BM25 queries asked at it)
-        # Row id -> tool built for a hit; (query, k, filters' key) -> (ranked, warnings).
+        # Row id -> tool built for a hit; (query, k, filters' key) -> (ranked, warnings);
+        # (filters' key, tool name) -> whether more than one tool they let through has it.
         self.built: KeptAtRevision[int, RegisteredTool]
         self.answers: KeptAtRevision[AnswerKey, tuple[Ranked, tuple[str, ...]]]
+        self.namesakes: KeptAtRevision[tuple[FilterKey, str], bool]
         self.forget_kept()
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
@@ -139,11 +144,12 @@ class SearchEngine:
         self._allowed_revision = -1
 
     def forget_kept(self) -> None:
-        """Start new stores of kept answers and built hit tools: the file was replaced by
-        another copy at the same revision (a replica's restored again), whose rows the
-        kept ones may not be. Whoever shares the old stores keeps them."""
+        """Start new stores of kept answers, built hit tools and shared names: the file was
+        replaced by another copy at the same revision (a replica's restored again), whose
+        rows the kept ones may not be. Whoever shares the old stores keeps them."""
         self.built = KeptAtRevision(HIT_CACHE_SIZE)
         self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
+        self.namesakes = KeptAtRevision(NAMESAKE_CACHE_SIZE)
 
     # -- which model, which mode ----------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..models import RegisteredTool
 from ..store import writer
-from ..store.reader import Filters, exact_matches, principal_uses, revision
+from ..store.reader import exact_among, principal_uses, revision
 from ..text.documents import schema_texts
 from ..text.tokenize import tokenize, tokenize_all
 from .bm25 import TermStats
@@ -109,10 +109,13 @@ def lifted(conn: sqlite3.Connection, ranking: Ranking, principal: str) -> Rankin
     to ``LEARNED_LIFT`` places (in proportion to the overlap). Each hit therefore moves at
     most ``LEARNED_LIFT`` places either way, and nothing outside the ranking is pulled in.
     Tools the query names exactly stay first."""
-    uses = principal_uses(conn, principal, [row_id for row_id, *_ in ranking.ranked])
+    ids = [row_id for row_id, *_ in ranking.ranked]
+    uses = principal_uses(conn, principal, ids)
     if not uses:
         return ranking
-    named = set(exact_matches(conn, ranking.query, Filters()))
+    # Among the hits only: the catalog's other tools of that name are not in the ranking
+    # (and may be thousands: a server asks this on its event loop, search_kept).
+    named = exact_among(conn, ranking.query, ids)
     first = 0
     while first < len(ranking.ranked) and ranking.ranked[first][0] in named:
         first += 1

@@ -813,7 +813,14 @@ class CatalogServer:
 
         def kept(catalog: Catalog) -> Searched | None:
             found = catalog.search_kept(query, **asked)
-            return None if found is None else visible(catalog, found)
+            if found is None:
+                return None
+            hits = [h for h in found.hits if scope.allows(h.tool)][:k]
+            tools = [h.tool for h in hits]
+            # Names kept too: a hit's name shared by thousands of tools outside the scope
+            # would be a scan of them all, here on the event loop.
+            names = catalog.short_names_kept(tools, within=scope) if tools else {}
+            return None if names is None else (found, hits, names)
 
         try:
             # A repeated request is answered on the event loop when the catalog kept it

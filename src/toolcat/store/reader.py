@@ -610,6 +610,32 @@ def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list
     return [row[0] for row in rows]
 
 
+def exact_among(conn: sqlite3.Connection, text: str, ids: Sequence[int]) -> set[int]:
+    """Which of the tools with row ids ``ids`` ``text`` names exactly (``exact_matches``'
+    rule): only those rows are read, however many tools share the name."""
+    candidate = text.strip()
+    if not ids or len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):
+        return set()
+    toolkit, dot, name = candidate.partition(".")
+    clause, params = (
+        ("t.name = ? COLLATE NOCASE AND t.toolkit = ?", [name, toolkit.lower()])
+        if dot
+        else ("t.name = ? COLLATE NOCASE", [candidate])
+    )
+    found: set[int] = set()
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        found.update(
+            row[0]
+            for row in conn.execute(
+                f"SELECT t.id FROM tools t WHERE t.id IN ({','.join('?' * len(chunk))}) "
+                f"AND {clause}",
+                (*chunk, *params),
+            )
+        )
+    return found
+
+
 def rule_matches_a_tool(conn: sqlite3.Connection, rule: Rule) -> bool:
     """Whether ``rule`` matches any registered tool, of any version."""
     sql, value = rule.sql()

@@ -1,0 +1,177 @@
+"""Hostile: ``Catalog.search_kept`` is what a server runs on its event loop, so its work must
+not grow with what the catalog holds beyond the request's own hits: many tools sharing one
+name (a principal's reordering pins the tools the query names), many toolkits (a scope's
+toolkit that is not registered). And what it answers is ``search``'s, whoever wrote the file
+meanwhile and whatever the request's filters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import SAMPLE_TOOLKITS
+from toolcat import Catalog, Policy, Toolkit
+from toolcat.errors import UnknownToolkitError
+from toolcat.search import engine
+
+
+def same_named(count: int) -> list[Toolkit]:
+    """``count`` toolkits, each with a tool called ``get`` (an OpenAPI import's verbs)."""
+    return [
+        Toolkit.model_validate(
+            {
+                "toolkit": f"kit{i:05d}",
+                "version": "1.0.0",
+                "module": "tests.fixtures",
+                "tags": ["first" if i == 0 else "rest"],
+                "tools": [
+                    {
+                        "name": "get",
+                        "description": f"Fetch record {i} from the store.",
+                        "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
+                        "implementation": "tests.fixtures.tools:add",
+                    }
+                ],
+            }
+        )
+        for i in range(count)
+    ]
+
+
+def vm_steps(catalog: Catalog, fn: Callable[[], Any]) -> tuple[Any, int]:
+    """``fn()`` and the SQLite VM instructions it ran on ``catalog``'s connection: the work
+    a read did, counted exactly (no clock)."""
+    steps = [0]
+
+    def count() -> int:
+        steps[0] += 1
+        return 0
+
+    catalog._conn.set_progress_handler(count, 1)
+    try:
+        return fn(), steps[0]
+    finally:
+        catalog._conn.set_progress_handler(None, 1)
+
+
+def catalog_of(tmp_path: Path, count: int) -> Path:
+    path = tmp_path / f"same{count}.db"
+    with Catalog(path) as catalog:
+        catalog.register(same_named(count))
+    return path
+
+
+def warm(catalog: Catalog, query: str, **options: Any) -> None:
+    for _ in range(engine.POSTINGS_AFTER + 1):
+        catalog.search(query, **options)
+    assert catalog._search.postings.index is not None
+
+
+def kept_work_with_uses(path: Path) -> int:
+    """VM steps of a kept answer for a principal with a recorded use of one hit, the query
+    naming every ``get`` tool exactly."""
+    with Catalog(path) as catalog:
+        options: dict[str, Any] = {"mode": "bm25", "k": 5, "principal": "carol"}
+        warm(catalog, "get", **options)
+        hit = catalog.search("get", **options).hits[0].tool.id
+        assert catalog.record_uses([("get", hit)], principal="carol") == 1
+        expected = catalog.search("get", **options)
+        found, steps = vm_steps(catalog, lambda: catalog.search_kept("get", **options))
+        assert found is not None
+        assert [h.tool.id for h in found.hits] == [h.tool.id for h in expected.hits]
+        return steps
+
+
+def test_a_principals_kept_answer_does_not_read_every_same_named_tool(tmp_path: Path) -> None:
+    """Hostile: a one-word query naming a tool that thousands of toolkits have, asked by a
+    principal with one recorded use. The reordering asked which tools the query names
+    exactly across the whole catalog (every ``get`` row, all its columns), on the event
+    loop at every repeat; only the ranked hits matter."""
+    few = kept_work_with_uses(catalog_of(tmp_path, 10))
+    many = kept_work_with_uses(catalog_of(tmp_path, 400))
+    assert many < few * 2, (few, many)
+
+
+def test_a_scope_toolkit_not_registered_is_no_kept_answer_and_reads_no_names(
+    tmp_path: Path,
+) -> None:
+    """Hostile: a scope whose toolkit is not (or no longer) registered. The kept path read
+    every toolkit's name and ran difflib over them for the error's close matches, on the
+    event loop at every request; it now leaves the request (and its error) to ``search``."""
+
+    def work(path: Path) -> int:
+        with Catalog(path) as catalog:
+            warm(catalog, "fetch record", mode="bm25")
+            found, steps = vm_steps(
+                catalog, lambda: catalog.search_kept("fetch record", mode="bm25", toolkit="kit9")
+            )
+            assert found is None
+            with pytest.raises(UnknownToolkitError, match="Did you mean"):
+                catalog.search("fetch record", mode="bm25", toolkit="kit9")  # search's error
+            return steps
+
+    few, many = work(catalog_of(tmp_path, 10)), work(catalog_of(tmp_path, 400))
+    assert many < few * 2, (few, many)
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    path = tmp_path / "catalog.db"
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    return path
+
+
+QUERY = "count the words in a text"
+
+
+def hits(found: Any) -> list[str] | None:
+    return None if found is None else [h.tool.id for h in found.hits]
+
+
+def test_kept_answers_follow_every_request_filter(sample: Path) -> None:
+    """Regression: the same query under other tags, exclusions, policies or toolkit is
+    never answered from another filter's kept ranking."""
+    variants: list[dict[str, Any]] = [
+        {},
+        {"tags": ["text"]},
+        {"any_tags": ["filesystem", "text"]},
+        {"exclude_tags": ["text"]},
+        {"policies": [Policy(deny=["toolkit:text"])]},
+        {"policies": [Policy(deny=["toolkit:*"], allow=["toolkit:files"])]},
+        {"toolkit": "text"},
+    ]
+    with Catalog(sample) as catalog, Catalog(sample) as fresh:
+        for options in variants:
+            warm(catalog, QUERY, mode="bm25", **options)
+        for options in variants:
+            expected = hits(fresh.search(QUERY, mode="bm25", **options))
+            assert hits(catalog.search_kept(QUERY, mode="bm25", **options)) == expected, options
+
+
+@pytest.mark.parametrize("change", ["deprecate", "remove", "reregister", "fold"])
+def test_a_write_from_another_connection_drops_the_kept_answer(sample: Path, change: str) -> None:
+    """Regression: whatever another connection writes, the next kept look-up sees it."""
+    with Catalog(sample) as catalog, Catalog(sample) as admin:
+        warm(catalog, QUERY, mode="bm25")
+        first = catalog.search(QUERY, mode="bm25").hits[0].tool
+        assert catalog.search_kept(QUERY, mode="bm25") is not None
+        if change == "deprecate":
+            admin.deprecate(f"{first.toolkit}@{first.version}")
+        elif change == "remove":
+            admin.remove(first.toolkit)
+        elif change == "reregister":
+            admin.remove(first.toolkit)
+            admin.register(SAMPLE_TOOLKITS)
+        else:  # the catalog's own uses folded into the index
+            last = catalog.search(QUERY, mode="bm25").hits[-1].tool.id
+            assert admin.record_uses([(QUERY, last)] * 3) >= 1
+            admin.reindex()
+        assert catalog.search_kept(QUERY, mode="bm25") is None
+        with Catalog(sample) as fresh:
+            assert hits(catalog.search(QUERY, mode="bm25")) == hits(
+                fresh.search(QUERY, mode="bm25")
+            )
