@@ -175,3 +175,39 @@ def test_a_write_from_another_connection_drops_the_kept_answer(sample: Path, cha
             assert hits(catalog.search(QUERY, mode="bm25")) == hits(
                 fresh.search(QUERY, mode="bm25")
             )
+
+
+def test_kept_short_names_are_shared_by_readers_until_forgotten(tmp_path: Path) -> None:
+    """The shared-name verdicts a reader keeps serve the others' ``short_names_kept``;
+    none is given before any was read, nor after a copy swapped in again at the same
+    revision (``forget_kept``)."""
+    from toolcat.server.scope import Scope
+
+    path = catalog_of(tmp_path, 5)
+    scope = Scope(tags=("first",))
+    wide = Scope()
+    with Catalog(path) as server, Catalog(path) as first, Catalog(path) as second:
+        first.share_indexes(server)
+        second.share_indexes(server)
+        tool = first.get("kit00000.get")
+        assert second.short_names_kept([tool], within=scope) is None  # nothing read yet
+        assert first.short_names([tool], within=scope) == {"kit00000.get": "get"}
+        assert first.short_names([tool], within=wide) == {"kit00000.get": "kit00000.get"}
+        assert second.short_names_kept([tool], within=scope) == {"kit00000.get": "get"}
+        assert second.short_names_kept([tool], within=wide) == {"kit00000.get": "kit00000.get"}
+        with Catalog(path) as admin:  # a second 'get' within the scope: a new revision
+            admin.register(
+                [
+                    kit.model_copy(update={"tags": ["first"], "version": "2.0.0"})
+                    for kit in same_named(2)[1:]
+                ]
+            )
+        assert second.short_names_kept([tool], within=scope) is None
+        assert first.short_names([tool], within=scope) == {"kit00000.get": "kit00000.get"}
+        server.forget_kept()
+        third = Catalog(path)
+        try:
+            third.share_indexes(server)
+            assert third.short_names_kept([tool], within=scope) is None
+        finally:
+            third.close()

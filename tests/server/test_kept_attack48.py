@@ -102,3 +102,42 @@ def test_a_missing_scope_toolkit_is_explained_alike_on_both_paths(tmp_path: Path
         answers = anyio.run(check)
         assert len(set(answers)) == 1 and answers[0][0], answers
         assert "kit00003" in answers[0][1] and "kit00002" not in answers[0][1]
+
+
+def test_a_legacy_session_answered_on_the_loop_is_told_of_its_found_tools(
+    tmp_path: Path,
+) -> None:
+    """Regression: a 2025 session whose search is answered from another session's kept
+    answer (on the event loop) has the deferred tools it found revealed in its own list,
+    and is sent ``list_changed``, as when its search was ranked on a reader; the other
+    session's list is its own."""
+    from tests.helpers import SAMPLE_TOOLKITS
+    from tests.server.clients import LEGACY, LIST_CHANGED
+
+    db = tmp_path / "sample.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    asked = {"query": "delete a file", "k": 3}
+    with served(db) as (url, server):
+        trips = counted_reader_runs(server, "CatalogServer._search")
+
+        async def check() -> None:
+            async with http_session(url, None, mode=LEGACY) as first:
+                for _ in range(3):
+                    await first.call("search_tools", asked)
+                assert "delete_file" in await first.names()
+            async with (
+                http_session(url, None, mode=LEGACY) as second,
+                http_session(url, None, mode=LEGACY) as bystander,
+            ):
+                plain = await bystander.names()
+                assert "delete_file" not in plain
+                trips[0] = 0
+                await second.call("search_tools", asked)
+                assert trips[0] == 0  # the kept answer, on the event loop
+                await second.wait_for(LIST_CHANGED)
+                assert "delete_file" in await second.names()
+                assert await bystander.names() == plain
+                assert LIST_CHANGED not in bystander.notifications
+
+        anyio.run(check)
