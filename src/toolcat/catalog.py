@@ -331,7 +331,7 @@ class Catalog:
         mine, theirs = self._search, other._search
         mine.postings, mine.vectors = theirs.postings, theirs.vectors
         mine.answers, mine.built = theirs.answers, theirs.built
-        mine.namesakes = theirs.namesakes
+        mine.namesakes, mine.modes = theirs.namesakes, theirs.modes
 
     def forget_kept(self) -> None:
         """Forget the kept search answers, built hit tools and shared names
@@ -1026,15 +1026,17 @@ class Catalog:
         for a toolkit that is not registered, active or that version: None (``search``
         raises its error, whose close matches read every toolkit's name).
         """
-        with self._lock:
-            plan = self._search.plan(self._conn, query.mode)
+        engine = self._search
+        with self._lock:  # BM25, known without a scan (``best_mode``'s may be one)
+            if (engine.checked_mode(query.mode) or engine.known_best_mode(self._conn)) != "bm25":
+                return None
         try:
-            result = self._search.kept(
+            result = engine.kept(
                 self._snapshot,
                 functools.partial(self._scope_filters, explain=False),
-                self._search.result,
+                engine.result,
                 query.text,
-                plan,
+                ("bm25", ""),
                 query.k,
                 query.scope,
                 query.principal,

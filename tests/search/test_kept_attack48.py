@@ -211,3 +211,70 @@ def test_kept_short_names_are_shared_by_readers_until_forgotten(tmp_path: Path) 
             assert third.short_names_kept([tool], within=scope) is None
         finally:
             third.close()
+
+
+def test_the_kept_path_never_asks_whether_the_model_has_vectors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hostile (the lead's follow-up): with the default mode, whether the model has vectors
+    is a scan of the embeddings table when it has none but another model has many (nothing
+    indexes the model alone). The kept path answers only when the best mode is already
+    known at this revision; the scan is a reader's, once per revision for all readers."""
+    from toolcat.store import reader
+
+    asked: list[str] = []
+    has_vectors = reader.has_vectors
+
+    def counted(conn: Any, model: str) -> bool:
+        asked.append(model)
+        return has_vectors(conn, model)
+
+    monkeypatch.setattr(reader, "has_vectors", counted)
+    path = tmp_path / "catalog.db"
+    with Catalog(path) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    with Catalog(path) as server, Catalog(path) as other:
+        other.share_indexes(server)
+        assert other.search_kept("hash a string") is None and not asked  # not known: no scan
+        for _ in range(engine.POSTINGS_AFTER):
+            server.search("hash a string")
+        scans = len(asked)
+        assert 1 <= scans <= engine.POSTINGS_AFTER  # the reader's, kept for the revision
+        assert other.search_kept("hash a string") is not None and len(asked) == scans
+        server.reindex()  # vectors: a new revision, hybrid by default
+        assert other.search_kept("hash a string") is None and len(asked) == scans
+        server.search("hash a string")
+        assert other.search_kept("hash a string") is None  # hybrid: a reader's to answer
+        assert other.search_kept("hash a string", mode="bm25") is None  # never ranked as BM25
+        assert len(asked) == scans + 1
+
+
+def test_a_principals_uses_are_read_for_its_hits_only(tmp_path: Path) -> None:
+    """Hostile (the lead's follow-up): statistics (``ANALYZE``) taken while the usage table
+    was small led SQLite to scan it whole (every principal's uses) and join the tools to
+    it, at every request of a principal with a use (on the event loop for a kept answer),
+    however big it grew after. Reading the uses of five hits costs the same with no other
+    principal's uses as with 300's."""
+    from toolcat.store import reader
+
+    path = catalog_of(tmp_path, 20)
+
+    def work(others: int) -> int:
+        copy = tmp_path / f"uses{others}.db"
+        copy.write_bytes(path.read_bytes())
+        with Catalog(copy) as catalog:
+            tools = [t.id for t in catalog.iter_tools(include_deferred=True)]
+            mine = [("look up one stored record", t) for t in tools]
+            assert catalog.record_uses(mine, principal="carol") == len(tools)
+            catalog._conn.execute("ANALYZE")  # statistics of a small usage table, kept
+            for n in range(others):
+                catalog.record_uses([("get", t) for t in tools], principal=f"p{n}")
+            ids = [row[0] for row in catalog._conn.execute("SELECT id FROM tools LIMIT 5")]
+            found, steps = vm_steps(
+                catalog, lambda: reader.principal_uses(catalog._conn, "carol", ids)
+            )
+            assert sorted(found) == sorted(ids)
+            return steps
+
+    few, many = work(0), work(300)
+    assert many < few * 2, (few, many)

@@ -136,6 +136,7 @@ class SearchEngine:
         self.built: KeptAtRevision[int, RegisteredTool]
         self.answers: KeptAtRevision[AnswerKey, tuple[Ranked, tuple[str, ...]]]
         self.namesakes: KeptAtRevision[tuple[FilterKey, str], bool]
+        self.modes: KeptAtRevision[str, str]  # model -> the best mode (``best_mode``)
         self.forget_kept()
         self._names: dict[int, fusion.NameWeight] = {}  # row id -> name weight, at:
         self._names_revision = -1
@@ -150,6 +151,7 @@ class SearchEngine:
         self.built = KeptAtRevision(HIT_CACHE_SIZE)
         self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
         self.namesakes = KeptAtRevision(NAMESAKE_CACHE_SIZE)
+        self.modes = KeptAtRevision(4)
 
     # -- which model, which mode ----------------------------------------------------------
 
@@ -169,17 +171,34 @@ class SearchEngine:
         return wanted
 
     def best_mode(self, conn: sqlite3.Connection) -> str:
-        """Hybrid when embeddings are installed and the catalog has vectors, else BM25."""
+        """Hybrid when embeddings are installed and the catalog has vectors, else BM25;
+        kept per revision (whether the model has vectors can be a scan of the embeddings
+        table: nothing indexes the model alone)."""
+        known = self.known_best_mode(conn)
+        if known is not None:
+            return known
+        revision, wanted = reader.revision(conn), self.models(conn)[1]
+        mode = "hybrid" if reader.has_vectors(conn, wanted) else "bm25"
+        self.modes.keep(revision, {wanted: mode})
+        return mode
+
+    def known_best_mode(self, conn: sqlite3.Connection) -> str | None:
+        """``best_mode`` when it costs no scan (kept at this revision, or no embeddings
+        installed), else None."""
         if not embeddings_installed():
             return "bm25"
-        return "hybrid" if reader.has_vectors(conn, self.models(conn)[1]) else "bm25"
+        return self.modes.get(reader.revision(conn), self.models(conn)[1])
 
     def plan(self, conn: sqlite3.Connection, mode: str | None) -> tuple[str, str]:
         """(mode, embedding model id, or "" when the mode needs none) for a query."""
+        mode = self.checked_mode(mode) or self.best_mode(conn)
+        return mode, self.model_id(conn) if mode in VECTOR_MODES else ""
+
+    @staticmethod
+    def checked_mode(mode: str | None) -> str | None:
         if mode is not None and mode not in SEARCH_MODES:
             raise InvalidQueryError(f"unknown search mode {mode!r}; use one of {SEARCH_MODES}")
-        mode = mode or self.best_mode(conn)
-        return mode, self.model_id(conn) if mode in VECTOR_MODES else ""
+        return mode
 
     @staticmethod
     def encode_query(model_id: str, text: str) -> Any:

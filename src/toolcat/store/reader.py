@@ -584,7 +584,9 @@ def principal_uses(
     for start in range(0, len(tool_ids), 500):
         chunk = list(tool_ids[start : start + 500])
         for tool_id, query in conn.execute(
-            "SELECT t.id, u.query FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
+            # The hits first (CROSS JOIN keeps SQLite to that order whatever ANALYZE found),
+            # then each one's uses by index: never every use the principal recorded.
+            "SELECT t.id, u.query FROM tools t CROSS JOIN usage u ON t.toolkit = u.toolkit "
             f"AND t.name = u.name WHERE u.principal = ? AND t.id IN ({','.join('?' * len(chunk))}) "
             "ORDER BY u.id DESC",
             (principal, *chunk),
@@ -597,30 +599,36 @@ def principal_uses(
 MAX_ADDRESS_CHARS = 130
 
 
-def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
-    """Row ids of the tools ``text`` names exactly (``name`` or ``toolkit.name``)."""
+def _named(text: str) -> tuple[str | None, str] | None:
+    """(toolkit, or None for a bare name; tool name) of the address ``text`` may be, any
+    case; None when it cannot be one."""
     candidate = text.strip()
     if len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):
-        return []
+        return None
     toolkit, dot, name = candidate.partition(".")
-    if dot:
-        rows = find_rows(conn, name, toolkit=toolkit.lower(), nocase=True, filters=filters)
-    else:
-        rows = find_rows(conn, candidate, nocase=True, filters=filters)
-    return [row[0] for row in rows]
+    return (toolkit.lower(), name) if dot else (None, candidate)
+
+
+def exact_matches(conn: sqlite3.Connection, text: str, filters: Filters) -> list[int]:
+    """Row ids of the tools ``text`` names exactly (``name`` or ``toolkit.name``)."""
+    named = _named(text)
+    if named is None:
+        return []
+    toolkit, name = named
+    return [row[0] for row in find_rows(conn, name, toolkit=toolkit, nocase=True, filters=filters)]
 
 
 def exact_among(conn: sqlite3.Connection, text: str, ids: Sequence[int]) -> set[int]:
     """Which of the tools with row ids ``ids`` ``text`` names exactly (``exact_matches``'
     rule): only those rows are read, however many tools share the name."""
-    candidate = text.strip()
-    if not ids or len(candidate) > MAX_ADDRESS_CHARS or any(c.isspace() for c in candidate):
+    named = _named(text)
+    if not ids or named is None:
         return set()
-    toolkit, dot, name = candidate.partition(".")
+    toolkit, name = named
     clause, params = (
-        ("t.name = ? COLLATE NOCASE AND t.toolkit = ?", [name, toolkit.lower()])
-        if dot
-        else ("t.name = ? COLLATE NOCASE", [candidate])
+        ("t.name = ? COLLATE NOCASE", [name])
+        if toolkit is None
+        else ("t.name = ? COLLATE NOCASE AND t.toolkit = ?", [name, toolkit])
     )
     found: set[int] = set()
     for start in range(0, len(ids), 500):
