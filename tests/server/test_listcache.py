@@ -498,3 +498,41 @@ def test_readers_now_takes_only_a_free_reader(db: Path) -> None:
             assert readers.now(lambda c: c) in (first, second)
         finally:
             readers.close()
+
+
+def test_a_served_heap_is_settled_once_warm_and_again_at_each_revision(db: Path) -> None:
+    """``toolcat serve`` in a process of its own (``settle_heap``): what it built to serve
+    a revision is frozen out of later collections once warm; preparing a new revision
+    unfreezes it first, so the old revision's readers and index are collected with the
+    rest. A server in someone else's process (the default) leaves their collector alone."""
+    import gc
+    import weakref
+
+    from toolcat.server.mcp import settle_heap
+
+    assert gc.get_freeze_count() == 0
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        plain = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600))
+        try:
+            revision = plain.watcher.current()
+            assert revision is not None
+            plain.prepare(revision)
+            assert gc.get_freeze_count() == 0  # not its process: nothing frozen
+        finally:
+            plain.close()
+        own = CatalogServer(Catalog(db), ServeOptions(watch_interval=3600, settle_heap=True))
+        try:
+            own.prepare(revision)
+            assert gc.get_freeze_count() > 0
+            old = [weakref.ref(reader) for reader in own.readers._opened]
+            own.prepare(revision)  # a copy restored again: the old readers retired
+            assert gc.get_freeze_count() > 0
+            gc.collect()
+            assert old and all(ref() is None for ref in old)  # not kept frozen
+        finally:
+            own.close()
+    finally:
+        gc.unfreeze()

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..store.replica import Follower
 from .options import check_policy, json_option, open_catalog, tag_options
 from .output import echo, emit_json
-from .text import one_line, plural
+from .text import PROCESS, one_line, plural
 
 
 def first_revision(ctx: click.Context, source: str, wait: float) -> Follower:
@@ -175,7 +175,7 @@ def serve(
     require_sdk()
     import anyio
 
-    from ..server.mcp import CatalogServer, ServeOptions, serve_stdio
+    from ..server.mcp import CatalogServer, ServeOptions, serve_stdio, settle_heap
     from ..server.tokens import Tokens, load_tokens
 
     if tokens_file and not use_http:
@@ -222,6 +222,7 @@ def serve(
             policy=policy,
             per_caller=tokens_file is not None,
             access_log=use_http if access_log is None else access_log,
+            settle_heap=PROCESS.own,
         ),
         follower=follower,
     )
@@ -233,6 +234,8 @@ def serve(
         follower.look()  # how fresh the copy is now, not when the last process looked
     else:  # the index the last write saved: the first query is not FTS5's (readers share it)
         catalog.warm()
+    if PROCESS.own:
+        settle_heap()
     if not use_http:
         anyio.run(serve_stdio, server)
         return

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import json
 import logging
 import queue
@@ -164,6 +165,9 @@ class ServeOptions:
         readers: Catalog connections that serve reads and searches side by side.
         per_caller: The list depends on who asks (a tokens file): ``cacheScope: private``.
         access_log: A line per request on stderr (server/access.py).
+        settle_heap: The process is this server's own (``toolcat serve``): what it built
+            to serve a revision is put out of the garbage collector's reach once warm
+            (``settle_heap``), and collected with the rest when a new revision is prepared.
     """
 
     tags: tuple[str, ...] = ()
@@ -179,6 +183,7 @@ class ServeOptions:
     readers: int = 4
     per_caller: bool = False
     access_log: bool = False
+    settle_heap: bool = False
 
 
 T = TypeVar("T")
@@ -575,6 +580,8 @@ class CatalogServer:
         it listens): warm readers on the new file, and the server scope's ``tools/list``,
         which on a big catalog is the costliest thing a first request would build."""
         started = time.perf_counter()
+        if self.options.settle_heap:
+            gc.unfreeze()  # the old revision's readers and index go with the next collection
         self.readers.renew(revision)
         renewed = time.perf_counter()
         # A copy restored again at the same revision replaced one found damaged: nothing
@@ -592,6 +599,8 @@ class CatalogServer:
         # Nor is a list built from that copy served: taken up again from what was prepared.
         self._lists_revision = -1
         self.list_cache.forget()
+        if self.options.settle_heap:
+            settle_heap()
         self.watcher.prepared = revision
         self._prepare_steps = {
             "readers": round(renewed - started, 3),
@@ -873,6 +882,17 @@ class CatalogServer:
             content=[types.TextContent(type="text", text=json.dumps(payload))],
             structured_content=payload,
         )
+
+
+def settle_heap() -> None:
+    """Collect once, then keep everything alive now (modules, the catalog, warm readers,
+    their index and kept answers) out of later collections (``gc.freeze``). A serving
+    process's heap is mostly what it built to start; each full collection walked all of it
+    while the kept answers and hit tools filled (10k tools: one of ~20 ms in 300 queries,
+    BM25 p99 4.1x p50; frozen, none: 2.1-2.4x). For a process of its own only: what is
+    frozen and later dropped in a cycle stays until ``gc.unfreeze``."""
+    gc.collect()
+    gc.freeze()
 
 
 class ResolvedTools:
