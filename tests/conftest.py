@@ -24,3 +24,11 @@ def catalog(db_path: Path) -> Iterator[Catalog]:
 def sample_catalog(catalog: Catalog) -> Catalog:
     catalog.register(SAMPLE_TOOLKITS)
     return catalog
+
+
+@pytest.fixture
+def sample_path(db_path: Path) -> Path:
+    """A catalog file with the sample toolkits registered, no connection left open."""
+    with Catalog(db_path) as cat:
+        cat.register(SAMPLE_TOOLKITS)
+    return db_path

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog
 from toolcat.search import engine
 from toolcat.search.kept import KeptAtRevision
@@ -24,11 +23,8 @@ QUERIES = [
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    db = tmp_path / "catalog.db"
-    with Catalog(db) as catalog:
-        catalog.register(SAMPLE_TOOLKITS)
-    return db
+def path(sample_path: Path) -> Path:
+    return sample_path
 
 
 def asked(catalog: Catalog, query: str, **options: object) -> list[tuple[str, float, str]]:

@@ -118,11 +118,8 @@ def test_a_scope_toolkit_not_registered_is_no_kept_answer_and_reads_no_names(
 
 
 @pytest.fixture
-def sample(tmp_path: Path) -> Path:
-    path = tmp_path / "catalog.db"
-    with Catalog(path) as catalog:
-        catalog.register(SAMPLE_TOOLKITS)
-    return path
+def sample(sample_path: Path) -> Path:
+    return sample_path
 
 
 QUERY = "count the words in a text"
@@ -214,7 +211,7 @@ def test_kept_short_names_are_shared_by_readers_until_forgotten(tmp_path: Path) 
 
 
 def test_the_kept_path_never_asks_whether_the_model_has_vectors(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sample_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Hostile (the lead's follow-up): with the default mode, whether the model has vectors
     is a scan of the embeddings table when it has none but another model has many (nothing
@@ -230,10 +227,7 @@ def test_the_kept_path_never_asks_whether_the_model_has_vectors(
         return has_vectors(conn, model)
 
     monkeypatch.setattr(reader, "has_vectors", counted)
-    path = tmp_path / "catalog.db"
-    with Catalog(path) as catalog:
-        catalog.register(SAMPLE_TOOLKITS)
-    with Catalog(path) as server, Catalog(path) as other:
+    with Catalog(sample_path) as server, Catalog(sample_path) as other:
         other.share_indexes(server)
         assert other.search_kept("hash a string") is None and not asked  # not known: no scan
         for _ in range(engine.POSTINGS_AFTER):
