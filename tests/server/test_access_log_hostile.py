@@ -6,6 +6,7 @@ its principal."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +125,10 @@ def test_a_first_modern_call_works_without_a_list_and_names_its_principal(served
         **{**MODERN_CALL, "Mcp-Param-Tool": "math.add"},
     )
     assert lying.status_code == 400
-    _, lines = log_of(stderr)
+    deadline = time.monotonic() + 10  # the line is written as the response ends: a loaded
+    _, lines = log_of(stderr)  # machine may show the client its answer first
+    while not any(line[2] == "400" for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _, lines = log_of(stderr)
     assert ("math-team", "tools/call call_tool:convert_units", "ok") in lines
     assert [line for line in lines if line[2] == "400"] == [("math-team", "POST /mcp", "400")]
