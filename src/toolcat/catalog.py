@@ -1027,16 +1027,13 @@ class Catalog:
         raises its error, whose close matches read every toolkit's name).
         """
         engine = self._search
-        with self._lock:  # BM25, known without a scan (``best_mode``'s may be one)
-            if (engine.checked_mode(query.mode) or engine.known_best_mode(self._conn)) != "bm25":
-                return None
         try:
             result = engine.kept(
                 self._snapshot,
                 functools.partial(self._scope_filters, explain=False),
                 engine.result,
                 query.text,
-                ("bm25", ""),
+                query.mode,
                 query.k,
                 query.scope,
                 query.principal,

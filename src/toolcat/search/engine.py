@@ -271,20 +271,24 @@ class SearchEngine:
         filters: Callable[[sqlite3.Connection, Scope], Filters],
         answer: Callable[[sqlite3.Connection, Ranking], Answer],
         query: str,
-        plan: tuple[str, str],
+        mode: str | None,
         k: int,
         scope: Scope,
         principal: str | None = None,
     ) -> Answer | None:
-        """``search``'s answer (same arguments) when it costs no ranking and no tool read: a
-        BM25 ranking of ``query`` kept at the snapshot's revision, its in-memory index loaded
-        and every hit's tool built; None otherwise, with nothing ranked, read or built. What
-        is left is a few indexed reads (the revision, the scope's toolkit, the principal's
-        uses), so a server may answer a repeated request on its event loop."""
-        if plan[0] != "bm25" or not query.strip():
+        """``search``'s answer when it costs no ranking and no tool read: a BM25 ranking of
+        ``query`` kept at the snapshot's revision (``mode`` BM25, or None and BM25 known to be
+        the best at that revision), its in-memory index loaded and every hit's tool built;
+        None otherwise, with nothing ranked, read or built. What is left is a few indexed
+        reads (the revision, the scope's toolkit, the principal's uses), so a server may
+        answer a repeated request on its event loop."""
+        mode = self.checked_mode(mode)
+        if not query.strip():
             return None
         with snapshot() as conn:
-            revision, ranking = self._kept(conn, query, plan[0], filters(conn, scope), k)
+            if (mode or self.known_best_mode(conn)) != "bm25":
+                return None  # the best mode not known here: finding it may be a scan
+            revision, ranking = self._kept(conn, query, "bm25", filters(conn, scope), k)
             if (
                 ranking is None
                 or self._index(conn, revision) is None  # else a query may start building it
