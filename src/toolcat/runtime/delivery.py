@@ -5,14 +5,18 @@ The tool runs on another thread; each event it reports is queued on the loop and
 awaits the callback for each in turn. The call's result waits until that task has delivered
 the last one (at most ``DRAIN_SECONDS``), so a transport that closes its response with the
 result (the 2026 era over HTTP) has sent every event first. A callback that fails is logged
-once per call; the remaining events still go, and the call's result is not affected. How many
-events reach the queue is bounded by the call's ``events.Gate``.
+once per call; the remaining events still go, and the call's result is not affected (one that
+raises ``CancelledError`` ends the call's delivery, logged, without cancelling the caller). A
+caller cancelled while its events drain stops their delivery. The callback runs in the caller's
+context variables, never in the tool's. How many events reach the queue is bounded by the
+call's ``events.Gate``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import logging
 from collections.abc import Callable
@@ -38,10 +42,13 @@ class Delivery:
         self.failed = False
         self.task: asyncio.Task[None] | None = None  # started by the first event
         self.ended = False
+        # The callback runs in its caller's context, never in the tool's that put the event
+        # (a loop callback runs in the putting thread's context, with the tool's event sink).
+        self.context = contextvars.copy_context()
 
     def put(self, event: ToolEvent) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
-            self.loop.call_soon_threadsafe(self._queued, event)
+            self.loop.call_soon_threadsafe(self._queued, event, context=self.context)
 
     def _queued(self, event: ToolEvent) -> None:
         """On the loop: the event queued for the pump, which the first one starts (most
@@ -71,14 +78,19 @@ class Delivery:
             self.task.cancel()
             return
         self.queue.put_nowait(_END)  # after every event the call put (the loop is FIFO)
-        try:
-            await asyncio.wait_for(asyncio.shield(self.task), DRAIN_SECONDS)
-        except asyncio.TimeoutError:
+        try:  # ``wait``, not the task itself: a callback's CancelledError stays its own
+            done, _ = await asyncio.wait({self.task}, timeout=DRAIN_SECONDS)
+        except BaseException:  # the caller was cancelled: its events go no further
+            self.task.cancel()
+            raise
+        if not done:
             self.task.cancel()
             logger.warning(
                 "a call's events were not all delivered within %gs: the rest are dropped",
                 DRAIN_SECONDS,
             )
+        elif self.task.cancelled():
+            logger.warning("a call's event callback was cancelled: the rest are dropped")
 
     async def _pump(self) -> None:
         while (event := await self.queue.get()) is not _END:
