@@ -500,6 +500,11 @@ def test_readers_now_takes_only_a_free_reader(db: Path) -> None:
             readers.close()
 
 
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
 def test_a_served_heap_is_settled_once_warm_and_again_at_each_revision(db: Path) -> None:
     """``toolcat serve`` in a process of its own (``settle_heap``): what it built to serve
     a revision is frozen out of later collections once warm; preparing a new revision
@@ -528,10 +533,21 @@ def test_a_served_heap_is_settled_once_warm_and_again_at_each_revision(db: Path)
             own.prepare(revision)
             assert gc.get_freeze_count() > 0
             old = [weakref.ref(reader) for reader in own.readers._opened]
+            # What the old revision holds in a reference cycle, frozen with it (refcounts
+            # alone never free a cycle: only a collection that may visit it).
+            gc.unfreeze()
+            cycles = []
+            for reader in own.readers._opened:
+                cycle = Cycle()
+                cycles.append(weakref.ref(cycle))
+                reader.held_in_a_cycle = cycle  # type: ignore[attr-defined]
+            del cycle, reader
+            settle_heap()
             own.prepare(revision)  # a copy restored again: the old readers retired
             assert gc.get_freeze_count() > 0
             gc.collect()
-            assert old and all(ref() is None for ref in old)  # not kept frozen
+            assert old and all(ref() is None for ref in old)
+            assert cycles and all(ref() is None for ref in cycles)  # not kept frozen
         finally:
             own.close()
     finally:

@@ -234,7 +234,7 @@ def serve(
         follower.look()  # how fresh the copy is now, not when the last process looked
     else:  # the index the last write saved: the first query is not FTS5's (readers share it)
         catalog.warm()
-    if PROCESS.own:
+    if PROCESS.own and (follower is None or restarted):  # ``prepare`` settled a fresh one
         settle_heap()
     if not use_http:
         anyio.run(serve_stdio, server)

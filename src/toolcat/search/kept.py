@@ -1,6 +1,7 @@
-"""What a search engine keeps for one catalog revision: its BM25 answers and the tools it built
-for hits. A server's readers share one of each (``Catalog.share_indexes``), so a request one
-reader answered is kept for all of them, whichever thread or reader asks next."""
+"""What a search engine keeps for one catalog revision: its BM25 answers, the tools it built
+for hits, whether a hit's name is shared within a scope, and the best mode. A server's readers
+share one of each (``Catalog.share_indexes``), so a request one reader answered is kept for
+all of them, whichever thread or reader asks next."""
 
 from __future__ import annotations
 

@@ -815,17 +815,19 @@ class CatalogServer:
             "principal": learner,
         }
 
-        def visible(catalog: Catalog, found: SearchResult) -> Searched:
+        def in_scope(found: SearchResult) -> tuple[list[SearchHit], list[RegisteredTool]]:
             hits = [h for h in found.hits if scope.allows(h.tool)][:k]
-            tools = [h.tool for h in hits]
+            return hits, [h.tool for h in hits]
+
+        def visible(catalog: Catalog, found: SearchResult) -> Searched:
+            hits, tools = in_scope(found)
             return found, hits, catalog.short_names(tools, within=scope) if tools else {}
 
         def kept(catalog: Catalog) -> Searched | None:
             found = catalog.search_kept(query, **asked)
             if found is None:
                 return None
-            hits = [h for h in found.hits if scope.allows(h.tool)][:k]
-            tools = [h.tool for h in hits]
+            hits, tools = in_scope(found)
             # Names kept too: a hit's name shared by thousands of tools outside the scope
             # would be a scan of them all, here on the event loop.
             names = catalog.short_names_kept(tools, within=scope) if tools else {}

@@ -630,18 +630,11 @@ def exact_among(conn: sqlite3.Connection, text: str, ids: Sequence[int]) -> set[
         if toolkit is None
         else ("t.name = ? COLLATE NOCASE AND t.toolkit = ?", [name, toolkit])
     )
-    found: set[int] = set()
-    for start in range(0, len(ids), 500):
-        chunk = list(ids[start : start + 500])
-        found.update(
-            row[0]
-            for row in conn.execute(
-                f"SELECT t.id FROM tools t WHERE t.id IN ({','.join('?' * len(chunk))}) "
-                f"AND {clause}",
-                (*chunk, *params),
-            )
-        )
-    return found
+    marks = ",".join("?" * len(ids))  # a ranking's ids: at most k (``rows_by_id`` alike)
+    rows = conn.execute(
+        f"SELECT t.id FROM tools t WHERE t.id IN ({marks}) AND {clause}", (*ids, *params)
+    )
+    return {row[0] for row in rows}
 
 
 def rule_matches_a_tool(conn: sqlite3.Connection, rule: Rule) -> bool:
