@@ -1497,11 +1497,20 @@ class Catalog:
         event is delivered before this returns (runtime/delivery.py)."""
         import asyncio
 
-        def run(forward: Callable[[ToolEvent], Any] | None) -> asyncio.Future[ToolResult]:
-            future = self.runtime.executor.threads.submit(
-                self.call, address, arguments, timeout=timeout, on_event=forward
-            )
-            return asyncio.wrap_future(future)
+        from .models import RegisteredTool
+
+        async def run(forward: Callable[[ToolEvent], Any] | None) -> ToolResult:
+            threads = self.runtime.executor.threads
+            if not isinstance(address, RegisteredTool):  # resolved on a thread: it reads
+                future = threads.submit(
+                    self.call, address, arguments, timeout=timeout, on_event=forward
+                )
+                return await asyncio.wrap_future(future)
+            result = await self.runtime.acall(address, arguments, timeout=timeout, on_event=forward)
+            if result.success and self._recent_hits:  # ``used`` writes: not on the loop
+                with contextlib.suppress(Exception):  # learning must never fail a call
+                    await asyncio.wrap_future(threads.submit(self.used, address.id))
+            return result
 
         if on_event is None:
             return await run(None)

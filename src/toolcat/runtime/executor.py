@@ -49,7 +49,7 @@ class WorkerError(Exception):
         self.code = code
 
 
-def _timeout_error(tool_id: str, timeout: float, stopped: bool) -> ToolTimeoutError:
+def timeout_error(tool_id: str, timeout: float, stopped: bool) -> ToolTimeoutError:
     tail = "" if stopped else " (it may still be running in its thread)"
     return ToolTimeoutError(
         f"tool {tool_id!r} did not finish within {timeout:g} s{tail}; ask for less work, or "
@@ -143,12 +143,55 @@ class Executor:
             future.add_done_callback(lambda _: slot.release())
         try:
             ok, value = future.result(timeout=max(deadline - time.monotonic(), 0))
-            if ok and inspect.isawaitable(value):  # a sync function that returned a coroutine
-                future = asyncio.run_coroutine_threadsafe(_guarded(value, sink), self._event_loop())
-                ok, value = future.result(timeout=max(deadline - time.monotonic(), 0))
         except concurrent.futures.TimeoutError:
             future.cancel()  # cancels an async tool; a running thread cannot be stopped
-            raise _timeout_error(tool_id, timeout, stopped=is_async) from None
+            raise timeout_error(tool_id, timeout, stopped=is_async) from None
+        return self._outcome(
+            ok, value, tool_id=tool_id, timeout=timeout, deadline=deadline, sink=sink
+        )
+
+    def run_here(
+        self,
+        func: Callable[..., Any],
+        arguments: dict[str, Any],
+        *,
+        tool_id: str,
+        timeout: float,
+        deadline: float,
+        sink: events.Sink | None = None,
+    ) -> Any:
+        """``run`` for a sync ``func`` with no concurrency limit, on the calling thread: a tool
+        thread whose caller keeps the timeout itself (``Runtime.acall``). ``deadline`` is a
+        ``time.monotonic()`` reading; a coroutine ``func`` returns is awaited until then.
+
+        Raises:
+            ToolTimeoutError: A coroutine it returned did not finish by ``deadline``.
+            ToolFailed: The tool raised (anything).
+        """
+        ok, value = _invoke(func, arguments, sink)
+        return self._outcome(
+            ok, value, tool_id=tool_id, timeout=timeout, deadline=deadline, sink=sink
+        )
+
+    def _outcome(
+        self,
+        ok: bool,
+        value: Any,
+        *,
+        tool_id: str,
+        timeout: float,
+        deadline: float,
+        sink: events.Sink | None,
+    ) -> Any:
+        """The tool's value from ``_invoke``'s outcome; a coroutine a sync function returned is
+        awaited on the tools' loop until ``deadline`` (cancelled there when it is not done)."""
+        if ok and inspect.isawaitable(value):
+            future = asyncio.run_coroutine_threadsafe(_guarded(value, sink), self._event_loop())
+            try:
+                ok, value = future.result(timeout=max(deadline - time.monotonic(), 0))
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                raise timeout_error(tool_id, timeout, stopped=False) from None
         if not ok:
             raise ToolFailed(value)
         return value
@@ -175,7 +218,7 @@ class Executor:
             remaining = max(deadline - time.monotonic(), 0.001)
             reply = self.processes.call(key, message, timeout=remaining, on_event=sink)
         except WorkerTimeout:
-            raise _timeout_error(tool_id, timeout, stopped=True) from None
+            raise timeout_error(tool_id, timeout, stopped=True) from None
         except WorkerDied as e:
             raise WorkerError(f"tool {tool_id!r} failed: {e}") from None
         finally:

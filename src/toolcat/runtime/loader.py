@@ -59,6 +59,12 @@ def load(spec: str | None, tool_id: str = "", *, root: Any = _UNCHECKED) -> Any:
     return found
 
 
+def imported(spec: str) -> Any | None:
+    """What ``spec`` names if an earlier ``load`` imported it in this process, else None
+    (nothing is imported or checked: ``load`` does that)."""
+    return _cache.get(spec)
+
+
 def _check_origin(obj: Any, spec: str, tool_id: str, root: str) -> None:
     """Refuse an object defined outside ``root`` (``pkg.tools:os.system``, or a name
     ``pkg.tools`` imported from ``subprocess``)."""
