@@ -7,6 +7,7 @@ import inspect
 import sys
 import threading
 import time
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -64,6 +65,54 @@ def _failed(error: BaseException, started: float, log: EventLog) -> ToolResult:
     result = error_result(error, started)
     result.events = log.close()
     return result
+
+
+def _jsonable(value: Any, max_bytes: int) -> tuple[Any, bool]:
+    """The tool's value as JSON, cut to ``max_bytes``. Converting it runs the tool's own
+    code (a ``model_dump``, a dataclass's fields): whatever that raises is the tool's
+    failure, as ``_invoke`` makes it for the call itself, never the caller's (a
+    ``CancelledError`` would cancel the caller's task). A ``KeyboardInterrupt`` on the main
+    thread is the user's Ctrl-C and goes on."""
+    try:
+        return truncate(to_jsonable(value), max_bytes)
+    except BaseException as e:
+        if (
+            isinstance(e, KeyboardInterrupt)
+            and threading.current_thread() is threading.main_thread()
+        ):
+            raise
+        raise ToolFailed(e) from e
+
+
+async def _closed(log: EventLog) -> list[ToolEvent]:
+    """``log.close()`` on this loop, once no thread holds the log (a tool's thread holds it
+    while it reports: an artifact being written). Not on a tool thread: with none free
+    (stuck tools) the call would wait for one, and the runtime may be closed by now. What
+    the log passes on reaches the loop before this returns: a ``Delivery`` delivers it
+    before the result."""
+    while not log.lock.acquire(blocking=False):
+        await asyncio.sleep(0.005)
+    try:
+        events = log.close()
+    finally:
+        log.lock.release()
+    await asyncio.sleep(0)  # the events ``close`` put on this loop's queue go first
+    return events
+
+
+_MRO = type.__dict__["__mro__"]
+
+
+def _plain_sync(found: Any) -> bool:
+    """Whether ``found`` is a sync function or a pydantic model class, told without running
+    any of the tool's own code (``inspect.iscoroutinefunction`` reads ``__name__`` and
+    ``__code__`` through a callable object's ``__getattr__``: on the caller's loop)."""
+    if type(found) is types.FunctionType:
+        return not inspect.iscoroutinefunction(found)
+    from pydantic import BaseModel
+
+    # a class's MRO read as ``type`` reads it, past any metaclass of the tool's
+    return issubclass(type(found), type) and BaseModel in _MRO.__get__(found)
 
 
 async def _within(awaitable: Awaitable[ToolResult], seconds: float) -> ToolResult:
@@ -251,7 +300,7 @@ class Runtime:
             return False
         spec = tool.implementation
         found = imported(spec) if spec and remote.forwarder(spec) is None else None
-        return found is not None and not inspect.iscoroutinefunction(as_callable(found))
+        return found is not None and _plain_sync(found)
 
     async def _direct(
         self,
@@ -276,8 +325,7 @@ class Runtime:
             return await _within(asyncio.wrap_future(future), limit)
         except asyncio.TimeoutError:  # the caller's wait ends; a sync tool cannot be stopped
             failed = error_result(timeout_error(tool.id, limit, stopped=False), started)
-            # the tool's thread may hold its log a while (an artifact being written)
-            failed.events = await asyncio.wrap_future(self.executor.threads.submit(log.close))
+            failed.events = await _closed(log)
             return failed
 
     def _run_here(
@@ -301,9 +349,7 @@ class Runtime:
                 deadline=deadline,
                 sink=log,
             )
-            data, truncated = truncate(
-                to_jsonable(value), tool.max_result_bytes or self.max_result_bytes
-            )
+            data, truncated = _jsonable(value, tool.max_result_bytes or self.max_result_bytes)
         except (Exception, SystemExit) as e:  # the tool's own failures come as ToolFailed
             return _failed(e, started, log)
         return make_result(started, data=data, truncated=truncated, events=log.close())
@@ -385,7 +431,7 @@ class Runtime:
                     max_concurrency=tool.max_concurrency,
                     sink=log,
                 )
-                data, truncated = truncate(to_jsonable(value), max_bytes)
+                data, truncated = _jsonable(value, max_bytes)
         except (Exception, SystemExit) as e:  # the tool's own failures come as ToolFailed
             return _failed(e, started, log)
         return make_result(started, data=data, truncated=truncated, events=log.close())
