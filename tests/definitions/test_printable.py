@@ -35,3 +35,19 @@ def test_the_formatter_keeps_a_record_on_one_line() -> None:
     record.args = ("tool\nFORGED line", "\x1b]0;x\x07")
     line = EscapingFormatter("%(message)s").format(record)
     assert line == "tool\\x0aFORGED line: \\x1b]0;x\\x07"
+
+
+def test_the_fast_path_keeps_only_what_the_escaping_loop_would_keep() -> None:
+    """Text already one printable word is returned as is: every code point the shortcut
+    lets through must be one the character loop keeps unchanged, with and without
+    ``spaces``."""
+    for code in range(0x110000):
+        c = chr(code)
+        for spaces in (False, True):
+            kept = c != "\\" and c.isprintable() and ((spaces and c == " ") or not c.isspace())
+            assert (escape(c + "a", spaces=spaces) == c + "a") is kept, (hex(code), spaces)
+
+
+def test_the_fast_path_still_cuts_at_the_limit() -> None:
+    assert escape("a" * 81, 80) == "a" * 80 + "…"
+    assert escape("a" * 80, 80) == "a" * 80

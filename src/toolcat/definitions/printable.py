@@ -23,6 +23,15 @@ def escape(value: Any, limit: int = MAX_FIELD, *, spaces: bool = False) -> str:
     text = value if isinstance(value, str) else repr(value)
     if not text:
         return "''"
+    # Already one printable word (the common case: an access log line is four of them).
+    # ``isprintable`` is False for every whitespace but the plain space.
+    if (
+        len(text) <= limit
+        and text.isprintable()
+        and "\\" not in text
+        and (spaces or " " not in text)
+    ):
+        return text
     out: list[str] = []
     size = 0
     for c in text:

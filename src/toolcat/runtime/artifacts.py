@@ -136,10 +136,10 @@ def ready_folder(folder: Path) -> Path:
 
 
 class CallFolder:
-    """The folder of one call's large artifacts, created on its first one."""
+    """The folder of one call's large artifacts, created (and named) on its first one: most
+    calls have none, and a name costs a read of the system's random source."""
 
     def __init__(self) -> None:
-        self.call_id = f"call-{uuid.uuid4().hex}"
         self.path: Path | None = None
         self.written = 0
         self._names: set[str] = set()
@@ -154,7 +154,7 @@ class CallFolder:
         if self.path is None:
             base = private_root()
             sweep(base)
-            self.path = base / self.call_id
+            self.path = base / f"call-{uuid.uuid4().hex}"
             self.path.mkdir(mode=0o700)
         make_room(self.path.parent, len(content), keep=self.path)
         file_name = safe_name(name)
