@@ -223,6 +223,7 @@ def serve(
             per_caller=tokens_file is not None,
             access_log=use_http if access_log is None else access_log,
             settle_heap=PROCESS.own,
+            yield_to_loop=PROCESS.own,
         ),
         follower=follower,
     )

@@ -48,6 +48,7 @@ from ..models import RegisteredTool, SearchHit, SearchResult, ToolResult
 from ..policy.rules import Policy
 from ..policy.tags import TagFilter
 from ..runtime.call import error_result
+from ..runtime.threads import yield_to_loop
 from .access import AccessLog
 from .events import ArtifactLinks, forward_events
 from .listcache import ListCache
@@ -168,6 +169,9 @@ class ServeOptions:
         settle_heap: The process is this server's own (``toolcat serve``): what it built
             to serve a revision is put out of the garbage collector's reach once warm
             (``settle_heap``), and collected with the rest when a new revision is prepared.
+        yield_to_loop: The process is this server's own: the threads that run its calls and
+            searches run under Linux's ``SCHED_BATCH`` (``runtime.threads.yield_to_loop``),
+            so waking one does not take the event loop's core from it.
     """
 
     tags: tuple[str, ...] = ()
@@ -184,6 +188,7 @@ class ServeOptions:
     per_caller: bool = False
     access_log: bool = False
     settle_heap: bool = False
+    yield_to_loop: bool = False
 
 
 T = TypeVar("T")
@@ -195,9 +200,10 @@ class Readers:
     """A few catalogs on the same file, so slow searches do not queue behind each other
     on one SQLite connection. Each runs on a worker thread, never on the event loop."""
 
-    def __init__(self, catalog: Catalog, size: int) -> None:
+    def __init__(self, catalog: Catalog, size: int, *, yield_to_loop: bool = False) -> None:
         self._catalog = catalog
         self._size = max(1, size)
+        self.yields_to_loop = yield_to_loop  # its worker threads ``yield_to_loop``
         self._free: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         self._opened: list[Catalog] = []
         self._limiter = anyio.CapacityLimiter(self._size)
@@ -262,9 +268,12 @@ class Readers:
                 raise
 
     async def run(self, fn: Callable[[Catalog], T]) -> T:
-        return await anyio.to_thread.run_sync(
-            lambda: self._read(self._take(), fn), limiter=self._limiter
-        )
+        return await anyio.to_thread.run_sync(self._on_worker, fn, limiter=self._limiter)
+
+    def _on_worker(self, fn: Callable[[Catalog], T]) -> T:
+        if self.yields_to_loop:
+            yield_to_loop()
+        return self._read(self._take(), fn)
 
     def now(self, fn: Callable[[Catalog], T]) -> T | None:
         """``fn`` on a free reader, on the calling thread: the event loop, for work of a
@@ -390,7 +399,9 @@ class CatalogServer:
             any_tags=tuple(o.any_tags),
             exclude_tags=tuple(o.exclude_tags),
         )
-        self.readers = Readers(catalog, o.readers)
+        self.readers = Readers(catalog, o.readers, yield_to_loop=o.yield_to_loop)
+        if o.yield_to_loop:
+            catalog.runtime.executor.threads.yields_to_loop = True
         if follower is not None:
             self.readers.on_damaged = follower.suspect
         self.watcher = RevisionWatcher(
