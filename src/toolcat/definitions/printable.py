@@ -20,7 +20,9 @@ MAX_FIELD = 200
 def escape(value: Any, limit: int = MAX_FIELD, *, spaces: bool = False) -> str:
     """``value`` (text, or anything else as its ``repr``) as one printable word of at most
     ``limit`` characters (then ``…``); ``spaces=True`` keeps plain spaces (a message)."""
-    text = value if isinstance(value, str) else repr(value)
+    # Its characters as a plain str: a subclass's own isprintable, __len__ or __contains__
+    # would judge it, and its __str__ would run again wherever the field is formatted.
+    text = str.__str__(value if isinstance(value, str) else repr(value))
     if not text:
         return "''"
     # Already one printable word (the common case: an access log line is four of them).

@@ -521,11 +521,14 @@ class _Loop:
     """A daemon thread running the event loop every MCP connection lives on."""
 
     def __init__(self) -> None:
+        from ..runtime.threads import ordinary_children
+
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(
             target=self.loop.run_forever, name="toolcat-mcp", daemon=True
         )
-        self.thread.start()
+        with ordinary_children():  # made by a call's thread: stdio servers start from it
+            self.thread.start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)

@@ -111,8 +111,9 @@ def _plain_sync(found: Any) -> bool:
         return not inspect.iscoroutinefunction(found)
     from pydantic import BaseModel
 
-    # a class's MRO read as ``type`` reads it, past any metaclass of the tool's
-    return issubclass(type(found), type) and BaseModel in _MRO.__get__(found)
+    # a class's MRO read as ``type`` reads it, past any metaclass of the tool's; compared
+    # by identity (``in`` would call the metaclass's own ``__eq__``)
+    return issubclass(type(found), type) and any(c is BaseModel for c in _MRO.__get__(found))
 
 
 async def _within(awaitable: Awaitable[ToolResult], seconds: float) -> ToolResult:

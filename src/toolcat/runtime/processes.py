@@ -26,6 +26,7 @@ from typing import Any
 
 from ..definitions.importpath import child_environment
 from . import reaper
+from .threads import ordinary_children
 
 MAX_WORKERS = 64  # alive at once, over all keys; more calls wait for one (within their timeout)
 MAX_IDLE_PER_KEY = 4  # kept warm per key after their call
@@ -48,14 +49,15 @@ class Worker:
         # The child imports what this process can: the same interpreter and import path.
         env = child_environment(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
-        self.process = subprocess.Popen(
-            [sys.executable, *WORKER_ARGS],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # its own process group: a kill takes the tool's children too
-            close_fds=True,
-        )
+        with ordinary_children():  # started by a serving thread that yields to its loop
+            self.process = subprocess.Popen(
+                [sys.executable, *WORKER_ARGS],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=env,
+                start_new_session=True,  # its own process group: a kill takes the tool's too
+                close_fds=True,
+            )
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in = self.process.stdin
         self._out = self.process.stdout.fileno()

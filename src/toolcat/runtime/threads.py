@@ -15,36 +15,76 @@ import contextvars
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_THREADS = 1024
 IDLE_SECONDS = 30.0
 
 _batched = threading.local()
+_yielded = False  # yield_to_loop put a thread of this process under SCHED_BATCH
+
+
+def _set_policy(policy: int) -> None:
+    os.sched_setscheduler(0, policy, os.sched_param(0))
 
 
 def yield_to_loop() -> None:
     """Put the calling thread under Linux's ``SCHED_BATCH`` (once per thread; nothing
-    elsewhere): a thread that works for an event loop (a tool call, a reader's search)
-    then no longer preempts the loop's thread when it is woken for a task. On a busy
-    machine the woken thread took the loop's core while the loop held the GIL it needs
-    first: ``toolcat serve``'s server CPU for a trivial call fell 13% (2 cores, 16
-    clients). Processes such a thread starts inherit the policy (a worker process
-    undoes it: ``ordinary_scheduling``)."""
+    elsewhere): a thread that works for an event loop (a tool call) then no longer preempts
+    the loop's thread when it is woken for a task. On a busy machine the woken thread took
+    the loop's core while the loop held the GIL it needs first: ``toolcat serve``'s server
+    CPU for a trivial call fell 13% (2 cores, 16 clients). Threads and processes such a
+    thread starts inherit the policy (a tool's own); toolcat's long-lived ones are started
+    under ``ordinary_children``. For a thread that is not one's own: ``yielding``."""
+    global _yielded
     if getattr(_batched, "done", False):
         return
     _batched.done = True
     with contextlib.suppress(AttributeError, OSError):  # not Linux; a policy we may not leave
         if os.sched_getscheduler(0) == os.SCHED_OTHER:
-            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+            _set_policy(os.SCHED_BATCH)
+            _yielded = True
 
 
-def ordinary_scheduling() -> None:
-    """Undo ``yield_to_loop`` a starting process inherited (a tool's worker process)."""
+@contextlib.contextmanager
+def yielding() -> Iterator[None]:
+    """``yield_to_loop`` for the work inside, on a thread shared with other work (anyio's
+    worker threads run a reader's search, then the watcher's tick that starts Litestream,
+    the SDK's stdio reads): the ordinary policy is back after it."""
+    global _yielded
+    changed = False
     with contextlib.suppress(AttributeError, OSError):
-        if os.sched_getscheduler(0) == os.SCHED_BATCH:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        if os.sched_getscheduler(0) == os.SCHED_OTHER:
+            _set_policy(os.SCHED_BATCH)
+            changed = _yielded = True
+    try:
+        yield
+    finally:
+        if changed:
+            with contextlib.suppress(OSError):
+                _set_policy(os.SCHED_OTHER)
+
+
+@contextlib.contextmanager
+def ordinary_children() -> Iterator[None]:
+    """The threads and processes started inside run under the ordinary policy when the
+    calling thread's ``SCHED_BATCH`` is this process's own doing (``yield_to_loop``, or
+    inherited from a thread it put there): a tool's worker process, the thread MCP
+    connections live on (their stdio servers). A policy the process was started under
+    (``chrt --batch toolcat ...``) is left to them."""
+    changed = False
+    if _yielded:
+        with contextlib.suppress(AttributeError, OSError):
+            if os.sched_getscheduler(0) == os.SCHED_BATCH:
+                _set_policy(os.SCHED_OTHER)
+                changed = True
+    try:
+        yield
+    finally:
+        if changed:
+            with contextlib.suppress(OSError):
+                _set_policy(os.SCHED_BATCH)
 
 
 _Task = tuple["concurrent.futures.Future[Any]", Callable[..., Any], tuple[Any, ...], dict[str, Any]]

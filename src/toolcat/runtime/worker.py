@@ -39,9 +39,6 @@ def _private_streams() -> tuple[BinaryIO, BinaryIO]:
 
 def main() -> None:
     from . import containment, reaper
-    from .threads import ordinary_scheduling
-
-    ordinary_scheduling()  # started by a serving thread that yields to its loop
 
     contained = containment.contain()  # forks, in namespace mode: only the worker gets here
     protocol_in, protocol_out = _private_streams()

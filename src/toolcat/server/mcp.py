@@ -48,7 +48,7 @@ from ..models import RegisteredTool, SearchHit, SearchResult, ToolResult
 from ..policy.rules import Policy
 from ..policy.tags import TagFilter
 from ..runtime.call import error_result
-from ..runtime.threads import yield_to_loop
+from ..runtime.threads import yielding
 from .access import AccessLog
 from .events import ArtifactLinks, forward_events
 from .listcache import ListCache
@@ -203,7 +203,7 @@ class Readers:
     def __init__(self, catalog: Catalog, size: int, *, yield_to_loop: bool = False) -> None:
         self._catalog = catalog
         self._size = max(1, size)
-        self.yields_to_loop = yield_to_loop  # its worker threads ``yield_to_loop``
+        self.yields_to_loop = yield_to_loop  # its searches run ``yielding`` (SCHED_BATCH)
         self._free: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         self._opened: list[Catalog] = []
         self._limiter = anyio.CapacityLimiter(self._size)
@@ -271,9 +271,10 @@ class Readers:
         return await anyio.to_thread.run_sync(self._on_worker, fn, limiter=self._limiter)
 
     def _on_worker(self, fn: Callable[[Catalog], T]) -> T:
-        if self.yields_to_loop:
-            yield_to_loop()
-        return self._read(self._take(), fn)
+        if not self.yields_to_loop:
+            return self._read(self._take(), fn)
+        with yielding():  # anyio's thread: the loop's other work runs on it next
+            return self._read(self._take(), fn)
 
     def now(self, fn: Callable[[Catalog], T]) -> T | None:
         """``fn`` on a free reader, on the calling thread: the event loop, for work of a
