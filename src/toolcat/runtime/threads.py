@@ -36,7 +36,8 @@ def yield_to_loop() -> None:
     the loop's core while the loop held the GIL it needs first: ``toolcat serve``'s server
     CPU for a trivial call fell 13% (2 cores, 16 clients). Threads and processes such a
     thread starts inherit the policy (a tool's own); toolcat's long-lived ones are started
-    under ``ordinary_children``. For a thread that is not one's own: ``yielding``."""
+    under ``ordinary_children``. Only for threads of one's own: a thread another library
+    hands other work next (anyio's) would keep it."""
     global _yielded
     if getattr(_batched, "done", False):
         return
@@ -45,25 +46,6 @@ def yield_to_loop() -> None:
         if os.sched_getscheduler(0) == os.SCHED_OTHER:
             _set_policy(os.SCHED_BATCH)
             _yielded = True
-
-
-@contextlib.contextmanager
-def yielding() -> Iterator[None]:
-    """``yield_to_loop`` for the work inside, on a thread shared with other work (anyio's
-    worker threads run a reader's search, then the watcher's tick that starts Litestream,
-    the SDK's stdio reads): the ordinary policy is back after it."""
-    global _yielded
-    changed = False
-    with contextlib.suppress(AttributeError, OSError):
-        if os.sched_getscheduler(0) == os.SCHED_OTHER:
-            _set_policy(os.SCHED_BATCH)
-            changed = _yielded = True
-    try:
-        yield
-    finally:
-        if changed:
-            with contextlib.suppress(OSError):
-                _set_policy(os.SCHED_OTHER)
 
 
 @contextlib.contextmanager

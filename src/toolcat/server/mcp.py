@@ -20,6 +20,7 @@ is a ``CallToolResult`` with ``is_error`` whose text starts with the error code.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import gc
@@ -48,7 +49,7 @@ from ..models import RegisteredTool, SearchHit, SearchResult, ToolResult
 from ..policy.rules import Policy
 from ..policy.tags import TagFilter
 from ..runtime.call import error_result
-from ..runtime.threads import yielding
+from ..runtime.threads import ThreadRunner
 from .access import AccessLog
 from .events import ArtifactLinks, forward_events
 from .listcache import ListCache
@@ -203,10 +204,13 @@ class Readers:
     def __init__(self, catalog: Catalog, size: int, *, yield_to_loop: bool = False) -> None:
         self._catalog = catalog
         self._size = max(1, size)
-        self.yields_to_loop = yield_to_loop  # its searches run ``yielding`` (SCHED_BATCH)
         self._free: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         self._opened: list[Catalog] = []
-        self._limiter = anyio.CapacityLimiter(self._size)
+        # Threads of their own, one a reader at most (a request waits for a free one): not
+        # anyio's, which the loop hands other work next (the watcher, the SDK's stdio), so
+        # that these may yield to the loop for good (``yield_to_loop``).
+        self._threads = ThreadRunner(max_threads=self._size, name="toolcat-reader")
+        self._threads.yields_to_loop = yield_to_loop
         self._guard = threading.Lock()
         self._generation = 0  # bumped by renew: readers of older ones are retired
         self._current: set[int] = set()  # ids of the readers of this generation
@@ -268,13 +272,15 @@ class Readers:
                 raise
 
     async def run(self, fn: Callable[[Catalog], T]) -> T:
-        return await anyio.to_thread.run_sync(self._on_worker, fn, limiter=self._limiter)
+        """``fn`` on a reader, on one of the readers' threads, awaited on this loop. A caller
+        cancelled meanwhile stops waiting: a read not started is dropped, one under way
+        finishes and gives its reader back."""
+        future = self._threads.submit(lambda: self._read(self._take(), fn))
+        return await asyncio.wrap_future(future)
 
-    def _on_worker(self, fn: Callable[[Catalog], T]) -> T:
-        if not self.yields_to_loop:
-            return self._read(self._take(), fn)
-        with yielding():  # anyio's thread: the loop's other work runs on it next
-            return self._read(self._take(), fn)
+    @property
+    def yields_to_loop(self) -> bool:
+        return self._threads.yields_to_loop
 
     def now(self, fn: Callable[[Catalog], T]) -> T | None:
         """``fn`` on a free reader, on the calling thread: the event loop, for work of a
@@ -327,6 +333,7 @@ class Readers:
         reader.close()
 
     def close(self) -> None:
+        self._threads.close()
         with self._guard:
             opened, self._opened = self._opened, []
         for reader in opened:
