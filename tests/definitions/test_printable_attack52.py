@@ -8,29 +8,12 @@ from typing import Any
 
 import pytest
 
-from toolcat.definitions.printable import EscapingFormatter, escape
+from toolcat.definitions.printable import EscapingFormatter, by_character, escape
 
 
 def by_the_loop(text: str, limit: int = 200, spaces: bool = False) -> str:
     """``escape`` before the shortcut: character by character."""
-    out, size = [], 0
-    for c in text:
-        if c == "\\":
-            piece = "\\\\"
-        elif c.isprintable() and ((spaces and c == " ") or not c.isspace()):
-            piece = c
-        elif ord(c) < 0x100:
-            piece = f"\\x{ord(c):02x}"
-        elif ord(c) < 0x10000:
-            piece = f"\\u{ord(c):04x}"
-        else:
-            piece = f"\\U{ord(c):08x}"
-        size += len(piece)
-        if size > limit:
-            out.append("…")
-            break
-        out.append(piece)
-    return "".join(out)
+    return by_character(text, limit, spaces)
 
 
 class SaysPrintable(str):

@@ -19,7 +19,6 @@ from tests.fixtures import attack51_tools
 from toolcat import Catalog, Tool, ToolEvent, Toolkit, ToolResult
 from toolcat.registry.python import toolkit_from_module
 from toolcat.runtime import loader
-from toolcat.runtime.call import Runtime
 from toolcat.runtime.threads import ThreadRunner
 
 
@@ -49,25 +48,6 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cat(db: Path) -> Iterator[Catalog]:
     with Catalog(db) as catalog:
         yield catalog
-
-
-@pytest.fixture
-def routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The path each acall took: ``direct`` or ``call`` (as in test_acall_direct.py)."""
-    taken: list[str] = []
-    run_here, call = Runtime._run_here, Runtime.call
-
-    def spy_run_here(self: Runtime, *args: Any, **kwargs: Any) -> ToolResult:
-        taken.append("direct")
-        return run_here(self, *args, **kwargs)
-
-    def spy_call(self: Runtime, *args: Any, **kwargs: Any) -> ToolResult:
-        taken.append("call")
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(Runtime, "_run_here", spy_run_here)
-    monkeypatch.setattr(Runtime, "call", spy_call)
-    return taken
 
 
 def acall(catalog: Catalog, tool: Any, arguments: Any = None, **kw: Any) -> ToolResult:

@@ -20,7 +20,6 @@ from tests.fixtures import direct_tools
 from toolcat import Catalog, Policy, RegisteredTool, ToolEvent, ToolResult
 from toolcat.registry.python import toolkit_from_module
 from toolcat.runtime import loader
-from toolcat.runtime.call import Runtime
 
 
 @pytest.fixture(scope="module")
@@ -36,26 +35,6 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def cat(db: Path) -> Iterator[Catalog]:
     with Catalog(db) as catalog:
         yield catalog
-
-
-@pytest.fixture
-def routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The path each acall took: ``direct`` (the tool thread alone) or ``call`` (a thread
-    running ``Runtime.call``, which hands the tool to another)."""
-    taken: list[str] = []
-    run_here, call = Runtime._run_here, Runtime.call
-
-    def spy_run_here(self: Runtime, *args: Any, **kwargs: Any) -> ToolResult:
-        taken.append("direct")
-        return run_here(self, *args, **kwargs)
-
-    def spy_call(self: Runtime, *args: Any, **kwargs: Any) -> ToolResult:
-        taken.append("call")
-        return call(self, *args, **kwargs)
-
-    monkeypatch.setattr(Runtime, "_run_here", spy_run_here)
-    monkeypatch.setattr(Runtime, "call", spy_call)
-    return taken
 
 
 def acall(

@@ -34,6 +34,11 @@ def escape(value: Any, limit: int = MAX_FIELD, *, spaces: bool = False) -> str:
         and (spaces or " " not in text)
     ):
         return text
+    return by_character(text, limit, spaces)
+
+
+def by_character(text: str, limit: int, spaces: bool) -> str:
+    """``escape``'s long way, character by character (what its shortcut must agree with)."""
     out: list[str] = []
     size = 0
     for c in text:

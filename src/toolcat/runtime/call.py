@@ -61,6 +61,13 @@ def error_result(error: BaseException, started: float) -> ToolResult:
     return make_result(started, error=message, error_code=code)
 
 
+def _traced(span: Any, result: ToolResult) -> ToolResult:
+    """``result``, its failure marked on the call's span (``tracing.tool_span``)."""
+    if not result.success:
+        tracing.failed(span, result.error_code or "TOOL_ERROR")
+    return result
+
+
 def _failed(error: BaseException, started: float, log: EventLog) -> ToolResult:
     result = error_result(error, started)
     result.events = log.close()
@@ -240,17 +247,17 @@ class Runtime:
         """Call ``tool``; every failure becomes a ``ToolResult`` with its error code. The
         call is an ``execute_tool`` span when OpenTelemetry is loaded (runtime/tracing.py)."""
         with tracing.tool_span(tool.id) as span:
-            result = self._call(
-                tool,
-                arguments,
-                timeout=timeout,
-                validator=validator,
-                started=started,
-                on_event=on_event,
+            return _traced(
+                span,
+                self._call(
+                    tool,
+                    arguments,
+                    timeout=timeout,
+                    validator=validator,
+                    started=started,
+                    on_event=on_event,
+                ),
             )
-            if not result.success:
-                tracing.failed(span, result.error_code or "TOOL_ERROR")
-        return result
 
     async def acall(
         self,
@@ -281,17 +288,17 @@ class Runtime:
             )
             return await asyncio.wrap_future(future)
         with tracing.tool_span(tool.id) as span:
-            result = await self._direct(
-                tool,
-                arguments,
-                timeout=timeout,
-                validator=validator,
-                started=started,
-                on_event=on_event,
+            return _traced(
+                span,
+                await self._direct(
+                    tool,
+                    arguments,
+                    timeout=timeout,
+                    validator=validator,
+                    started=started,
+                    on_event=on_event,
+                ),
             )
-            if not result.success:
-                tracing.failed(span, result.error_code or "TOOL_ERROR")
-        return result
 
     def _runs_direct(self, tool: RegisteredTool) -> bool:
         """Whether ``acall`` may run ``tool`` straight on a tool thread: routing only, from
