@@ -219,3 +219,35 @@ def test_many_cancelled_queued_reads_are_dropped_and_the_count_settles(
             assert runner.threads == 1 and runner._spare == 1
         finally:
             readers.close()
+
+
+def test_a_reader_lent_across_a_renew_is_retired_when_its_read_ends(sample_path: Path) -> None:
+    """A replica renews its readers while a read runs on an old one: that read finishes on
+    it, then it is closed, never handed to a later request (it reads the replaced file)."""
+    held: list[Catalog] = []
+    with Catalog(sample_path) as catalog:
+        readers = Readers(catalog, 1)
+        started = threading.Event()
+        release = threading.Event()
+
+        def hold(reader: Catalog) -> int:
+            held.append(reader)
+            started.set()
+            release.wait(5)
+            return len(reader.list(limit=1).tools)
+
+        async def main() -> Catalog:
+            task = asyncio.ensure_future(readers.run(hold))
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            readers.renew(2)  # on the watcher's thread, in a server
+            release.set()
+            assert await task == 1
+            return await readers.run(lambda c: c)
+
+        try:
+            later = asyncio.run(main())
+            assert later is not held[0]
+            assert _is_closed(held[0]) and held[0] not in readers._opened
+        finally:
+            readers.close()
