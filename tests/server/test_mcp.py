@@ -540,8 +540,8 @@ def test_readers_open_the_catalog_as_the_server_did(tmp_path: Path) -> None:
     with Catalog(tmp_path / "catalog.db", **settings) as catalog:  # type: ignore[arg-type]
         readers = Readers(catalog, 2)
         try:
-            opened = readers._take()
-            assert {name: getattr(opened, name) for name in settings} == settings
+            with readers.borrowed() as opened:
+                assert {name: getattr(opened, name) for name in settings} == settings
         finally:
             readers.close()
 

@@ -115,11 +115,13 @@ class ThreadRunner:
             if self._closed:
                 raise RuntimeError("the thread runner is closed")
             if self._spare <= 0 and self._threads < self.max_threads:
-                self._threads += 1
                 thread = threading.Thread(
-                    target=self._work, name=f"{self.name}-{self._threads}", daemon=True
+                    target=self._work, name=f"{self.name}-{self._threads + 1}", daemon=True
                 )
+                # Counted once started: a start that fails (no threads left to the process)
+                # fails this task alone, not every later one queued for a thread never made.
                 thread.start()
+                self._threads += 1
             else:
                 self._spare -= 1
             self._queue.put((future, context.run, (fn, *args), kwargs))

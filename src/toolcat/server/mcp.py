@@ -214,6 +214,7 @@ class Readers:
         self._guard = threading.Lock()
         self._generation = 0  # bumped by renew: readers of older ones are retired
         self._current: set[int] = set()  # ids of the readers of this generation
+        self._closed = False
         self.on_damaged: Callable[[], object] | None = None  # a replica checks its copy then
 
     def _open(self) -> Catalog:
@@ -239,7 +240,8 @@ class Readers:
             opened = self._open()
             with self._guard:
                 self._opened.append(opened)
-                if generation == self._generation:  # else a renew came meanwhile: retire it
+                # Else a renew or close came meanwhile: retired when its read is done.
+                if generation == self._generation and not self._closed:
                     self._current.add(id(opened))
             return opened
 
@@ -316,10 +318,16 @@ class Readers:
             opened.append(reader)
             fresh.put(reader)
         with self._guard:
-            old, self._free = self._free, fresh
-            self._opened.extend(opened)
-            self._generation += 1
-            self._current = {id(reader) for reader in opened}
+            closed = self._closed
+            if not closed:
+                old, self._free = self._free, fresh
+                self._opened.extend(opened)
+                self._generation += 1
+                self._current = {id(reader) for reader in opened}
+        if closed:  # the server closed while these were warmed
+            for reader in opened:
+                reader.close()
+            return
         while True:
             try:
                 self._retire(old.get_nowait())
@@ -333,11 +341,20 @@ class Readers:
         reader.close()
 
     def close(self) -> None:
+        """Close the free readers now; one lent to a read under way (its caller cancelled
+        and gone: a server shutting down) is closed by that read when it is done, not under
+        it (a write such as ``record_use`` would be lost). Nothing waits for them."""
         self._threads.close()
         with self._guard:
-            opened, self._opened = self._opened, []
-        for reader in opened:
-            reader.close()
+            self._closed = True
+            self._generation += 1
+            self._current = set()
+            free, self._free = self._free, queue.SimpleQueue()
+        while True:
+            try:
+                self._retire(free.get_nowait())
+            except queue.Empty:
+                break
 
 
 class ToolcatServer(Server[Any]):
