@@ -1498,14 +1498,20 @@ class Catalog:
         import asyncio
 
         from .models import RegisteredTool
+        from .runtime.call import on_thread
 
         async def run(forward: Callable[[ToolEvent], Any] | None) -> ToolResult:
             threads = self.runtime.executor.threads
             if not isinstance(address, RegisteredTool):  # resolved on a thread: it reads
-                future = threads.submit(
-                    self.call, address, arguments, timeout=timeout, on_event=forward
+                return await on_thread(
+                    threads,
+                    time.perf_counter(),
+                    self.call,
+                    address,
+                    arguments,
+                    timeout=timeout,
+                    on_event=forward,
                 )
-                return await asyncio.wrap_future(future)
             result = await self.runtime.acall(address, arguments, timeout=timeout, on_event=forward)
             if result.success and self._recent_hits:  # ``used`` writes: not on the loop
                 with contextlib.suppress(Exception):  # learning must never fail a call

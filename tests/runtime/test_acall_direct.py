@@ -267,3 +267,17 @@ def test_a_use_is_learnt_off_the_loop(cat: Catalog, monkeypatch: pytest.MonkeyPa
     result, loop_thread = asyncio.run(called())
     assert result.data == 3
     assert [t for t, _ in learnt] == [tool.id] and learnt[0][1] != loop_thread
+
+
+def test_a_closed_runtime_answers_acall_as_it_answers_call(db: Path) -> None:
+    """Every route of ``acall`` (direct, a thread running ``call``, an address) gives the
+    failed result ``call`` gives once the runtime is closed, never an exception."""
+    with Catalog(db) as catalog:
+        add, async_add = catalog.get("add"), catalog.get("async_add")
+        catalog.call(add, {"a": 1})
+        catalog.runtime.close()
+        expected = catalog.call(add, {"a": 1})
+        assert expected.error_code == "TOOL_ERROR" and "closed" in (expected.error or "")
+        for tool, arguments in [(add, {"a": 1}), (async_add, {"a": 1, "b": 2}), ("add", {"a": 1})]:
+            result = acall(catalog, tool, arguments)
+            assert outcome(result) == outcome(expected), tool
