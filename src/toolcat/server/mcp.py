@@ -199,7 +199,8 @@ Searched = tuple[SearchResult, list[SearchHit], dict[str, str]]
 
 class Readers:
     """A few catalogs on the same file, so slow searches do not queue behind each other
-    on one SQLite connection. Each runs on a worker thread, never on the event loop."""
+    on one SQLite connection. A read runs on the readers' own threads (``run``); only a
+    kept answer's few indexed reads run on the event loop (``now``)."""
 
     def __init__(self, catalog: Catalog, size: int, *, yield_to_loop: bool = False) -> None:
         self._catalog = catalog
