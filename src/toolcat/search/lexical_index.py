@@ -208,10 +208,18 @@ def _weighted(
 ) -> tuple[int, dict[str, float], int]:
     """One ``tools_fts`` row's (FTS5's length: every token once; {term: weighted count as
     tantivy counts it, ``scale`` times FTS5's}; tantivy's tokens before padding)."""
-    length = len(" ".join(texts).split())
     if integral:  # the repeated columns hold the weighted counts: count them in C
-        tokens = _body(times, texts).split()
+        # Each column split once and its words repeated as a list (the repeats share the
+        # strings, already hashed): the tokens of ``_body`` in its order, a third less time.
+        tokens: list[str] = []
+        length = 0
+        for repeat, text in zip(times, texts, strict=True):
+            words = text.split()
+            length += len(words)
+            if repeat:
+                tokens += words * repeat
         return length, cast(dict[str, float], Counter(tokens)), len(tokens)
+    length = len(" ".join(texts).split())
     found: dict[str, float] = {}
     for weight, text in zip(weights, texts, strict=True):
         for token, n in Counter(text.split()).items():
@@ -342,7 +350,6 @@ class TantivyIndex(TermIndex):
         content = hashlib.sha256()
         count_terms = doc_freq.update
         for row in conn.execute(select):
-            content.update(_row_bytes(row))
             texts = [text or "" for text in row[1:]]
             length, found, tokens_in = _weighted(texts, weights, times, scale, bounded)
             lengths.append(length)
@@ -377,6 +384,7 @@ class TantivyIndex(TermIndex):
         total = 0
         row_ids: list[int] = []
         for row, tokens_in, want in zip(conn.execute(select), repeated, wanted, strict=True):
+            content.update(_row_bytes(row))
             body = _body(times, [text or "" for text in row[1:]])
             padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in
             if padded > tokens_in:

@@ -45,6 +45,10 @@ OPTIMIZE_AFTER = 1000
 # as they are used, and given back when the registration ends.
 REGISTER_CACHE_KIB = 512 * 1024
 MERGE_PAGES = 1000  # FTS5 pages an incremental merge may write (``merge_segments``)
+FTS_BATCH_ROWS = 20_000  # a registration's tools_fts rows inserted at a time (PendingFts)
+INSERT_FTS = (
+    "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) VALUES (?, ?, ?, ?, ?, ?)"
+)
 # Rows of the ``tools_fts`` change log kept: a saved BM25 index more changes behind than
 # ``lexical_index.bring_forward`` takes up is rebuilt whole, so older ones serve nothing.
 FTS_CHANGES_KEPT = 100_000
@@ -169,7 +173,10 @@ def stored_version(toolkit: str, version: Any) -> Version:
 
 
 def refresh_active(
-    conn: sqlite3.Connection, name: str, fresh: tuple[int, Toolkit, int, ToolkitRows] | None = None
+    conn: sqlite3.Connection,
+    name: str,
+    fresh: tuple[int, Toolkit, int, ToolkitRows] | None = None,
+    pending: PendingFts | None = None,
 ) -> None:
     """Mark the toolkit's active version and keep the search index on it.
 
@@ -178,7 +185,8 @@ def refresh_active(
     FTS5 index, so old versions never slow search down or need filtering out.
 
     ``fresh`` is (toolkit row id, toolkit, first tool row id, rows) of a version just
-    inserted, so its index text comes from its rows instead of being read back.
+    inserted, so its index text comes from its rows instead of being read back; with
+    ``pending`` they are inserted with the batch's next ones.
     """
     candidates = [
         (stored_version(name, version), row_id)
@@ -193,6 +201,8 @@ def refresh_active(
         return
     conn.execute("UPDATE toolkits SET active = (id IS ?) WHERE name = ?", (active_id, name))
     if old_id is not None:
+        if pending is not None:
+            pending.flush()  # the old version's rows may be among them
         conn.execute(
             "DELETE FROM tools_fts WHERE rowid IN (SELECT id FROM tools WHERE toolkit_id = ?)",
             (old_id,),
@@ -203,24 +213,56 @@ def refresh_active(
         return
     if fresh is not None and fresh[0] == active_id:
         _, toolkit, first_id, rows = fresh
-        _index_rows(conn, toolkit.name, first_id, rows)
+        _index_rows(conn, toolkit.name, first_id, rows, pending)
     else:
         _index(conn, *_stored_toolkit(conn, active_id))
 
 
-def _index_rows(conn: sqlite3.Connection, toolkit: str, first_id: int, rows: ToolkitRows) -> None:
+def _index_rows(
+    conn: sqlite3.Connection,
+    toolkit: str,
+    first_id: int,
+    rows: ToolkitRows,
+    pending: PendingFts | None = None,
+) -> None:
     """``_index`` for a version just inserted, from its rows: the same text, with the
-    queries recorded for its tools (learning from use) joining the tags column."""
+    queries recorded for its tools (learning from use) joining the tags column; with
+    ``pending``, inserted with the batch's next ones."""
     learned = learned_queries(conn, toolkit)
-    conn.executemany(
-        "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [
-            (tool_id, *row.fts[:4], _with_learned(row.fts[4], learned.get(row.name, ())))
-            for tool_id, row in enumerate(rows.tools, first_id)
-        ],
-    )
+    fts = [
+        (tool_id, *row.fts[:4], _with_learned(row.fts[4], learned.get(row.name, ())))
+        for tool_id, row in enumerate(rows.tools, first_id)
+    ]
+    if pending is None:
+        conn.executemany(INSERT_FTS, fts)
+    else:
+        pending.add(fts)
     fts_changed(conn, range(first_id, first_id + len(rows.tools)))
+
+
+class PendingFts:
+    """A registration's ``tools_fts`` rows, inserted ``FTS_BATCH_ROWS`` at a time.
+
+    FTS5 holds the rows inserted since its last write in memory and writes them as a new
+    segment whenever a statement opens a savepoint, as the UPDATE of ``toolkits.active``
+    does for each toolkit: inserting each toolkit's rows as it came made a segment of a few
+    dozen tools per toolkit, and FTS5 merged those again and again (measured:
+    docs/benchmarks.md, "Registration at 1M"). Anything in the transaction that reads or
+    deletes ``tools_fts`` rows must ``flush`` first."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._rows: list[tuple[Any, ...]] = []
+
+    def add(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows += rows
+        if len(self._rows) >= FTS_BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._rows:
+            self._conn.executemany(INSERT_FTS, self._rows)
+            self._rows = []
 
 
 def _with_learned(tags: str, learned: Sequence[str]) -> str:
@@ -236,8 +278,7 @@ def _index(conn: sqlite3.Connection, toolkit: Toolkit, tools: Sequence[tuple[int
     learned = learned_queries(conn, toolkit.name)
     shared = toolkit_terms(toolkit)
     conn.executemany(
-        "INSERT INTO tools_fts (rowid, name, hint, description, params, tags) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        INSERT_FTS,
         [
             (tool_id, *index_fields(tool, toolkit, learned.get(tool.name, ()), shared))
             for tool_id, tool in tools
@@ -529,6 +570,7 @@ def register_stream(
     written = 0  # tools indexed by this batch: an unchanged toolkit's are not
     changed = False
     with write_transaction(conn), _page_cache(conn, REGISTER_CACHE_KIB):
+        pending = PendingFts(conn)
         for entry in entries:
             if isinstance(entry, ManifestError):
                 problems.append(entry)
@@ -544,7 +586,14 @@ def register_stream(
                 continue  # nothing more is written; the rest is still checked
             try:
                 result = _register_one(
-                    conn, toolkit, source, made, entry_kind(kind, source), replace, change_kind
+                    conn,
+                    toolkit,
+                    source,
+                    made,
+                    entry_kind(kind, source),
+                    replace,
+                    change_kind,
+                    pending,
                 )
             except ToolcatError as e:  # raised below unless a problem above outranks it
                 conflict = e
@@ -557,6 +606,7 @@ def register_stream(
                 raise ManifestError.of(found)
         if twice or conflict:
             raise twice or conflict  # type: ignore[misc]
+        pending.flush()
         # Registering an unchanged folder again writes nothing: no merge of FTS5's index
         # (a whole one, when the folder is as big as the catalog), no new revision.
         merge_segments(conn, written)
@@ -572,6 +622,7 @@ def _register_one(
     kind: str,
     replace: bool,
     change_kind: bool,
+    pending: PendingFts | None = None,
 ) -> RegistrationResult:
     digest = made.digest
     existing = [
@@ -591,10 +642,12 @@ def _register_one(
                 "with different content; bump the version, or pass --replace "
                 "(replace=True) to overwrite it"
             )
+        if pending is not None:
+            pending.flush()  # the deleted version's rows (a trigger deletes them) may be there
         conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
         status = "replaced"
     toolkit_id, first_tool_id = _insert(conn, toolkit, made, source, kind)
-    refresh_active(conn, toolkit.name, (toolkit_id, toolkit, first_tool_id, made))
+    refresh_active(conn, toolkit.name, (toolkit_id, toolkit, first_tool_id, made), pending)
     return _result(toolkit, status, 0)
 
 

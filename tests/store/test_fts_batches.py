@@ -1,0 +1,123 @@
+"""A registration inserts its ``tools_fts`` rows in batches (``writer.PendingFts``): what
+the index holds is what one toolkit at a time gives, whatever the batch size, through new
+versions, replacements and learned queries in one call, and a failed call leaves nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolcat import Catalog
+from toolcat.errors import VersionConflictError
+from toolcat.store import writer
+
+from ..helpers import table_snapshot, toolkit_data, write_manifest
+
+
+def _tools(prefix: str, n: int, words: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": f"{prefix}_{i}",
+            "description": f"{words} number {i} of {prefix}.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": f"{words} city"}},
+            },
+        }
+        for i in range(n)
+    ]
+
+
+def _manifests(folder: Path) -> list[Path]:
+    """A batch: plain toolkits, two versions of one toolkit (the newer second, then an
+    older one), and a new content for a version registered before the batch."""
+    folder.mkdir()
+    datas = [
+        toolkit_data(f"kit{k}", tools=_tools(f"t{k}", 3, f"forecast ledger {k}")) for k in range(7)
+    ]
+    datas += [
+        toolkit_data("twice", "1.0.0", tools=_tools("tw", 4, "first wording")),
+        toolkit_data("twice", "2.0.0", tools=_tools("tw", 5, "second wording")),
+        toolkit_data("twice", "0.5.0", tools=_tools("tw", 2, "oldest wording")),
+        toolkit_data("before", "1.0.0", tools=_tools("bf", 3, "replaced wording")),
+    ]
+    return [
+        write_manifest(folder, data, ".json", name=f"{i:02d}-{data['toolkit']}")
+        for i, data in enumerate(datas)
+    ]
+
+
+def _catalog(path: Path) -> Catalog:
+    catalog = Catalog(path, create=True)
+    catalog.learning = True
+    catalog.register(
+        write_manifest(path.parent, toolkit_data("before", tools=_tools("bf", 3, "prior")), ".json")
+    )
+    catalog.record_use("zorbify the quarterly ledger", "before.bf_1")
+    return catalog
+
+
+def _index(path: Path) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('integrity-check')")
+        return conn.execute(
+            "SELECT f.rowid, k.name, k.version, t.name, f.name, f.hint, f.description, "
+            "f.params, f.tags FROM tools_fts f JOIN tools t ON t.id = f.rowid "
+            "JOIN toolkits k ON k.id = t.toolkit_id ORDER BY f.rowid"
+        ).fetchall()
+    finally:
+        conn.close()
+
+
+def _hits(catalog: Catalog, query: str) -> list[tuple[str, str]]:
+    return [(h.tool.toolkit, h.tool.name) for h in catalog.search(query, k=5).hits]
+
+
+def test_batched_fts_rows_are_what_one_toolkit_at_a_time_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one_by_one = tmp_path / "one" / "c.db"
+    one_by_one.parent.mkdir()
+    manifests = _manifests(tmp_path / "batch")
+    with _catalog(one_by_one) as catalog:
+        for manifest in manifests:
+            catalog.register(manifest, replace=True)
+        expected = _index(one_by_one)
+        expected_hits = _hits(catalog, "second wording city")
+    assert any("zorbifi" in row[-1] for row in expected)  # the learned query, stemmed
+    assert {(row[1], row[2]) for row in expected if row[1] == "twice"} == {("twice", "2.0.0")}
+    for size in (1, 3, 4, 10_000):
+        monkeypatch.setattr(writer, "FTS_BATCH_ROWS", size)
+        path = tmp_path / f"b{size}" / "c.db"
+        path.parent.mkdir()
+        with _catalog(path) as catalog:
+            catalog.register(manifests, replace=True)
+            assert _index(path) == expected, size
+            assert _hits(catalog, "second wording city") == expected_hits
+
+
+def test_a_failed_batch_leaves_nothing_of_the_rows_it_had_inserted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer, "FTS_BATCH_ROWS", 2)  # rows are inserted before it fails
+    path = tmp_path / "c.db"
+    flushed: list[int] = []
+    flush = writer.PendingFts.flush
+
+    def counted(self: writer.PendingFts) -> None:
+        flushed.append(len(self._rows))
+        flush(self)
+
+    monkeypatch.setattr(writer.PendingFts, "flush", counted)
+    with _catalog(path) as catalog:
+        before = table_snapshot(path)
+        manifests = _manifests(tmp_path / "batch")
+        with pytest.raises(VersionConflictError):  # "before" 1.0.0 differs, no replace
+            catalog.register(manifests)
+        assert sum(flushed) >= 21  # the seven toolkits' rows went into FTS5 first
+        assert table_snapshot(path) == before
+        assert {toolkit for toolkit, _ in _hits(catalog, "forecast ledger")} == {"before"}
