@@ -498,10 +498,14 @@ class Catalog:
                 check_references([(toolkit, source)])
 
         with self._lock, contextlib.closing(loaded):
-            results = writer.register_stream(self._conn, entries(), replace=replace, check=check)
-        if not results:
-            raise ManifestError("nothing to register")
-        self._changed()
+            results = writer.register_stream(
+                self._conn, entries(), replace=replace, check=check, checkpoint=False
+            )
+        # The log copied into the file beside the index's save, not before it
+        with writer.checkpoint_beside(str(self.path)):
+            if not results:
+                raise ManifestError("nothing to register")
+            self._changed()
         return results
 
     def register_mcp(

@@ -86,6 +86,10 @@ SLACK = 1e-4
 # filtered query scores every allowed tool when that is cheaper than asking tantivy deep).
 SCAN_COST = 3
 COLUMNS = ("name", "hint", "description", "params", "tags")  # of tools_fts
+# Every tools_fts row (row id, then COLUMNS), from FTS5's own copy of them read as the plain
+# table it is: what a scan of the virtual table returns, in the same order, in half the
+# time (1M rows: 1.7 against 3.6 s).
+CONTENT = "SELECT id, c0, c1, c2, c3, c4 FROM tools_fts_content ORDER BY id"
 FILLER = "\x01"  # pads tools' lengths in tantivy; our tokenizer never produces it
 # Mean tokens per tool in tantivy after padding beyond which the bound is given up (the
 # benchmark catalogs need ~190; a catalog of long texts with a few name-only tools more).
@@ -246,7 +250,7 @@ def content_digest(conn: sqlite3.Connection) -> str:
     """sha256 of what an index is built from: every ``tools_fts`` row as ``build`` reads
     it (call inside a read transaction)."""
     content = hashlib.sha256()
-    for row in conn.execute(f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts"):
+    for row in conn.execute(CONTENT):
         content.update(_row_bytes(row))
     return content.hexdigest()
 
@@ -337,7 +341,7 @@ class TantivyIndex(TermIndex):
         unit, scale = lightest(weights), count_scale(weights)
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
         counted_in_body = bounded  # counts from the repeated columns (weight 0: left out)
-        select = f"SELECT rowid, {', '.join(COLUMNS)} FROM tools_fts"
+        select = CONTENT
         # Two passes over the rows (one read transaction: the same rows), none held whole.
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
@@ -394,9 +398,11 @@ class TantivyIndex(TermIndex):
             row_ids.append(row[0])
         del repeated, wanted
         if bounded:
-            # Empty documents bring tantivy's average length up to ``per_unit`` (not past).
+            # Empty documents bring tantivy's average length up to ``per_unit`` (not past):
+            # one, added again and again (tantivy copies it), a third less time than new ones.
+            empty = tantivy.Document(id=-1)
             for _ in range(max(0, total // per_unit - n_docs)):
-                writer.add_document(tantivy.Document(id=-1))
+                writer.add_document(empty)
         writer.commit()
         writer.wait_merging_threads()
         index.reload()
