@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         SearchResult,
         ToolEvent,
         Toolkit,
+        ToolkitHead,
         ToolkitVersion,
         ToolPage,
         ToolResult,
@@ -488,9 +489,9 @@ class Catalog:
                 elif isinstance(item, ManifestError):
                     yield item
                 else:
-                    yield item, None, rows_of(item)
+                    yield item.head(), None, rows_of(item)
 
-        def check(toolkit: Toolkit, source: str | None) -> None:
+        def check(toolkit: ToolkitHead, source: str | None) -> None:
             if not self.trust_any_module:
                 from .remote.secrets import check_references
 

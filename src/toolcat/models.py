@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -233,6 +233,30 @@ class Tool(BaseModel):
         return value
 
 
+class ToolHead(NamedTuple):
+    """A tool's name and implementation: what registration checks of it (trust roots,
+    secret references) beside the rows made of it."""
+
+    name: str
+    implementation: str | None
+
+
+class ToolkitHead(NamedTuple):
+    """A validated ``Toolkit`` without its tools' definitions (``Toolkit.head``).
+
+    Workers that read manifests send this instead of the toolkit: a pydantic toolkit cost
+    the writer ~16 us a tool to unpickle, this ~0.3 (registry/parallel.py checks its
+    types, ``check_head``, before it is trusted)."""
+
+    name: str
+    version: str
+    description: str
+    tags: tuple[str, ...]
+    defer_loading: bool
+    module: str | None
+    tools: tuple[ToolHead, ...]
+
+
 class Toolkit(BaseModel):
     """A named, versioned group of tools: one manifest file."""
 
@@ -313,6 +337,42 @@ class Toolkit(BaseModel):
     def content_hash(self) -> str:
         """Identifies this definition: equal hashes mean nothing changed."""
         return content_hash(self.model_dump(mode="json", by_alias=False))
+
+    def head(self) -> ToolkitHead:
+        """What registering this version writes of it beside its tools' rows, and what the
+        checks before it read (``store/writer.py``)."""
+        return ToolkitHead(
+            self.name,
+            self.version,
+            self.description,
+            tuple(self.tags),
+            self.defer_loading,
+            self.module,
+            tuple(ToolHead(tool.name, tool.implementation) for tool in self.tools),
+        )
+
+
+def check_head(head: Any) -> str | None:
+    """What is wrong with ``head`` made elsewhere (``None``: it has the types of a
+    ``ToolkitHead``, every text a ``str``)."""
+    if type(head) is not ToolkitHead:
+        return f"not a toolkit's head but {type(head).__name__}"
+    if not all(type(v) is str for v in (head.name, head.version, head.description)):
+        return "a text field is not text"
+    if type(head.defer_loading) is not bool:
+        return "defer_loading is not a boolean"
+    if not (head.module is None or type(head.module) is str):
+        return "the module is not text"
+    if type(head.tags) is not tuple or not all(type(tag) is str for tag in head.tags):
+        return "the tags are not text"
+    if type(head.tools) is not tuple or not head.tools:
+        return "no tools"
+    for tool in head.tools:
+        if type(tool) is not ToolHead or type(tool.name) is not str:
+            return "a tool is not named"
+        if not (tool.implementation is None or type(tool.implementation) is str):
+            return f"tool {tool.name!r}: the implementation is not text"
+    return None
 
 
 class ToolFieldError(ValueError):

@@ -15,6 +15,7 @@ from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ManifestError, VersionConflictError
 from toolcat.registry import parallel
+from toolcat.registry.manifest import load_manifest
 from toolcat.store.rows import ToolkitRows, check_rows, rows_of
 
 from ..helpers import table_snapshot, toolkit_data, write_manifest
@@ -75,7 +76,7 @@ def loaded(paths: list[Path], workers: int) -> list[Any]:
             found.append(str(item))
         else:
             toolkit, source, rows = item
-            found.append((toolkit.model_dump(), source, rows))
+            found.append((toolkit, source, rows))
     return found
 
 
@@ -92,12 +93,12 @@ def test_workers_hand_over_what_one_process_makes(tmp_path: Path, answers: list[
 
 
 def garbled(path: str) -> tuple[Any, ...]:
-    """A worker whose answers are wrong in every way but one in six."""
+    """A worker whose answers are wrong in every way but one in nine."""
     answer = parallel._load_here(Path(path))
     assert not isinstance(answer, ManifestError)
     toolkit, source, rows = answer
     first = rows.tools[0]
-    kind = int(Path(path).stem.rsplit("-", 1)[1]) % 6
+    kind = int(Path(path).stem.rsplit("-", 1)[1]) % 9
     if kind == 0:
         return ("ok", source, toolkit, "not rows")
     if kind == 1:  # a definition that does not match its hash
@@ -109,13 +110,20 @@ def garbled(path: str) -> tuple[Any, ...]:
         return ("ok", source, toolkit, ToolkitRows(rows.digest, rows.tools[1:]))
     if kind == 4:  # an FTS5 column that is not text
         return ("ok", source, toolkit, ToolkitRows(rows.digest, [first._replace(fts=(1,) * 5)]))
+    if kind == 5:  # a head whose description (stored as is) is not text
+        return ("ok", source, toolkit._replace(description=b"x"), rows)
+    if kind == 6:  # a tool's implementation (checked against the trust roots) not text
+        tools = (toolkit.tools[0]._replace(implementation=["os:system"]), *toolkit.tools[1:])
+        return ("ok", source, toolkit._replace(tools=tools), rows)
+    if kind == 7:  # the toolkit itself, not its head
+        return ("ok", source, load_manifest(path), rows)
     return ("ok", source, toolkit, rows)
 
 
 def test_a_garbled_answer_is_not_trusted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
 ) -> None:
-    paths = manifests(tmp_path / "m", [4, 9, 2, 7, 3, 5, 8])
+    paths = manifests(tmp_path / "m", [4, 9, 2, 7, 3, 5, 8, 6, 1, 2])
     alone = loaded(paths, workers=1)
     monkeypatch.setattr(parallel, "_work", garbled)  # the forked workers run this one
     assert loaded(paths, workers=2) == alone

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from ..errors import ManifestError
 
 if TYPE_CHECKING:
-    from ..models import Toolkit
+    from ..models import Toolkit, ToolkitHead
 
 # Python 3.10+ lists its standard library; "builtins" and "__main__" are not importable roots
 # a manifest should ever name either.
@@ -109,7 +109,7 @@ def command_problem(implementation: str | None) -> str | None:
 IMPORT_KINDS = frozenset({"mcp", "openapi"})  # toolkit kinds whose references the admin typed
 
 
-def check_import_roots(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
+def check_import_roots(batch: Sequence[tuple[Toolkit | ToolkitHead, str | None]]) -> None:
     """Refuse a batch in which any Python implementation has no acceptable import root, or
     any implementation starts a command (``command_problem``). Forwarding implementations
     that read this process's environment are refused by ``toolcat.remote.secrets``.

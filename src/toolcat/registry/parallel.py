@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ManifestError, ToolcatError
-from ..models import Toolkit
+from ..models import Toolkit, ToolkitHead, check_head
 from ..store.rows import ToolkitRows, check_rows, rows_of
 from .manifest import load_manifest
 
@@ -36,7 +36,7 @@ MIN_PARALLEL_BYTES = 1024 * 1024
 MAX_WORKERS = 8
 AHEAD = 4  # files a worker may have read that the caller has not taken yet
 
-Loaded = tuple[Toolkit, str, ToolkitRows]
+Loaded = tuple[ToolkitHead, str, ToolkitRows]
 
 
 def worker_count() -> int:
@@ -130,7 +130,7 @@ def _work(path: str) -> tuple[Any, ...]:
     """In a worker: one manifest's toolkit and rows, or its problems."""
     try:
         toolkit = load_manifest(path)
-        return ("ok", path, toolkit, rows_of(toolkit))
+        return ("ok", path, toolkit.head(), rows_of(toolkit))
     except ManifestError as e:
         return ("error", path, e)
 
@@ -138,7 +138,7 @@ def _work(path: str) -> tuple[Any, ...]:
 def _accept(path: Path, answer: Any) -> Loaded | ManifestError:
     """A worker's answer for ``path`` once checked; the file read here if it does not pass."""
     if type(answer) is tuple and len(answer) >= 3 and answer[1] == str(path):
-        if answer[0] == "ok" and len(answer) == 4 and type(answer[2]) is Toolkit:
+        if answer[0] == "ok" and len(answer) == 4 and check_head(answer[2]) is None:
             if check_rows(answer[2], answer[3]) is None:
                 return answer[2], str(path), answer[3]
         elif answer[0] == "error" and len(answer) == 3 and _plausible_error(answer[2]):
@@ -163,7 +163,7 @@ def _load_here(path: Path) -> Loaded | ManifestError:
         toolkit = load_manifest(path)
     except ManifestError as e:
         return e
-    return toolkit, str(path), rows_of(toolkit)
+    return toolkit.head(), str(path), rows_of(toolkit)
 
 
 def _can_fork() -> bool:

@@ -18,7 +18,7 @@ from ..errors import ManifestError
 from ..policy.trust import IMPORT_KINDS
 
 if TYPE_CHECKING:
-    from ..models import Toolkit
+    from ..models import Toolkit, ToolkitHead
 
 
 def secret_problem(implementation: str | None) -> str | None:
@@ -79,7 +79,7 @@ def _references(implementation: str) -> tuple[str, list[str]] | None:
     return None
 
 
-def check_references(batch: Sequence[tuple[Toolkit, str | None]]) -> None:
+def check_references(batch: Sequence[tuple[Toolkit | ToolkitHead, str | None]]) -> None:
     """Refuse a batch (not an import's) in which any implementation references this
     process's environment.
 

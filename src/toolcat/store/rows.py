@@ -9,6 +9,7 @@ writer checks before it trusts rows it did not make.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -16,7 +17,7 @@ from ..models import Tool, ToolAnnotations, canonical_json, text_hash
 from ..text.documents import index_fields, toolkit_terms
 
 if TYPE_CHECKING:
-    from ..models import Toolkit
+    from ..models import ToolHead, Toolkit, ToolkitHead
 
 
 class ToolRow(NamedTuple):
@@ -95,7 +96,7 @@ def toolkit_hash(toolkit: Toolkit, definitions: list[dict[str, Any]]) -> str:
     return text_hash(canonical_json({**head, "tools": tools}))
 
 
-def check_rows(toolkit: Toolkit, rows: Any) -> str | None:
+def check_rows(toolkit: Toolkit | ToolkitHead, rows: Any) -> str | None:
     """What is wrong with ``rows`` made elsewhere for ``toolkit`` (``None``: nothing found).
 
     Checks their shape and types, that they name the toolkit's tools in order, and that each
@@ -107,14 +108,15 @@ def check_rows(toolkit: Toolkit, rows: Any) -> str | None:
         return "the toolkit's content hash is not a SHA-256"
     if len(rows.tools) != len(toolkit.tools):
         return f"{len(rows.tools)} tool rows for {len(toolkit.tools)} tools"
-    for row, tool in zip(rows.tools, toolkit.tools, strict=True):
+    tools: Sequence[Tool | ToolHead] = toolkit.tools
+    for row, tool in zip(rows.tools, tools, strict=True):
         problem = _row_problem(row, tool)
         if problem:
             return f"tool {tool.name!r}: {problem}"
     return None
 
 
-def _row_problem(row: Any, tool: Tool) -> str | None:
+def _row_problem(row: Any, tool: Tool | ToolHead) -> str | None:
     if type(row) is not ToolRow:
         return f"a {type(row).__name__}, not a row"
     if row.name != tool.name:

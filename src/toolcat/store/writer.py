@@ -26,7 +26,7 @@ from ..errors import (
     UnknownToolkitError,
     VersionConflictError,
 )
-from ..models import RegistrationResult, Tool, Toolkit
+from ..models import RegistrationResult, Tool, Toolkit, ToolkitHead
 from ..text.documents import index_fields, toolkit_terms
 from ..text.tokenize import tokenize_all
 from .connection import BUSY_TIMEOUT_MS, CatalogConnection, rollback_quietly
@@ -177,7 +177,7 @@ def stored_version(toolkit: str, version: Any) -> Version:
 def refresh_active(
     conn: sqlite3.Connection,
     name: str,
-    fresh: tuple[int, Toolkit, int, ToolkitRows] | None = None,
+    fresh: tuple[int, ToolkitHead, int, ToolkitRows] | None = None,
     pending: PendingFts | None = None,
 ) -> None:
     """Mark the toolkit's active version and keep the search index on it.
@@ -485,7 +485,7 @@ def stored_kind(conn: sqlite3.Connection, name: str) -> tuple[str, str | None] |
     return row[0], row[1]
 
 
-def _check_source_kind(conn: sqlite3.Connection, toolkit: Toolkit, kind: str) -> None:
+def _check_source_kind(conn: sqlite3.Connection, toolkit: ToolkitHead, kind: str) -> None:
     stored = stored_kind(conn, toolkit.name)
     if stored is None:
         return
@@ -509,7 +509,7 @@ _KIND_PHRASE = {
 }
 
 
-Entry = tuple[Toolkit, str | None, ToolkitRows]
+Entry = tuple[ToolkitHead, str | None, ToolkitRows]
 
 
 def register(
@@ -528,7 +528,7 @@ def register(
     """
     return register_stream(
         conn,
-        ((toolkit, source, rows_of(toolkit)) for toolkit, source in batch),
+        ((toolkit.head(), source, rows_of(toolkit)) for toolkit, source in batch),
         replace=replace,
         change_kind=change_kind,
         kind=kind,
@@ -541,7 +541,7 @@ def register_stream(
     *,
     replace: bool,
     change_kind: bool | None = None,
-    check: Callable[[Toolkit, str | None], None] | None = None,
+    check: Callable[[ToolkitHead, str | None], None] | None = None,
     kind: str | None = None,
     checkpoint: bool = True,
 ) -> list[RegistrationResult]:
@@ -626,7 +626,7 @@ def register_stream(
 
 def _register_one(
     conn: sqlite3.Connection,
-    toolkit: Toolkit,
+    toolkit: ToolkitHead,
     source: str | None,
     made: ToolkitRows,
     kind: str,
@@ -724,7 +724,7 @@ def _page_cache(conn: sqlite3.Connection, kib: int) -> Iterator[None]:
 
 def _defined_twice(
     seen: dict[tuple[str, Any], tuple[str | None, str]],
-    toolkit: Toolkit,
+    toolkit: ToolkitHead,
     source: str | None,
     digest: str,
 ) -> ManifestError | None:
@@ -768,7 +768,7 @@ def merge_segments(conn: sqlite3.Connection, added: int) -> None:
         conn.execute("INSERT INTO tools_fts (tools_fts, rank) VALUES ('merge', ?)", (MERGE_PAGES,))
 
 
-def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
+def _result(toolkit: ToolkitHead, status: str, revision: int) -> RegistrationResult:
     return RegistrationResult.model_construct(
         toolkit=toolkit.name,
         version=toolkit.version,
@@ -779,7 +779,7 @@ def _result(toolkit: Toolkit, status: str, revision: int) -> RegistrationResult:
 
 
 def _insert(
-    conn: sqlite3.Connection, toolkit: Toolkit, rows: ToolkitRows, source: str | None, kind: str
+    conn: sqlite3.Connection, toolkit: ToolkitHead, rows: ToolkitRows, source: str | None, kind: str
 ) -> tuple[int, int]:
     """Insert a toolkit version's rows; returns (toolkit row id, first tool row id).
 
