@@ -50,9 +50,14 @@ MAX_DESCRIPTION_CHARS = 65_536
 MAX_TOOLS_PER_TOOLKIT = 10_000
 
 
+# One encoder for every canonical dump: ``json.dumps`` with options builds a new one a call
+# (a tenth of a tool definition's dump).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal content gives equal text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def content_hash(value: Any) -> str:
