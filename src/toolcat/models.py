@@ -329,14 +329,12 @@ class Toolkit(BaseModel):
                 raise ToolFieldError(tool.name, "name", "duplicate tool name in this toolkit")
             seen.add(tool.name)
             impl = tool.implementation
-            if impl and self.module:
-                module = impl.split(":", 1)[0]
-                if module != self.module and not module.startswith(self.module + "."):
-                    raise ToolFieldError(
-                        tool.name,
-                        "implementation",
-                        f"{impl!r} lies outside the toolkit's module {self.module!r}",
-                    )
+            if _outside_module(impl, self.module):
+                raise ToolFieldError(
+                    tool.name,
+                    "implementation",
+                    f"{impl!r} lies outside the toolkit's module {self.module!r}",
+                )
         return self
 
     def content_hash(self) -> str:
@@ -357,9 +355,52 @@ class Toolkit(BaseModel):
         )
 
 
+def _outside_module(implementation: str | None, module: str | None) -> bool:
+    """Whether a tool's implementation lies outside its toolkit's ``module``."""
+    if not implementation or not module:
+        return False
+    named = implementation.split(":", 1)[0]
+    return named != module and not named.startswith(module + ".")
+
+
 def check_head(head: Any) -> str | None:
-    """What is wrong with ``head`` made elsewhere (``None``: it has the types of a
-    ``ToolkitHead``, every text a ``str``)."""
+    """What is wrong with ``head`` made elsewhere (``None``: nothing): the types of a
+    ``ToolkitHead``, every text a ``str``, and every value one a validated ``Toolkit``
+    holds (names, version, description, tags, module, each tool's name and
+    implementation), so that a head no manifest could give is never written."""
+    problem = _head_types(head)
+    if problem is not None:
+        return problem
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        if str(Version(head.version)) != head.version:
+            return "the version is not in its normal form"
+        _bounded_description(head.description)
+        if list(head.tags) != _check_tags(list(head.tags)):
+            return "the tags are not as a toolkit holds them"
+    except (InvalidVersion, ValueError) as e:
+        return str(e)
+    if not TOOLKIT_NAME_RE.fullmatch(head.name):
+        return "the toolkit's name is not one a toolkit may have"
+    if head.module is not None and not MODULE_RE.fullmatch(head.module):
+        return "the module is not a dotted module path"
+    if len(head.tools) > MAX_TOOLS_PER_TOOLKIT:
+        return "more tools than a toolkit holds"
+    names = set()
+    for tool in head.tools:
+        if not TOOL_NAME_RE.fullmatch(tool.name) or tool.name in names:
+            return "a tool's name is not one a tool may have, or is there twice"
+        names.add(tool.name)
+        impl = tool.implementation
+        if impl is not None and not IMPLEMENTATION_RE.fullmatch(impl):
+            return f"tool {tool.name!r}: the implementation is not one a tool may have"
+        if _outside_module(impl, head.module):
+            return f"tool {tool.name!r}: the implementation lies outside the module"
+    return None
+
+
+def _head_types(head: Any) -> str | None:
     if type(head) is not ToolkitHead:
         return f"not a toolkit's head but {type(head).__name__}"
     if not all(type(v) is str for v in (head.name, head.version, head.description)):

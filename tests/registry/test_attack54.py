@@ -233,21 +233,24 @@ def test_a_head_of_the_wrong_type_is_read_again(
     same_as_one_process(tmp_path, mode, answers)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check_head checks types only; the head's name, version, description, tags "
-    "and module are written as sent, never validated nor tied to the rows",
-)
+# A head no manifest could give (check_head checks values as a Toolkit does): read again.
+# A head of values a manifest could give but this file does not (another name, version,
+# module, tags) is a forgery, not a garbled answer: a worker is a fork of the registering
+# process running toolcat's code, so forging one needs code run in it, with the rights of
+# the user registering (docs/security.md, "Registration workers"). Those stay xfail.
+FORGED = "a worker forging valid values is inside the trust boundary (docs/security.md)"
+
+
 @pytest.mark.parametrize(
     "mode",
     [
-        "other_name",
-        "other_version",
+        pytest.param("other_name", marks=pytest.mark.xfail(strict=True, reason=FORGED)),
+        pytest.param("other_version", marks=pytest.mark.xfail(strict=True, reason=FORGED)),
         "invalid_name",
         "invalid_version",
         "long_description",
-        "escape_tags",
-        "other_module",
+        pytest.param("escape_tags", marks=pytest.mark.xfail(strict=True, reason=FORGED)),
+        pytest.param("other_module", marks=pytest.mark.xfail(strict=True, reason=FORGED)),
     ],
 )
 def test_a_forged_head_is_not_stored(tmp_path: Path, answers: list[Path], mode: str) -> None:

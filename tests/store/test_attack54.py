@@ -333,12 +333,6 @@ def test_every_failed_registration_leaves_the_autocheckpoint_on(
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX")
-@pytest.mark.xfail(
-    strict=True,
-    reason="checkpoint_beside resolves a relative catalog path in the main thread after the "
-    "commit: a working folder gone raises FileNotFoundError out of a committed register "
-    "(save_current's own resolve() failure is caught as OSError and only warned)",
-)
 def test_a_committed_registration_does_not_raise_when_the_working_folder_is_gone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

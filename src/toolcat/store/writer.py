@@ -689,10 +689,12 @@ def checkpoint_beside(path: str) -> Iterator[None]:
     if path in ("", ":memory:"):
         yield
         return
-    uri = Path(path).resolve().as_uri() + "?mode=rw"  # never makes a file that is gone
 
     def copy() -> None:
-        with contextlib.suppress(sqlite3.Error):
+        # the registration has committed: nothing here may raise into it (a working
+        # folder gone makes a relative path unresolvable)
+        with contextlib.suppress(sqlite3.Error, OSError, ValueError):
+            uri = Path(path).resolve().as_uri() + "?mode=rw"  # never makes a file that is gone
             conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
             try:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
