@@ -7,11 +7,12 @@ Each forged worker below takes the honest answer for its file and changes one th
 
 from __future__ import annotations
 
+import collections
 import json
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
@@ -52,14 +53,7 @@ def _rows_with(path: str, **tool_update: Any) -> ToolkitRows:
     return rows_of(toolkit.model_copy(update={"tools": tools}))
 
 
-class OtherHead(NamedTuple):  # same fields as ToolkitHead, another class
-    name: str
-    version: str
-    description: str
-    tags: tuple[str, ...]
-    defer_loading: bool
-    module: str | None
-    tools: tuple[ToolHead, ...]
+OtherHead = collections.namedtuple("OtherHead", ToolkitHead._fields)  # same fields, another class
 
 
 class Text(str):
@@ -150,21 +144,11 @@ def stale_hash(path: str) -> tuple[Any, ...]:
 
 
 @pytest.fixture
-def answers(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Two workers whatever the size; the files whose worker answers this process took."""
-    monkeypatch.setenv("TOOLCAT_REGISTER_WORKERS", "2")
-    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
-    monkeypatch.setattr(parallel, "_can_fork", lambda: True)
+def answers(answers: list[Path], monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """conftest's two workers whatever the size, answering with ``forged``; the files whose
+    worker answers this process took."""
     monkeypatch.setattr(parallel, "_work", forged)
-    taken: list[Path] = []
-    accept = parallel._accept
-
-    def counted(path: Path, answer: Any) -> Any:
-        taken.append(path)
-        return accept(path, answer)
-
-    monkeypatch.setattr(parallel, "_accept", counted)
-    return taken
+    return answers
 
 
 def stored(db: Path) -> dict[str, list[tuple[Any, ...]]]:
