@@ -502,10 +502,10 @@ class Catalog:
             results = writer.register_stream(
                 self._conn, entries(), replace=replace, check=check, checkpoint=False
             )
+        if not results:
+            raise ManifestError("nothing to register")
         # The log copied into the file beside the index's save, not before it
         with writer.checkpoint_beside(str(self.path)):
-            if not results:
-                raise ManifestError("nothing to register")
             self._changed()
         return results
 

@@ -341,7 +341,6 @@ class TantivyIndex(TermIndex):
         unit, scale = lightest(weights), count_scale(weights)
         bounded = all(abs(r * unit - w) < 1e-9 for r, w in zip(times, weights, strict=True))
         counted_in_body = bounded  # counts from the repeated columns (weight 0: left out)
-        select = CONTENT
         # Two passes over the rows (one read transaction: the same rows), none held whole.
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
@@ -353,7 +352,7 @@ class TantivyIndex(TermIndex):
         typecode = "I" if bounded else "d"
         content = hashlib.sha256()
         count_terms = doc_freq.update
-        for row in conn.execute(select):
+        for row in conn.execute(CONTENT):
             texts = [text or "" for text in row[1:]]
             length, found, tokens_in = _weighted(texts, weights, times, scale, bounded)
             lengths.append(length)
@@ -387,7 +386,7 @@ class TantivyIndex(TermIndex):
         writer = index.writer(heap_size=256_000_000, num_threads=1)
         total = 0
         row_ids: list[int] = []
-        for row, tokens_in, want in zip(conn.execute(select), repeated, wanted, strict=True):
+        for row, tokens_in, want in zip(conn.execute(CONTENT), repeated, wanted, strict=True):
             content.update(_row_bytes(row))
             body = _body(times, [text or "" for text in row[1:]])
             padded = max(tokens_in, math.floor(per_unit * want + 1e-9)) if bounded else tokens_in

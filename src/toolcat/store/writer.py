@@ -653,7 +653,9 @@ def _register_one(
                 "(replace=True) to overwrite it"
             )
         if pending is not None:
-            pending.flush()  # the deleted version's rows (a trigger deletes them) may be there
+            # A trigger deletes the old version's rows: none of them can be pending (a batch
+            # defines a version once), but no delete runs before the batch's rows
+            pending.flush()
         conn.execute("DELETE FROM toolkits WHERE id = ?", (row_id,))
         status = "replaced"
     toolkit_id, first_tool_id = _insert(conn, toolkit, made, source, kind)
