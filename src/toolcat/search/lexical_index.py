@@ -344,23 +344,28 @@ class TantivyIndex(TermIndex):
         # Two passes over the rows (one read transaction: the same rows), none held whole.
         lengths: list[int] = []  # FTS5's: every token once
         repeated: list[int] = []  # tantivy's before padding
-        doc_freq: Counter[str] = Counter()
-        # Term ids in first-seen order, a new term's made in C: no Python call a term
-        term_ids: defaultdict[str, int] | dict[str, int] = defaultdict(itertools.count().__next__)
         packed: dict[int, bytes] = {}
         names: dict[int, str] = {}
         typecode = "I" if bounded else "d"
         content = hashlib.sha256()
-        count_terms = doc_freq.update
-        for row in conn.execute(CONTENT):
-            texts = [text or "" for text in row[1:]]
-            length, found, tokens_in = _weighted(texts, weights, times, scale, bounded)
-            lengths.append(length)
-            repeated.append(tokens_in)
-            count_terms(found.keys())
-            packed[row[0]] = _pack(length, found, term_ids, typecode)
-            names[row[0]] = texts[0]
-        term_ids = dict(term_ids)  # a plain dict: a lookup of an unknown term adds nothing
+        term_ids: dict[str, int]
+        df: array[int]
+        counter = native.term_counts() if bounded else None
+        if counter is not None:  # the same counts and bytes as below, a fifth of the time
+            add = counter.add
+            for row in conn.execute(CONTENT):
+                texts = [text or "" for text in row[1:]]
+                packed[row[0]], length, tokens_in = add(texts, times)
+                lengths.append(length)
+                repeated.append(tokens_in)
+                names[row[0]] = texts[0]
+            term_ids, df = counter.term_ids, array("I")
+            df.frombytes(counter.doc_freq())
+            del counter
+        else:
+            term_ids, df = self._count_terms(
+                conn, weights, times, scale, bounded, lengths, repeated, packed, names
+            )
         n_docs = len(lengths)
         avgdl = (sum(lengths) / n_docs) if n_docs else 1.0
         # tantivy's length normalisation must be ``scale`` times FTS5's: a tool's length
@@ -409,7 +414,7 @@ class TantivyIndex(TermIndex):
         terms = tuple(term_ids)  # in id order
         self._tools, self._term_ids, self._terms = packed, term_ids, terms
         self._counts, self._scale, self._avgdl = typecode, scale, avgdl
-        self._df = array("I", map(doc_freq.__getitem__, terms))
+        self._df = df
         self._tantivy_df, self._everyone = self._df, searcher.num_docs
         self._base_avgdl, self._length_total = avgdl, sum(lengths)
         self._stale, self._delta_rows, self._delta = frozenset(), frozenset(), {}
@@ -427,6 +432,37 @@ class TantivyIndex(TermIndex):
             self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
         self.revision, self.weights = revision, weights
         self.content = content.hexdigest()
+
+    @staticmethod
+    def _count_terms(
+        conn: sqlite3.Connection,
+        weights: Sequence[float],
+        times: Sequence[int],
+        scale: float,
+        integral: bool,
+        lengths: list[int],
+        repeated: list[int],
+        packed: dict[int, bytes],
+        names: dict[int, str],
+    ) -> tuple[dict[str, int], array[int]]:
+        """``build``'s first pass in Python (``_impacts.TermCounts`` where it is compiled
+        and the weights are whole multiples): each row's lengths, packed terms and name
+        appended to the lists and dicts given; returns the term ids and their tool counts."""
+        doc_freq: Counter[str] = Counter()
+        # Term ids in first-seen order, a new term's made in C: no Python call a term
+        term_ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        typecode = "I" if integral else "d"
+        count_terms = doc_freq.update
+        for row in conn.execute(CONTENT):
+            texts = [text or "" for text in row[1:]]
+            length, found, tokens_in = _weighted(texts, weights, times, scale, integral)
+            lengths.append(length)
+            repeated.append(tokens_in)
+            count_terms(found.keys())
+            packed[row[0]] = _pack(length, found, term_ids, typecode)
+            names[row[0]] = texts[0]
+        ids = dict(term_ids)  # a plain dict: a lookup of an unknown term adds nothing
+        return ids, array("I", map(doc_freq.__getitem__, ids))
 
     def _weigh(self) -> None:
         """FTS5's IDFs and the boosts of tantivy's term queries from the term counts.

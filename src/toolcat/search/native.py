@@ -68,6 +68,16 @@ def available() -> bool:
     return ENABLED and module() is not None
 
 
+COUNT_TERMS = True  # tests switch it off to compare the Python first pass
+
+
+def term_counts() -> Any | None:
+    """A new ``_impacts.TermCounts`` (a saved index's first pass in C), or None where the
+    extension was not built."""
+    compiled = module()
+    return compiled.TermCounts() if COUNT_TERMS and compiled is not None else None
+
+
 class Impacts:
     """One revision's native first stage, built once on a thread of its own when asked."""
 
