@@ -357,3 +357,36 @@ def test_stopping_a_parallel_registration_leaves_no_worker_and_no_traceback(
         os.kill(pid, signal.SIGKILL)
     assert left == {}
     assert "Traceback" not in errors.read_text()
+
+
+def _collected_cycles() -> tuple[tuple[int, int, int], int]:
+    """In a worker: its collector's thresholds, and how many of 120,000 cycles are freed
+    without an explicit collection."""
+    import gc
+    import weakref
+
+    class Node:
+        pass
+
+    alive = []
+    for _ in range(120_000):
+        node = Node()
+        node.me = node  # type: ignore[attr-defined]
+        alive.append(weakref.ref(node))
+        del node
+    return gc.get_threshold(), sum(ref() is None for ref in alive)
+
+
+def test_workers_collect_less_often_and_still_free_cycles() -> None:
+    import gc
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    before = gc.get_threshold()
+    with ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("fork"), initializer=parallel._in_worker
+    ) as pool:
+        threshold, freed = pool.submit(_collected_cycles).result()
+    assert threshold[0] == parallel.WORKER_GC_OBJECTS
+    assert freed >= 50_000  # collected as they passed the threshold, not kept for ever
+    assert gc.get_threshold() == before  # the caller's own collector is left alone

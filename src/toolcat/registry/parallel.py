@@ -35,6 +35,11 @@ from .manifest import load_manifest
 MIN_PARALLEL_BYTES = 1024 * 1024
 MAX_WORKERS = 8
 AHEAD = 4  # files a worker may have read that the caller has not taken yet
+# A worker's collector passes every this many new objects (Python's default: 700). Parsing
+# leaves almost no cycles, but at the default a worker spent ~5% of its CPU collecting, more
+# as its kept terms grew (3,000 files of the 1M manifests: 90.8 against 85.8-87.9 us a
+# tool); cyclic garbage is still collected, a few MB at most between passes.
+WORKER_GC_OBJECTS = 50_000
 
 Loaded = tuple[ToolkitHead, str, ToolkitRows]
 
@@ -124,6 +129,7 @@ def _in_worker() -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
+    gc.set_threshold(WORKER_GC_OBJECTS)
 
 
 def _work(path: str) -> tuple[Any, ...]:
