@@ -102,3 +102,20 @@ def test_the_toolkit_digest_is_its_content_hash(
     )
     assert rows_of(toolkit).digest == toolkit.content_hash()
     assert toolkit.content_hash() == content_hash(toolkit.model_dump(mode="json"))
+
+
+def test_tags_json_is_json_dumps_of_the_tags() -> None:
+    import json
+    import random
+
+    from toolcat.store.rows import tags_json
+
+    rng = random.Random(5)
+    alphabet = ["a", "Z", " ", '"', "\\", "\n", "\x00", "\x7f", "é", "北", "\ud800", "😀", "/"]
+    for _ in range(3_000):
+        tags = [
+            "".join(rng.choices(alphabet, k=rng.randrange(0, 8)))
+            for _ in range(rng.randrange(0, 6))
+        ]
+        assert tags_json(tags) == json.dumps(tags)
+        assert tags_json(tuple(tags)) == json.dumps(tags)
