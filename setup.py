@@ -1,5 +1,6 @@
 """The one compiled part of toolcat: BM25 upper bounds from quantized impacts, the first
-stage of a BM25 query (search/native.py). Everything else is in pyproject.toml."""
+stage of a BM25 query (search/native.py), and the saved index's first pass over the rows
+(lexical_index.py). Everything else is in pyproject.toml."""
 
 from setuptools import Extension, setup
 

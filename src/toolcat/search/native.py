@@ -28,6 +28,9 @@ with the GIL let go for all but gathering the blobs (~1 s of C at 1M tools; 4 by
 posting, a 16-bit gap and a 16-bit impact: 150 MB there; the packed tools are shared with
 the index, not copied). Until it is ready, and where the extension was not compiled (a
 machine without a C compiler: ``setup.py`` builds it optionally), tantivy answers.
+
+The same extension counts the rows' terms when an index is built (``term_counts``:
+``TantivyIndex.build``'s first pass, the Python's bytes in a fifth of the time).
 """
 
 from __future__ import annotations
