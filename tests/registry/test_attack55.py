@@ -140,20 +140,12 @@ def test_cyclic_garbage_made_in_a_worker_is_still_collected(
         assert total >= 40_000 and alive <= 60_000 and alive < total
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a worker's ManifestError is in a cycle (its problems hold it) that keeps its "
-        "causes, tracebacks, frames and the file's text until the collector passes: with "
-        "WORKER_GC_OBJECTS that is rarely"
-    ),
-)
 def test_a_failed_manifest_leaves_no_frame_or_file_text_in_cyclic_garbage(
     tmp_path: Path,
 ) -> None:
-    """What a worker's failed file leaves for the collector once its answer is sent: an
-    error's cycle holding the frames of the parse (and the file's text: 300,000 YAML nodes
-    and marks, 17 MB, for a YAML file of 0.3 MB) waits there until the next pass."""
+    """What a worker's failed file leaves for the collector once its answer is sent: no
+    longer an error's cycle holding the frames of the parse and the file's text (for a
+    YAML file of 0.3 MB, 300,000 nodes and marks, 17 MB) until the next pass."""
     cases = {
         "bad.json": BIG_JSON_ERROR,
         "bad.yaml": "toolkit: k\ntools: [" + "x, " * 100_000 + "\n  - ]]",
@@ -192,19 +184,12 @@ def test_a_failed_manifest_leaves_no_frame_or_file_text_in_cyclic_garbage(
         assert type(sent[2]) is ManifestError and parallel._plausible_error(sent[2])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "with WORKER_GC_OBJECTS = 50,000 a worker keeps ~0.75 MB of each failed 0.5 MB "
-        "JSON manifest (its error's cycle) for ~1,250 files before its first collection"
-    ),
-)
 def test_many_failing_manifests_do_not_grow_a_worker_s_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
 ) -> None:
     """Each 0.5 MB JSON file with a bad comma left ~0.75 MB in an error's cycle and only ~40
-    new objects: at 50,000 objects a pass, ~1,250 such files (1.5 GB of 1 MB files, 5 GB of
-    4 MB ones) a worker before the first pass."""
+    new objects: at 50,000 objects a pass, ~1,250 such files a worker (~1 GB of 1 MB files,
+    ~4 GB of 4 MB ones) before its first pass; 180 more files raised the peak by 88 MB."""
     peaks = []
     for count in (20, 200):
         probes = tmp_path / f"probes-{count}"
@@ -225,13 +210,6 @@ def tags_garbled(path: str) -> tuple[Any, ...]:
     return ("ok", source, toolkit, ToolkitRows(rows.digest, [tampered, *rows.tools[1:]]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "check_rows raises TypeError (star-unpacking row.tags in _row_problem) on tags "
-        "that are not iterable instead of refusing the answer: the registration fails"
-    ),
-)
 def test_a_worker_answer_whose_tags_are_not_a_sequence_is_read_here(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[Path]
 ) -> None:
