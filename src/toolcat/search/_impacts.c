@@ -1052,7 +1052,13 @@ static PyTypeObject IndexType = {
    order over every row (``term_ids``, a dict for the caller once counting ends), and each
    term's rows are counted (``doc_freq``). The rows are FTS5's copy of the columns, read as
    input: any text is counted as the Python would count it. At 1M tools ~20 us a row in
-   Python, ~6 with a dict lookup a token, ~2 with the table below. */
+   Python, ~6 with a dict lookup a token, ~2 with the table below.
+
+   That text is a manifest author's: the table's hash is keyed (from Python's own, per
+   process, as a dict's is), else words chosen offline to share a slot would make every
+   lookup walk all of them. No Python code runs while a row is counted that could change
+   it: its texts are held and its repeats read before the first word, and an ``add`` from
+   within one (a key's ``__eq__`` in ``term_ids``) is refused. */
 typedef struct {
     PyObject_HEAD
     PyObject *term_ids;  /* term -> id, ids in insertion order */
@@ -1067,6 +1073,8 @@ typedef struct {
        term already seen costs no Python object. */
     uint32_t *table;
     uint64_t table_mask; /* slots - 1, a power of two */
+    uint64_t key[2];     /* the hash's key (``TermCounts_new``) */
+    int busy;            /* a row is being counted */
     uint32_t rows;       /* rows counted */
     uint32_t *ids;       /* the row being counted: its terms, first seen first */
     uint64_t *counts;    /* ... and their weighted counts */
@@ -1099,6 +1107,18 @@ static PyObject *TermCounts_new(PyTypeObject *type, PyObject *args, PyObject *kw
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     self->table_mask = 1023;
+    /* The key: Python's hashes of two constants, keyed per process (PYTHONHASHSEED). */
+    const char *names[2] = {"toolcat TermCounts 0", "toolcat TermCounts 1"};
+    for (int i = 0; i < 2; i++) {
+        PyObject *name = PyUnicode_FromString(names[i]);
+        Py_hash_t hash = name == NULL ? -1 : PyObject_Hash(name);
+        Py_XDECREF(name);
+        if (hash == -1 && PyErr_Occurred()) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->key[i] = (uint64_t)hash;
+    }
     return (PyObject *)self;
 }
 
@@ -1210,12 +1230,19 @@ static int count_column(TermCounts *self, PyObject *text, long repeat, uint32_t 
         while (i < size && Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, i))) i++;
         if (i == size) break;
         Py_ssize_t start = i;
-        uint64_t hash = 1469598103934665603ULL; /* FNV-1a over code points */
+        /* FNV-1a over code points from a keyed start, then murmur3's finalizer keyed: the
+           low bits pick the slot, and none can be aimed at without the key */
+        uint64_t hash = 1469598103934665603ULL ^ self->key[0];
         for (Py_UCS4 ch; i < size && !Py_UNICODE_ISSPACE(ch = PyUnicode_READ(kind, data, i)); i++)
             hash = (hash ^ ch) * 1099511628211ULL;
         (*length)++;
         if (!repeat) continue;
-        hash ^= hash >> 29; /* the low bits pick the slot */
+        hash ^= self->key[1];
+        hash ^= hash >> 33;
+        hash *= 0xff51afd7ed558ccdULL;
+        hash ^= hash >> 33;
+        hash *= 0xc4ceb9fe1a85ec53ULL;
+        hash ^= hash >> 33;
         Py_ssize_t id = term_id(self, text, kind, data, start, i, hash);
         if (id < 0) return -1;
         if (self->last[id] == row) {
@@ -1236,17 +1263,25 @@ static int count_column(TermCounts *self, PyObject *text, long repeat, uint32_t 
 static PyObject *TermCounts_add(TermCounts *self, PyObject *args) {
     PyObject *texts, *times;
     if (!PyArg_ParseTuple(args, "OO:add", &texts, &times)) return NULL;
-    PyObject *text_seq = PySequence_Fast(texts, "texts must be a sequence");
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "add called while a row is being counted");
+        return NULL;
+    }
+    /* A tuple of our own: the caller's list may change, and its texts be freed, by code a
+       repeat's __index__ (below) or a term_ids key's __eq__ (PyDict_SetItem) runs. */
+    PyObject *text_seq = PySequence_Tuple(texts);
     if (text_seq == NULL) return NULL;
-    PyObject *times_seq = PySequence_Fast(times, "times must be a sequence");
+    PyObject *times_seq = PySequence_Tuple(times);
     if (times_seq == NULL) {
         Py_DECREF(text_seq);
         return NULL;
     }
     PyObject *result = NULL, *packed = NULL;
-    Py_ssize_t columns = PySequence_Fast_GET_SIZE(text_seq), n = 0;
+    Py_ssize_t columns = PyTuple_GET_SIZE(text_seq), n = 0;
     uint64_t length = 0, tokens_in = 0;
-    if (PySequence_Fast_GET_SIZE(times_seq) != columns) {
+    long few[8], *repeats = few; /* most rows have five columns */
+    self->busy = 1;
+    if (PyTuple_GET_SIZE(times_seq) != columns) {
         PyErr_SetString(PyExc_ValueError, "one repeat a column");
         goto done;
     }
@@ -1254,23 +1289,37 @@ static PyObject *TermCounts_add(TermCounts *self, PyObject *args) {
         PyErr_SetString(PyExc_OverflowError, "more rows than 32-bit counts");
         goto done;
     }
-    uint32_t row = ++self->rows;
+    /* Every column checked, and every repeat read, before anything is counted: a refused
+       row leaves the counts as they were. */
+    if (columns > 8 && (repeats = PyMem_Malloc(sizeof(long) * (size_t)columns)) == NULL) {
+        repeats = few;
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t c = 0; c < columns; c++) {
-        PyObject *text = PySequence_Fast_GET_ITEM(text_seq, c);
-        if (!PyUnicode_Check(text)) {
-            PyErr_Format(PyExc_TypeError, "column %zd is %.50s, not text", c,
-                         Py_TYPE(text)->tp_name);
-            goto done;
-        }
-        long repeat = PyLong_AsLong(PySequence_Fast_GET_ITEM(times_seq, c));
+        long repeat = PyLong_AsLong(PyTuple_GET_ITEM(times_seq, c));
         if (repeat == -1 && PyErr_Occurred()) goto done;
         if (repeat < 0 || repeat > 65535) {
             PyErr_SetString(PyExc_ValueError, "a column's repeat is 0 to 65535");
             goto done;
         }
+        repeats[c] = repeat;
+    }
+    for (Py_ssize_t c = 0; c < columns; c++) {
+        PyObject *text = PyTuple_GET_ITEM(text_seq, c);
+        if (!PyUnicode_Check(text)) {
+            PyErr_Format(PyExc_TypeError, "column %zd is %.50s, not text", c,
+                         Py_TYPE(text)->tp_name);
+            goto done;
+        }
+        if (PyUnicode_READY(text) < 0) goto done;
+    }
+    uint32_t row = ++self->rows;
+    for (Py_ssize_t c = 0; c < columns; c++) {
         Py_ssize_t before = (Py_ssize_t)length;
-        if (count_column(self, text, repeat, row, &n, &length) < 0) goto done;
-        tokens_in += (uint64_t)repeat * (length - (uint64_t)before);
+        if (count_column(self, PyTuple_GET_ITEM(text_seq, c), repeats[c], row, &n, &length) < 0)
+            goto done;
+        tokens_in += (uint64_t)repeats[c] * (length - (uint64_t)before);
     }
     if (length > UINT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "a row longer than a 32-bit length");
@@ -1293,6 +1342,8 @@ static PyObject *TermCounts_add(TermCounts *self, PyObject *args) {
     result = Py_BuildValue("OKK", packed, (unsigned long long)length,
                            (unsigned long long)tokens_in);
 done:
+    self->busy = 0;
+    if (repeats != few) PyMem_Free(repeats);
     Py_XDECREF(packed);
     Py_DECREF(text_seq);
     Py_DECREF(times_seq);

@@ -131,6 +131,8 @@ def _row_problem(row: Any, tool: Tool | ToolHead) -> str | None:
         return f"the row names {row.name!r}"
     if type(row.defer_loading) is not bool:
         return "defer_loading is not a boolean"
+    if type(row.tags) is not tuple:  # (``*row.tags`` of None raised from this check)
+        return "the tags are not a tuple"
     if not all(type(v) is str for v in (row.tags_json, row.definition, *row.tags)):
         return "a text column is not text"
     if type(row.fts) is not tuple or len(row.fts) != 5:
