@@ -1,11 +1,15 @@
-"""``canonical_json`` keeps one encoder: the text ``json.dumps`` with its options gives, so
-every content hash stored before stays the one computed now."""
+"""``canonical_json`` keeps one encoder (and its C encoder, without the cycle check): the text
+``json.dumps`` with its options gives, so every content hash stored before stays the one
+computed now, and the errors it raises for what JSON cannot hold."""
 
 from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import pytest
 
 from toolcat.models import canonical_json
 
@@ -32,3 +36,58 @@ def test_canonical_json_is_the_text_of_json_dumps() -> None:
         value = _value(rng)
         expected = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         assert canonical_json(value) == expected
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_other_containers_and_keys_give_json_dumps_text_or_its_error() -> None:
+    from collections import OrderedDict
+
+    class Sub(dict):  # type: ignore[type-arg]
+        pass
+
+    values: list[Any] = [
+        ("t", 1, [2, (3,)]),
+        OrderedDict([("b", 1), ("a", 2)]),
+        Sub(z=1, a=Sub(y=2)),
+        {1: "int", 2: "keys"},
+        {1.5: 3, 2.5: 4},
+        "top-level text",
+        12,
+        None,
+    ]
+    for value in values:
+        assert canonical_json(value) == _dumps(value)
+    for bad in ({"a": 1, 2: "mixed key types"}, {"a": object()}, [b"bytes"], {1, 2}):
+        with pytest.raises(TypeError) as expected:
+            _dumps(bad)
+        with pytest.raises(TypeError) as got:
+            canonical_json(bad)
+        assert str(got.value) == str(expected.value)
+
+
+def test_a_cycle_raises_what_json_dumps_raises_and_deep_values_too() -> None:
+    looped: dict[str, Any] = {"a": [1]}
+    looped["a"].append(looped)
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        canonical_json(looped)
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        canonical_json(deep)
+    assert canonical_json({"after": "still works"}) == '{"after":"still works"}'
+
+
+def test_threads_share_the_encoder() -> None:
+    rng = random.Random(8)
+    values = [_value(rng) for _ in range(200)]
+    expected = [_dumps(v) for v in values]
+
+    def encode_all(_: int) -> list[str]:
+        return [canonical_json(v) for v in values for _ in range(5)][::5]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(got == expected for got in pool.map(encode_all, range(8)))

