@@ -53,18 +53,37 @@ MAX_TOOLS_PER_TOOLKIT = 10_000
 # One encoder for every canonical dump: ``json.dumps`` with options builds a new one a call
 # (a tenth of a tool definition's dump).
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 # ... and its C encoder, made once, without the dict of containers being encoded that
 # catches a cycle (``encode`` makes both a call: 10.95 -> 8.82 us a tool definition). A
 # cycle then ends in ``RecursionError``, and ``_CANONICAL`` encodes the value again to
 # raise what it raised before (``ValueError``: "Circular reference detected").
-_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None where not compiled
-_FAST_CANONICAL = (
-    None
-    if _MAKE_ENCODER is None
-    else _MAKE_ENCODER(
-        None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, True
-    )
-)
+def _fast_canonical() -> Callable[[Any, int], Any] | None:
+    """The C encoder (None where this Python has none, or makes it otherwise)."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    probe = {"b": [1, 2.5, None, True, "é\n"], "a": {}}
+    try:
+        fast = make(
+            None,
+            _CANONICAL.default,
+            json.encoder.encode_basestring,
+            None,
+            ":",
+            ",",
+            True,
+            False,
+            True,
+        )
+        same = "".join(fast(probe, 0)) == _CANONICAL.encode(probe)
+    except (TypeError, ValueError):
+        return None
+    return fast if same else None
+
+
+_FAST_CANONICAL = _fast_canonical()
 
 
 def canonical_json(value: Any) -> str:
