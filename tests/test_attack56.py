@@ -152,7 +152,6 @@ def test_deep_nesting_raises_recursion_error_like_dumps():
     assert got == want
 
 
-@pytest.mark.xfail(strict=True, reason="fast path without markers: user RecursionError taken for a cycle, value encoded again")
 def test_recursion_error_from_user_code_is_not_swallowed():
     """A RecursionError raised by user code during encoding reaches the caller, as with
     json.dumps; it must not be taken for a cycle and the value encoded again."""
@@ -172,7 +171,6 @@ def test_recursion_error_from_user_code_is_not_swallowed():
     assert outcome(canonical_json, value) == want == (RecursionError, "from user code")
 
 
-@pytest.mark.xfail(strict=True, reason="fast path without markers: no cycle check, returns text")
 def test_cycle_seen_only_once_raises_circular_reference_like_dumps():
     """A mapping whose items() yields itself on the first call only: json.dumps sees the
     container twice on the stack and raises; the encoder without markers went on."""
@@ -189,7 +187,6 @@ def test_cycle_seen_only_once_raises_circular_reference_like_dumps():
     assert outcome(canonical_json, Flip(x=1)) == want == (ValueError, "Circular reference detected")
 
 
-@pytest.mark.xfail(strict=True, reason="fast path without markers: cycle recursed to the limit segfaults")
 def test_cycle_in_small_stack_thread_raises_valueerror_not_segfault():
     child = run_child(
         """
@@ -209,7 +206,6 @@ def test_cycle_in_small_stack_thread_raises_valueerror_not_segfault():
     assert child.stdout.strip() == "VE Circular reference detected"
 
 
-@pytest.mark.xfail(strict=True, reason="fast path without markers: cycle recursed to the limit segfaults")
 def test_cycle_with_raised_recursion_limit_raises_valueerror_not_segfault():
     child = run_child(
         """
@@ -227,7 +223,6 @@ def test_cycle_with_raised_recursion_limit_raises_valueerror_not_segfault():
     assert child.stdout.strip() == "VE Circular reference detected"
 
 
-@pytest.mark.xfail(strict=True, reason="fast path without markers: cycle re-encoded at every level")
 def test_wide_cycle_fails_fast_like_dumps():
     """A cycle through a wide dict: json.dumps raises at the first repeat; encoding down to
     the recursion limit re-encodes the width at every level (1000x the work)."""

@@ -55,45 +55,47 @@ MAX_TOOLS_PER_TOOLKIT = 10_000
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# ... and its C encoder, made once, without the dict of containers being encoded that
-# catches a cycle (``encode`` makes both a call: 10.95 -> 8.82 us a tool definition). A
-# cycle then ends in ``RecursionError``, and ``_CANONICAL`` encodes the value again to
-# raise what it raised before (``ValueError``: "Circular reference detected").
-def _fast_canonical() -> Callable[[Any, int], Any] | None:
-    """The C encoder (None where this Python has none, or makes it otherwise)."""
-    make = getattr(json.encoder, "c_make_encoder", None)
+# ... and the C encoder ``encode`` makes, called directly (``encode`` and ``iterencode`` cost
+# about half a microsecond a call in Python). Each call makes it with its own dict of the
+# containers being encoded, as ``encode`` does: a cycle raises ``ValueError`` ("Circular
+# reference detected") at its first repeat. One encoder kept without that dict (attack56)
+# sent a cycle down to the recursion limit: a segfault in a thread with a small stack or
+# under a raised limit, the cycle's width encoded at every level, a ``RecursionError``
+# from user code taken for a cycle.
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)  # None where not compiled
+_ENCODER_ARGS = (
+    _CANONICAL.default,
+    json.encoder.encode_basestring,
+    None,
+    ":",
+    ",",
+    True,
+    False,
+    True,
+)
+
+
+def _fast_canonical() -> Callable[..., Any] | None:
+    """``c_make_encoder`` where it gives ``_CANONICAL``'s text on a probe, else None."""
+    make = _MAKE_ENCODER
     if make is None:
         return None
     probe = {"b": [1, 2.5, None, True, "é\n"], "a": {}}
     try:
-        fast = make(
-            None,
-            _CANONICAL.default,
-            json.encoder.encode_basestring,
-            None,
-            ":",
-            ",",
-            True,
-            False,
-            True,
-        )
-        same = "".join(fast(probe, 0)) == _CANONICAL.encode(probe)
+        same = "".join(make({}, *_ENCODER_ARGS)(probe, 0)) == _CANONICAL.encode(probe)
     except (TypeError, ValueError):
         return None
-    return fast if same else None
+    return make if same else None
 
 
-_FAST_CANONICAL = _fast_canonical()
+_FAST_MAKE = _fast_canonical()
 
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no spaces: equal content gives equal text."""
-    if _FAST_CANONICAL is None or isinstance(value, str):
+    if _FAST_MAKE is None or isinstance(value, str):
         return _CANONICAL.encode(value)
-    try:
-        return "".join(_FAST_CANONICAL(value, 0))
-    except RecursionError:
-        return _CANONICAL.encode(value)
+    return "".join(_FAST_MAKE({}, *_ENCODER_ARGS)(value, 0))
 
 
 def content_hash(value: Any) -> str:
