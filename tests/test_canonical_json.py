@@ -1,6 +1,7 @@
-"""``canonical_json`` keeps one encoder (and its C encoder, without the cycle check): the text
-``json.dumps`` with its options gives, so every content hash stored before stays the one
-computed now, and the errors it raises for what JSON cannot hold."""
+"""``canonical_json`` keeps one encoder, and ``canonical_tree_json`` (for pydantic's dumps) one C
+encoder without the cycle check: both give the text ``json.dumps`` with its options gives, so
+every content hash stored before stays the one computed now, and ``canonical_json`` raises
+what it raises for what JSON cannot hold."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from toolcat.models import canonical_json
+from toolcat.models import canonical_json, canonical_tree_json
 
 
 def _value(rng: random.Random, depth: int = 0) -> Any:
@@ -88,6 +89,25 @@ def test_threads_share_the_encoder() -> None:
 
     def encode_all(_: int) -> list[str]:
         return [canonical_json(v) for v in values for _ in range(5)][::5]
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(got == expected for got in pool.map(encode_all, range(8)))
+
+
+def test_canonical_tree_json_is_the_text_of_json_dumps_for_trees() -> None:
+    rng = random.Random(20261201)
+    for _ in range(3_000):
+        tree = {"v": _value(rng), "w": [_value(rng)]}
+        assert canonical_tree_json(tree) == _dumps(tree)
+
+
+def test_threads_share_the_tree_encoder() -> None:
+    rng = random.Random(9)
+    trees = [{"v": _value(rng)} for _ in range(200)]
+    expected = [_dumps(t) for t in trees]
+
+    def encode_all(_: int) -> list[str]:
+        return [canonical_tree_json(t) for t in trees]
 
     with ThreadPoolExecutor(8) as pool:
         assert all(got == expected for got in pool.map(encode_all, range(8)))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..models import Tool, ToolAnnotations, canonical_json, text_hash
+from ..models import Tool, ToolAnnotations, canonical_tree_json, text_hash
 from ..text.documents import index_fields, toolkit_terms
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def rows_of(toolkit: Toolkit) -> ToolkitRows:
     for tool in toolkit.tools:
         dumped = tool_definition(tool)
         dumps.append(dumped)
-        definition = canonical_json(dumped)
+        definition = canonical_tree_json(dumped)
         tags = effective_tags(tool, toolkit)
         tools.append(
             ToolRow(
@@ -101,7 +101,7 @@ def toolkit_hash(toolkit: Toolkit, definitions: list[dict[str, Any]]) -> str:
             whole["annotations"] = {field: annotations.get(field) for field in annotation_fields}
         tools.append(whole)
     head = {field: getattr(toolkit, field) for field in type(toolkit).model_fields}
-    return text_hash(canonical_json({**head, "tools": tools}))
+    return text_hash(canonical_tree_json({**head, "tools": tools}))
 
 
 def check_rows(toolkit: Toolkit | ToolkitHead, rows: Any) -> str | None:
