@@ -100,7 +100,9 @@ def toolkit_hash(toolkit: Toolkit, definitions: list[dict[str, Any]]) -> str:
         if annotations is not None:
             whole["annotations"] = {field: annotations.get(field) for field in annotation_fields}
         tools.append(whole)
-    head = {field: getattr(toolkit, field) for field in type(toolkit).model_fields}
+    # dumped by pydantic, as ``content_hash`` dumps it: a tree of plain values, whatever a
+    # toolkit made without validation (``model_construct``) holds
+    head = toolkit.model_dump(mode="json", by_alias=False, exclude={"tools"})
     return text_hash(canonical_tree_json({**head, "tools": tools}))
 
 
