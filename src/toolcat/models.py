@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from .definitions import walks
 from .definitions.names import TOOL_NAME_RE, TOOLKIT_NAME_RE
 
 # Every pattern is used with ``fullmatch``: ``$`` would also match before a final newline,
@@ -102,6 +103,29 @@ def canonical_tree_json(tree: dict[str, Any]) -> str:
     return "".join(_TREE_ENCODER(tree, 0))
 
 
+def canonical_members(tree: dict[str, Any]) -> dict[str, str]:
+    """Each member's value of a dict ``canonical_tree_json`` may encode, as it encodes it:
+    ``canonical_object`` of them is its text. Several texts that share members (a tool's
+    definition and its part of the toolkit's hash) are put together without encoding a
+    member twice."""
+    encode_text = json.encoder.encode_basestring
+    encoder = _TREE_ENCODER
+    return {
+        key: encode_text(value)
+        if type(value) is str
+        else "".join(encoder(value, 0))
+        if encoder is not None
+        else _CANONICAL.encode(value)
+        for key, value in tree.items()
+    }
+
+
+def canonical_object(members: dict[str, str]) -> str:
+    """The canonical JSON of a dict from its members' texts (``canonical_members``)."""
+    encode_text = json.encoder.encode_basestring
+    return "{" + ",".join(encode_text(key) + ":" + members[key] for key in sorted(members)) + "}"
+
+
 def content_hash(value: Any) -> str:
     """SHA-256 of the canonical JSON of ``value``."""
     return text_hash(canonical_json(value))
@@ -165,9 +189,15 @@ def remote_references(schema: Any) -> list[str]:
     """References in ``schema`` that point outside it (anything but ``#...``).
 
     toolcat never fetches a schema: a remote ``$ref`` would make the host open any URL (or
-    file) a manifest or an MCP server names, at call time.
+    file) a manifest or an MCP server names, at call time. In C where it was built
+    (definitions/walks.py).
     """
-    found: list[str] = []
+    native = walks.compiled()
+    if native is not None:
+        found: list[str] | None = native.remote_references(schema, REF_KEYWORDS)
+        if found is not None:  # not declined
+            return found
+    found = []
     stack = [schema]
     while stack:
         node = stack.pop()

@@ -119,3 +119,71 @@ def test_tags_json_is_json_dumps_of_the_tags() -> None:
         ]
         assert tags_json(tags) == json.dumps(tags)
         assert tags_json(tuple(tags)) == json.dumps(tags)
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": {"a": {"default": None, "enum": [None, 1.5, True]}}},
+        {"type": "object", "x": (1, 2)},  # a tuple: not plain, dumped by pydantic
+        {"type": "object", "x": float("nan")},  # dumped by pydantic (as null)
+        {"type": "object", "x": 2**64},
+        {"type": "object", "x": "\ud800"},
+        {"type": "object", "nested": [[[[{"deep": [{"deeper": None}]}]]]]},
+    ],
+    ids=["plain", "tuple", "nan", "big-int", "surrogate", "nested"],
+)
+def test_a_definition_is_pydantics_dump_whichever_way_it_is_made(
+    parameters: dict[str, object],
+) -> None:
+    """``tool_definition`` takes plain parameters as they are (checked in C) and has
+    pydantic dump anything else: the stored text and hash are those of the whole dump."""
+    import json
+
+    from toolcat.definitions import walks
+    from toolcat.models import Tool, canonical_json
+    from toolcat.store.rows import tool_definition
+
+    tool = Tool.model_validate({"name": "t", "description": "A tool.", "parameters": parameters})
+    try:
+        expected = tool.model_dump(mode="json", exclude_none=True)
+    except ValueError:  # pydantic refuses what it cannot dump; so does the definition
+        with pytest.raises(ValueError):
+            tool_definition(tool)
+        return
+    for native in (True, False):
+        walks.NATIVE = native
+        try:
+            dumped = tool_definition(tool)
+        finally:
+            walks.NATIVE = True
+        assert dumped == expected or json.dumps(dumped) == json.dumps(expected)
+        assert canonical_json(dumped) == canonical_json(expected)
+    if not canonical_json(expected).isascii() and "\ud800" in canonical_json(expected):
+        return  # no row holds a lone surrogate: its hash cannot be taken, either way
+    toolkit = Toolkit(name="kit", version="1.0", tools=[tool])
+    row = rows_of(toolkit).tools[0]
+    assert row.definition == canonical_json(expected)
+    assert rows_of(toolkit).digest == toolkit.content_hash()
+
+
+def test_rows_are_the_same_with_the_walks_in_c_or_in_python() -> None:
+    from toolcat.definitions import walks
+
+    for path in sorted(SAMPLE_TOOLKITS.glob("*.*")):
+        toolkit = load_manifest(path)
+        walks.NATIVE = False
+        try:
+            python = rows_of(toolkit)
+        finally:
+            walks.NATIVE = True
+        assert rows_of(toolkit) == python
+        assert python.digest == toolkit.content_hash()
+        for tool, row in zip(toolkit.tools, python.tools, strict=True):
+            assert row.definition == canonical_json_of(tool)
+
+
+def canonical_json_of(tool: object) -> str:
+    from toolcat.models import canonical_json
+
+    return canonical_json(tool.model_dump(mode="json", exclude_none=True))  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from datetime import date, datetime, time
 from pathlib import Path
 from typing import Any
 
+from ..definitions import walks
 from ..errors import ManifestError
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # the sample manifests are 2-10 KiB; 4 MiB is ~10k tools
@@ -186,7 +187,10 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     """Whether ``value`` (at key-path length ``depth``) holds nothing ``walk_values`` would
     report: the common case, checked without building a key path per value (a fifth of the
     cost). Anything unusual (a tuple, a date, a ``NotJson``) answers False, and the full
-    walk then finds and locates the problem."""
+    walk then finds and locates the problem. In C where it was built (definitions/walks.py)."""
+    native = walks.compiled()
+    if native is not None and depth == 0:
+        return bool(native.plain_json(value, MAX_DEPTH))
     kind = type(value)
     if (kind is dict or kind is list) and depth >= MAX_DEPTH:
         return False  # its children lie deeper than allowed (or it is empty: walked anyway)

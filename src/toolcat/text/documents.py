@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..definitions import walks
 from .tokenize import tokenize, tokenize_all
 
 if TYPE_CHECKING:
@@ -20,7 +21,14 @@ MAX_SCHEMA_DEPTH = 4
 
 
 def schema_texts(schema: Any, depth: int = 0) -> Iterator[str]:
-    """Parameter names, descriptions and string enum values of a JSON Schema, nested ones too."""
+    """Parameter names, descriptions and string enum values of a JSON Schema, nested ones too
+    (in C where it was built: definitions/walks.py)."""
+    native = walks.compiled()
+    if native is not None and depth == 0:
+        texts: list[str] | None = native.schema_texts(schema, MAX_SCHEMA_DEPTH)
+        if texts is not None:  # not declined
+            yield from texts
+            return
     if not isinstance(schema, dict) or depth > MAX_SCHEMA_DEPTH:
         return
     properties = schema.get("properties")

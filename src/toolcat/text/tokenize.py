@@ -13,6 +13,10 @@ and queries (20,442 words) and 85,995 identifiers from Python sources: 0 differe
 (tests/text/test_tokenize.py compares them on a real vocabulary). A word is stemmed once
 per process: stems are kept (``STEM_CACHE``), so a serving process pays the stemmer only for
 words it has never seen (~3 µs in C, ~50 µs in Python).
+
+ASCII text is split and its terms looked up in C (``_words.c``, built where there is a C
+compiler: ``NATIVE_WORDS``), the same lists as the Python below, which splits other text
+and stands in wherever the extension was not built (tests/text/test_words.py compares them).
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterable
+
+try:
+    from . import _words
+except ImportError:  # no C compiler where toolcat was installed: the Python splits
+    _words = None  # type: ignore[assignment]
 
 _CHUNK = re.compile(r"[^\W_]+")
 # camelCase / PascalCase / ACRONYMWord / digits, for ASCII chunks
@@ -214,8 +223,15 @@ def _stem(word: str) -> str:
     return stem
 
 
+NATIVE_WORDS = _words is not None  # tests switch it off to compare the Python
+
+
 def split_words(text: str) -> list[str]:
     """Split ``text`` into lowercase words, breaking identifiers at case and digit changes."""
+    if NATIVE_WORDS:
+        found = _words.words(text)
+        if found is not None:  # an ASCII str
+            return found
     if text.isascii():
         # The same words as chunk by chunk below (the identifier pattern never matches
         # across the punctuation between chunks), in two C calls instead of a loop.
@@ -249,6 +265,10 @@ def tokenize(text: str) -> list[str]:
 
 
 def _terms(text: str) -> list[str]:
+    if NATIVE_WORDS:
+        found = _words.terms(text, _stem_cache, STOP_WORDS, MAX_TOKEN_LENGTH, _stem)
+        if found is not None:  # an ASCII str
+            return found
     known = _stem_cache.get
     terms: list[str] = []
     for word in split_words(text):

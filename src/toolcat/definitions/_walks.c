@@ -1,0 +1,332 @@
+/* Walks over JSON trees in C: the same answers as their Python (registry/limits.py
+ * ``plain_json``, models.py ``remote_references``, text/documents.py ``schema_texts``),
+ * which stays for whatever these decline and for machines without a C compiler.
+ *
+ * They read exact dicts, lists and strs only, so no one's code runs while they walk: a
+ * subclass, or a key that is not an exact str where the Python would compare or convert
+ * it, makes ``remote_references`` and ``schema_texts`` answer None (the caller then walks
+ * in Python). ``plain`` never runs anyone's code in Python either: it answers False there,
+ * as the Python does.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* Whether an exact str can be written as UTF-8 (no lone surrogate). */
+static int
+is_text(PyObject *s)
+{
+    if (PyUnicode_IS_ASCII(s))
+        return 1;
+    int kind = PyUnicode_KIND(s);
+    if (kind == PyUnicode_1BYTE_KIND)
+        return 1;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    const void *data = PyUnicode_DATA(s);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0xD800 && c <= 0xDFFF)
+            return 0;
+    }
+    return 1;
+}
+
+/* plain_json: 1, 0, or -1 with an exception (memory only). */
+static int
+plain(PyObject *value, Py_ssize_t depth, Py_ssize_t max_depth)
+{
+    PyTypeObject *kind = Py_TYPE(value);
+    if (kind == &PyUnicode_Type)
+        return is_text(value);
+    if (value == Py_None || kind == &PyBool_Type)
+        return 1;
+    if (kind == &PyLong_Type) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (v == -1 && PyErr_Occurred())
+            return -1;
+        return overflow == 0; /* a long long is the signed 64-bit range */
+    }
+    if (kind == &PyFloat_Type)
+        return isfinite(PyFloat_AS_DOUBLE(value)) ? 1 : 0;
+    if (kind == &PyDict_Type) {
+        if (depth >= max_depth)
+            return 0;
+        Py_ssize_t at = 0;
+        PyObject *key, *child;
+        while (PyDict_Next(value, &at, &key, &child)) {
+            if (Py_TYPE(key) != &PyUnicode_Type || !is_text(key))
+                return 0;
+            int ok = plain(child, depth + 1, max_depth);
+            if (ok <= 0)
+                return ok;
+        }
+        return 1;
+    }
+    if (kind == &PyList_Type) {
+        if (depth >= max_depth)
+            return 0;
+        /* Nothing runs that could change the list while it is read. */
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value); i++) {
+            int ok = plain(PyList_GET_ITEM(value, i), depth + 1, max_depth);
+            if (ok <= 0)
+                return ok;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static PyObject *
+plain_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plain_json(value, max_depth) takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t max_depth = PyLong_AsSsize_t(args[1]);
+    if (max_depth == -1 && PyErr_Occurred())
+        return NULL;
+    int ok = plain(args[0], 0, max_depth);
+    if (ok < 0)
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
+/* -1 (declined) unless ``value`` is an exact str, an exact dict or list, or none of those
+ * (dict and list subclasses declined); else 0. */
+#define DECLINED 1
+
+static int
+is_keyword(PyObject *key, PyObject *keywords)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keywords); i++) {
+        PyObject *word = PyTuple_GET_ITEM(keywords, i);
+        if (key == word || PyUnicode_Compare(key, word) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static PyObject *
+remote_references(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "remote_references(schema, keywords: tuple[str, ...]) takes 2 arguments");
+        return NULL;
+    }
+    PyObject *keywords = args[1];
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keywords); i++) {
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(keywords, i))) {
+            PyErr_SetString(PyExc_TypeError, "keywords must be strs");
+            return NULL;
+        }
+    }
+    PyObject *found = PyList_New(0);
+    PyObject *stack = PyList_New(0);
+    if (found == NULL || stack == NULL)
+        goto fail;
+    if (PyList_Append(stack, args[0]) < 0)
+        goto fail;
+    while (PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
+        PyObject *node = PyList_GET_ITEM(stack, last);
+        Py_INCREF(node);
+        if (PyList_SetSlice(stack, last, last + 1, NULL) < 0) {
+            Py_DECREF(node);
+            goto fail;
+        }
+        int declined = 0, failed = 0;
+        if (PyDict_CheckExact(node)) {
+            Py_ssize_t at = 0;
+            PyObject *key, *value;
+            while (PyDict_Next(node, &at, &key, &value)) {
+                if (!PyUnicode_CheckExact(key)) {
+                    declined = 1; /* ``key in REF_KEYWORDS`` would compare it */
+                    break;
+                }
+                if (is_keyword(key, keywords) && PyUnicode_Check(value)) {
+                    if (!PyUnicode_CheckExact(value)) {
+                        declined = 1;
+                        break;
+                    }
+                    if (PyUnicode_GET_LENGTH(value) == 0 || PyUnicode_READ_CHAR(value, 0) != '#') {
+                        if (PyList_Append(found, value) < 0) {
+                            failed = 1;
+                            break;
+                        }
+                    }
+                }
+                else if (PyDict_Check(value) || PyList_Check(value)) {
+                    if (PyList_Append(stack, value) < 0) {
+                        failed = 1;
+                        break;
+                    }
+                }
+            }
+        }
+        else if (PyList_CheckExact(node)) {
+            Py_ssize_t end = PyList_GET_SIZE(stack);
+            if (PyList_SetSlice(stack, end, end, node) < 0)
+                failed = 1;
+        }
+        else if (PyDict_Check(node) || PyList_Check(node)) {
+            declined = 1;
+        }
+        Py_DECREF(node);
+        if (failed)
+            goto fail;
+        if (declined) {
+            Py_DECREF(found);
+            Py_DECREF(stack);
+            Py_RETURN_NONE;
+        }
+    }
+    Py_DECREF(stack);
+    return found;
+fail:
+    Py_XDECREF(found);
+    Py_XDECREF(stack);
+    return NULL;
+}
+
+/* The value of an exact dict's key ``name`` (borrowed), NULL when absent; every key read
+ * on the way must be an exact str (else *declined). */
+static PyObject *
+field(PyObject *dict, const char *name, int *declined)
+{
+    Py_ssize_t at = 0;
+    PyObject *key, *value, *found = NULL;
+    while (PyDict_Next(dict, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) {
+            *declined = 1;
+            return NULL;
+        }
+        if (found == NULL && PyUnicode_CompareWithASCIIString(key, name) == 0)
+            found = value;
+    }
+    return found;
+}
+
+/* schema_texts into ``out``: 0, DECLINED, or -1 with an exception. */
+static int
+texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, PyObject *out)
+{
+    if (!PyDict_Check(schema) || depth > max_depth)
+        return 0;
+    if (!PyDict_CheckExact(schema))
+        return DECLINED;
+    int declined = 0;
+    PyObject *properties = field(schema, "properties", &declined);
+    if (declined)
+        return DECLINED;
+    if (properties != NULL && PyDict_Check(properties)) {
+        if (!PyDict_CheckExact(properties))
+            return DECLINED;
+        Py_ssize_t at = 0;
+        PyObject *name, *prop;
+        while (PyDict_Next(properties, &at, &name, &prop)) {
+            if (!PyUnicode_CheckExact(name))
+                return DECLINED; /* ``str(name)`` would run its code */
+            if (PyList_Append(out, name) < 0)
+                return -1;
+            if (!PyDict_Check(prop))
+                continue;
+            if (!PyDict_CheckExact(prop))
+                return DECLINED;
+            PyObject *description = field(prop, "description", &declined);
+            PyObject *values = declined ? NULL : field(prop, "enum", &declined);
+            if (declined)
+                return DECLINED;
+            if (description != NULL && PyUnicode_Check(description)) {
+                if (!PyUnicode_CheckExact(description))
+                    return DECLINED;
+                if (PyList_Append(out, description) < 0)
+                    return -1;
+            }
+            if (values != NULL && PyList_Check(values)) {
+                if (!PyList_CheckExact(values))
+                    return DECLINED;
+                PyObject *words = PyList_New(0);
+                if (words == NULL)
+                    return -1;
+                for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+                    PyObject *v = PyList_GET_ITEM(values, i);
+                    if (!PyUnicode_Check(v))
+                        continue;
+                    if (!PyUnicode_CheckExact(v)) {
+                        Py_DECREF(words);
+                        return DECLINED;
+                    }
+                    if (PyList_Append(words, v) < 0) {
+                        Py_DECREF(words);
+                        return -1;
+                    }
+                }
+                PyObject *space = PyUnicode_FromString(" ");
+                PyObject *joined = space == NULL ? NULL : PyUnicode_Join(space, words);
+                Py_XDECREF(space);
+                Py_DECREF(words);
+                if (joined == NULL)
+                    return -1;
+                int appended = PyList_Append(out, joined);
+                Py_DECREF(joined);
+                if (appended < 0)
+                    return -1;
+            }
+            int done = texts(prop, depth + 1, max_depth, out);
+            if (done != 0)
+                return done;
+        }
+    }
+    PyObject *items = field(schema, "items", &declined);
+    if (declined)
+        return DECLINED;
+    if (items != NULL && PyDict_Check(items))
+        return texts(items, depth + 1, max_depth, out);
+    return 0;
+}
+
+static PyObject *
+schema_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "schema_texts(schema, max_depth) takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t max_depth = PyLong_AsSsize_t(args[1]);
+    if (max_depth == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    int done = texts(args[0], 0, max_depth, out);
+    if (done == 0)
+        return out;
+    Py_DECREF(out);
+    if (done == DECLINED)
+        Py_RETURN_NONE;
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"plain_json", (PyCFunction)(void (*)(void))plain_json, METH_FASTCALL,
+     "plain_json(value, max_depth) -> bool: registry.limits.plain_json"},
+    {"remote_references", (PyCFunction)(void (*)(void))remote_references, METH_FASTCALL,
+     "remote_references(schema, keywords) -> list[str] | None: models.remote_references "
+     "(None: declined)"},
+    {"schema_texts", (PyCFunction)(void (*)(void))schema_texts, METH_FASTCALL,
+     "schema_texts(schema, max_depth) -> list[str] | None: text.documents.schema_texts "
+     "(None: declined)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_walks", "Walks over JSON trees in C.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__walks(void)
+{
+    return PyModule_Create(&module_def);
+}
