@@ -140,3 +140,44 @@ def test_the_error_of_an_invalid_schema_is_the_meta_schemas() -> None:
             }
         )
     assert "parameters is not valid JSON Schema at properties/a/type" in str(refused.value)
+
+
+def test_the_c_answers_as_the_python_on_every_schema_and_mutation() -> None:
+    """``plainly_valid`` in C (definitions/walks.py) gives the Python's answer: on the
+    benchmark schemas, their mutations and keys that are not text."""
+    from toolcat.definitions import walks
+
+    if walks.compiled() is None:
+        pytest.skip("_walks not compiled")
+
+    def both(schema: Any) -> tuple[bool, bool]:
+        walks.NATIVE = False
+        try:
+            python = plainly_valid(schema)
+        finally:
+            walks.NATIVE = True
+        return plainly_valid(schema), python
+
+    rng = random.Random(8)
+    schemas = bench_schemas()
+    odd: list[Any] = [*ODD_VALUES, 2**70, -(2**70), 10**30, {1: "x"}, ["null"] * 2, ["null"]]
+    checked = 0
+    for schema in rng.sample(schemas, min(400, len(schemas))):
+        native, python = both(schema)
+        assert native == python, schema
+        for path in rng.sample(paths(schema), min(6, len(paths(schema)))):
+            for value in rng.sample(odd, 6):
+                mutant = replaced(schema, path, value)
+                native, python = both(mutant)
+                assert native == python, (mutant, path, value)
+                checked += 1
+    assert checked > 1000
+    for schema in (
+        {1: "a key that is not text"},
+        {"minLength": 2**70},
+        {"minLength": -(2**70)},
+        {"type": ["string", "nul"]},
+        {"properties": {"a": True, "b": {"type": "integer"}}},
+        {"definitions": {"a": {"allOf": [{"type": "string"}, False]}}},
+    ):
+        assert both(schema)[0] == both(schema)[1], schema

@@ -4,6 +4,7 @@ versions, replacements and learned queries in one call, and a failed call leaves
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,109 @@ def test_a_failed_batch_leaves_nothing_of_the_rows_it_had_inserted(
         assert sum(flushed) >= 21  # the seven toolkits' rows went into FTS5 first
         assert table_snapshot(path) == before
         assert {toolkit for toolkit, _ in _hits(catalog, "forecast ledger")} == {"before"}
+
+
+def _merge_settings(db: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(db)
+    try:
+        return dict(
+            conn.execute(
+                "SELECT k, v FROM tools_fts_config WHERE k IN ('automerge', 'crisismerge')"
+            ).fetchall()
+        )
+    finally:
+        conn.close()
+
+
+def _segments(db: Path) -> int:
+    """FTS5's segments (each has its own ``segid`` in ``tools_fts_idx``)."""
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT count(DISTINCT segid) FROM tools_fts_idx").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _fts_answers(db: Path) -> list[list[int]]:
+    conn = sqlite3.connect(db)
+    try:
+        return [
+            [
+                row[0]
+                for row in conn.execute(
+                    "SELECT rowid FROM tools_fts WHERE tools_fts MATCH ? ORDER BY bm25(tools_fts),"
+                    " rowid",
+                    (query,),
+                )
+            ]
+            for query in ("forecast", "ledger", "citi", "number", "kit", "3", "word")
+        ]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("fill", [True, False])
+def test_filling_an_empty_index_merges_once_and_leaves_fts5s_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fill: bool
+) -> None:
+    """Into an empty index FTS5 merges nothing as rows come (``writer._filling``), then the
+    registration's ``optimize`` merges everything: FTS5 answers as it does when it merged
+    all along, and its merge settings are FTS5's defaults again afterwards."""
+    monkeypatch.setattr(writer, "FTS_BATCH_ROWS", 5)
+    monkeypatch.setattr(writer, "OPTIMIZE_AFTER", 1)
+    if not fill:
+        monkeypatch.setattr(writer, "_filling", lambda conn: contextlib.nullcontext())
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for k in range(40):
+        data = toolkit_data(f"kit{k}", tools=_tools(f"t{k}", 6, f"forecast ledger {k} wording"))
+        write_manifest(folder, data, ".json", name=f"{k:02d}")
+    db = tmp_path / "c.db"
+    Catalog(db, create=True).register([folder])
+    assert _merge_settings(db) == ({"automerge": 4, "crisismerge": 16} if fill else {})
+    answers = _fts_answers(db)
+    assert answers[0] and all(answers)
+    if fill:
+        other = tmp_path / "other.db"
+        monkeypatch.setattr(writer, "_filling", lambda conn: contextlib.nullcontext())
+        Catalog(other, create=True).register([folder])
+        assert _fts_answers(other) == answers
+        assert _segments(other) == _segments(db) == 1  # both merged whole by ``optimize``
+
+
+def test_a_catalog_already_indexed_keeps_merging_as_rows_come(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    catalog = _catalog(db)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO tools_fts (tools_fts, rank) VALUES ('automerge', 8)")
+    conn.commit()
+    conn.close()
+    seen: list[dict[str, Any]] = []
+    original = writer.PendingFts.flush
+
+    def flush(self: Any) -> None:  # while the registration's rows are written
+        query = "SELECT k, v FROM tools_fts_config WHERE k = 'automerge'"
+        seen.append(dict(self._conn.execute(query).fetchall()))
+        original(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer.PendingFts, "flush", flush)
+        catalog.register(_manifests(tmp_path / "batch"), replace=True)
+    assert seen and all(setting == {"automerge": 8} for setting in seen)
+    assert _merge_settings(db)["automerge"] == 8
+
+
+def test_a_failed_filling_leaves_fts5s_settings_as_they_were(tmp_path: Path) -> None:
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    write_manifest(folder, toolkit_data("good", tools=_tools("g", 3, "fine")), ".json", name="a")
+    write_manifest(
+        folder, toolkit_data("good", tools=_tools("g", 4, "other")), ".json", name="b"
+    )  # the same version defined twice, differently: the whole call fails at its end
+    db = tmp_path / "c.db"
+    catalog = Catalog(db, create=True)
+    with pytest.raises(Exception, match="also defined"):
+        catalog.register([folder])
+    assert _merge_settings(db) == {}
+    catalog.register([folder / "a.json"])
+    assert _merge_settings(db) == {"automerge": 4, "crisismerge": 16}

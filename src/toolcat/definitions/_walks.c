@@ -309,7 +309,155 @@ schema_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
 }
 
+/* schema_draft7_plain.plainly_valid: 1 when draft-07's meta-schema surely accepts the
+ * schema, 0 when it may not (anything unusual: the caller runs the meta-schema), -1 with
+ * an exception (memory only). The keyword sets are the Python's, in the same order of
+ * tests; a key that is not an exact str answers 0 (the Python would hash and compare it). */
+static const char *const TEXT_KEYS[] = {
+    "title", "description", "$comment", "format", "contentMediaType", "contentEncoding", NULL};
+static const char *const SIMPLE_TYPES[] = {
+    "array", "boolean", "integer", "null", "number", "object", "string", NULL};
+static const char *const ANY_KEYS[] = {"default", "const", NULL};
+static const char *const NUMBER_KEYS[] = {
+    "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", NULL};
+static const char *const COUNT_KEYS[] = {
+    "maxLength", "minLength", "maxItems", "minItems", "maxProperties", "minProperties", NULL};
+static const char *const FLAG_KEYS[] = {"uniqueItems", "readOnly", NULL};
+static const char *const SCHEMA_KEYS[] = {
+    "items", "additionalProperties", "not", "contains", "propertyNames", NULL};
+static const char *const SCHEMA_MAP_KEYS[] = {"properties", "definitions", NULL};
+static const char *const SCHEMA_LIST_KEYS[] = {"allOf", "anyOf", "oneOf", NULL};
+static const char *const DEFERRED_KEYS[] = {
+    "$id", "$schema", "$ref", "pattern", "patternProperties", "additionalItems",
+    "dependencies", "multipleOf", "if", "then", "else", NULL};
+
+static int
+one_of(PyObject *text, const char *const *names)
+{
+    for (; *names != NULL; names++) {
+        if (PyUnicode_CompareWithASCIIString(text, *names) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A non-empty list of distinct exact strs, each in ``names`` when given. */
+static int
+distinct_texts(PyObject *value, const char *const *names, int non_empty)
+{
+    if (!PyList_CheckExact(value))
+        return 0;
+    Py_ssize_t n = PyList_GET_SIZE(value);
+    if (non_empty && n == 0)
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyList_GET_ITEM(value, i);
+        if (!PyUnicode_CheckExact(v) || (names != NULL && !one_of(v, names)))
+            return 0;
+    }
+    PyObject *seen = PySet_New(value); /* exact strs: hashing runs no one's code */
+    if (seen == NULL)
+        return -1;
+    int distinct = PySet_GET_SIZE(seen) == n;
+    Py_DECREF(seen);
+    return distinct;
+}
+
+/* An exact int's sign, without the private API. */
+static int
+not_negative(PyObject *value)
+{
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    return overflow > 0 || (overflow == 0 && v >= 0);
+}
+
+static int
+valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting)
+{
+    if (Py_TYPE(schema) == &PyBool_Type)
+        return 1;
+    if (!PyDict_CheckExact(schema) || depth > max_nesting)
+        return 0;
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(schema, &at, &key, &value)) {
+        if (!PyUnicode_CheckExact(key))
+            return 0;
+        PyTypeObject *kind = Py_TYPE(value);
+        int ok = 1;
+        if (one_of(key, TEXT_KEYS)) {
+            ok = kind == &PyUnicode_Type;
+        }
+        else if (PyUnicode_CompareWithASCIIString(key, "type") == 0) {
+            ok = kind == &PyUnicode_Type ? one_of(value, SIMPLE_TYPES)
+                                         : distinct_texts(value, SIMPLE_TYPES, 1);
+        }
+        else if (one_of(key, SCHEMA_MAP_KEYS)) {
+            if (kind != &PyDict_Type)
+                return 0;
+            Py_ssize_t inner = 0;
+            PyObject *name, *child;
+            while (ok > 0 && PyDict_Next(value, &inner, &name, &child))
+                ok = valid(child, depth + 1, max_nesting);
+        }
+        else if (PyUnicode_CompareWithASCIIString(key, "required") == 0) {
+            ok = distinct_texts(value, NULL, 0);
+        }
+        else if (one_of(key, SCHEMA_KEYS)) {
+            ok = valid(value, depth + 1, max_nesting);
+        }
+        else if (PyUnicode_CompareWithASCIIString(key, "enum") == 0 ||
+                 PyUnicode_CompareWithASCIIString(key, "examples") == 0) {
+            ok = kind == &PyList_Type;
+        }
+        else if (one_of(key, ANY_KEYS)) {
+            continue;
+        }
+        else if (one_of(key, NUMBER_KEYS)) {
+            ok = kind == &PyLong_Type || kind == &PyFloat_Type;
+        }
+        else if (one_of(key, COUNT_KEYS)) {
+            ok = kind == &PyLong_Type && not_negative(value);
+        }
+        else if (one_of(key, FLAG_KEYS)) {
+            ok = kind == &PyBool_Type;
+        }
+        else if (one_of(key, SCHEMA_LIST_KEYS)) {
+            if (kind != &PyList_Type || PyList_GET_SIZE(value) == 0)
+                return 0;
+            for (Py_ssize_t i = 0; ok > 0 && i < PyList_GET_SIZE(value); i++)
+                ok = valid(PyList_GET_ITEM(value, i), depth + 1, max_nesting);
+        }
+        else if (one_of(key, DEFERRED_KEYS)) {
+            return 0;
+        }
+        /* any other key is a keyword draft-07 does not know: the meta-schema leaves it */
+        if (ok <= 0)
+            return ok;
+    }
+    return 1;
+}
+
+static PyObject *
+plainly_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "plainly_valid(schema, max_nesting) takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t max_nesting = PyLong_AsSsize_t(args[1]);
+    if (max_nesting == -1 && PyErr_Occurred())
+        return NULL;
+    int ok = valid(args[0], 0, max_nesting);
+    if (ok < 0)
+        return NULL;
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
+    {"plainly_valid", (PyCFunction)(void (*)(void))plainly_valid, METH_FASTCALL,
+     "plainly_valid(schema, max_nesting) -> bool: schema_draft7_plain.plainly_valid"},
     {"plain_json", (PyCFunction)(void (*)(void))plain_json, METH_FASTCALL,
      "plain_json(value, max_depth) -> bool: registry.limits.plain_json"},
     {"remote_references", (PyCFunction)(void (*)(void))remote_references, METH_FASTCALL,

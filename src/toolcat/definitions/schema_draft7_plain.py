@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import walks
+
 SIMPLE_TYPES = frozenset(["array", "boolean", "integer", "null", "number", "object", "string"])
 _TEXT = frozenset(
     ["title", "description", "$comment", "format", "contentMediaType", "contentEncoding"]
@@ -47,7 +49,11 @@ MAX_NESTING = 32  # deeper schemas go to the meta-schema (no recursion limit to 
 
 
 def plainly_valid(schema: Any, depth: int = 0) -> bool:
-    """True when draft-07's meta-schema surely accepts ``schema``; False when it may not."""
+    """True when draft-07's meta-schema surely accepts ``schema``; False when it may not.
+    In C where it was built (definitions/walks.py)."""
+    native = walks.compiled()
+    if native is not None and depth == 0:
+        return bool(native.plainly_valid(schema, MAX_NESTING))
     if type(schema) is bool:
         return True
     if type(schema) is not dict or depth > MAX_NESTING:

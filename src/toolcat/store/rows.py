@@ -9,7 +9,6 @@ writer checks before it trusts rows it did not make.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring, encode_basestring_ascii
@@ -193,7 +192,7 @@ def _row_problem(row: Any, tool: Tool | ToolHead) -> str | None:
         return "the definition does not match its hash"
     # Canonical JSON holds the name exactly so (parsing every definition again would cost
     # a tenth of what the worker saved)
-    if f'"name":{json.dumps(tool.name)},' not in row.definition:
+    if f'"name":{encode_basestring(tool.name)},' not in row.definition:
         return "the definition is not this tool's"
     if tags_json(row.tags) != row.tags_json:
         return "the tags do not match their JSON"
