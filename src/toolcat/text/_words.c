@@ -79,44 +79,13 @@ ascii_of(PyObject *text, Py_ssize_t *n)
     return PyUnicode_1BYTE_DATA(text);
 }
 
+/* The words of an ASCII str (``stems`` NULL), or its index terms: each word's kept stem,
+ * stop words and over-long words dropped, ``stem`` asked for a word not kept. None when
+ * the text is not an exact ASCII str. */
 static PyObject *
-words(PyObject *module, PyObject *text)
+split(PyObject *text, PyObject *stems, PyObject *stop_words, Py_ssize_t max_length,
+      PyObject *stem)
 {
-    Py_ssize_t n, at = 0, start, end;
-    const Py_UCS1 *s = ascii_of(text, &n);
-    if (s == NULL)
-        Py_RETURN_NONE;
-    PyObject *found = PyList_New(0);
-    if (found == NULL)
-        return NULL;
-    while (next_word(s, n, &at, &start, &end)) {
-        PyObject *word = lowered(s, start, end);
-        if (word == NULL || PyList_Append(found, word) < 0) {
-            Py_XDECREF(word);
-            Py_DECREF(found);
-            return NULL;
-        }
-        Py_DECREF(word);
-    }
-    return found;
-}
-
-static PyObject *
-terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "terms(text, stems, stop_words, max_length, stem) takes 5 arguments");
-        return NULL;
-    }
-    PyObject *text = args[0], *stems = args[1], *stop_words = args[2], *stem = args[4];
-    if (!PyDict_CheckExact(stems) || !PyFrozenSet_CheckExact(stop_words)) {
-        PyErr_SetString(PyExc_TypeError, "stems must be a dict and stop_words a frozenset");
-        return NULL;
-    }
-    Py_ssize_t max_length = PyLong_AsSsize_t(args[3]);
-    if (max_length == -1 && PyErr_Occurred())
-        return NULL;
     Py_ssize_t n, at = 0, start, end;
     const Py_UCS1 *s = ascii_of(text, &n);
     if (s == NULL)
@@ -130,6 +99,13 @@ terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *word = lowered(s, start, end);
         if (word == NULL)
             goto fail;
+        if (stems == NULL) {
+            int appended = PyList_Append(found, word);
+            Py_DECREF(word);
+            if (appended < 0)
+                goto fail;
+            continue;
+        }
         PyObject *kept = PyDict_GetItemWithError(stems, word); /* borrowed */
         if (kept != NULL) {
             Py_DECREF(word);
@@ -161,6 +137,30 @@ terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 fail:
     Py_DECREF(found);
     return NULL;
+}
+
+static PyObject *
+words(PyObject *module, PyObject *text)
+{
+    return split(text, NULL, NULL, 0, NULL);
+}
+
+static PyObject *
+terms(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "terms(text, stems, stop_words, max_length, stem) takes 5 arguments");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(args[1]) || !PyFrozenSet_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "stems must be a dict and stop_words a frozenset");
+        return NULL;
+    }
+    Py_ssize_t max_length = PyLong_AsSsize_t(args[3]);
+    if (max_length == -1 && PyErr_Occurred())
+        return NULL;
+    return split(args[0], args[1], args[2], max_length, args[4]);
 }
 
 static PyMethodDef methods[] = {
