@@ -228,3 +228,24 @@ def test_a_failed_filling_leaves_fts5s_settings_as_they_were(tmp_path: Path) -> 
     assert _merge_settings(db) == {}
     catalog.register([folder / "a.json"])
     assert _merge_settings(db) == {"automerge": 4, "crisismerge": 16}
+
+
+@pytest.mark.parametrize("stored", [100, -3, "eight", None, 2.5, 64, 0])
+def test_odd_stored_merge_settings_do_not_fail_a_registration(
+    tmp_path: Path, stored: object
+) -> None:
+    """A value FTS5 would refuse to set (stored by hand in its config table: FTS5 ignores it
+    and uses its default) is put back as that default; one it accepts, as it was."""
+    db = tmp_path / "c.db"
+    catalog = Catalog(db, create=True)
+    conn = sqlite3.connect(db)
+    conn.execute("INSERT INTO tools_fts_config (k, v) VALUES ('automerge', ?)", (stored,))
+    conn.commit()
+    conn.close()
+    folder = tmp_path / "kits"
+    folder.mkdir()
+    write_manifest(folder, toolkit_data("kit", tools=_tools("k", 3, "fine")), ".json", name="a")
+    catalog.register([folder])
+    kept = stored if stored in (64, 0) else 4
+    assert _merge_settings(db) == {"automerge": kept, "crisismerge": 16}
+    assert catalog.search("fine", mode="bm25").hits

@@ -187,3 +187,19 @@ def canonical_json_of(tool: object) -> str:
     from toolcat.models import canonical_json
 
     return canonical_json(tool.model_dump(mode="json", exclude_none=True))  # type: ignore[attr-defined]
+
+
+def test_a_tool_subclass_is_dumped_by_its_own_serializers() -> None:
+    from pydantic import field_serializer
+
+    from toolcat.models import Tool
+    from toolcat.store.rows import tool_definition
+
+    class Marked(Tool):
+        @field_serializer("parameters")
+        def _marked(self, value: dict[str, object]) -> dict[str, object]:
+            return {**value, "x-marked": True}
+
+    tool = Marked(name="t", description="A tool.", parameters={"type": "object"})
+    assert tool_definition(tool) == tool.model_dump(mode="json", exclude_none=True)
+    assert tool_definition(tool)["parameters"]["x-marked"] is True

@@ -692,7 +692,11 @@ def _filling(conn: sqlite3.Connection) -> Iterator[None]:
     def put_back() -> None:
         for key, default in FTS_MERGE_DEFAULTS.items():
             value = before.get(key, default)
-            conn.execute(setting, (key, value if type(value) is int else default))
+            # FTS5 ignores a stored value it would refuse (its default applies) but refuses
+            # it when set: that default is put back instead
+            if type(value) is not int or value < 0 or (key == "automerge" and value > 64):
+                value = default
+            conn.execute(setting, (key, value))
 
     conn.execute(setting, ("automerge", 0))
     conn.execute(setting, ("crisismerge", FILLING_CRISISMERGE))
