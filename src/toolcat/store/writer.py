@@ -692,7 +692,12 @@ def _filling(conn: sqlite3.Connection) -> Iterator[None]:
     def put_back() -> None:
         for key, default in FTS_MERGE_DEFAULTS.items():
             value = before.get(key, default)
-            conn.execute(setting, (key, value if type(value) is int else default))
+            try:
+                conn.execute(setting, (key, value if type(value) is int else default))
+            except sqlite3.OperationalError:
+                # a value FTS5 refuses (written into the table by hand, attack57): it read
+                # it as its default, so that is what was in force
+                conn.execute(setting, (key, default))
 
     conn.execute(setting, ("automerge", 0))
     conn.execute(setting, ("crisismerge", FILLING_CRISISMERGE))
