@@ -7,6 +7,12 @@
  * it, makes ``remote_references`` and ``schema_texts`` answer None (the caller then walks
  * in Python). ``plain`` never runs anyone's code in Python either: it answers False there,
  * as the Python does.
+ *
+ * Nor do they make an object the garbage collector tracks while they hold borrowed
+ * references (lists and sets are made before the walk starts): making one may start a
+ * collection, whose finalizers are anyone's code and may free the dict or list being read
+ * (attack57: a finalizer that emptied ``properties`` crashed ``schema_texts`` and
+ * ``plainly_valid``).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -128,7 +134,11 @@ remote_references(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto fail;
     if (PyList_Append(stack, args[0]) < 0)
         goto fail;
-    while (PyList_GET_SIZE(stack) > 0) {
+    for (Py_ssize_t visited = 1; PyList_GET_SIZE(stack) > 0; visited++) {
+        /* A tree made in Python may hold a cycle, walked for ever as the Python walks it:
+         * Ctrl-C stops both (here nothing is borrowed, so a handler may run). */
+        if (visited % 4096 == 0 && PyErr_CheckSignals() < 0)
+            goto fail;
         Py_ssize_t last = PyList_GET_SIZE(stack) - 1;
         PyObject *node = PyList_GET_ITEM(stack, last);
         Py_INCREF(node);
@@ -208,10 +218,18 @@ field(PyObject *dict, const char *name, int *declined)
     return found;
 }
 
-/* schema_texts into ``out``: 0, DECLINED, or -1 with an exception. */
+/* schema_texts' answer and what making it needs, made before the walk. */
+typedef struct {
+    PyObject *out;   /* the answer */
+    PyObject *words; /* an enum's strs, empty between enums */
+    PyObject *space; /* " " */
+} Texts;
+
+/* schema_texts into ``made->out``: 0, DECLINED, or -1 with an exception. */
 static int
-texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, PyObject *out)
+texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, Texts *made)
 {
+    PyObject *out = made->out, *words = made->words;
     if (!PyDict_Check(schema) || depth > max_depth)
         return 0;
     if (!PyDict_CheckExact(schema))
@@ -247,34 +265,27 @@ texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, PyObject *out)
             if (values != NULL && PyList_Check(values)) {
                 if (!PyList_CheckExact(values))
                     return DECLINED;
-                PyObject *words = PyList_New(0);
-                if (words == NULL)
-                    return -1;
                 for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
                     PyObject *v = PyList_GET_ITEM(values, i);
                     if (!PyUnicode_Check(v))
                         continue;
-                    if (!PyUnicode_CheckExact(v)) {
-                        Py_DECREF(words);
+                    if (!PyUnicode_CheckExact(v))
                         return DECLINED;
-                    }
-                    if (PyList_Append(words, v) < 0) {
-                        Py_DECREF(words);
+                    if (PyList_Append(words, v) < 0)
                         return -1;
-                    }
                 }
-                PyObject *space = PyUnicode_FromString(" ");
-                PyObject *joined = space == NULL ? NULL : PyUnicode_Join(space, words);
-                Py_XDECREF(space);
-                Py_DECREF(words);
-                if (joined == NULL)
+                PyObject *joined = PyUnicode_Join(made->space, words);
+                if (PyList_SetSlice(words, 0, PyList_GET_SIZE(words), NULL) < 0 ||
+                    joined == NULL) {
+                    Py_XDECREF(joined);
                     return -1;
+                }
                 int appended = PyList_Append(out, joined);
                 Py_DECREF(joined);
                 if (appended < 0)
                     return -1;
             }
-            int done = texts(prop, depth + 1, max_depth, out);
+            int done = texts(prop, depth + 1, max_depth, made);
             if (done != 0)
                 return done;
         }
@@ -283,7 +294,7 @@ texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, PyObject *out)
     if (declined)
         return DECLINED;
     if (items != NULL && PyDict_Check(items))
-        return texts(items, depth + 1, max_depth, out);
+        return texts(items, depth + 1, max_depth, made);
     return 0;
 }
 
@@ -297,13 +308,15 @@ schema_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t max_depth = PyLong_AsSsize_t(args[1]);
     if (max_depth == -1 && PyErr_Occurred())
         return NULL;
-    PyObject *out = PyList_New(0);
-    if (out == NULL)
-        return NULL;
-    int done = texts(args[0], 0, max_depth, out);
+    Texts made = {PyList_New(0), PyList_New(0), PyUnicode_FromString(" ")};
+    int done = -1;
+    if (made.out != NULL && made.words != NULL && made.space != NULL)
+        done = texts(args[0], 0, max_depth, &made);
+    Py_XDECREF(made.words);
+    Py_XDECREF(made.space);
     if (done == 0)
-        return out;
-    Py_DECREF(out);
+        return made.out;
+    Py_XDECREF(made.out);
     if (done == DECLINED)
         Py_RETURN_NONE;
     return NULL;
@@ -341,9 +354,10 @@ one_of(PyObject *text, const char *const *names)
     return 0;
 }
 
-/* A non-empty list of distinct exact strs, each in ``names`` when given. */
+/* A non-empty list of distinct exact strs, each in ``names`` when given; ``seen`` is an
+ * empty set, made before the walk, and left empty. */
 static int
-distinct_texts(PyObject *value, const char *const *names, int non_empty)
+distinct_texts(PyObject *value, const char *const *names, int non_empty, PyObject *seen)
 {
     if (!PyList_CheckExact(value))
         return 0;
@@ -355,11 +369,15 @@ distinct_texts(PyObject *value, const char *const *names, int non_empty)
         if (!PyUnicode_CheckExact(v) || (names != NULL && !one_of(v, names)))
             return 0;
     }
-    PyObject *seen = PySet_New(value); /* exact strs: hashing runs no one's code */
-    if (seen == NULL)
-        return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* exact strs: hashing runs no one's code */
+        if (PySet_Add(seen, PyList_GET_ITEM(value, i)) < 0) {
+            PySet_Clear(seen);
+            return -1;
+        }
+    }
     int distinct = PySet_GET_SIZE(seen) == n;
-    Py_DECREF(seen);
+    PySet_Clear(seen);
     return distinct;
 }
 
@@ -373,7 +391,7 @@ not_negative(PyObject *value)
 }
 
 static int
-valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting)
+valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting, PyObject *seen)
 {
     if (Py_TYPE(schema) == &PyBool_Type)
         return 1;
@@ -391,7 +409,7 @@ valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting)
         }
         else if (PyUnicode_CompareWithASCIIString(key, "type") == 0) {
             ok = kind == &PyUnicode_Type ? one_of(value, SIMPLE_TYPES)
-                                         : distinct_texts(value, SIMPLE_TYPES, 1);
+                                         : distinct_texts(value, SIMPLE_TYPES, 1, seen);
         }
         else if (one_of(key, SCHEMA_MAP_KEYS)) {
             if (kind != &PyDict_Type)
@@ -399,13 +417,13 @@ valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting)
             Py_ssize_t inner = 0;
             PyObject *name, *child;
             while (ok > 0 && PyDict_Next(value, &inner, &name, &child))
-                ok = valid(child, depth + 1, max_nesting);
+                ok = valid(child, depth + 1, max_nesting, seen);
         }
         else if (PyUnicode_CompareWithASCIIString(key, "required") == 0) {
-            ok = distinct_texts(value, NULL, 0);
+            ok = distinct_texts(value, NULL, 0, seen);
         }
         else if (one_of(key, SCHEMA_KEYS)) {
-            ok = valid(value, depth + 1, max_nesting);
+            ok = valid(value, depth + 1, max_nesting, seen);
         }
         else if (PyUnicode_CompareWithASCIIString(key, "enum") == 0 ||
                  PyUnicode_CompareWithASCIIString(key, "examples") == 0) {
@@ -427,7 +445,7 @@ valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting)
             if (kind != &PyList_Type || PyList_GET_SIZE(value) == 0)
                 return 0;
             for (Py_ssize_t i = 0; ok > 0 && i < PyList_GET_SIZE(value); i++)
-                ok = valid(PyList_GET_ITEM(value, i), depth + 1, max_nesting);
+                ok = valid(PyList_GET_ITEM(value, i), depth + 1, max_nesting, seen);
         }
         else if (one_of(key, DEFERRED_KEYS)) {
             return 0;
@@ -449,7 +467,11 @@ plainly_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t max_nesting = PyLong_AsSsize_t(args[1]);
     if (max_nesting == -1 && PyErr_Occurred())
         return NULL;
-    int ok = valid(args[0], 0, max_nesting);
+    PyObject *seen = PySet_New(NULL);
+    if (seen == NULL)
+        return NULL;
+    int ok = valid(args[0], 0, max_nesting, seen);
+    Py_DECREF(seen);
     if (ok < 0)
         return NULL;
     return PyBool_FromLong(ok);

@@ -125,7 +125,10 @@ def toolkit_hash(
     ``content_hash`` dumps every field, ``None`` ones too; ``tool_definition`` leaves out
     the ``None`` fields of the tool and of its annotations (a parameters schema is a plain
     dict: its ``null`` values are kept by both), so they are put back here. The same text,
-    hence the same hash (tests/store/test_rows.py checks it field by field)."""
+    hence the same hash (tests/store/test_rows.py checks it field by field). A toolkit with
+    a tool where pydantic leaves out more (``_spliced``) is dumped whole."""
+    if not all(_spliced(tool) for tool in toolkit.tools):
+        return toolkit.content_hash()
     annotation_fields = ToolAnnotations.model_fields
     keys = _tool_keys()
     tools = []
@@ -141,6 +144,24 @@ def toolkit_hash(
     head = canonical_members(toolkit.model_dump(mode="json", by_alias=False, exclude={"tools"}))
     head["tools"] = "[" + ",".join(tools) + "]"
     return text_hash(canonical_object(head))
+
+
+def _spliced(tool: Tool) -> bool:
+    """Whether ``toolkit_hash`` can make the tool's part of the hash from its definition: a
+    ``Tool`` whose annotations are ``ToolAnnotations`` (or None) and whose values are plain
+    JSON. pydantic leaves out the None fields of any model deeper in (a model in the
+    parameters, say) too, and dumps a dict given as the annotations (``model_construct``)
+    as it is: putting back the fields of a ``ToolAnnotations`` would not make that text."""
+    native = walks.compiled()
+    annotations = tool.annotations
+    if native is None or type(tool) is not Tool:
+        return False
+    if annotations is not None and (
+        type(annotations) is not ToolAnnotations or not native.plain_json(annotations.__dict__, 1)
+    ):
+        return False
+    values = {**tool.__dict__, "annotations": None}
+    return bool(native.plain_json(values, PLAIN_PARAMETERS_DEPTH + 1))
 
 
 def _tool_object(encoded: dict[str, str]) -> str:
