@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..definitions import walks
+from ..definitions.walks import is_text
 from ..errors import ManifestError
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # the sample manifests are 2-10 KiB; 4 MiB is ~10k tools
@@ -27,8 +28,8 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # the sample manifests are 2-10 KiB; 4 MiB
 MAX_IMPORTED_TOOL_BYTES = 1024 * 1024
 MAX_IMPORTED_BYTES = 16 * 1024 * 1024
 MAX_DEPTH = 64  # nesting of mappings and lists, the manifest's own levels included
-MAX_INT = 2**63 - 1  # integers must fit a signed 64-bit value, as JSON readers expect
-MIN_INT = -(2**63)
+MAX_INT = walks.MAX_INT  # integers must fit a signed 64-bit value, as JSON readers expect
+MIN_INT = walks.MIN_INT
 MAX_INT_CHARS = 20  # a longer integer literal is out of range: not even converted
 
 
@@ -187,48 +188,5 @@ def plain_json(value: Any, depth: int = 0) -> bool:
     """Whether ``value`` (at key-path length ``depth``) holds nothing ``walk_values`` would
     report: the common case, checked without building a key path per value (a fifth of the
     cost). Anything unusual (a tuple, a date, a ``NotJson``) answers False, and the full
-    walk then finds and locates the problem. In C where it was built (definitions/walks.py)."""
-    native = walks.compiled()
-    if native is not None and depth == 0:
-        return bool(native.plain_json(value, MAX_DEPTH))
-    kind = type(value)
-    if (kind is dict or kind is list) and depth >= MAX_DEPTH:
-        return False  # its children lie deeper than allowed (or it is empty: walked anyway)
-    if kind is dict:
-        for key, child in value.items():
-            if type(key) is not str or not (key.isascii() or is_text(key)):
-                return False
-            child_kind = type(child)
-            if child_kind is str:
-                if not (child.isascii() or is_text(child)):
-                    return False
-            elif child_kind is bool or child is None:
-                continue
-            elif not plain_json(child, depth + 1):
-                return False
-        return True
-    if kind is list:
-        for child in value:
-            if type(child) is str:
-                if not (child.isascii() or is_text(child)):
-                    return False
-            elif not plain_json(child, depth + 1):
-                return False
-        return True
-    if kind is str:
-        return value.isascii() or is_text(value)
-    if kind is int:
-        return bool(MIN_INT <= value <= MAX_INT)
-    if kind is float:
-        return math.isfinite(value)
-    return kind is bool or value is None
-
-
-def is_text(value: str) -> bool:
-    """Whether ``value`` can be written as UTF-8: JSON and YAML decode lone surrogates
-    (``"\\ud800"``) into strings that cannot."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    walk then finds and locates the problem (``walks.plain_json``: in C where it was built)."""
+    return walks.plain_json(value, MAX_DEPTH, depth)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..definitions.walks import is_text
 from ..errors import MAX_PROBLEMS, ManifestError
 from ..models import ToolFieldError, Toolkit
 from .limits import (
@@ -24,7 +25,6 @@ from .limits import (
     NotJson,
     check_number_text,
     decode_manifest,
-    is_text,
     read_manifest_bytes,
     value_problems,
 )

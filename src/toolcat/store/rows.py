@@ -59,17 +59,15 @@ def tool_definition(tool: Tool) -> dict[str, Any]:
     ``tool.model_dump(mode="json", exclude_none=True)``, keys in any order.
 
     Parameters that are plain JSON already (exact dicts, lists, strs, finite floats,
-    64-bit ints: checked in C, definitions/walks.py) are what pydantic's JSON dump of them
-    gives, ``None`` values kept, so they are taken as they are (the tool's own dict, not a
-    copy): their dump was 13 of a tool's 15.5 µs. Anything else, and a subclass of ``Tool``
-    (whose serializers may differ), is dumped by pydantic."""
+    64-bit ints: ``walks.plain_json``, in C where it was built) are what pydantic's JSON
+    dump of them gives, ``None`` values kept, so they are taken as they are (the tool's own
+    dict, not a copy): their dump was 13 of a tool's 15.5 µs. Anything else, and a
+    subclass of ``Tool`` (whose serializers may differ), is dumped by pydantic."""
     parameters = tool.parameters
-    native = walks.compiled()
     if (
-        native is not None
-        and type(tool) is Tool
+        type(tool) is Tool
         and type(parameters) is dict
-        and native.plain_json(parameters, PLAIN_PARAMETERS_DEPTH)
+        and walks.plain_json(parameters, PLAIN_PARAMETERS_DEPTH)
     ):
         dumped = tool.model_dump(mode="json", exclude_none=True, exclude={"parameters"})
         dumped["parameters"] = parameters
@@ -152,16 +150,15 @@ def _spliced(tool: Tool) -> bool:
     JSON. pydantic leaves out the None fields of any model deeper in (a model in the
     parameters, say) too, and dumps a dict given as the annotations (``model_construct``)
     as it is: putting back the fields of a ``ToolAnnotations`` would not make that text."""
-    native = walks.compiled()
     annotations = tool.annotations
-    if native is None or type(tool) is not Tool:
+    if type(tool) is not Tool:
         return False
     if annotations is not None and (
-        type(annotations) is not ToolAnnotations or not native.plain_json(annotations.__dict__, 1)
+        type(annotations) is not ToolAnnotations or not walks.plain_json(annotations.__dict__, 1)
     ):
         return False
     values = {**tool.__dict__, "annotations": None}
-    return bool(native.plain_json(values, PLAIN_PARAMETERS_DEPTH + 1))
+    return walks.plain_json(values, PLAIN_PARAMETERS_DEPTH + 1)
 
 
 def _tool_object(encoded: dict[str, str]) -> str:
