@@ -249,3 +249,36 @@ def test_odd_stored_merge_settings_do_not_fail_a_registration(
     kept = stored if stored in (64, 0) else 4
     assert _merge_settings(db) == {"automerge": kept, "crisismerge": 16}
     assert catalog.search("fine", mode="bm25").hits
+
+
+def test_a_full_rebuild_fills_its_emptied_index_the_same_way(tmp_path: Path) -> None:
+    """``reindex --full`` (``writer.rebuild_fts``) empties FTS5's index and fills it again:
+    merges wait for its ``optimize`` there too, and FTS5 answers as before."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for k in range(12):
+        data = toolkit_data(f"kit{k}", tools=_tools(f"t{k}", 5, f"forecast ledger {k} wording"))
+        write_manifest(folder, data, ".json", name=f"{k:02d}")
+    db = tmp_path / "c.db"
+    catalog = Catalog(db, create=True)
+    catalog.register([folder])
+    conn = sqlite3.connect(db)
+    conn.execute("DELETE FROM tools_fts_config WHERE k IN ('automerge', 'crisismerge')")
+    conn.commit()
+    conn.close()
+    answers = _fts_answers(db)
+    seen: list[dict[str, Any]] = []
+    original = writer._index
+
+    def index(conn: sqlite3.Connection, *args: Any) -> None:
+        query = "SELECT k, v FROM tools_fts_config WHERE k IN ('automerge', 'crisismerge')"
+        seen.append(dict(conn.execute(query).fetchall()))
+        original(conn, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer, "_index", index)
+        assert writer.rebuild_fts(catalog._conn) == 60
+    assert seen and all(s == {"automerge": 0, "crisismerge": 64} for s in seen)
+    assert _merge_settings(db) == {"automerge": 4, "crisismerge": 16}
+    assert _fts_answers(db) == answers
+    assert _segments(db) == 1

@@ -983,8 +983,9 @@ def rebuild_fts(conn: sqlite3.Connection) -> int:
     with write_transaction(conn):
         conn.execute("DELETE FROM tools_fts")
         active = [r[0] for r in conn.execute("SELECT id FROM toolkits WHERE active = 1")]
-        for toolkit_id in active:
-            _index(conn, *_stored_toolkit(conn, toolkit_id))
+        with _filling(conn):  # the index is empty now, and merged whole below
+            for toolkit_id in active:
+                _index(conn, *_stored_toolkit(conn, toolkit_id))
         conn.execute("INSERT INTO tools_fts (tools_fts) VALUES ('optimize')")
         _fts_changes_from(conn, bump_revision(conn))  # every row changed: nothing to log
         return int(conn.execute("SELECT count(*) FROM tools_fts").fetchone()[0])
