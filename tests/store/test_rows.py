@@ -203,3 +203,17 @@ def test_a_tool_subclass_is_dumped_by_its_own_serializers() -> None:
     tool = Marked(name="t", description="A tool.", parameters={"type": "object"})
     assert tool_definition(tool) == tool.model_dump(mode="json", exclude_none=True)
     assert tool_definition(tool)["parameters"]["x-marked"] is True
+
+
+def test_a_row_of_the_wrong_length_is_refused_not_raised() -> None:
+    """A ``ToolRow`` made without its ``__new__`` (a forged pickle can) with too few or too
+    many fields is a problem ``check_rows`` names, as every other garbled row is."""
+    from toolcat.store.rows import ToolRow, check_rows
+
+    toolkit = Toolkit(name="kit", version="1.0", tools=[{"name": "t", "description": "A."}])
+    rows = rows_of(toolkit)
+    assert check_rows(toolkit, rows) is None
+    good = rows.tools[0]
+    for fields in (tuple(good)[:6], (*good, "extra"), ()):
+        rows.tools[0] = tuple.__new__(ToolRow, fields)
+        assert check_rows(toolkit, rows) == "tool 't': a ToolRow, not a row"
