@@ -1,12 +1,13 @@
-/* Walks over JSON trees in C: the same answers as their Python (registry/limits.py
- * ``plain_json``, models.py ``remote_references``, text/documents.py ``schema_texts``),
- * which stays for whatever these decline and for machines without a C compiler.
+/* Walks over JSON trees in C: the same answers as their Python (definitions/walks.py
+ * ``plain_json``, models.py ``remote_references``, text/documents.py ``schema_texts``,
+ * schema_draft7_plain.py ``plainly_valid``), which stays for whatever these decline and
+ * for machines without a C compiler.
  *
  * They read exact dicts, lists and strs only, so no one's code runs while they walk: a
  * subclass, or a key that is not an exact str where the Python would compare or convert
  * it, makes ``remote_references`` and ``schema_texts`` answer None (the caller then walks
- * in Python). ``plain`` never runs anyone's code in Python either: it answers False there,
- * as the Python does.
+ * in Python), and ``plain_json`` and ``plainly_valid`` answer False (the caller then runs
+ * the full check), as their Python does for anything unusual.
  *
  * Nor do they make an object the garbage collector tracks while they hold borrowed
  * references (lists and sets are made before the walk starts): making one may start a
@@ -82,25 +83,30 @@ plain(PyObject *value, Py_ssize_t depth, Py_ssize_t max_depth)
     return 0;
 }
 
+/* The depth bound of a ``(tree, depth)`` call: 0, or -1 with a TypeError or an
+ * OverflowError. */
+static int
+depth_argument(PyObject *const *args, Py_ssize_t nargs, const char *usage, Py_ssize_t *depth)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "%s takes 2 arguments", usage);
+        return -1;
+    }
+    *depth = PyLong_AsSsize_t(args[1]);
+    return *depth == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *
 plain_json(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "plain_json(value, max_depth) takes 2 arguments");
-        return NULL;
-    }
-    Py_ssize_t max_depth = PyLong_AsSsize_t(args[1]);
-    if (max_depth == -1 && PyErr_Occurred())
+    Py_ssize_t max_depth;
+    if (depth_argument(args, nargs, "plain_json(value, max_depth)", &max_depth) < 0)
         return NULL;
     int ok = plain(args[0], 0, max_depth);
     if (ok < 0)
         return NULL;
     return PyBool_FromLong(ok);
 }
-
-/* -1 (declined) unless ``value`` is an exact str, an exact dict or list, or none of those
- * (dict and list subclasses declined); else 0. */
-#define DECLINED 1
 
 static int
 is_keyword(PyObject *key, PyObject *keywords)
@@ -225,6 +231,9 @@ typedef struct {
     PyObject *space; /* " " */
 } Texts;
 
+/* What ``texts`` answers when it declines (the Python walks instead). */
+#define DECLINED 1
+
 /* schema_texts into ``made->out``: 0, DECLINED, or -1 with an exception. */
 static int
 texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, Texts *made)
@@ -301,12 +310,8 @@ texts(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_depth, Texts *made)
 static PyObject *
 schema_texts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "schema_texts(schema, max_depth) takes 2 arguments");
-        return NULL;
-    }
-    Py_ssize_t max_depth = PyLong_AsSsize_t(args[1]);
-    if (max_depth == -1 && PyErr_Occurred())
+    Py_ssize_t max_depth;
+    if (depth_argument(args, nargs, "schema_texts(schema, max_depth)", &max_depth) < 0)
         return NULL;
     Texts made = {PyList_New(0), PyList_New(0), PyUnicode_FromString(" ")};
     int done = -1;
@@ -460,12 +465,8 @@ valid(PyObject *schema, Py_ssize_t depth, Py_ssize_t max_nesting, PyObject *seen
 static PyObject *
 plainly_valid(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "plainly_valid(schema, max_nesting) takes 2 arguments");
-        return NULL;
-    }
-    Py_ssize_t max_nesting = PyLong_AsSsize_t(args[1]);
-    if (max_nesting == -1 && PyErr_Occurred())
+    Py_ssize_t max_nesting;
+    if (depth_argument(args, nargs, "plainly_valid(schema, max_nesting)", &max_nesting) < 0)
         return NULL;
     PyObject *seen = PySet_New(NULL);
     if (seen == NULL)

@@ -56,23 +56,37 @@ PLAIN_PARAMETERS_DEPTH = 64
 
 def tool_definition(tool: Tool) -> dict[str, Any]:
     """What the catalog stores of a tool (its canonical JSON is the ``definition`` column):
-    ``tool.model_dump(mode="json", exclude_none=True)``, keys in any order.
+    ``tool.model_dump(mode="json", exclude_none=True)``, keys in any order."""
+    return _definition(tool, _plain(tool))
 
-    Parameters that are plain JSON already (exact dicts, lists, strs, finite floats,
-    64-bit ints: ``walks.plain_json``, in C where it was built) are what pydantic's JSON
-    dump of them gives, ``None`` values kept, so they are taken as they are (the tool's own
-    dict, not a copy): their dump was 13 of a tool's 15.5 µs. Anything else, and a
-    subclass of ``Tool`` (whose serializers may differ), is dumped by pydantic."""
-    parameters = tool.parameters
-    if (
-        type(tool) is Tool
-        and type(parameters) is dict
-        and walks.plain_json(parameters, PLAIN_PARAMETERS_DEPTH)
-    ):
+
+def _definition(tool: Tool, plain: bool) -> dict[str, Any]:
+    """``tool_definition``, ``plain`` being ``_plain(tool)``: the parameters of a plain tool
+    are what pydantic's JSON dump of them gives, ``None`` values kept, so they are taken as
+    they are (the tool's own dict, not a copy): their dump was 13 of a tool's 15.5 µs."""
+    if plain:
         dumped = tool.model_dump(mode="json", exclude_none=True, exclude={"parameters"})
-        dumped["parameters"] = parameters
+        dumped["parameters"] = tool.parameters
         return dumped
     return tool.model_dump(mode="json", exclude_none=True)
+
+
+def _plain(tool: Tool) -> bool:
+    """Whether pydantic's JSON dump of ``tool`` is its values as they are, but for the None
+    fields it leaves out of the tool and of its annotations: a ``Tool`` (not a subclass,
+    whose serializers may differ) whose annotations are ``ToolAnnotations`` or None and
+    whose values are plain JSON (``walks.plain_json``, in C where it was built). pydantic
+    also leaves out the None fields of any model deeper in (a model in the parameters,
+    say), and dumps a dict given as the annotations (``model_construct``) as it is."""
+    annotations = tool.annotations
+    if type(tool) is not Tool:
+        return False
+    if annotations is not None and (
+        type(annotations) is not ToolAnnotations or not walks.plain_json(annotations.__dict__, 1)
+    ):
+        return False
+    values = {**tool.__dict__, "annotations": None}
+    return walks.plain_json(values, PLAIN_PARAMETERS_DEPTH + 1)
 
 
 def tags_json(tags: Sequence[str]) -> str:
@@ -92,8 +106,11 @@ def rows_of(toolkit: Toolkit) -> ToolkitRows:
     shared = toolkit_terms(toolkit)
     tools = []
     members = []
+    every_plain = True
     for tool in toolkit.tools:
-        dumped = tool_definition(tool)
+        plain = _plain(tool)
+        every_plain = every_plain and plain
+        dumped = _definition(tool, plain)
         encoded = canonical_members(dumped)
         members.append((encoded, dumped.get("annotations")))
         definition = _tool_object(encoded)
@@ -109,34 +126,30 @@ def rows_of(toolkit: Toolkit) -> ToolkitRows:
                 index_fields(tool, toolkit, (), shared),
             )
         )
-    return ToolkitRows(toolkit_hash(toolkit, members), tools)
+    # pydantic leaves out more than a plain tool's None fields from the others: dumped whole
+    digest = toolkit_hash(toolkit, members) if every_plain else toolkit.content_hash()
+    return ToolkitRows(digest, tools)
 
 
 def toolkit_hash(
     toolkit: Toolkit, definitions: list[tuple[dict[str, str], dict[str, Any] | None]]
 ) -> str:
-    """``toolkit.content_hash()`` from its tools' definitions, made anyway: each tool's
-    ``tool_definition`` as encoded members (``canonical_members``) with its annotations as
-    dumped. Neither is the toolkit dumped a second time (~25 µs a tool of pydantic) nor are
-    its tools encoded again.
+    """``toolkit.content_hash()`` of a toolkit whose tools are all plain (``_plain``), from
+    their definitions, made anyway: each tool's ``tool_definition`` as encoded members
+    (``canonical_members``) with its annotations as dumped. Neither is the toolkit dumped
+    a second time (~25 µs a tool of pydantic) nor are its tools encoded again.
 
     ``content_hash`` dumps every field, ``None`` ones too; ``tool_definition`` leaves out
     the ``None`` fields of the tool and of its annotations (a parameters schema is a plain
     dict: its ``null`` values are kept by both), so they are put back here. The same text,
-    hence the same hash (tests/store/test_rows.py checks it field by field). A toolkit with
-    a tool where pydantic leaves out more (``_spliced``) is dumped whole."""
-    if not all(_spliced(tool) for tool in toolkit.tools):
-        return toolkit.content_hash()
+    hence the same hash (tests/store/test_rows.py checks it field by field)."""
     annotation_fields = ToolAnnotations.model_fields
-    keys = _tool_keys()
     tools = []
     for encoded, dumped_annotations in definitions:
         if dumped_annotations is not None:
             whole = {field: dumped_annotations.get(field) for field in annotation_fields}
             encoded = {**encoded, "annotations": canonical_tree_json(whole)}
-        # canonical_object of every field, None ones as null
-        members = [key + encoded.get(field, "null") for field, key in keys]
-        tools.append("{" + ",".join(members) + "}")
+        tools.append(_tool_object(encoded, absent="null"))
     # dumped by pydantic, as ``content_hash`` dumps it: a tree of plain values, whatever a
     # toolkit made without validation (``model_construct``) holds
     head = canonical_members(toolkit.model_dump(mode="json", by_alias=False, exclude={"tools"}))
@@ -144,26 +157,13 @@ def toolkit_hash(
     return text_hash(canonical_object(head))
 
 
-def _spliced(tool: Tool) -> bool:
-    """Whether ``toolkit_hash`` can make the tool's part of the hash from its definition: a
-    ``Tool`` whose annotations are ``ToolAnnotations`` (or None) and whose values are plain
-    JSON. pydantic leaves out the None fields of any model deeper in (a model in the
-    parameters, say) too, and dumps a dict given as the annotations (``model_construct``)
-    as it is: putting back the fields of a ``ToolAnnotations`` would not make that text."""
-    annotations = tool.annotations
-    if type(tool) is not Tool:
-        return False
-    if annotations is not None and (
-        type(annotations) is not ToolAnnotations or not walks.plain_json(annotations.__dict__, 1)
-    ):
-        return False
-    values = {**tool.__dict__, "annotations": None}
-    return walks.plain_json(values, PLAIN_PARAMETERS_DEPTH + 1)
-
-
-def _tool_object(encoded: dict[str, str]) -> str:
-    """``canonical_object`` of a tool's encoded members, its keys' order known beforehand."""
-    parts = [key + encoded[field] for field, key in _tool_keys() if field in encoded]
+def _tool_object(encoded: dict[str, str], absent: str | None = None) -> str:
+    """``canonical_object`` of a tool's encoded members, its keys' order known beforehand;
+    with ``absent``, of every field of ``Tool``, that text for each one ``encoded`` lacks."""
+    keys = _tool_keys()
+    if absent is not None:
+        return "{" + ",".join([key + encoded.get(field, absent) for field, key in keys]) + "}"
+    parts = [key + encoded[field] for field, key in keys if field in encoded]
     return "{" + ",".join(parts) + "}" if len(parts) == len(encoded) else canonical_object(encoded)
 
 
