@@ -138,6 +138,7 @@ def run(code: list[str], args: list[str], env: dict[str, str]) -> tuple[int, byt
     return done.returncode, done.stdout, done.stderr
 
 
+@pytest.mark.slow
 def test_quick_and_click_print_the_same(dbs: dict[str, str]) -> None:
     def both(case: str) -> tuple[str, tuple[int, bytes, bytes], tuple[int, bytes, bytes]]:
         words, extra = CASES[case]

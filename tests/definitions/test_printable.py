@@ -37,6 +37,7 @@ def test_the_formatter_keeps_a_record_on_one_line() -> None:
     assert line == "tool\\x0aFORGED line: \\x1b]0;x\\x07"
 
 
+@pytest.mark.slow
 def test_the_fast_path_keeps_only_what_the_escaping_loop_would_keep() -> None:
     """Text already one printable word is returned as is: every code point the shortcut
     lets through must be one the character loop keeps unchanged, with and without

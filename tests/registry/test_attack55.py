@@ -140,6 +140,7 @@ def test_cyclic_garbage_made_in_a_worker_is_still_collected(
         assert total >= 40_000 and alive <= 60_000 and alive < total
 
 
+@pytest.mark.slow
 def test_a_failed_manifest_leaves_no_frame_or_file_text_in_cyclic_garbage(
     tmp_path: Path,
 ) -> None:

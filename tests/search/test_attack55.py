@@ -543,6 +543,7 @@ def test_save_current_counts_empty_blobs_zeros_and_nulls_as_empty_text(tmp_path:
     assert states[0] == states[1]
 
 
+@pytest.mark.slow
 def test_huge_and_unusual_text_is_saved_as_python_counts_it(tmp_path: Path) -> None:
     db = tmp_path / "c.db"
     with Catalog(db, create=True) as cat:

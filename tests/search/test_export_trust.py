@@ -96,6 +96,7 @@ def stored_vectors_agree(db: Path) -> float:
     return agrees(got, texts)
 
 
+@pytest.mark.slow
 def test_wrong_graph_is_made_again_by_reindex(cached: Path, tmp_path: Path) -> None:
     wrong_graph(cached / "model.onnx", cached / "model.onnx")
     shutil.rmtree(fast(cached))  # the exported graph is what would be served

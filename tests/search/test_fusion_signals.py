@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import pytest
+
 from toolcat.search.fusion import Candidate, Document, _coverage, candidates, idf
 
 
@@ -42,6 +44,7 @@ def two_pass(
     return found
 
 
+@pytest.mark.slow
 def test_one_pass_signals_equal_the_two_pass_ones_bit_for_bit() -> None:
     rng = random.Random(32)
     vocabulary = [f"w{i}" for i in range(60)]

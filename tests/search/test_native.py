@@ -57,6 +57,7 @@ def answers(index: TantivyIndex, queries: list[str]) -> list[list[tuple[int, flo
     return out
 
 
+@pytest.mark.slow
 def test_rankings_are_every_tool_scored_bit_for_bit(catalog: Catalog) -> None:
     kits, queries = bench_toolkits()
     catalog.register(kits)

@@ -89,6 +89,7 @@ def test_common_terms_outweighing_the_kept_ones_are_not_spared(
     assert recorded.asked[0][2] == above and recorded.asked[0][3] == 1
 
 
+@pytest.mark.slow
 def test_sparing_answers_every_tool_scored_under_edge_queries(
     catalog: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,7 @@ def test_onnx_vectors_agree_with_sentence_transformers(exported: Path, prepack: 
 INT8_COSINE = 0.998
 
 
+@pytest.mark.slow
 def test_int8_query_graph_stays_close_to_fp32(exported: Path) -> None:
     import numpy as np
     import onnx
@@ -215,6 +216,7 @@ def document_texts(count: int = 400) -> list[str]:
     return texts
 
 
+@pytest.mark.slow
 def test_documents_through_the_export_agree_with_sentence_transformers(exported: Path) -> None:
     import numpy as np
 

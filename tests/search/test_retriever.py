@@ -69,6 +69,7 @@ def test_one_shot_search_prepacks_the_packaged_int8_graph(
     assert embeddings.Embedder(RETRIEVER).query_encoder().prepacked
 
 
+@pytest.mark.slow
 def test_new_catalogs_embed_with_the_retriever_and_old_ones_keep_their_model(
     own_cache: Path, tmp_path: Path
 ) -> None:

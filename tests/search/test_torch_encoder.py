@@ -57,6 +57,7 @@ def _agree(texts: list[str], dtype: str) -> None:
     assert unit_cosines(onnx_vectors[:1], got[-1:]).min() < 0.9
 
 
+@pytest.mark.slow
 def test_torch_vectors_agree_with_onnxruntime_int8(all_texts: list[str]) -> None:
     """A sample of the texts (every sixth, the long and the short ones): ~3 CPU-seconds."""
     texts = all_texts[::6] + all_texts[-5:]

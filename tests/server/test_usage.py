@@ -197,6 +197,7 @@ def reindex(db: Path) -> None:
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_one_principals_uses_never_steer_what_another_finds(db: Path, tmp_path: Path) -> None:
     """The reported poisoning: one principal's 20 searches + calls of ``math.calculate`` for
     "delete the file …" requests, then a reindex. Another principal (and an anonymous

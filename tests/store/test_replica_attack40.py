@@ -48,6 +48,7 @@ def planting(path: Path, txids: Iterator[int], pause: float) -> Iterator[None]:
         planter.join(5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sidecar", ["increasing", "flipping"])
 def test_a_lying_txid_file_never_lists_the_store_in_a_loop(
     following: Follower, monkeypatch: pytest.MonkeyPatch, sidecar: str

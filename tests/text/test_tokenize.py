@@ -89,6 +89,7 @@ def chunked_split(text: str) -> list[str]:
     return words
 
 
+@pytest.mark.slow
 def test_split_words_fast_path_equals_the_chunked_split(
     vocabulary: tuple[list[str], list[str]],
 ) -> None:
