@@ -85,7 +85,7 @@ def ab(db: Path, sources: dict[str, Path], kinds: list[str], rounds: int) -> dic
 
 
 def parts(db: Path) -> dict[str, float]:
-    from toolcat.server.mcp import ANONYMOUS, FoundTools
+    from toolcat.server.mcp import ANONYMOUS, FoundTools, payload_text
     from toolcat.server.scope import Scope
 
     qs = queries(random.Random(SEED + 77), 350)
@@ -111,18 +111,19 @@ def parts(db: Path) -> dict[str, float]:
             names = catalog.short_names(tools, within=scope) if tools else {}
             timed("short_names", started)
             started = time.thread_time()
+            found_entries = [entries.entry(t, names[t.id]) for t in tools]
             payload = {
                 "query": query,
                 "mode": found.mode,
                 "no_match": found.no_match,
                 "tools": [
-                    {**entries.entry(t, names[t.id]), "score": round(h.score, 4), "match": h.match}
-                    for h, t in zip(found.hits, tools, strict=True)
+                    {**entry, "score": round(h.score, 4), "match": h.match}
+                    for h, (entry, _) in zip(found.hits, found_entries, strict=True)
                 ],
             }
             timed("entries", started)
             started = time.thread_time()
-            json.dumps(payload)
+            payload_text(payload, [head for _, head in found_entries])
             timed("json_text", started)
     return {f"{step}_cpu_p50_ms": round(statistics.median(v) * 1000, 3) for step, v in cpu.items()}
 

@@ -465,12 +465,25 @@ def mcp_tool(tool: RegisteredTool, name: str) -> dict[str, Any]:
     return entry
 
 
+def _copied(value: Any) -> Any:
+    """``copy.deepcopy(value)`` for a JSON tree, in under half its time (``search_tools``
+    copies each new hit's schema); anything but dicts, lists and scalars goes to deepcopy."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_copied(item) for item in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
 def object_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """``schema`` with ``type: object`` at the top and no ``anyOf``/``oneOf``/``allOf``/
     ``enum``/``not`` there (OpenAI, Anthropic and MCP reject those): alternatives are merged
     into one object whose properties are all of theirs and whose required ones are those every
     alternative requires."""
-    out = {k: copy.deepcopy(v) for k, v in schema.items() if k not in ("$schema", "$id")}
+    out = {k: _copied(v) for k, v in schema.items() if k not in ("$schema", "$id")}
     notes: list[str] = []
     for key in ("allOf", "anyOf", "oneOf"):
         parts = out.pop(key, None)

@@ -46,7 +46,7 @@ class TagFilter:
         Raises:
             InvalidQueryError: A tag is not a string, too long, or a list too long.
         """
-        if tags == () and any_tags == () and exclude_tags == ():  # the default: no filter
+        if _empty(tags) and _empty(any_tags) and _empty(exclude_tags):  # no filter asked
             return _NO_FILTER
         base = tags if isinstance(tags, TagFilter) else cls(all=_clean(tags, "tags"))
         group = _clean(any_tags, "any_tags")
@@ -116,6 +116,13 @@ def _tagged_in(tags: tuple[str, ...]) -> str:
 
 def _merged(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(set(a) | set(b)))
+
+
+def _empty(tags: Iterable[str] | TagFilter) -> bool:
+    """Whether ``tags`` is an empty list, tuple or set, or a filter that asks nothing (what
+    ``_clean`` would make nothing of, without walking it: a server asks this of every
+    request's three lists)."""
+    return type(tags) in (tuple, list, set, frozenset, TagFilter) and not tags
 
 
 def _clean(tags: Iterable[str], field: str) -> tuple[str, ...]:

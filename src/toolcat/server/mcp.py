@@ -842,11 +842,12 @@ class CatalogServer:
         # version) is checked on its first hits, fetched with room to spare.
         fetch = k if scope.exact_in_search else min(k * 4 + 20, 1000)
         learner = self._learner(ctx)
+        asked_tags = TagFilter.of(*tag_lists.values())
 
         asked: dict[str, Any] = {
             "k": fetch,
             "mode": self.options.search_mode,
-            "tags": scope.tag_filter & TagFilter.of(*tag_lists.values()),
+            "tags": scope.tag_filter & asked_tags if asked_tags else scope.tag_filter,
             "toolkit": scope.single_toolkit,
             "policies": scope.search_policies,
             "principal": learner,
@@ -900,27 +901,41 @@ class CatalogServer:
         if shown.no_match:
             self.gaps.add(self._learner(ctx), query, found.mode)
         facts.search_mode, facts.no_match = found.mode, shown.no_match
+        shown_tools: list[dict[str, Any]] = []
+        heads: list[str] = []  # each entry's kept JSON text
+        for hit in hits:
+            entry, head = self.found_tools.entry(hit.tool, self._exposed_name(hit.tool, names))
+            shown_tools.append({**entry, "score": round(hit.score, 4), "match": hit.match})
+            heads.append(head)
         payload: dict[str, Any] = {
             "query": query,
             "mode": found.mode,
             "no_match": shown.no_match,
-            "tools": [
-                {
-                    **self.found_tools.entry(hit.tool, self._exposed_name(hit.tool, names)),
-                    "score": round(hit.score, 4),
-                    "match": hit.match,
-                }
-                for hit in hits
-            ],
+            "tools": shown_tools,
         }
         if found.warnings:
             payload["warnings"] = found.warnings
         if new:
             await ctx.session.send_tool_list_changed()
         return types.CallToolResult(
-            content=[types.TextContent(type="text", text=json.dumps(payload))],
+            content=[types.TextContent(type="text", text=payload_text(payload, heads))],
             structured_content=payload,
         )
+
+
+def payload_text(payload: dict[str, Any], heads: list[str]) -> str:
+    """``json.dumps(payload)`` of a ``search_tools`` answer whose tools' entries are encoded
+    already (``heads``: ``FoundTools.entry``'s texts, in order): the same text, without
+    encoding each hit's schema again."""
+    tools = ", ".join(
+        f'{head}, "score": {json.dumps(shown["score"])}, "match": {json.dumps(shown["match"])}}}'
+        for head, shown in zip(heads, payload["tools"], strict=True)
+    )
+    members = [
+        f"{json.dumps(key)}: " + (f"[{tools}]" if key == "tools" else json.dumps(value))
+        for key, value in payload.items()
+    ]
+    return "{" + ", ".join(members) + "}"
 
 
 def settle_heap() -> None:
@@ -968,6 +983,9 @@ class ResolvedTools:
             self._tools.popitem(last=False)
 
 
+FoundEntry = tuple[dict[str, Any], str]
+
+
 class FoundTools:
     """``search_tools``' entry of a tool (name, description, input schema, toolkit,
     version), built once and reused while the catalog hands out the same tool object (it
@@ -976,14 +994,16 @@ class FoundTools:
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[int, str], tuple[RegisteredTool, dict[str, Any]]]
+        self._entries: OrderedDict[tuple[int, str], tuple[RegisteredTool, FoundEntry]]
         self._entries = OrderedDict()
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def entry(self, tool: RegisteredTool, name: str) -> dict[str, Any]:
+    def entry(self, tool: RegisteredTool, name: str) -> FoundEntry:
+        """(the entry, its ``json.dumps`` text without the closing brace: ``payload_text``
+        appends the hit's score and match)."""
         key = (id(tool), name)
         with self._lock:
             kept = self._entries.get(key)
@@ -997,11 +1017,12 @@ class FoundTools:
             "toolkit": tool.toolkit,
             "version": tool.version,
         }
+        found = (entry, json.dumps(entry)[:-1])
         with self._lock:
-            self._entries[key] = (tool, entry)
+            self._entries[key] = (tool, found)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
-        return entry
+        return found
 
 
 def _key(tool: RegisteredTool) -> str:
