@@ -57,8 +57,8 @@ def fan_catalog(tmp_path: Path) -> Path:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="attack58: gemini export inlines $ref fan-out with no node bound (259 B schema -> 35 MB; "
-    "fan 10 -> MemoryError at 4 GB)",
+    reason="attack58: gemini export inlines $ref fan-out with no node bound "
+    "(259 B schema -> 35 MB; fan 10 -> MemoryError at 4 GB)",
 )
 def test_gemini_export_of_a_small_fanning_schema_is_bounded(fan_catalog: Path) -> None:
     with Catalog(fan_catalog) as cat:
@@ -89,3 +89,58 @@ def test_other_formats_do_not_inline_references(fan_catalog: Path, fmt: str) -> 
     with Catalog(fan_catalog) as cat:
         exported = cat.export(["fan.fan"], fmt)
     assert len(json.dumps(exported.tools)) < 4096
+
+
+def _free_form_catalog(tmp_path: Path) -> Catalog:
+    manifest = tmp_path / "g.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "toolkit": "g",
+                "version": "1.0.0",
+                "description": "A tool taking any JSON value.",
+                "module": "toolcat.samples.math",
+                "tools": [
+                    {
+                        "name": "t",
+                        "description": "Takes a blob.",
+                        "implementation": "toolcat.samples.math:prime_factors",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"blob": {"description": "any value"}},
+                        },
+                    }
+                ],
+            }
+        )
+    )
+    cat = Catalog(tmp_path / "catalog.db")
+    cat.register(manifest)
+    return cat
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="attack58: ExportedTools.arguments raises RecursionError on a model's deeply nested "
+    "JSON text (documented: text that is not JSON is left for the tool's validation)",
+)
+def test_gemini_arguments_from_a_model_never_raise(tmp_path: Path) -> None:
+    """A Gemini call's arguments are the model's output: input. A free-form argument comes
+    back as JSON text and ``arguments`` decodes it; text too deep to decode must be left as
+    text (or refused as a ToolcatError), never escape as RecursionError."""
+    with _free_form_catalog(tmp_path) as cat:
+        exported = cat.export(["g.t"], "gemini")
+        assert exported.json_arguments == {"t": ["blob"]}
+        deep = "[" * 100_000 + "]" * 100_000
+        try:
+            decoded = exported.arguments("t", {"blob": deep})
+        except ToolcatError:
+            return
+        assert decoded == {"blob": deep}
+
+
+def test_gemini_arguments_decode_plain_json_text(tmp_path: Path) -> None:
+    with _free_form_catalog(tmp_path) as cat:
+        exported = cat.export(["g.t"], "gemini")
+        assert exported.arguments("t", {"blob": '{"a": [1, 2]}'}) == {"blob": {"a": [1, 2]}}
+        assert exported.arguments("t", {"blob": "not json"}) == {"blob": "not json"}
