@@ -199,3 +199,13 @@ def test_an_api_answer_is_read_within_a_bound(tmp_path: Any) -> None:
     assert "MemoryError" not in report["error"], report
     # The result is bounded at 1 MB; reading the answer may take a few times that, not 600.
     assert report["grew_mb"] < 200, report
+
+
+def test_a_caller_cannot_add_query_parameters_the_document_never_declared(
+    catalog: Catalog, raw_server: RawServer
+) -> None:
+    """Held: arguments outside the operation's schema are refused, not sent as a query."""
+    catalog.register_openapi(_document(raw_server.port, ["X-Trace"]), toolkit="h")
+    result = catalog.call("h.me", {"X-Trace": "a", "_method": "DELETE", "admin": True})
+    assert result.error_code == "INVALID_ARGUMENTS"
+    assert raw_server.heads == []
