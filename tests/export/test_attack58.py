@@ -55,11 +55,6 @@ def fan_catalog(tmp_path: Path) -> Path:
     return db
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack58: gemini export inlines $ref fan-out with no node bound "
-    "(259 B schema -> 35 MB; fan 10 -> MemoryError at 4 GB)",
-)
 def test_gemini_export_of_a_small_fanning_schema_is_bounded(fan_catalog: Path) -> None:
     with Catalog(fan_catalog) as cat:
         tool = cat.get("fan.fan")
@@ -72,9 +67,6 @@ def test_gemini_export_of_a_small_fanning_schema_is_bounded(fan_catalog: Path) -
     assert size <= MAX_EXPORT_BYTES, f"a <1 KiB schema exported as {size:,} bytes"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="attack58: `toolcat export --format gemini` amplifies a $ref fan-out"
-)
 def test_cli_gemini_export_of_a_fanning_schema_is_bounded(fan_catalog: Path) -> None:
     result = CliRunner().invoke(
         cli, ["--db", str(fan_catalog), "export", "--format", "gemini", "--all", "--tools-only"]
@@ -119,11 +111,6 @@ def _free_form_catalog(tmp_path: Path) -> Catalog:
     return cat
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack58: ExportedTools.arguments raises RecursionError on a model's deeply nested "
-    "JSON text (documented: text that is not JSON is left for the tool's validation)",
-)
 def test_gemini_arguments_from_a_model_never_raise(tmp_path: Path) -> None:
     """A Gemini call's arguments are the model's output: input. A free-form argument comes
     back as JSON text and ``arguments`` decodes it; text too deep to decode must be left as

@@ -105,11 +105,6 @@ def test_a_few_other_callers_leave_the_victims_use_recorded(db: Path, tmp_path: 
     assert (CONVERT, "math.convert_units") in _victims_use_after(db, tmp_path, 10)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack58: one principal, varying clientInfo names, evicts every other principal's "
-    "recent searches (MAX_CALLERS is one pool): their uses are no longer recorded",
-)
 def test_one_principal_cannot_evict_anothers_recent_searches(db: Path, tmp_path: Path) -> None:
     assert (CONVERT, "math.convert_units") in _victims_use_after(db, tmp_path, MAX_CALLERS + 1)
 
@@ -121,11 +116,6 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack58: the server's recent-search memory keeps each query whole (3 MB each, "
-    "1,000 callers x 100 tools): 60 searches pin ~180 MB",
-)
 def test_recent_searches_do_not_pin_whole_queries(db: Path, tmp_path: Path) -> None:
     grown = _growth(db, tmp_path, "prime factors ")
     # Learning keeps a few hundred characters of a query; 60 searches may not pin 180 MB.

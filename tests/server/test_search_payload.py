@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from toolcat.models import RegisteredTool  # noqa: E402
-from toolcat.server.mcp import FoundTools, payload_text  # noqa: E402
+from toolcat.models import RegisteredTool
+from toolcat.server.mcp import FoundTools, payload_text
 
 ODD = ['"', "\\", "\n", "\x00", "\x1b]0;x\x07", "é", "账", "🙂", "\ud800", "</script>", " "]
 

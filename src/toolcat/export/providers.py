@@ -121,6 +121,10 @@ GEMINI_FORMATS = {
     "integer": {"int32", "int64"},
 }
 MAX_REF_DEPTH = 8
+# Schema nodes Gemini's rewrite may make from inlined ``$ref`` targets, per tool: a small
+# schema whose definition refers to itself several times fans out exponentially (a 259-byte
+# one made 35 MB at depth 8). Past it, a reference is left as JSON text (decoded on return).
+MAX_INLINED_NODES = 5000
 
 
 @dataclass
@@ -330,7 +334,7 @@ def _decode_at(arguments: dict[str, Any], path: list[str]) -> None:
 def _json_or_text(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the model's text, nested past the parser: as is
         return text
 
 
@@ -537,14 +541,19 @@ class _GeminiRewrite:
     definitions: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     json_paths: list[str] = field(default_factory=list)
+    inlined: int = 0  # nodes made from inlined references so far
 
     def node(self, node: Any, path: str, depth: int) -> dict[str, Any]:
+        if depth:
+            self.inlined += 1
         if not isinstance(node, dict):
             return self._as_json_text({}, path)
         ref = node.get("$ref")
         if isinstance(ref, str):
             target = self.definitions.get(ref.rsplit("/", 1)[-1])
-            if target is None or depth >= MAX_REF_DEPTH:
+            if self.inlined >= MAX_INLINED_NODES:
+                self.notes.append(f"references past {MAX_INLINED_NODES} nodes are JSON text")
+            if target is None or depth >= MAX_REF_DEPTH or self.inlined >= MAX_INLINED_NODES:
                 return self._as_json_text(node, path)
             merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
             return self.node(merged, path, depth + 1)
