@@ -105,6 +105,7 @@ def test_a_few_other_callers_leave_the_victims_use_recorded(db: Path, tmp_path: 
     assert (CONVERT, "math.convert_units") in _victims_use_after(db, tmp_path, 10)
 
 
+@pytest.mark.slow
 def test_one_principal_cannot_evict_anothers_recent_searches(db: Path, tmp_path: Path) -> None:
     assert (CONVERT, "math.convert_units") in _victims_use_after(db, tmp_path, MAX_CALLERS + 1)
 
@@ -116,12 +117,14 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.slow
 def test_recent_searches_do_not_pin_whole_queries(db: Path, tmp_path: Path) -> None:
     grown = _growth(db, tmp_path, "prime factors ")
     # Learning keeps a few hundred characters of a query; 60 searches may not pin 180 MB.
     assert grown < 60, f"the server grew by {grown:.0f} MB"
 
 
+@pytest.mark.slow
 def test_searches_that_find_nothing_pin_nothing(db: Path, tmp_path: Path) -> None:
     """The control: the same requests finding no tool (nothing remembered) leave the server
     as it was, so the growth above is the memory of recent searches."""
