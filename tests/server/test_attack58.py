@@ -6,7 +6,6 @@ callers in one pool shared by every principal, and each query whole."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import anyio
@@ -15,13 +14,10 @@ import pytest
 pytest.importorskip("mcp")
 
 import mcp.types as types
-from click.testing import CliRunner
 from mcp import Client
 
-from tests.helpers import SAMPLE_TOOLKITS
+from tests.server import test_usage
 from tests.server.clients import MODERN, http_server, http_session, run
-from toolcat import Catalog
-from toolcat.cli import cli
 from toolcat.server.usage import MAX_CALLERS
 
 CONVERT = "how many miles is 5 km"
@@ -36,19 +32,8 @@ principals:
 """
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "catalog.db"
-    with Catalog(path) as catalog:
-        catalog.register(SAMPLE_TOOLKITS)
-    return path
-
-
-def recorded(db: Path) -> list[tuple[str, str]]:
-    result = CliRunner().invoke(cli, ["--db", str(db), "usage", "--json"])
-    assert result.exit_code == 0, result.output
-    return [(u["query"], u["tool"]) for u in reversed(json.loads(result.output)["uses"])]
-
+db = test_usage.db  # the sample catalog, the same fixture
+recorded = test_usage.recorded
 
 async def _raw_search(url: str, token: str, client_name: str, query: str) -> None:
     """One stateless 2026 search_tools request whose clientInfo names ``client_name``."""
