@@ -15,13 +15,17 @@ Each operation becomes a tool:
   GET/HEAD/PUT/DELETE idempotent.
 
 Only local references (``#/...``) are followed; security schemes are not read: give the
-credentials as ``headers`` (with ``${NAME}`` references).
+credentials as ``headers`` (with ``${NAME}`` references). A header (or cookie) parameter that
+would set a header the HTTP layer or the admin owns (``Host``, ``Authorization``, a
+``headers`` name: ``toolcat.remote.openapi.owned_header``) is left out of the tool, with a
+warning logged that names the operation and the parameter.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import re
 import stat
@@ -34,8 +38,17 @@ from ..definitions.names import fitted_name
 from ..errors import ImportFailedError, ManifestError
 from ..models import MAX_TOOLS_PER_TOOLKIT, Toolkit
 from ..remote.credentials import header_value_problem, references
-from ..remote.openapi import DEFAULT_TIMEOUT, MAX_REDIRECTS, Operation, has_dot_segment, origin
+from ..remote.openapi import (
+    DEFAULT_TIMEOUT,
+    MAX_REDIRECTS,
+    Operation,
+    has_dot_segment,
+    origin,
+    owned_header,
+)
 from .manifest import imported_toolkit
+
+log = logging.getLogger(__name__)
 
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 ARGUMENT_INVALID = r"[^A-Za-z0-9_.-]+"  # Anthropic's rule for property names, the strictest
@@ -591,6 +604,17 @@ def _tool(
         params.setdefault(("path", template), {"name": template, "in": "path"})
     for (location, raw_name), param in params.items():
         if location not in ("path", "query", "header", "cookie"):
+            continue
+        owned = owned_header(location, raw_name, headers)
+        if owned:  # the OpenAPI specification ignores Accept, Content-Type, Authorization too
+            log.warning(
+                "%s: %s parameter %r left out: the header %r is set by the HTTP layer or "
+                "the admin, never by a caller",
+                resolver.where,
+                location,
+                raw_name,
+                owned,
+            )
             continue
         arg = fitted_name(raw_name, arg_names, invalid=ARGUMENT_INVALID)
         schema = param.get("schema")

@@ -13,7 +13,12 @@ become an HTTP request (see ``Operation``)::
 ``body``) and its name there; ``["body", ""]`` is the whole request body. ``headers`` are sent
 with every call; ``${NAME}`` references in them are resolved from the environment of the process
 making the call (``toolcat.remote.credentials``), so the catalog stores the reference, never
-the secret.
+the secret. A header the HTTP layer or the admin owns is never set from a caller's argument
+(``owned_header``): not at import, not at call time.
+
+An answer is streamed and read only up to the bound its result is cut to
+(``toolcat.runtime.results.result_bytes``), so an API cannot grow the process by answering
+more.
 
 httpx is imported on the first call. One pooled ``httpx.Client`` per base URL serves the
 synchronous calls (the runtime runs them on its worker threads), one ``httpx.AsyncClient`` per
@@ -28,6 +33,7 @@ import contextlib
 import json
 import re
 import threading
+import time
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +42,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import ImportFailedError, InvalidArgumentsError, ToolcatError, ToolTimeoutError
 from ..runtime import tracing
+from ..runtime.results import CutText, result_bytes
 from .credentials import header_value_problem, redacted, resolve_headers, secret_values
 from .schemes import OPENAPI_PREFIX
 
@@ -46,6 +53,31 @@ LOCATIONS = ("path", "query", "header", "cookie", "body")
 MAX_REDIRECTS = 5
 MAX_DECODES = 8  # percent-decoding passes before a value counts as hostile
 DEFAULT_PORTS = {"http": 80, "https": 443}
+ERROR_BODY_BYTES = 64 * 1024  # read of an error answer: its excerpt is EXCERPT_CHARS
+# Headers the HTTP layer sets (framing, connection, content negotiation) or that carry a
+# credential: never taken from a caller's argument, whatever an OpenAPI document declares (the
+# specification itself says Accept, Content-Type and Authorization parameters SHALL be ignored).
+OWNED_HEADERS = frozenset(
+    {
+        "host",
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "accept",
+        "accept-encoding",
+        "transfer-encoding",
+        "connection",
+        "proxy-connection",
+        "upgrade",
+        "te",
+        "trailer",
+        "keep-alive",
+        "expect",
+    }
+)
 INSTALL_HINT = "install the OpenAPI extra: pip install 'toolcat[openapi]'"
 
 
@@ -104,6 +136,26 @@ class Operation:
 
     def __str__(self) -> str:
         return f"{self.method} {self.base_url.rstrip('/')}{self.path}"
+
+
+def _header_key(name: str) -> str:
+    return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+def owned_header(location: str, name: str, admin_headers: Iterable[str]) -> str | None:
+    """The header a caller's value for the parameter ``name`` in ``location`` would set that
+    is not the caller's to set, or ``None``: one the HTTP layer or a credential owns
+    (``OWNED_HEADERS``), or one the admin gave (``--header``); a ``cookie`` parameter writes
+    the ``Cookie`` header, the admin's when the admin gave one. Names compare case-insensitively,
+    stripped and NFKC-normalised. The one rule for import (such parameters are left out) and
+    for calls (a stored plan is input too: refused)."""
+    admin = {_header_key(h) for h in admin_headers}
+    if location == "header":
+        key = _header_key(name)
+        return name.strip() if key in OWNED_HEADERS or key in admin else None
+    if location == "cookie" and "cookie" in admin:
+        return "Cookie"
+    return None
 
 
 def is_openapi(spec: str) -> bool:
@@ -255,7 +307,7 @@ def build_request(
         MissingSecretError: A header references an environment variable that is not set.
         UnsendableHeaderError: A configured header's value cannot be sent (names the header).
         InvalidArgumentsError: A path parameter is empty or a dot segment; a header argument
-            cannot be sent.
+            cannot be sent, or would set a header the caller may not (``owned_header``).
     """
     path = operation.path
     params: list[tuple[str, str]] = []
@@ -269,6 +321,12 @@ def build_request(
         location, name = operation.args.get(arg, ("query", arg))
         if value is None and location != "body":
             continue
+        taken = owned_header(location, name, operation.headers)
+        if taken:
+            raise InvalidArgumentsError(
+                f"{operation}: argument {arg!r} would set the header {taken!r}, which the "
+                "HTTP layer or the admin sets"
+            )
         if isinstance(value, list) and arg in operation.joined:
             value = ",".join(_text(v) for v in value)
         if location == "path":
@@ -312,31 +370,110 @@ def build_request(
     return request
 
 
-def result_of(response: Any, operation: Operation, secrets: Iterable[str] = ()) -> Any:
+def body_bound(response: Any, limit: int) -> int:
+    """How many bytes of ``response``'s body are worth reading: ``limit`` (what the result is
+    cut to) of a 2xx answer, ``ERROR_BODY_BYTES`` at most of another (only an excerpt is
+    shown)."""
+    return limit if 200 <= response.status_code < 300 else min(limit, ERROR_BODY_BYTES)
+
+
+def _timed_out(operation: Operation) -> ToolTimeoutError:
+    return ToolTimeoutError(
+        f"{operation} did not answer within {operation.timeout:g} s (reading the answer)"
+    )
+
+
+def read_body(
+    response: Any, operation: Operation, limit: int, deadline: float
+) -> tuple[bytes, bool]:
+    """The body of a streamed ``response``, read up to ``body_bound`` bytes (and at most one
+    more chunk), and whether there was more: then reading stops and the rest is never read.
+
+    Raises:
+        ToolTimeoutError: The answer is still coming at ``deadline`` (``time.monotonic()``).
+    """
+    bound = body_bound(response, limit)
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > bound:
+            return b"".join(chunks)[: bound + 1], True
+        if time.monotonic() > deadline:
+            raise _timed_out(operation)
+    return b"".join(chunks), False
+
+
+async def aread_body(
+    response: Any, operation: Operation, limit: int, deadline: float
+) -> tuple[bytes, bool]:
+    """``read_body`` for an ``httpx.AsyncClient``'s response."""
+    bound = body_bound(response, limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > bound:
+            return b"".join(chunks)[: bound + 1], True
+        if time.monotonic() > deadline:
+            raise _timed_out(operation)
+    return b"".join(chunks), False
+
+
+def _decoded(response: Any, content: bytes) -> str:
+    """``content`` as text, as httpx decodes a body (its charset, else UTF-8; bad bytes
+    replaced)."""
+    try:
+        return content.decode(response.charset_encoding or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return content.decode("utf-8", errors="replace")
+
+
+def result_of(
+    response: Any,
+    operation: Operation,
+    secrets: Iterable[str] = (),
+    *,
+    body: bytes | None = None,
+    cut: bool = False,
+) -> Any:
     """The value of an httpx response: JSON when it says so (or parses), else text.
+
+    Args:
+        response: The response.
+        operation: The operation it answers.
+        secrets: Values no error may show.
+        body: The body as read (``read_body``); default: the response's whole content.
+        cut: Whether ``body`` is only the start of the answer: then it is text
+            (``CutText``), which the result is cut from and marked truncated.
 
     Raises:
         HTTPToolError: The status is not 2xx (message: status, reason and a body excerpt, with
             ``secrets`` an API may echo, such as a refused token, shown as ``***``).
     """
+    content = response.content if body is None else body
     status = response.status_code
     if not 200 <= status < 300:
-        excerpt = redacted(" ".join(response.text.split()), secrets)[:EXCERPT_CHARS]
+        text = " ".join(_decoded(response, content).split())
+        excerpt = redacted(text, secrets)[:EXCERPT_CHARS]
         reason = response.reason_phrase or ""
         raise HTTPToolError(
             f"{operation.method} {response.request.url.path} answered {status} {reason}".rstrip()
             + (f": {excerpt}" if excerpt else " (empty body)"),
             status,
         )
-    if status == 204 or not response.content:
+    if status == 204 or not content:
         return None
-    content_type = response.headers.get("content-type", "")
-    if "json" in content_type:
+    if cut:  # only the start was read: no JSON to parse, as the whole would have been cut
+        return CutText(_decoded(response, content))
+    if "json" in response.headers.get("content-type", ""):
         try:
-            return response.json()
+            return json.loads(content)
         except ValueError:
-            return response.text
-    return response.text
+            pass
+    return _decoded(response, content)
 
 
 def _httpx() -> Any:
@@ -451,24 +588,35 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
     """Send the request for ``arguments`` and return the response's value. Redirects are
     followed only within the operation's origin (``next_hop``).
 
+    The answer is streamed and read up to the bound the call's result is cut to
+    (``result_bytes``); a longer one is cut there, its connection closed unread.
+
     Raises:
         HTTPToolError: A non-2xx answer, a redirect to another origin, or the server cannot
             be reached.
-        ToolTimeoutError: No answer within the operation's timeout.
+        ToolTimeoutError: No answer within the operation's timeout (each wait, and reading
+            the answer in all).
         MissingSecretError: A header references an unset environment variable.
-        InvalidArgumentsError: The arguments would move the request off its path.
+        InvalidArgumentsError: The arguments would move the request off its path, or set a
+            header that is not the caller's.
     """
     httpx = _httpx()
+    deadline = time.monotonic() + operation.timeout
+    limit = result_bytes()
     pooled = client(operation.base_url)
     request, outgoing = _outgoing(operation, arguments, pooled)
     try:
-        response = pooled.send(outgoing)
-        for _ in range(MAX_REDIRECTS + 1):
-            hop = next_hop(response, operation)
-            if hop is None:
-                return result_of(response, operation, request.secrets)
+        response = pooled.send(outgoing, stream=True)
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                hop = next_hop(response, operation)
+                if hop is None:
+                    body, cut = read_body(response, operation, limit, deadline)
+                    return result_of(response, operation, request.secrets, body=body, cut=cut)
+                response.close()
+                response = pooled.send(hop, stream=True)
+        finally:
             response.close()
-            response = pooled.send(hop)
     except httpx.HTTPError as e:
         raise _failure(e, operation, request) from e
     raise _too_many(operation)
@@ -477,16 +625,22 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
 async def acall(operation: Operation, arguments: Mapping[str, Any]) -> Any:
     """``call`` for async code, on a pooled ``httpx.AsyncClient``."""
     httpx = _httpx()
+    deadline = time.monotonic() + operation.timeout
+    limit = result_bytes()
     pooled = async_client(operation.base_url)
     request, outgoing = _outgoing(operation, arguments, pooled)
     try:
-        response = await pooled.send(outgoing)
-        for _ in range(MAX_REDIRECTS + 1):
-            hop = next_hop(response, operation)
-            if hop is None:
-                return result_of(response, operation, request.secrets)
+        response = await pooled.send(outgoing, stream=True)
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                hop = next_hop(response, operation)
+                if hop is None:
+                    body, cut = await aread_body(response, operation, limit, deadline)
+                    return result_of(response, operation, request.secrets, body=body, cut=cut)
+                await response.aclose()
+                response = await pooled.send(hop, stream=True)
+        finally:
             await response.aclose()
-            response = await pooled.send(hop)
     except httpx.HTTPError as e:
         raise _failure(e, operation, request) from e
     raise _too_many(operation)

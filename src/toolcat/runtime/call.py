@@ -20,7 +20,14 @@ from .arguments import Validator, compile_validator
 from .events import EventLog
 from .executor import Executor, ToolFailed, WorkerError, timeout_error
 from .loader import imported, load
-from .results import DEFAULT_MAX_RESULT_BYTES, NotSerialisableError, to_jsonable, truncate
+from .results import (
+    DEFAULT_MAX_RESULT_BYTES,
+    NotSerialisableError,
+    bound_results,
+    reset_results,
+    to_jsonable,
+    truncate,
+)
 from .settings import (  # noqa: F401  (re-exported)
     DEFAULT_TIMEOUT,
     ISOLATIONS,
@@ -364,6 +371,8 @@ class Runtime:
         deadline: float,
     ) -> ToolResult:
         """``_call``'s in-process path on the tool thread itself (``acall``)."""
+        max_bytes = tool.max_result_bytes or self.max_result_bytes
+        bound = bound_results(max_bytes)
         try:
             kwargs = self._admitted(tool, arguments, validator)
             value = self.executor.run_here(
@@ -374,9 +383,11 @@ class Runtime:
                 deadline=deadline,
                 sink=log,
             )
-            data, truncated = _jsonable(value, tool.max_result_bytes or self.max_result_bytes)
+            data, truncated = _jsonable(value, max_bytes)
         except (Exception, SystemExit) as e:  # the tool's own failures come as ToolFailed
             return _failed(e, started, log)
+        finally:
+            reset_results(bound)
         return make_result(started, data=data, truncated=truncated, events=log.close())
 
     def _limit(self, tool: RegisteredTool, timeout: float | None) -> float:
@@ -448,14 +459,18 @@ class Runtime:
                 data, truncated = reply.get("ok"), bool(reply.get("truncated"))
             else:
                 func = self._import(tool)
-                value = self.executor.run(
-                    func,
-                    kwargs,
-                    tool_id=tool.id,
-                    timeout=limit,
-                    max_concurrency=tool.max_concurrency,
-                    sink=log,
-                )
+                bound = bound_results(max_bytes)  # the tool's thread copies this context
+                try:
+                    value = self.executor.run(
+                        func,
+                        kwargs,
+                        tool_id=tool.id,
+                        timeout=limit,
+                        max_concurrency=tool.max_concurrency,
+                        sink=log,
+                    )
+                finally:
+                    reset_results(bound)
                 data, truncated = _jsonable(value, max_bytes)
         except (Exception, SystemExit) as e:  # the tool's own failures come as ToolFailed
             return _failed(e, started, log)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextvars
 import dataclasses
 import datetime
 import decimal
@@ -13,6 +14,32 @@ from pathlib import PurePath
 from typing import Any
 
 DEFAULT_MAX_RESULT_BYTES = 1_000_000
+
+# The bound the running call's result is cut to, set by the runtime around the call (tool
+# threads run in a copy of the caller's context): a tool that reads an answer from elsewhere
+# (an HTTP API) reads no more than this.
+_RESULT_BYTES: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "toolcat_result_bytes", default=DEFAULT_MAX_RESULT_BYTES
+)
+
+
+def result_bytes() -> int:
+    """How many bytes (as JSON) the running call's result is cut to."""
+    return _RESULT_BYTES.get()
+
+
+def bound_results(max_bytes: int) -> contextvars.Token[int]:
+    """Set ``result_bytes`` for the calls run from this context until ``reset_results``."""
+    return _RESULT_BYTES.set(max_bytes)
+
+
+def reset_results(token: contextvars.Token[int]) -> None:
+    _RESULT_BYTES.reset(token)
+
+
+class CutText(str):
+    """Text a tool already cut short at ``result_bytes`` (it read no further): ``truncate``
+    marks the result truncated whatever its length."""
 
 
 class NotSerialisableError(TypeError):
@@ -72,8 +99,11 @@ def truncate(data: Any, max_bytes: int) -> tuple[Any, bool]:
     """``data`` if its JSON fits in ``max_bytes``, else a cut-down version and ``True``.
 
     A string is cut to fit; anything else is replaced by the start of its JSON text (a
-    string), so the model still sees the beginning of the answer.
+    string), so the model still sees the beginning of the answer. ``CutText`` is cut to fit
+    and marked truncated even when it fits.
     """
+    if isinstance(data, CutText):
+        return str(data).encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore"), True
     if isinstance(data, str):
         encoded = data.encode("utf-8")
         if len(encoded) <= max_bytes:
