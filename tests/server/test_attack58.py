@@ -35,6 +35,7 @@ principals:
 db = test_usage.db  # the sample catalog, the same fixture
 recorded = test_usage.recorded
 
+
 async def _raw_search(url: str, token: str, client_name: str, query: str) -> None:
     """One stateless 2026 search_tools request whose clientInfo names ``client_name``."""
     import httpx2
