@@ -62,7 +62,9 @@ def _bomb(status: bytes, layers: int, size: int) -> Callable[[socket.socket], No
 
     def respond(conn: socket.socket) -> None:
         conn.sendall(
-            b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain\r\nContent-Encoding: "
+            b"HTTP/1.1 "
+            + status
+            + b"\r\nContent-Type: text/plain\r\nContent-Encoding: "
             + encoding
             + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
             + body
@@ -101,7 +103,8 @@ def test_a_compressed_answer_is_read_within_the_bound(
 
 
 @pytest.mark.xfail(
-    strict=True, reason="attack59: the pooled httpx client's cookie jar replays an answer's Set-Cookie"
+    strict=True,
+    reason="attack59: the pooled httpx client's cookie jar replays an answer's Set-Cookie",
 )
 def test_a_cookie_an_api_sets_never_goes_with_later_calls(
     tmp_path: Path, serve: Callable[[Callable[[socket.socket], None]], RawServer]
