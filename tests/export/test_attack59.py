@@ -56,10 +56,6 @@ def wordy_catalog(tmp_path: Path) -> Path:
     return db
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack59: a 20 KB schema exports to Gemini as 17 MB (node bound, not bytes)",
-)
 def test_gemini_export_of_a_wordy_fanning_schema_is_bounded(wordy_catalog: Path) -> None:
     with Catalog(wordy_catalog) as cat:
         try:
@@ -70,10 +66,6 @@ def test_gemini_export_of_a_wordy_fanning_schema_is_bounded(wordy_catalog: Path)
     assert size <= MAX_EXPORT_BYTES, f"a ~20 KB schema exported as {size:,} bytes"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack59: toolcat export --format gemini prints 17 MB for a 20 KB schema",
-)
 def test_cli_gemini_export_of_a_wordy_fanning_schema_is_bounded(wordy_catalog: Path) -> None:
     result = CliRunner().invoke(
         cli, ["--db", str(wordy_catalog), "export", "--format", "gemini", "--all", "--tools-only"]

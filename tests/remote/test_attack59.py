@@ -166,10 +166,6 @@ class _Quiet(WSGIRequestHandler):
         return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack59: a header parameter X_Admin_Key reaches a WSGI app as the admin's X-Admin-Key",
-)
 def test_an_underscore_spelling_of_the_admins_header_is_left_out(tmp_path: Path) -> None:
     seen: list[str | None] = []
 

@@ -121,10 +121,11 @@ GEMINI_FORMATS = {
     "integer": {"int32", "int64"},
 }
 MAX_REF_DEPTH = 8
-# Schema nodes Gemini's rewrite may make from inlined ``$ref`` targets, per tool: a small
-# schema whose definition refers to itself several times fans out exponentially (a 259-byte
-# one made 35 MB at depth 8). Past it, a reference is left as JSON text (decoded on return).
-MAX_INLINED_NODES = 5000
+# The JSON Gemini's rewrite may copy in from ``$ref`` targets, per tool (each target counted
+# at its size each time it is inlined): a schema whose definition refers to itself several
+# times fans out exponentially (a 259-byte one made 35 MB at depth 8; a 20 KB one with a long
+# description 17 MB). Past it, a reference is left as JSON text (decoded on return).
+MAX_INLINED_BYTES = 512 * 1024
 
 
 @dataclass
@@ -541,19 +542,26 @@ class _GeminiRewrite:
     definitions: dict[str, Any]
     notes: list[str] = field(default_factory=list)
     json_paths: list[str] = field(default_factory=list)
-    inlined: int = 0  # nodes made from inlined references so far
+    inlined: int = 0  # characters of JSON copied in from references so far
+    _sizes: dict[str, int] = field(default_factory=dict)  # a definition's JSON size, by name
+
+    def _size(self, name: str, target: Any) -> int:
+        if name not in self._sizes:
+            self._sizes[name] = len(json.dumps(target, default=str))
+        return self._sizes[name]
 
     def node(self, node: Any, path: str, depth: int) -> dict[str, Any]:
-        if depth:
-            self.inlined += 1
         if not isinstance(node, dict):
             return self._as_json_text({}, path)
         ref = node.get("$ref")
         if isinstance(ref, str):
-            target = self.definitions.get(ref.rsplit("/", 1)[-1])
-            if self.inlined >= MAX_INLINED_NODES:
-                self.notes.append(f"references past {MAX_INLINED_NODES} nodes are JSON text")
-            if target is None or depth >= MAX_REF_DEPTH or self.inlined >= MAX_INLINED_NODES:
+            name = ref.rsplit("/", 1)[-1]
+            target = self.definitions.get(name)
+            if target is None or depth >= MAX_REF_DEPTH:
+                return self._as_json_text(node, path)
+            self.inlined += self._size(name, target)
+            if self.inlined > MAX_INLINED_BYTES:
+                self.notes.append(f"references past {MAX_INLINED_BYTES} characters are JSON text")
                 return self._as_json_text(node, path)
             merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
             return self.node(merged, path, depth + 1)

@@ -139,16 +139,19 @@ class Operation:
 
 
 def _header_key(name: str) -> str:
-    return unicodedata.normalize("NFKC", name).strip().casefold()
+    """A header name as servers may read it: NFKC, stripped, case-folded, ``_`` as ``-``
+    (CGI and WSGI servers read ``X_Key`` and ``X-Key`` alike, as ``HTTP_X_KEY``)."""
+    return unicodedata.normalize("NFKC", name).strip().casefold().replace("_", "-")
 
 
 def owned_header(location: str, name: str, admin_headers: Iterable[str]) -> str | None:
     """The header a caller's value for the parameter ``name`` in ``location`` would set that
     is not the caller's to set, or ``None``: one the HTTP layer or a credential owns
     (``OWNED_HEADERS``), or one the admin gave (``--header``); a ``cookie`` parameter writes
-    the ``Cookie`` header, the admin's when the admin gave one. Names compare case-insensitively,
-    stripped and NFKC-normalised. The one rule for import (such parameters are left out) and
-    for calls (a stored plan is input too: refused)."""
+    the ``Cookie`` header, the admin's when the admin gave one. Names compare as a server may
+    read them (``_header_key``: NFKC, stripped, any case, ``_`` as ``-``). The one rule for
+    import (such parameters are left out) and for calls (a stored plan is input too:
+    refused)."""
     admin = {_header_key(h) for h in admin_headers}
     if location == "header":
         key = _header_key(name)
