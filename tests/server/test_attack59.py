@@ -41,6 +41,10 @@ ODD = [
     ("exclude_tags", [{"a": 1}]),
     ("exclude_tags", True),
     ("tags", 7),
+    ("tags", {}),  # falsy, but not a list: refused, not read as "no tags"
+    ("any_tags", ""),
+    ("exclude_tags", 0),
+    ("tags", False),
 ]
 
 
@@ -58,8 +62,8 @@ def test_held_odd_tag_arguments_are_refused_and_never_widen_the_scope(
                 got = await s.call("search_tools", {"query": "file sql delete", key: value})
                 assert error_code(got) == "INVALID_ARGUMENTS", (key, value, got.content)
                 assert key in got.content[0].text
-            # Empty lists, falsy values and blank tags ask nothing: the scope alone bounds.
-            for extra in ({"tags": []}, {"tags": [" "]}, {"any_tags": []}, {}):
+            # Empty lists, null and blank tags ask nothing: the scope alone bounds.
+            for extra in ({"tags": []}, {"tags": [" "]}, {"any_tags": []}, {"tags": None}, {}):
                 got = await s.call("search_tools", {"query": "delete file sql", "k": 50, **extra})
                 names = {t["name"] for t in got.structured_content["tools"]}
                 assert names and all(served.matches(tags[n]) for n in names), extra
