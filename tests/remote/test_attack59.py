@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,15 @@ import pytest
 from tests.remote.test_attack58 import RawServer, _document
 from toolcat import Catalog
 from toolcat.errors import ToolTimeoutError
-from toolcat.remote.openapi import HTTPToolError, Operation, acall, call, close_all
-from toolcat.runtime.results import bound_results, reset_results
+from toolcat.remote.openapi import (
+    HTTPToolError,
+    Operation,
+    acall,
+    async_client,
+    call,
+    close_all,
+)
+from toolcat.runtime.results import CutText, bound_results, reset_results
 
 SECRET = "s3cr3t-admin-key-59"
 LIMIT = 1000
@@ -73,10 +81,6 @@ def _bomb(status: bytes, layers: int, size: int) -> Callable[[socket.socket], No
     return respond
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack59: a ~200-byte doubly gzipped answer decodes 64 MB in memory past a 1 KB bound",
-)
 @pytest.mark.parametrize("status", [b"200 OK", b"500 Internal Server Error"], ids=["ok", "error"])
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_a_compressed_answer_is_read_within_the_bound(
@@ -87,25 +91,21 @@ def test_a_compressed_answer_is_read_within_the_bound(
     bound = bound_results(LIMIT)
     tracemalloc.start()
     try:
-        try:
+        with pytest.raises(HTTPToolError) as e:  # stacked codings are refused, never read
             call(operation, {}) if path == "sync" else asyncio.run(acall(operation, {}))
-        except HTTPToolError as e:
-            assert e.status == 500
         peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
     finally:
         tracemalloc.stop()
         reset_results(bound)
     # The result is cut at 1 KB; reading may take a few MB, never the 64 MB it inflates to.
     assert peak < 16, f"{peak:.0f} MB held to read an answer cut at {LIMIT} bytes"
+    assert e.value.status == (500 if status.startswith(b"500") else None)
+    assert "'gzip, gzip'" in str(e.value) and "\n" not in str(e.value)
 
 
 # -- the pooled client's cookie jar: one caller's answer sets what the next caller sends ----
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack59: the pooled httpx client's cookie jar replays an answer's Set-Cookie",
-)
 def test_a_cookie_an_api_sets_never_goes_with_later_calls(
     tmp_path: Path, serve: Callable[[Callable[[socket.socket], None]], RawServer]
 ) -> None:
@@ -143,10 +143,6 @@ def _trickled_head(pause: float) -> Callable[[socket.socket], None]:
     return respond
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack59: a head trickled a byte at a time holds a 1 s call (and its thread) ~4 s",
-)
 def test_a_trickled_head_stops_at_the_timeout(
     serve: Callable[[Callable[[socket.socket], None]], RawServer],
 ) -> None:
@@ -246,3 +242,324 @@ def test_held_the_bound_follows_the_catalog_on_every_call_path(
             for result in (cat.call("h.me", {}), asyncio.run(cat.acall("h.me", {}))):
                 assert result.success and result.truncated
                 assert result.data == "y" * LIMIT
+
+
+# -- the fixes' edges: compressed answers ---------------------------------------------------
+
+
+def _encoded(
+    body: bytes, encoding: bytes, status: bytes = b"200 OK"
+) -> Callable[[socket.socket], None]:
+    def respond(conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 "
+            + status
+            + b"\r\nContent-Type: text/plain\r\nContent-Encoding: "
+            + encoding
+            + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+            + body
+        )
+
+    return respond
+
+
+def _run(path: str, operation: Operation) -> Any:
+    return call(operation, {}) if path == "sync" else asyncio.run(acall(operation, {}))
+
+
+def _deflate(data: bytes, wbits: int) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    return packer.compress(data) + packer.flush()
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("encoding", "pack"),
+    [
+        (b"gzip", lambda d: gzip.compress(d, 9)),
+        (b"x-gzip", lambda d: gzip.compress(d, 9)),
+        (b"deflate", lambda d: _deflate(d, zlib.MAX_WBITS)),
+        (b"deflate", lambda d: _deflate(d, -zlib.MAX_WBITS)),  # raw, as some servers send
+        (b"identity", lambda d: d),
+    ],
+    ids=["gzip", "x-gzip", "deflate", "raw-deflate", "identity"],
+)
+def test_a_compressed_answer_at_the_bound_is_whole_and_one_over_is_cut(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+    encoding: bytes,
+    pack: Callable[[bytes], bytes],
+    path: str,
+) -> None:
+    bound = bound_results(LIMIT)
+    try:
+        at = serve(_encoded(pack(b"a" * LIMIT), encoding))
+        over = serve(_encoded(pack(b"b" * (LIMIT + 1)), encoding))
+        whole = _run(path, _operation(at.port))
+        cut = _run(path, _operation(over.port))
+    finally:
+        reset_results(bound)
+    assert whole == "a" * LIMIT and not isinstance(whole, CutText)
+    assert isinstance(cut, CutText) and cut.startswith("b" * LIMIT)
+    assert at.header("Accept-Encoding") == ["identity"]
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_one_gzip_layer_inflating_a_thousandfold_is_cut_within_the_bound(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
+) -> None:
+    """One layer, 64 MB of zeros in ~64 KB: httpx inflated a whole network read at once."""
+    server = serve(_encoded(gzip.compress(b"\0" * (64 << 20), 9), b"gzip"))
+    bound = bound_results(LIMIT)
+    tracemalloc.start()
+    try:
+        result = _run(path, _operation(server.port))
+        peak = tracemalloc.get_traced_memory()[1] / (1 << 20)
+    finally:
+        tracemalloc.stop()
+        reset_results(bound)
+    assert isinstance(result, CutText) and len(result) == LIMIT + 1
+    assert peak < 16, f"{peak:.0f} MB held to read an answer cut at {LIMIT} bytes"
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize(
+    "encoding",
+    [b"br", b"zstd", b"gzip, deflate", b"gzip, identity, gzip", b"compress", b"x-\x9b[2J"],
+    ids=["br", "zstd", "stacked", "stacked-identity", "compress", "control"],
+)
+@pytest.mark.parametrize("status", [b"200 OK", b"502 Bad Gateway"], ids=["ok", "error"])
+def test_a_coding_not_read_is_refused_in_one_line_without_the_body(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+    encoding: bytes,
+    status: bytes,
+    path: str,
+) -> None:
+    server = serve(_encoded(b"BODY-TEXT " + SECRET.encode(), encoding, status))
+    with pytest.raises(HTTPToolError) as e:
+        _run(path, _operation(server.port))
+    message = str(e.value)
+    assert "GET http://127.0.0.1" in message and "Content-Encoding" in message
+    assert "BODY-TEXT" not in message and SECRET not in message
+    assert message.isprintable() and message.isascii()
+    assert e.value.status == (502 if status.startswith(b"502") else None)
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_a_damaged_gzip_answer_is_one_clean_error(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
+) -> None:
+    server = serve(_encoded(b"\x1f\x8b\x08\x00garbage-" + SECRET.encode(), b"gzip"))
+    with pytest.raises(HTTPToolError) as e:
+        _run(path, _operation(server.port))
+    assert "damaged" in str(e.value) and SECRET not in str(e.value)
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_endless_compressed_bytes_that_decode_to_nothing_are_not_read_forever(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
+) -> None:
+    """Empty deflate blocks: compressed bytes without end that never pass the decoded bound."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    start = packer.compress(b"x") + packer.flush(zlib.Z_SYNC_FLUSH)
+    empty = b"\x00\x00\x00\xff\xff" * 2000  # empty stored blocks: 5 bytes, nothing decoded
+
+    def respond(conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Encoding: gzip\r\n"
+            b"Connection: close\r\n\r\n" + start
+        )
+        while True:
+            conn.sendall(empty)
+
+    server = serve(respond)
+    bound = bound_results(LIMIT)
+    started = time.monotonic()
+    try:
+        result = _run(path, _operation(server.port, timeout=10.0))
+    finally:
+        reset_results(bound)
+    assert isinstance(result, CutText) and result == "x"
+    assert time.monotonic() - started < 5
+
+
+# -- the fixes' edges: cookies ----------------------------------------------------------------
+
+
+def _cookie_setter(server: list[RawServer]) -> Callable[[socket.socket], None]:
+    """Answers /api/me with a redirect to /api/me?hop=1 and a cookie; the hop with another
+    cookie and ``{}``."""
+
+    def respond(conn: socket.socket) -> None:
+        if "hop=1" in server[0].heads[-1].split("\r\n", 1)[0]:
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Set-Cookie: hop=" + SECRET.encode() + b"; Path=/\r\n"
+                b"Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+            )
+            return
+        conn.sendall(
+            b"HTTP/1.1 302 Found\r\nLocation: /api/me?hop=1\r\n"
+            b"Set-Cookie: first=" + SECRET.encode() + b"; Path=/\r\n"
+            b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+
+    return respond
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_no_cookie_an_answer_sets_comes_back_across_redirects_or_calls(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
+) -> None:
+    holder: list[RawServer] = []
+    server = serve(_cookie_setter(holder))
+    holder.append(server)
+    operation = Operation(
+        base_url=f"http://127.0.0.1:{server.port}/api",
+        method="GET",
+        path="/me",
+        args={"sid": ("cookie", "sid")},
+        headers={"Cookie": "admin=1"},
+    )
+    plain = _operation(server.port)
+
+    async def both() -> None:
+        await acall(operation, {})
+        await acall(plain, {})
+
+    if path == "sync":
+        call(operation, {})
+        call(plain, {})
+    else:
+        asyncio.run(both())
+    assert len(server.heads) == 4  # each call: the request and its hop
+    cookies = [
+        [line for line in head.split("\r\n") if line.lower().startswith("cookie:")]
+        for head in server.heads
+    ]
+    assert cookies[0] == ["Cookie: admin=1"], "the admin's Cookie header is sent as given"
+    assert cookies[1:] == [[], [], []], "a cookie an answer set was sent again"
+
+
+def test_a_callers_own_cookie_parameter_is_still_sent(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+) -> None:
+    holder: list[RawServer] = []
+    server = serve(_cookie_setter(holder))
+    holder.append(server)
+    operation = Operation(
+        base_url=f"http://127.0.0.1:{server.port}/api",
+        method="GET",
+        path="/me",
+        args={"sid": ("cookie", "sid")},
+    )
+    call(operation, {"sid": "mine"})
+    call(operation, {"sid": "again"})
+    assert [h for h in server.heads[2].split("\r\n") if h.lower().startswith("cookie:")] == [
+        "Cookie: sid=again"
+    ]
+
+
+# -- the fixes' edges: one deadline for the whole exchange ----------------------------------
+
+
+def test_a_trickled_head_stops_at_the_timeout_on_the_async_path(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer],
+) -> None:
+    server = serve(_trickled_head(0.07))
+    started = time.monotonic()
+    with pytest.raises((ToolTimeoutError, HTTPToolError)):
+        asyncio.run(acall(_operation(server.port, timeout=1.0), {}))
+    took = time.monotonic() - started
+    assert took < 2.5, f"a call with a 1 s timeout took {took:.1f} s"
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_slow_redirect_hops_stop_at_the_timeout(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
+) -> None:
+    """Each hop answers in 0.4 s, inside the 1 s per-read timeout; five of them are not."""
+
+    def respond(conn: socket.socket) -> None:
+        time.sleep(0.4)
+        conn.sendall(
+            b"HTTP/1.1 302 Found\r\nLocation: /api/me\r\nContent-Length: 0\r\n"
+            b"Connection: close\r\n\r\n"
+        )
+
+    server = serve(respond)
+    started = time.monotonic()
+    with pytest.raises(ToolTimeoutError):
+        _run(path, _operation(server.port, timeout=1.0))
+    took = time.monotonic() - started
+    assert took < 2.0, f"a call with a 1 s timeout took {took:.1f} s"
+
+
+class KeepAliveServer:
+    """A loopback server answering ``{}`` to every request, keeping each connection open."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.requests = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    try:
+                        chunk = conn.recv(65536)
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    data += chunk
+                data = data.split(b"\r\n\r\n", 1)[1]
+                self.requests += 1
+                body = b'{"ok": true}'
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_a_fast_call_still_works_and_its_connection_is_pooled(path: str) -> None:
+    server = KeepAliveServer()
+    operation = _operation(server.port, timeout=5.0)
+
+    async def three() -> list[Any]:
+        try:
+            return [await acall(operation, {}) for _ in range(3)]
+        finally:  # its kept-alive connection belongs to this loop
+            await async_client(operation.base_url).aclose()
+
+    try:
+        results = (
+            [call(operation, {}) for _ in range(3)] if path == "sync" else asyncio.run(three())
+        )
+    finally:
+        server.sock.close()
+        close_all()
+    assert results == [{"ok": True}] * 3
+    assert (server.requests, server.connections) == (3, 1)
+    assert _deadline_now() is None, "the deadline outlived its call"
+
+
+def _deadline_now() -> float | None:
+    from toolcat.remote import _deadline
+
+    return _deadline._deadline.get()

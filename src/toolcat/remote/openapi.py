@@ -17,8 +17,10 @@ the secret. A header the HTTP layer or the admin owns is never set from a caller
 (``owned_header``): not at import, not at call time.
 
 An answer is streamed and read only up to the bound its result is cut to
-(``toolcat.runtime.results.result_bytes``), so an API cannot grow the process by answering
-more.
+(``toolcat.runtime.results.result_bytes``), decoded here within that bound (``BodyReader``),
+so an API cannot grow the process by answering more or by compressing it. The whole exchange
+ends at the operation's timeout (``_deadline``), and no cookie an answer sets is kept
+(``NoCookies``).
 
 httpx is imported on the first call. One pooled ``httpx.Client`` per base URL serves the
 synchronous calls (the runtime runs them on its worker threads), one ``httpx.AsyncClient`` per
@@ -30,11 +32,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import http.cookiejar
 import json
 import re
 import threading
 import time
 import unicodedata
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +58,7 @@ MAX_REDIRECTS = 5
 MAX_DECODES = 8  # percent-decoding passes before a value counts as hostile
 DEFAULT_PORTS = {"http": 80, "https": 443}
 ERROR_BODY_BYTES = 64 * 1024  # read of an error answer: its excerpt is EXCERPT_CHARS
+COMPRESSED_SLACK = 4096  # compressed bytes read past the bound (and 1/16 of it): framing only
 # Headers the HTTP layer sets (framing, connection, content negotiation) or that carry a
 # credential: never taken from a caller's argument, whatever an OpenAPI document declares (the
 # specification itself says Accept, Content-Type and Authorization parameters SHALL be ignored).
@@ -82,8 +87,9 @@ INSTALL_HINT = "install the OpenAPI extra: pip install 'toolcat[openapi]'"
 
 
 class HTTPToolError(ToolcatError):
-    """The API answered a call with a status outside 2xx, or could not be reached; the message
-    carries the status and an excerpt of the body, for the model to read."""
+    """The API answered a call with a status outside 2xx or in a content coding not read, or
+    could not be reached; the message carries the status and an excerpt of the body, for the
+    model to read (``status``: the status outside 2xx, else ``None``)."""
 
     code = "TOOL_ERROR"
 
@@ -382,47 +388,135 @@ def body_bound(response: Any, limit: int) -> int:
 
 def _timed_out(operation: Operation) -> ToolTimeoutError:
     return ToolTimeoutError(
-        f"{operation} did not answer within {operation.timeout:g} s (reading the answer)"
+        f"{operation} did not answer within {operation.timeout:g} s (the whole exchange)"
     )
+
+
+def content_codings(response: Any) -> list[str]:
+    """The content codings ``response`` says its body is in, outermost last (``identity``
+    left out)."""
+    codings = (
+        coding.strip().lower()
+        for value in response.headers.get_list("content-encoding")
+        for coding in value.split(",")
+    )
+    return [c for c in codings if c and c != "identity"]
+
+
+class BodyReader:
+    """The body of one answer decoded from its wire bytes (``iter_raw``) within ``body_bound``:
+    the one decoder of the synchronous and the asynchronous paths.
+
+    Forwarded requests ask for ``Accept-Encoding: identity``; an API may still compress. One
+    ``gzip``, ``x-gzip`` or ``deflate`` layer is inflated here by zlib with ``max_length``, so
+    no more than the bound and one byte of decoded answer ever exist (httpx would inflate a
+    whole network read first: a gzip of a gzip is a millionfold), and the compressed bytes
+    read are bounded too (``COMPRESSED_SLACK``). Any other coding (``br``, ``zstd``, layers
+    stacked, a name nobody knows) is refused before the body is read.
+
+    Raises:
+        HTTPToolError: The answer is in a coding not read, or its compressed body is damaged
+            (one line: the operation, the status and the coding, never the body).
+    """
+
+    def __init__(self, response: Any, operation: Operation, limit: int) -> None:
+        self.response = response
+        self.operation = operation
+        self.bound = body_bound(response, limit)
+        self.codings = content_codings(response)
+        self.inflater: Any = None
+        if self.codings in (["gzip"], ["x-gzip"]):
+            self.inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        elif self.codings == ["deflate"]:
+            self.inflater = zlib.decompressobj()  # zlib-wrapped, as RFC 9110 says; raw below
+        elif self.codings:
+            raise self._refused(
+                "which is not read: toolcat asks for identity and decodes one gzip or deflate layer"
+            )
+        self.raw_bound = self.bound + self.bound // 16 + COMPRESSED_SLACK
+        self.raw = 0
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.cut = False  # more answer than the bound
+        self.ended = False  # the compressed stream ended: what follows is not the body
+
+    def _refused(self, why: str) -> HTTPToolError:
+        status = self.response.status_code
+        coding = ascii(", ".join(self.codings)[:64])
+        return HTTPToolError(
+            f"{self.operation} answered {status} in Content-Encoding {coding}, {why}",
+            None if 200 <= status < 300 else status,
+        )
+
+    def _keep(self, data: bytes) -> None:
+        room = self.bound + 1 - self.size
+        if len(data) >= room:
+            data, self.cut = data[:room], True
+        self.parts.append(data)
+        self.size += len(data)
+
+    def _inflate(self, data: bytes) -> None:
+        first = self.raw == len(data)
+        while data and not self.cut and not self.ended:
+            try:
+                out = self.inflater.decompress(data, self.bound + 1 - self.size)
+            except zlib.error:
+                if first and self.codings == ["deflate"]:  # raw deflate, as some servers send
+                    self.inflater, first = zlib.decompressobj(-zlib.MAX_WBITS), False
+                    continue
+                raise self._refused("which is damaged") from None
+            first = False
+            self._keep(out)
+            data, self.ended = self.inflater.unconsumed_tail, self.inflater.eof
+
+    def feed(self, data: bytes) -> bool:
+        """Take the next bytes off the wire; whether reading should stop (the bound is passed,
+        or the compressed body ended)."""
+        self.raw += len(data)
+        if self.inflater is None:
+            self._keep(data)
+        else:
+            self._inflate(data)
+            if self.raw > self.raw_bound and not self.ended:
+                self.cut = True  # more compressed bytes than a body within the bound needs
+        return self.cut or self.ended
+
+    def body(self) -> tuple[bytes, bool]:
+        """The body as read (the bound and one byte at most when cut), and whether it was."""
+        return b"".join(self.parts), self.cut
 
 
 def read_body(
     response: Any, operation: Operation, limit: int, deadline: float
 ) -> tuple[bytes, bool]:
-    """The body of a streamed ``response``, read up to ``body_bound`` bytes (and at most one
-    more chunk), and whether there was more: then reading stops and the rest is never read.
+    """The body of a streamed ``response``, decoded and read up to ``body_bound`` bytes and one
+    more (``BodyReader``), and whether there was more: then reading stops and the rest is
+    never read.
 
     Raises:
         ToolTimeoutError: The answer is still coming at ``deadline`` (``time.monotonic()``).
+        HTTPToolError: The answer is in a content coding not read, or damaged.
     """
-    bound = body_bound(response, limit)
-    chunks: list[bytes] = []
-    size = 0
-    for chunk in response.iter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > bound:
-            return b"".join(chunks)[: bound + 1], True
+    reader = BodyReader(response, operation, limit)
+    for chunk in response.iter_raw():
+        if reader.feed(chunk):
+            break
         if time.monotonic() > deadline:
             raise _timed_out(operation)
-    return b"".join(chunks), False
+    return reader.body()
 
 
 async def aread_body(
     response: Any, operation: Operation, limit: int, deadline: float
 ) -> tuple[bytes, bool]:
     """``read_body`` for an ``httpx.AsyncClient``'s response."""
-    bound = body_bound(response, limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > bound:
-            return b"".join(chunks)[: bound + 1], True
+    reader = BodyReader(response, operation, limit)
+    async for chunk in response.aiter_raw():
+        if reader.feed(chunk):
+            break
         if time.monotonic() > deadline:
             raise _timed_out(operation)
-    return b"".join(chunks), False
+    return reader.body()
 
 
 def _decoded(response: Any, content: bytes) -> str:
@@ -487,18 +581,35 @@ def _httpx() -> Any:
     return httpx
 
 
+class NoCookies(http.cookiejar.CookieJar):
+    """A cookie jar that keeps nothing. The pooled clients are shared by every caller of a
+    base URL, so a cookie one answer sets (``Set-Cookie``) would go with everyone's later
+    calls; only a call's own cookie parameters and the admin's ``Cookie`` header are sent."""
+
+    def set_cookie(self, cookie: http.cookiejar.Cookie) -> None:
+        return None
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        return None
+
+
 _clients: dict[str, Any] = {}
 _async_clients: dict[tuple[str, int], Any] = {}
 _lock = threading.Lock()
 
 
 def client(base_url: str) -> Any:
-    """The pooled ``httpx.Client`` for ``base_url`` (one per process)."""
+    """The pooled ``httpx.Client`` for ``base_url`` (one per process): it keeps no cookies
+    (``NoCookies``) and its every network wait ends at the exchange's deadline
+    (``_deadline.bounded``)."""
     with _lock:
         found = _clients.get(base_url)
         if found is None:
             httpx = _httpx()
-            found = _clients[base_url] = httpx.Client(follow_redirects=False)
+            from . import _deadline
+
+            found = httpx.Client(follow_redirects=False, cookies=NoCookies())
+            found = _clients[base_url] = _deadline.bounded(found)
             if len(_clients) == 1:
                 atexit.register(close_all)
         return found
@@ -510,7 +621,10 @@ def async_client(base_url: str) -> Any:
     with _lock:
         found = _async_clients.get(key)
         if found is None:
-            found = _async_clients[key] = _httpx().AsyncClient(follow_redirects=False)
+            from . import _deadline
+
+            found = _httpx().AsyncClient(follow_redirects=False, cookies=NoCookies())
+            found = _async_clients[key] = _deadline.bounded(found)
         return found
 
 
@@ -583,6 +697,18 @@ def _outgoing(
     return request, outgoing
 
 
+def _ready(outgoing: Any, operation: Operation, deadline: float) -> Any:
+    """``outgoing`` (the first request or a redirect hop) as it is sent: asking for the body
+    as it is (``BodyReader`` decodes what comes anyway), and waiting for a pooled connection
+    no longer than the time left to ``deadline``."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise _timed_out(operation)
+    outgoing.headers["Accept-Encoding"] = "identity"
+    outgoing.extensions["timeout"] = _httpx().Timeout(min(operation.timeout, left)).as_dict()
+    return outgoing
+
+
 def _too_many(operation: Operation) -> HTTPToolError:
     return HTTPToolError(f"{operation} redirected more than {MAX_REDIRECTS} times")
 
@@ -592,34 +718,39 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
     followed only within the operation's origin (``next_hop``).
 
     The answer is streamed and read up to the bound the call's result is cut to
-    (``result_bytes``); a longer one is cut there, its connection closed unread.
+    (``result_bytes``), decoded as it is read (``BodyReader``); a longer one is cut there,
+    its connection closed unread. The whole exchange (connect, send, status line and headers,
+    redirect hops, body) ends at the operation's timeout (``_deadline``).
 
     Raises:
         HTTPToolError: A non-2xx answer, a redirect to another origin, or the server cannot
             be reached.
-        ToolTimeoutError: No answer within the operation's timeout (each wait, and reading
-            the answer in all).
+        HTTPToolError: The answer is in a content coding not read, or damaged.
+        ToolTimeoutError: The exchange is not over within the operation's timeout.
         MissingSecretError: A header references an unset environment variable.
         InvalidArgumentsError: The arguments would move the request off its path, or set a
             header that is not the caller's.
     """
     httpx = _httpx()
+    from . import _deadline
+
     deadline = time.monotonic() + operation.timeout
     limit = result_bytes()
     pooled = client(operation.base_url)
     request, outgoing = _outgoing(operation, arguments, pooled)
     try:
-        response = pooled.send(outgoing, stream=True)
-        try:
-            for _ in range(MAX_REDIRECTS + 1):
-                hop = next_hop(response, operation)
-                if hop is None:
-                    body, cut = read_body(response, operation, limit, deadline)
-                    return result_of(response, operation, request.secrets, body=body, cut=cut)
+        with _deadline.until(deadline):
+            response = pooled.send(_ready(outgoing, operation, deadline), stream=True)
+            try:
+                for _ in range(MAX_REDIRECTS + 1):
+                    hop = next_hop(response, operation)
+                    if hop is None:
+                        body, cut = read_body(response, operation, limit, deadline)
+                        return result_of(response, operation, request.secrets, body=body, cut=cut)
+                    response.close()
+                    response = pooled.send(_ready(hop, operation, deadline), stream=True)
+            finally:
                 response.close()
-                response = pooled.send(hop, stream=True)
-        finally:
-            response.close()
     except httpx.HTTPError as e:
         raise _failure(e, operation, request) from e
     raise _too_many(operation)
@@ -628,22 +759,25 @@ def call(operation: Operation, arguments: Mapping[str, Any]) -> Any:
 async def acall(operation: Operation, arguments: Mapping[str, Any]) -> Any:
     """``call`` for async code, on a pooled ``httpx.AsyncClient``."""
     httpx = _httpx()
+    from . import _deadline
+
     deadline = time.monotonic() + operation.timeout
     limit = result_bytes()
     pooled = async_client(operation.base_url)
     request, outgoing = _outgoing(operation, arguments, pooled)
     try:
-        response = await pooled.send(outgoing, stream=True)
-        try:
-            for _ in range(MAX_REDIRECTS + 1):
-                hop = next_hop(response, operation)
-                if hop is None:
-                    body, cut = await aread_body(response, operation, limit, deadline)
-                    return result_of(response, operation, request.secrets, body=body, cut=cut)
+        with _deadline.until(deadline):
+            response = await pooled.send(_ready(outgoing, operation, deadline), stream=True)
+            try:
+                for _ in range(MAX_REDIRECTS + 1):
+                    hop = next_hop(response, operation)
+                    if hop is None:
+                        body, cut = await aread_body(response, operation, limit, deadline)
+                        return result_of(response, operation, request.secrets, body=body, cut=cut)
+                    await response.aclose()
+                    response = await pooled.send(_ready(hop, operation, deadline), stream=True)
+            finally:
                 await response.aclose()
-                response = await pooled.send(hop, stream=True)
-        finally:
-            await response.aclose()
     except httpx.HTTPError as e:
         raise _failure(e, operation, request) from e
     raise _too_many(operation)
