@@ -234,6 +234,10 @@ OWNED = [
     "Expect",
     "\uff28ost",  # fullwidth H: NFKC "Host"
     "x-admin-key",  # the admin's --header, in another case
+    "X_Admin_Key",  # read as X-Admin-Key by CGI and WSGI servers
+    "X-HTTP-Method-Override",  # a GET tool (read-only by its annotations) made a DELETE
+    "X-Method-Override",
+    "Proxy",  # httpoxy
 ]
 
 

@@ -14,12 +14,15 @@ Imported with httpx, on the first forwarded call (httpcore is httpx's own depend
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
 import httpcore
+
+log = logging.getLogger(__name__)
 
 WRITE_PIECE = 16 * 1024  # a write waits per piece, so a slow reader is held to the deadline
 
@@ -157,14 +160,22 @@ def bounded(pooled: Any) -> Any:
     through, proxies' included, connecting through a backend held to ``until``'s deadline.
 
     httpx 0.28 takes no network backend, so each transport's httpcore pool gets one wrapped
-    around its own; a transport without a pool is an error here, not an unbounded call later.
+    around its own. An httpx whose clients are built otherwise keeps its per-wait timeouts
+    (the caller's wait still ends at the tool's timeout), with a warning logged once: every
+    forwarded call failing would be worse than a trickling answer holding a thread.
     """
-    transports = [pooled._transport, *pooled._mounts.values()]
-    for transport in transports:
-        if transport is None:  # a mount that refuses its URLs
-            continue
-        pool = transport._pool
-        inner = pool._network_backend
+    try:
+        pools = [t._pool for t in [pooled._transport, *pooled._mounts.values()] if t is not None]
+        backends = [pool._network_backend for pool in pools]
+    except AttributeError:
+        if not _warned:
+            _warned.append(True)
+            log.warning(
+                "httpx %s: a forwarded call's timeout bounds each wait, not the whole exchange",
+                getattr(httpx_module(), "__version__", "?"),
+            )
+        return pooled
+    for pool, inner in zip(pools, backends, strict=True):
         if isinstance(inner, (Backend, AsyncBackend)):
             continue
         if isinstance(inner, httpcore.AsyncNetworkBackend):
@@ -172,3 +183,12 @@ def bounded(pooled: Any) -> Any:
         else:
             pool._network_backend = Backend(inner)
     return pooled
+
+
+_warned: list[bool] = []
+
+
+def httpx_module() -> Any:
+    import httpx
+
+    return httpx

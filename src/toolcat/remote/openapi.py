@@ -81,6 +81,13 @@ OWNED_HEADERS = frozenset(
         "trailer",
         "keep-alive",
         "expect",
+        # What the request does, as servers honour them: a method override would let a caller
+        # turn a GET tool (annotated read-only, which a policy may allow) into a DELETE;
+        # ``Proxy`` sets a CGI app's outbound proxy (httpoxy).
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+        "proxy",
     }
 )
 INSTALL_HINT = "install the OpenAPI extra: pip install 'toolcat[openapi]'"

@@ -829,8 +829,9 @@ class CatalogServer:
         query = arguments.get("query")
         k = arguments.get("k", 5)
         # Absent or null: no tags asked. Anything else but a list ({}, "", 0) is refused.
-        tag_lists = {key: arguments.get(key) for key in TAG_ARGUMENTS}
-        tag_lists = {key: [] if tags is None else tags for key, tags in tag_lists.items()}
+        tag_lists: dict[str, Any] = {
+            key: [] if arguments.get(key) is None else arguments[key] for key in TAG_ARGUMENTS
+        }
         if not isinstance(query, str) or not query.strip():
             return _error("INVALID_ARGUMENTS", "search_tools needs 'query', a non-empty string")
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_SEARCH_K:
