@@ -20,10 +20,14 @@ from toolcat.errors import ToolcatError
 MAX_EXPORT_BYTES = 1 << 20  # what registration allows one tool's definition
 
 
-def _fan_manifest(fan: int) -> dict[str, Any]:
-    """One tool whose parameters are a ~260-byte schema: a definition whose ``fan``
-    properties all refer to the definition itself (a tree, legal JSON Schema)."""
+def _fan_manifest(fan: int, description: str | None = None) -> dict[str, Any]:
+    """One tool whose parameters are a ~260-byte schema (more with a ``description`` of the
+    definition): a definition whose ``fan`` properties all refer to the definition itself (a
+    tree, legal JSON Schema)."""
     props = {f"p{i}": {"$ref": "#/$defs/N"} for i in range(fan)}
+    definition: dict[str, Any] = {"type": "object", "properties": props}
+    if description is not None:
+        definition["description"] = description
     return {
         "toolkit": "fan",
         "version": "1.0.0",
@@ -37,7 +41,7 @@ def _fan_manifest(fan: int) -> dict[str, Any]:
                 "parameters": {
                     "type": "object",
                     "properties": {"x": {"$ref": "#/$defs/N"}},
-                    "$defs": {"N": {"type": "object", "properties": props}},
+                    "$defs": {"N": definition},
                 },
             }
         ],

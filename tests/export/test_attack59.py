@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from tests.export.test_attack58 import _fan_manifest
 from toolcat import Catalog
 from toolcat.cli import cli
 from toolcat.errors import ToolcatError
@@ -21,28 +21,7 @@ MAX_EXPORT_BYTES = 1 << 20  # what registration allows one tool's definition (at
 DESCRIPTION = 20_000  # characters of one definition's description
 
 
-def _manifest(fan: int, description: str) -> dict[str, Any]:
-    props = {f"p{i}": {"$ref": "#/$defs/N"} for i in range(fan)}
-    return {
-        "toolkit": "fan",
-        "version": "1.0.0",
-        "description": "Fan-out of references.",
-        "module": "toolcat.samples.math",
-        "tools": [
-            {
-                "name": "fan",
-                "description": "A tree of nodes.",
-                "implementation": "toolcat.samples.math:prime_factors",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"x": {"$ref": "#/$defs/N"}},
-                    "$defs": {
-                        "N": {"type": "object", "description": description, "properties": props}
-                    },
-                },
-            }
-        ],
-    }
+_manifest = _fan_manifest  # attack58's self-referring schema, with a description
 
 
 @pytest.fixture
