@@ -70,8 +70,12 @@ class KeepAlive:
 
 def ok(body: bytes, extra: bytes = b"", ctype: bytes = b"application/json") -> bytes:
     return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: " + ctype + b"\r\n" + extra
-        + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        b"HTTP/1.1 200 OK\r\nContent-Type: "
+        + ctype
+        + b"\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
     )
 
 
@@ -121,10 +125,6 @@ async def _on_loop(operation: Operation, n: int) -> list[Any]:
 # -- findings -------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack60: a multi-member gzip answer is silently cut to its first member, unmarked",
-)
 def test_a_multi_member_gzip_answer_is_decoded_whole_or_marked_cut(
     serve: Callable[[list[Answer]], KeepAlive],
 ) -> None:
@@ -136,10 +136,6 @@ def test_a_multi_member_gzip_answer_is_decoded_whole_or_marked_cut(
     assert result == {"a": "first", "b": "second"} or isinstance(result, CutText)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack60: charset=undefined/idna escapes call() as a bare UnicodeError",
-)
 @pytest.mark.parametrize("charset", [b"undefined", b"idna"])
 def test_a_charset_python_cannot_decode_with_replace_is_no_bare_exception(
     serve: Callable[[list[Answer]], KeepAlive], charset: bytes
@@ -152,11 +148,6 @@ def test_a_charset_python_cannot_decode_with_replace_is_no_bare_exception(
     assert result == "hello"  # _decoded catches LookupError only; these raise UnicodeError
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack60: a whole gzip answer's connection is closed, never pooled (ends at gzip EOF "
-    "before h11's end of message)",
-)
 def test_a_compressed_answer_read_whole_leaves_its_connection_pooled(
     serve: Callable[[list[Answer]], KeepAlive],
 ) -> None:
@@ -165,11 +156,6 @@ def test_a_compressed_answer_read_whole_leaves_its_connection_pooled(
     assert server.connections == 1  # today: 3, one per compressed answer
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack60: a same-origin redirect hop drops the admin's Cookie header (httpx "
-    "_redirect_headers pops Cookie; the jar that would refill it keeps nothing)",
-)
 def test_a_same_origin_redirect_hop_keeps_the_admins_cookie_header(
     serve: Callable[[list[Answer]], KeepAlive],
 ) -> None:
@@ -182,11 +168,6 @@ def test_a_same_origin_redirect_hop_keeps_the_admins_cookie_header(
     assert b"\r\nCookie: sid=admin-session" in server.heads[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="attack60: raw deflate is only recognised from the first wire chunk: sent in small "
-    "chunks it is refused as damaged",
-)
 def test_raw_deflate_in_small_chunks_decodes_as_in_one(
     serve: Callable[[list[Answer]], KeepAlive],
 ) -> None:
@@ -216,7 +197,7 @@ def test_held_a_cut_body_never_returns_its_connection_half_read(
 ) -> None:
     # The rest of the cut body looks like a whole next answer: a pooled half-read connection
     # would hand it to the next call.
-    smuggled = b"x" * 5000 + b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"evil\": 666}"
+    smuggled = b"x" * 5000 + b'HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{"evil": 666}'
     server = serve([ok(smuggled, ctype=b"text/plain"), NEXT])
     operation = _op(server.port)
     bound = bound_results(1000)
@@ -236,7 +217,7 @@ def test_held_a_cut_body_never_returns_its_connection_half_read(
 @pytest.mark.parametrize(
     "answer",
     [
-        gzip.compress(b'{"a": 1}') + b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{\"evil\": 666}",
+        gzip.compress(b'{"a": 1}') + b'HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\n{"evil": 666}',
         zlib.compress(b'{"a": 1}') + b"\0" * 100,
     ],
     ids=["gzip", "deflate"],
@@ -319,8 +300,15 @@ def test_held_one_tasks_deadline_is_no_other_tasks(
 
 @pytest.mark.parametrize(
     "coding",
-    [b"identity, gzip", b"GZip", b" x-gzip ", b"gzip,", b", gzip", b"gzip, identity",
-     b"identity,,gzip"],
+    [
+        b"identity, gzip",
+        b"GZip",
+        b" x-gzip ",
+        b"gzip,",
+        b", gzip",
+        b"gzip, identity",
+        b"identity,,gzip",
+    ],
 )
 def test_held_odd_spellings_of_one_gzip_layer_decode(
     serve: Callable[[list[Answer]], KeepAlive], coding: bytes
@@ -330,7 +318,8 @@ def test_held_odd_spellings_of_one_gzip_layer_decode(
 
 
 @pytest.mark.parametrize(
-    "lines", [b"Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n", b"Content-Encoding: gzip;q=1\r\n"]
+    "lines",
+    [b"Content-Encoding: gzip\r\nContent-Encoding: gzip\r\n", b"Content-Encoding: gzip;q=1\r\n"],
 )
 def test_held_stacked_or_parametrised_codings_are_refused_without_the_body(
     serve: Callable[[list[Answer]], KeepAlive], lines: bytes
@@ -346,7 +335,8 @@ def test_held_a_redirect_hop_asks_identity_and_is_decoded(
 ) -> None:
     server = serve(
         [
-            b"HTTP/1.1 302 Found\r\nLocation: /api/me2\r\nSet-Cookie: s=1\r\nContent-Length: 0\r\n\r\n",
+            b"HTTP/1.1 302 Found\r\nLocation: /api/me2\r\nSet-Cookie: s=1\r\n"
+            b"Content-Length: 0\r\n\r\n",
             ok(gzip.compress(b'{"a": 1}'), b"Content-Encoding: gzip\r\n"),
         ]
     )
@@ -358,8 +348,15 @@ def test_held_a_redirect_hop_asks_identity_and_is_decoded(
 def test_held_a_deflate_bomb_is_cut_at_the_bound(
     serve: Callable[[list[Answer]], KeepAlive],
 ) -> None:
-    server = serve([ok(zlib.compress(b"\0" * (32 << 20), 9), b"Content-Encoding: deflate\r\n",
-                       ctype=b"text/plain")])
+    server = serve(
+        [
+            ok(
+                zlib.compress(b"\0" * (32 << 20), 9),
+                b"Content-Encoding: deflate\r\n",
+                ctype=b"text/plain",
+            )
+        ]
+    )
     bound = bound_results(1000)
     try:
         result = call(_op(server.port), {})

@@ -431,21 +431,19 @@ class BodyReader:
         self.operation = operation
         self.bound = body_bound(response, limit)
         self.codings = content_codings(response)
-        self.inflater: Any = None
-        if self.codings in (["gzip"], ["x-gzip"]):
-            self.inflater = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        elif self.codings == ["deflate"]:
-            self.inflater = zlib.decompressobj()  # zlib-wrapped, as RFC 9110 says; raw below
-        elif self.codings:
+        if self.codings and self.codings not in (["gzip"], ["x-gzip"], ["deflate"]):
             raise self._refused(
                 "which is not read: toolcat asks for identity and decodes one gzip or deflate layer"
             )
+        self.inflater: Any = None  # the stream (a gzip member) being inflated
+        self.pending = b""  # the first bytes of the next stream, until it can be told apart
+        self.streams = 0  # streams started (gzip allows several members, one after another)
         self.raw_bound = self.bound + self.bound // 16 + COMPRESSED_SLACK
         self.raw = 0
         self.parts: list[bytes] = []
         self.size = 0
         self.cut = False  # more answer than the bound
-        self.ended = False  # the compressed stream ended: what follows is not the body
+        self.ended = False  # the compressed body ended: what follows is read, not kept
 
     def _refused(self, why: str) -> HTTPToolError:
         status = self.response.status_code
@@ -462,34 +460,62 @@ class BodyReader:
         self.parts.append(data)
         self.size += len(data)
 
+    def _start(self, head: bytes) -> Any:
+        """The decompressor for a stream beginning with ``head`` (two bytes at least), or None:
+        after a gzip member, bytes that do not begin another are not the body."""
+        if self.codings == ["deflate"]:  # zlib-wrapped, as RFC 9110 says, else raw deflate
+            wrapped = head[0] & 0x0F == 8 and ((head[0] << 8) | head[1]) % 31 == 0
+            return zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+        if head[:2] == b"\x1f\x8b":
+            return zlib.decompressobj(zlib.MAX_WBITS | 16)
+        if not self.streams:
+            raise self._refused("which is damaged")
+        return None
+
     def _inflate(self, data: bytes) -> None:
-        first = self.raw == len(data)
         while data and not self.cut and not self.ended:
+            if self.inflater is None:  # a stream's first bytes: wait for two to tell it
+                data, self.pending = self.pending + data, b""
+                if len(data) < 2:
+                    self.pending = data
+                    return
+                self.inflater = self._start(data)
+                if self.inflater is None:
+                    self.ended = True
+                    return
+                self.streams += 1
             try:
                 out = self.inflater.decompress(data, self.bound + 1 - self.size)
             except zlib.error:
-                if first and self.codings == ["deflate"]:  # raw deflate, as some servers send
-                    self.inflater, first = zlib.decompressobj(-zlib.MAX_WBITS), False
-                    continue
                 raise self._refused("which is damaged") from None
-            first = False
             self._keep(out)
-            data, self.ended = self.inflater.unconsumed_tail, self.inflater.eof
+            if self.inflater.eof:
+                data, self.inflater = self.inflater.unused_data, None
+                self.ended = self.codings == ["deflate"]  # one stream; gzip may have more
+            else:
+                data = self.inflater.unconsumed_tail
 
     def feed(self, data: bytes) -> bool:
-        """Take the next bytes off the wire; whether reading should stop (the bound is passed,
-        or the compressed body ended)."""
+        """Take the next bytes off the wire; whether reading should stop: the bound is passed,
+        or more compressed bytes came than a body within it needs (bytes after a compressed
+        body are read to the message's end, so its connection is pooled, but not kept)."""
         self.raw += len(data)
-        if self.inflater is None:
+        if not self.codings:
             self._keep(data)
-        else:
-            self._inflate(data)
-            if self.raw > self.raw_bound and not self.ended:
-                self.cut = True  # more compressed bytes than a body within the bound needs
-        return self.cut or self.ended
+            return self.cut
+        self._inflate(data)
+        if self.raw > self.raw_bound and not self.ended:
+            self.cut = True
+        return self.cut or self.raw > self.raw_bound
 
     def body(self) -> tuple[bytes, bool]:
-        """The body as read (the bound and one byte at most when cut), and whether it was."""
+        """The body as read (the bound and one byte at most when cut), and whether it was.
+
+        Raises:
+            HTTPToolError: The compressed body stopped inside a stream (damaged).
+        """
+        if not self.cut and (self.inflater is not None or (self.pending and not self.streams)):
+            raise self._refused("which is damaged")  # a byte after a gzip member is not
         return b"".join(self.parts), self.cut
 
 
@@ -531,7 +557,7 @@ def _decoded(response: Any, content: bytes) -> str:
     replaced)."""
     try:
         return content.decode(response.charset_encoding or "utf-8", errors="replace")
-    except LookupError:  # a charset Python does not know
+    except (LookupError, UnicodeError):  # a charset Python does not know, or cannot replace in
         return content.decode("utf-8", errors="replace")
 
 
@@ -687,6 +713,12 @@ def next_hop(response: Any, operation: Operation) -> Any:
             " not followed: the configured headers would go with it",
             response.status_code,
         )
+    # httpx leaves a hop's cookies to its jar, which keeps none here (``NoCookies``): the
+    # request's own Cookie header (the admin's, the call's cookie parameters) goes on, to
+    # the same origin only.
+    cookie = response.request.headers.get("cookie")
+    if cookie is not None and "cookie" not in target.headers:
+        target.headers["Cookie"] = cookie
     return target
 
 
