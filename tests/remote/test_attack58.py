@@ -447,3 +447,17 @@ def test_a_trickling_answer_stops_at_the_timeout(
     with pytest.raises(ToolTimeoutError):
         asyncio.run(acall(_operation(server.port, timeout=1.0), {}))
     assert time.monotonic() - started < 6
+
+
+def test_the_import_warning_keeps_a_hostile_path_printable(
+    catalog: Catalog, raw_server: RawServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The warning goes to the admin's terminal (the CLI installs no escaping handler): the
+    document's path, as written in it, is escaped there."""
+    document = _document(raw_server.port, ["Host"])
+    document["paths"] = {"/me\x1b]0;owned\x07\n": document["paths"]["/me"]}
+    with caplog.at_level(logging.WARNING, logger="toolcat.registry.openapi"):
+        catalog.register_openapi(document, toolkit="h")
+    notes = [r.getMessage() for r in caplog.records]
+    assert len(notes) == 1 and "'Host'" in notes[0], notes
+    assert "\x1b" not in notes[0] and "\n" not in notes[0] and "\x07" not in notes[0], notes

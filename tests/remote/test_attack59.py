@@ -13,14 +13,15 @@ import threading
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 
-from tests.remote.test_attack58 import RawServer, _document
+from tests.remote import test_attack58
+from tests.remote.test_attack58 import RawServer, _document, _operation
 from toolcat import Catalog
 from toolcat.errors import ToolTimeoutError
 from toolcat.remote.openapi import (
@@ -33,28 +34,10 @@ from toolcat.remote.openapi import (
 )
 from toolcat.runtime.results import CutText, bound_results, reset_results
 
+serve = test_attack58.serve  # loopback servers answering as each test says
+
 SECRET = "s3cr3t-admin-key-59"
 LIMIT = 1000
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[socket.socket], None]], RawServer]]:
-    servers: list[RawServer] = []
-
-    def start(respond: Callable[[socket.socket], None]) -> RawServer:
-        servers.append(RawServer(respond))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.sock.close()
-    close_all()
-
-
-def _operation(port: int, timeout: float = 10.0) -> Operation:
-    return Operation(
-        base_url=f"http://127.0.0.1:{port}/api", method="GET", path="/me", timeout=timeout
-    )
 
 
 # -- compressed answers: the bound is on decoded bytes, but one wire chunk decodes at once --

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import logging
 import socket
 import threading
 import time
@@ -363,3 +364,19 @@ def test_held_a_deflate_bomb_is_cut_at_the_bound(
     finally:
         reset_results(bound)
     assert isinstance(result, CutText) and len(result) <= 1001
+
+
+def test_an_httpx_whose_pools_cannot_be_reached_keeps_its_client_and_says_so_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``bounded`` reaches into httpx's pools; an httpx built otherwise keeps working, with
+    per-wait timeouts, and a warning once a process (not per client)."""
+    from toolcat.remote import _deadline
+
+    _deadline._warn_unbounded.cache_clear()
+    odd = object()
+    with caplog.at_level(logging.WARNING, logger="toolcat.remote._deadline"):
+        assert _deadline.bounded(odd) is odd
+        assert _deadline.bounded(object()) is not odd
+    notes = [r.getMessage() for r in caplog.records]
+    assert len(notes) == 1 and "not the whole exchange" in notes[0], notes

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 from ..definitions.names import fitted_name
+from ..definitions.printable import escape
 from ..errors import ImportFailedError, ManifestError
 from ..models import MAX_TOOLS_PER_TOOLKIT, Toolkit
 from ..remote.credentials import header_value_problem, references
@@ -610,7 +611,7 @@ def _tool(
             log.warning(
                 "%s: %s parameter %r left out: the header %r is set by the HTTP layer or "
                 "the admin, never by a caller",
-                resolver.where,
+                escape(resolver.where, 300, spaces=True),  # the document's path, as written
                 location,
                 raw_name,
                 owned,

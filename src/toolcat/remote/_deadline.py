@@ -14,6 +14,7 @@ Imported with httpx, on the first forwarded call (httpcore is httpx's own depend
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -21,6 +22,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import httpcore
+import httpx
 
 log = logging.getLogger(__name__)
 
@@ -168,12 +170,7 @@ def bounded(pooled: Any) -> Any:
         pools = [t._pool for t in [pooled._transport, *pooled._mounts.values()] if t is not None]
         backends = [pool._network_backend for pool in pools]
     except AttributeError:
-        if not _warned:
-            _warned.append(True)
-            log.warning(
-                "httpx %s: a forwarded call's timeout bounds each wait, not the whole exchange",
-                getattr(httpx_module(), "__version__", "?"),
-            )
+        _warn_unbounded()
         return pooled
     for pool, inner in zip(pools, backends, strict=True):
         if isinstance(inner, (Backend, AsyncBackend)):
@@ -185,10 +182,10 @@ def bounded(pooled: Any) -> Any:
     return pooled
 
 
-_warned: list[bool] = []
-
-
-def httpx_module() -> Any:
-    import httpx
-
-    return httpx
+@functools.cache
+def _warn_unbounded() -> None:
+    """Said once a process: this httpx's pools could not be reached."""
+    log.warning(
+        "httpx %s: a forwarded call's timeout bounds each wait, not the whole exchange",
+        httpx.__version__,
+    )
