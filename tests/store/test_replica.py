@@ -339,11 +339,17 @@ def test_follow_mode_applies_each_change_without_a_full_restore(
     monkeypatch.setattr(Follower, "_restore", no_full_restore)
     monkeypatch.setattr(replica, "check_copy", counted)
     monkeypatch.setattr(replica, "FOLLOW_SETTLED", 0.0)  # follow mode is waited for at once
-    for toolkit in ("text.yaml", "files.yaml"):
+    # The first change copies follow mode's file whole; each later one patches the copy
+    # served before it (kept under the standby name, read by no one any more).
+    for toolkit, made in (("text.yaml", "copy"), ("files.yaml", "patch")):
         revision = primary.register(SAMPLE_TOOLKITS / toolkit)
+        served_before = os.stat(following.path)
         synced(following)
-        # Where the time went, for /healthz: the store listed, the file copied and checked.
-        assert set(following.steps) == {"look", "copy", "check"}
+        # Where the time went, for /healthz: the store listed, the file copied (or patched)
+        # and checked.
+        assert set(following.steps) == {"look", made, "check"}
+        assert following.standby is not None
+        assert os.path.samestat(os.stat(following.standby), served_before)
         with Catalog(following.path) as copy:
             assert copy.revision == following.state["revision"] == revision
             assert copy.replica_of == primary.url  # a checked copy, marked, not the staging file

@@ -50,9 +50,10 @@ def test_follow_mode_takes_each_change_under_a_group_umask(
             base.synced(follower, seconds=30)
             assert follower.state["revision"] == revision
             assert time.monotonic() - started < replica.FOLLOW_GRACE / 2
-        assert "copy" in follower.steps and "restore" not in follower.steps
+        # The second change patched the copy served before the first (its standby).
+        assert "patch" in follower.steps and "restore" not in follower.steps
         assert follower.staging is not None
-        for name in (follower.staging, Path(f"{follower.staging}-txid")):
+        for name in (follower.staging, Path(f"{follower.staging}-txid"), follower.path):
             assert not os.stat(name).st_mode & 0o022  # none others may write
     finally:
         follower.close()

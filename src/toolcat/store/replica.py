@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CatalogError
+from . import pages
 from .replica_state import MARKER, state_path
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,9 @@ logger = logging.getLogger(__name__)
 
 INCOMING_SUFFIX = ".incoming"
 STAGING_SUFFIX = ".follow"  # Litestream's own copy in follow mode (``restore -f``)
+# The copy served before the one served now, kept in follow mode: the next change patches it
+# (the blocks that differ from follow mode's file) instead of copying that file whole.
+STANDBY_SUFFIX = ".standby"
 FOLLOW_INTERVAL = "200ms"  # how often Litestream's follow mode looks for new transactions
 # Seconds published work may wait for follow mode before a full restore fetches it instead
 # (follow mode's first restore of a big catalog, a follower that died, a store that pruned
@@ -297,6 +301,7 @@ class Follower:
         self.litestream = litestream or litestream_binary()
         self.incoming = Path(f"{self.path}{INCOMING_SUFFIX}")
         self.staging = Path(f"{self.path}{STAGING_SUFFIX}") if follow else None
+        self.standby = Path(f"{self.path}{STANDBY_SUFFIX}") if follow else None
         self._follower: Any = None  # Litestream's follow mode (subprocess.Popen), if any
         self._waiting_since: float | None = None  # since when published work waits for it
         self._follow_starts: list[float] = []  # when it was started, the last few times
@@ -431,6 +436,7 @@ class Follower:
         except CatalogError as e:
             return self._failed(e)
         self._waiting_since = None
+        self._set_aside()
         os.replace(self.incoming, self.path)  # atomic: readers see the old or the new file
         self._copy = _stamp(self.path)
         self._damage = None
@@ -644,6 +650,46 @@ class Follower:
             with contextlib.suppress(OSError):  # unlink never follows a link
                 Path(f"{self.incoming}{suffix}").unlink()
 
+    def _set_aside(self) -> None:
+        """Keep the served file, about to be replaced, under the standby name (a second
+        name of the same file: nothing is copied), for the next change to patch."""
+        if self.standby is None:
+            return
+        temporary = Path(f"{self.standby}.{os.getpid()}.tmp")
+        _remove_own_file(temporary)
+        try:
+            if not _ours(os.lstat(self.path)):
+                return
+            os.link(self.path, temporary, follow_symlinks=False)
+            os.replace(temporary, self.standby)
+        except OSError:  # a file system without hard links, a folder at its name: none kept
+            _remove_own_file(temporary)
+
+    def _take_standby(self) -> int | None:
+        """The standby copy moved to the incoming name and open for patching, when it is
+        this user's own regular file with no other name (never the served file) and no
+        process has it open (a reader of the revision before still reading it); None
+        otherwise: the change then copies follow mode's file whole."""
+        if self.standby is None:
+            return None
+        try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
+            fd = os.open(self.standby, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if _own_regular_file(info) and info.st_nlink == 1:
+                # No other user may open it from here on; whoever opened it before is seen.
+                os.fchmod(fd, 0o600)
+                if _alone(fd):
+                    os.replace(self.standby, self.incoming)
+                    if os.path.samestat(os.lstat(self.incoming), os.fstat(fd)):
+                        return fd
+        except OSError:
+            pass
+        os.close(fd)
+        return None
+
     def _copy_staged(self, newest: int, steps: dict[str, float]) -> tuple[int, int] | None:
         assert self.staging is not None
         self._clear_incoming()
@@ -664,9 +710,20 @@ class Follower:
             txid = self._staged_txid()  # what it holds now: at least this
             if txid is None or txid < newest:
                 return None
-            _check_room(self.path.parent, os.fstat(source).st_size)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-            target = os.open(self.incoming, flags, 0o644)
+            size = os.fstat(source).st_size
+            target = self._take_standby()
+            patched = target is not None
+            try:
+                if target is None:
+                    _check_room(self.path.parent, size)
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                    target = os.open(self.incoming, flags, 0o644)
+                else:
+                    _check_room(self.path.parent, size - os.fstat(target).st_size)
+            except BaseException:
+                if target is not None:
+                    os.close(target)
+                raise
             started = time.perf_counter()
             # A lock of this descriptor's own (not the process's) survives SQLite closing
             # the file: then SQLite checks the very bytes being copied, on the other core,
@@ -674,7 +731,11 @@ class Follower:
             before = _version(os.fstat(source))
             checking = _Checking(source) if apart else None
             try:
-                copied = _copy_range(source, target, before[0])
+                if patched:
+                    copied, _ = pages.patch(source, target, before[0])
+                    os.fchmod(target, 0o644)  # servable again (set aside, others may not open it)
+                else:
+                    copied = _copy_range(source, target, before[0])
             finally:
                 try:
                     os.close(target)
@@ -684,7 +745,7 @@ class Follower:
             # writer that ignores the lock) and the copy is whole: else the copy is checked.
             if copied != before[0] or _version(os.fstat(source)) != before:
                 verdict = None
-            steps["copy"] = time.perf_counter() - started
+            steps["patch" if patched else "copy"] = time.perf_counter() - started
         except OSError as e:
             raise CatalogError(f"cannot copy follow mode's file: {e.strerror or e}") from e
         finally:
@@ -836,6 +897,23 @@ def _copy_range(source: int, target: int, size: int) -> int:
         os.pwrite(target, chunk, offset)
         offset += len(chunk)
     return offset
+
+
+def _alone(fd: int) -> bool:
+    """Whether no other open file (of any process, this one's included) reads or writes the
+    file ``fd`` has open: a write lease is granted only then (Linux). Released at once:
+    held, another's open would signal this process. False where there are no leases."""
+    import fcntl
+
+    lease = getattr(fcntl, "F_SETLEASE", None)
+    if lease is None:
+        return False
+    try:
+        fcntl.fcntl(fd, lease, fcntl.F_WRLCK)
+    except OSError:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases on this file system
+        return False
+    fcntl.fcntl(fd, lease, fcntl.F_UNLCK)
+    return True
 
 
 def _version(info: os.stat_result) -> tuple[int, int, int]:
