@@ -901,14 +901,18 @@ def _copy_range(source: int, target: int, size: int) -> int:
 
 def _alone(fd: int) -> bool:
     """Whether no other open file (of any process, this one's included) reads or writes the
-    file ``fd`` has open: a write lease is granted only then (Linux). Released at once:
-    held, another's open would signal this process. False where there are no leases."""
+    file ``fd`` has open: a write lease is granted only then (Linux). Released at once.
+    False where there are no leases."""
     import fcntl
+    import signal
 
-    lease = getattr(fcntl, "F_SETLEASE", None)
-    if lease is None:
+    lease, tell = getattr(fcntl, "F_SETLEASE", None), getattr(fcntl, "F_SETSIG", None)
+    if lease is None or tell is None:
         return False
     try:
+        # Another's open while the lease is held signals the holder, by default with SIGIO,
+        # which ends a process that does not handle it: SIGURG instead, ignored by default.
+        fcntl.fcntl(fd, tell, signal.SIGURG)
         fcntl.fcntl(fd, lease, fcntl.F_WRLCK)
     except OSError:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases on this file system
         return False
