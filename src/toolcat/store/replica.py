@@ -1084,7 +1084,8 @@ def _make_folders(folder: Path) -> None:
 
 
 def _check_room(folder: Path, size: int) -> None:
-    """A copy of ``size`` bytes must leave ``COPY_RESERVE`` free on ``folder``'s disk: a
+    """A copy that writes ``size`` bytes more (a fresh copy: the whole file; a patched
+    standby: what the file grew by) must leave ``COPY_RESERVE`` free on ``folder``'s disk: a
     huge (or sparse) file as follow mode's would otherwise fill it."""
     try:
         info = os.statvfs(folder)
@@ -1093,8 +1094,8 @@ def _check_room(folder: Path, size: int) -> None:
     free = info.f_bavail * info.f_frsize
     if size + COPY_RESERVE > free:
         raise CatalogError(
-            f"follow mode's file ({size} bytes) does not fit in the replica's folder "
-            f"({free} bytes free, {COPY_RESERVE} kept)"
+            f"a copy of follow mode's file ({size} bytes more) does not fit in the "
+            f"replica's folder ({free} bytes free, {COPY_RESERVE} kept)"
         )
 
 
