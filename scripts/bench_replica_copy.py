@@ -55,6 +55,8 @@ def make_standby(follower: Follower, before: Path) -> None:
     assert follower.standby is not None
     shutil.copyfile(before, follower.standby)
     os.chmod(follower.standby, 0o644)
+    # Recorded as the replica records the file it sets aside: only that one is patched.
+    follower.state["standby"] = os.lstat(follower.standby).st_ino
 
 
 def one_round(follower: Follower, way: str, before: Path) -> dict[str, Any]:

@@ -214,6 +214,10 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         ):
             raise DamagedStateError(marker, "copy is not a file stamp")
         checked["copy"] = stamp
+    # The inode of the copy set aside for the next change to patch (``Follower._set_aside``).
+    standby = _number(state, "standby", whole=True, path=marker)
+    if standby is not None:
+        checked["standby"] = standby
     return checked
 
 
@@ -311,6 +315,7 @@ class Follower:
         self._news: int | None = None  # the staged transaction ``news`` last told of
         self._news_listed: float | None = None  # the store's last listing when it told
         self._damage: str | None = None  # what is wrong with it, until restored again
+        self._standby_refused = False  # a file not set aside at the standby name was logged
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
@@ -332,6 +337,16 @@ class Follower:
             state = None
         if state is not None and state["primary"] != self.primary:
             state = None
+        if state is not None and self.standby is not None:
+            # The standby this follower set aside stays its own whatever the served copy
+            # is now (the next change patches it). One stopped between setting the served
+            # file aside and saving its state left it there with the inode the state gives
+            # the served copy.
+            aside = _inode(self.standby)
+            if aside is not None and (state.get("copy") or [None])[0] == aside:
+                state["standby"] = aside
+            if state.get("standby") is not None:
+                fresh["standby"] = state["standby"]
         if not self.path.exists():
             return fresh
         marked = marker_of(self.path)
@@ -652,25 +667,46 @@ class Follower:
 
     def _set_aside(self) -> None:
         """Keep the served file, about to be replaced, under the standby name (a second
-        name of the same file: nothing is copied), for the next change to patch."""
-        if self.standby is None:
+        name of the same file: nothing is copied), for the next change to patch. Its inode
+        is recorded (the state's ``standby``): only that file is ever patched, and the name
+        is replaced only when it is empty or still holds it, never when it holds anything
+        else (a link, a FIFO, another user's file, a file of yours the replica did not set
+        aside: logged once, and each change then copies). None while follow mode is off:
+        every change is a full restore then, and nothing would patch it."""
+        if self.standby is None or self.staging is None:
+            return
+        there = _inode(self.standby)
+        if there is not None and there != self.state.get("standby"):
+            self.state.pop("standby", None)
+            if not self._standby_refused:
+                self._standby_refused = True
+                logger.warning(
+                    "replica %s: %r is no copy this replica set aside, and is left as it "
+                    "is: each change copies follow mode's file whole until it is removed",
+                    self.path,
+                    str(self.standby),
+                )
             return
         temporary = Path(f"{self.standby}.{os.getpid()}.tmp")
         _remove_own_file(temporary)
         try:
-            if not _ours(os.lstat(self.path)):
+            served = os.lstat(self.path)
+            if not _ours(served):
                 return
             os.link(self.path, temporary, follow_symlinks=False)
             os.replace(temporary, self.standby)
-        except OSError:  # a file system without hard links, a folder at its name: none kept
+            self.state["standby"] = served.st_ino
+        except OSError:  # a file system without hard links: none kept
             _remove_own_file(temporary)
 
     def _take_standby(self) -> int | None:
         """The standby copy moved to the incoming name and open for patching, when it is
-        this user's own regular file with no other name (never the served file) and no
-        process has it open (a reader of the revision before still reading it); None
-        otherwise: the change then copies follow mode's file whole."""
-        if self.standby is None:
+        the file this replica set aside (its recorded inode: whatever bytes it holds now,
+        all are compared), still this user's own regular file with no other name (never
+        the served file), and no process has it open (a reader of the revision before still
+        reading it); None otherwise: the change then copies follow mode's file whole."""
+        recorded = self.state.get("standby")
+        if self.standby is None or recorded is None:
             return None
         try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
             fd = os.open(self.standby, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
@@ -678,17 +714,24 @@ class Follower:
             return None
         try:
             info = os.fstat(fd)
-            if _own_regular_file(info) and info.st_nlink == 1:
+            if info.st_ino == recorded and _own_regular_file(info) and info.st_nlink == 1:
                 # No other user may open it from here on; whoever opened it before is seen.
                 os.fchmod(fd, 0o600)
                 if _alone(fd):
                     os.replace(self.standby, self.incoming)
+                    self.state.pop("standby", None)  # no longer at its name
                     if os.path.samestat(os.lstat(self.incoming), os.fstat(fd)):
                         return fd
         except OSError:
             pass
         os.close(fd)
         return None
+
+    def _fresh_incoming(self, size: int) -> int:
+        """The incoming file made afresh for a copy of ``size`` bytes (room checked)."""
+        _check_room(self.path.parent, size)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        return os.open(self.incoming, flags, 0o644)
 
     def _copy_staged(self, newest: int, steps: dict[str, float]) -> tuple[int, int] | None:
         assert self.staging is not None
@@ -715,9 +758,7 @@ class Follower:
             patched = target is not None
             try:
                 if target is None:
-                    _check_room(self.path.parent, size)
-                    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                    target = os.open(self.incoming, flags, 0o644)
+                    target = self._fresh_incoming(size)
                 else:
                     _check_room(self.path.parent, size - os.fstat(target).st_size)
             except BaseException:
@@ -731,14 +772,32 @@ class Follower:
             before = _version(os.fstat(source))
             checking = _Checking(source) if apart else None
             try:
+                copied = -1
                 if patched:
-                    copied, _ = pages.patch(source, target, before[0])
-                    os.fchmod(target, 0o644)  # servable again (set aside, others may not open it)
-                else:
+                    try:
+                        copied, _ = pages.patch(source, target, before[0])
+                        os.fchmod(target, 0o644)  # servable again (others could not open it)
+                    except OSError as e:
+                        # The standby's side fails too (a read error in the old copy, no
+                        # room for blocks a sparse or shared one must allocate): what the
+                        # standby is decides only patch or copy, so this change copies, and
+                        # follow mode keeps its file (a failure of that file fails the copy).
+                        logger.warning(
+                            "replica %s: patching the standby failed (%s); copying instead",
+                            self.path,
+                            e.strerror or e,
+                        )
+                        patched = False
+                        os.close(target)
+                        target = -1
+                        self._clear_incoming()
+                        target = self._fresh_incoming(size)
+                if not patched:
                     copied = _copy_range(source, target, before[0])
             finally:
                 try:
-                    os.close(target)
+                    if target >= 0:
+                        os.close(target)
                 finally:  # the check reads through ``source``: done before it closes
                     verdict = checking.verdict() if checking is not None else None
             # The check read the bytes copied only if nothing wrote the file meanwhile (a
@@ -901,7 +960,8 @@ def _copy_range(source: int, target: int, size: int) -> int:
 
 def _alone(fd: int) -> bool:
     """Whether no other open file (of any process, this one's included) reads or writes the
-    file ``fd`` has open: a write lease is granted only then (Linux). Released at once.
+    file ``fd`` has open: a write lease is granted only then (Linux), and is still whole
+    when asked before it is released (an open meanwhile breaks it). Released at once.
     False where there are no leases."""
     import fcntl
     import signal
@@ -916,8 +976,12 @@ def _alone(fd: int) -> bool:
         fcntl.fcntl(fd, lease, fcntl.F_WRLCK)
     except OSError:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases on this file system
         return False
-    fcntl.fcntl(fd, lease, fcntl.F_UNLCK)
-    return True
+    try:
+        # An open that came while the lease was held broke it (the opener waits for the
+        # holder to let go, then has the file): asked before letting go, that is seen.
+        return bool(fcntl.fcntl(fd, fcntl.F_GETLEASE) == fcntl.F_WRLCK)
+    finally:
+        fcntl.fcntl(fd, lease, fcntl.F_UNLCK)
 
 
 def _version(info: os.stat_result) -> tuple[int, int, int]:
@@ -1168,6 +1232,15 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _inode(path: Path) -> int | None:
+    """The inode at ``path`` itself (a link's own, not its target's); None when nothing is
+    there."""
+    try:
+        return os.lstat(path).st_ino
+    except OSError:
+        return None
 
 
 def _kill(child: Any) -> None:
