@@ -422,20 +422,25 @@ def test_no_standby_is_kept_while_follow_mode_is_off(
 # --- What held: what sits at the standby and the patch as input ------------------------
 
 
-def test_a_sparse_or_longer_standby_of_the_replicas_own_ends_as_follow_modes_bytes(
+def test_a_sparse_or_longer_standby_of_the_replicas_own_is_left_alone(
     primary: base.Primary, following: Follower
 ) -> None:
     """Held: the replica's own standby, grown sparse far past follow mode's file and with
-    holes over its pages, is patched to follow mode's bytes exactly and cut there."""
+    holes over its pages, is no longer the file it set aside (its stamp moved): never
+    patched nor served nor replaced, the change copies. (Patching it would give follow
+    mode's bytes all the same: tests/store/test_pages.py.)"""
     change(primary, following, "text.yaml")
     assert following.standby is not None and following.staging is not None
     with open(following.standby, "r+b") as f:
         f.truncate(1 << 30)  # a 1 GiB hole after the copy (no blocks on disk)
         f.seek(4096)
         f.write(b"\0" * 8192)
+    grown = os.stat(following.standby)
     change(primary, following, "files.yaml")
-    assert "patch" in following.steps
+    assert "copy" in following.steps and "patch" not in following.steps
     assert os.stat(following.path).st_size < 1 << 30
+    assert os.path.samestat(os.stat(following.standby), grown)
+    assert os.stat(following.standby).st_size == 1 << 30
 
 
 def test_patch_refuses_what_is_no_regular_file_and_wrong_arguments(tmp_path: Path) -> None:

@@ -50,13 +50,28 @@ def ready(primary: base.Primary, following: Follower) -> Path:
     return following.standby
 
 
-def test_a_standby_with_any_bytes_is_patched_to_the_new_revision(
+def test_a_standby_written_since_it_was_set_aside_is_copied_over(
     primary: base.Primary, following: Follower
 ) -> None:
+    # Patching would give follow mode's bytes whatever the file held (every block is
+    # compared: tests/store/test_pages.py), but a file written since it was set aside is
+    # no longer the one the replica put there (its recorded stamp): it is not written.
     standby = ready(primary, following)
     with open(standby, "r+b") as f:  # garbage, and far longer than the catalog
         f.write(os.urandom(8192))
         f.truncate(standby.stat().st_size + (5 << 20))
+    garbage = standby.read_bytes()
+    revision = change(primary, following, "files.yaml")
+    assert "copy" in following.steps and "patch" not in following.steps
+    assert served_revision(following) == revision
+    assert standby.read_bytes() == garbage  # left as it is, and never served
+    assert not os.stat(following.path).st_mode & 0o077 & ~0o044  # 0644, as a copy's
+
+
+def test_a_patched_copy_is_served_as_a_copy_would_be(
+    primary: base.Primary, following: Follower
+) -> None:
+    ready(primary, following)
     revision = change(primary, following, "files.yaml")
     assert "patch" in following.steps
     assert served_revision(following) == revision
@@ -208,4 +223,19 @@ def test_an_open_during_the_lease_does_not_end_the_replica(tmp_path: Path) -> No
         env={**os.environ, "PYTHONPATH": str(base.ROOT / "src")},
     )
     assert done.returncode == 0, (done.returncode, done.stderr)
-    assert done.stdout.split() == ["True", "0"]
+    # and the open is seen: the file is not the replica's alone to write.
+    assert done.stdout.split() == ["False", "0"]
+
+
+def test_a_file_at_the_set_asides_temporary_name_is_left_alone(
+    primary: base.Primary, following: Follower
+) -> None:
+    # The served file gets its second name under a temporary one first: a file already
+    # there (yours, made by something else) was removed to make room for it.
+    base.synced(following)
+    assert following.standby is not None
+    temporary = Path(f"{following.standby}.{os.getpid()}.tmp")
+    temporary.write_bytes(b"not the replica's\n")
+    change(primary, following, "text.yaml")
+    assert temporary.read_bytes() == b"not the replica's\n"
+    assert served_revision(following) == following.state["revision"]

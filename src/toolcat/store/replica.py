@@ -205,19 +205,18 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         found = _number(state, key, whole=False, path=marker)
         if found is not None:
             checked[key] = float(found)
-    stamp = state.get("copy")
-    if stamp is not None:
-        if (
-            type(stamp) is not list
-            or len(stamp) != 3
-            or any(type(n) is not int or not 0 <= n <= MAX_TXID for n in stamp)
-        ):
-            raise DamagedStateError(marker, "copy is not a file stamp")
-        checked["copy"] = stamp
-    # The inode of the copy set aside for the next change to patch (``Follower._set_aside``).
-    standby = _number(state, "standby", whole=True, path=marker)
-    if standby is not None:
-        checked["standby"] = standby
+    # The served copy as checked, and the copy set aside for the next change to patch
+    # (``Follower._set_aside``): each its inode, size and modification time.
+    for key in ("copy", "standby"):
+        stamp = state.get(key)
+        if stamp is not None:
+            if (
+                type(stamp) is not list
+                or len(stamp) != 3
+                or any(type(n) is not int or not 0 <= n <= MAX_TXID for n in stamp)
+            ):
+                raise DamagedStateError(marker, f"{key} is not a file stamp")
+            checked[key] = stamp
     return checked
 
 
@@ -340,10 +339,10 @@ class Follower:
         if state is not None and self.standby is not None:
             # The standby this follower set aside stays its own whatever the served copy
             # is now (the next change patches it). One stopped between setting the served
-            # file aside and saving its state left it there with the inode the state gives
+            # file aside and saving its state left it there with the stamp the state gives
             # the served copy.
-            aside = _inode(self.standby)
-            if aside is not None and (state.get("copy") or [None])[0] == aside:
+            aside = _own_stamp(self.standby)
+            if aside is not None and state.get("copy") == aside:
                 state["standby"] = aside
             if state.get("standby") is not None:
                 fresh["standby"] = state["standby"]
@@ -675,7 +674,7 @@ class Follower:
         every change is a full restore then, and nothing would patch it."""
         if self.standby is None or self.staging is None:
             return
-        there = _inode(self.standby)
+        there = _own_stamp(self.standby)
         if there is not None and there != self.state.get("standby"):
             self.state.pop("standby", None)
             if not self._standby_refused:
@@ -688,16 +687,18 @@ class Follower:
                 )
             return
         temporary = Path(f"{self.standby}.{os.getpid()}.tmp")
-        _remove_own_file(temporary)
         try:
-            served = os.lstat(self.path)
-            if not _ours(served):
+            if not _ours(os.lstat(self.path)):
                 return
+            # Never over a name already there (``link`` makes a new one only): left as it is.
             os.link(self.path, temporary, follow_symlinks=False)
+        except OSError:  # a file system without hard links, a file at that name: none kept
+            return
+        try:
             os.replace(temporary, self.standby)
-            self.state["standby"] = served.st_ino
-        except OSError:  # a file system without hard links: none kept
-            _remove_own_file(temporary)
+            self.state["standby"] = _own_stamp(self.standby)
+        except OSError:
+            _remove_own_file(temporary)  # the name made just now
 
     def _take_standby(self) -> int | None:
         """The standby copy moved to the incoming name and open for patching, when it is
@@ -714,7 +715,8 @@ class Follower:
             return None
         try:
             info = os.fstat(fd)
-            if info.st_ino == recorded and _own_regular_file(info) and info.st_nlink == 1:
+            stamp = [info.st_ino, info.st_size, info.st_mtime_ns]
+            if stamp == recorded and _own_regular_file(info) and info.st_nlink == 1:
                 # No other user may open it from here on; whoever opened it before is seen.
                 os.fchmod(fd, 0o600)
                 if _alone(fd):
@@ -1234,13 +1236,14 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
-def _inode(path: Path) -> int | None:
-    """The inode at ``path`` itself (a link's own, not its target's); None when nothing is
-    there."""
+def _own_stamp(path: Path) -> list[int] | None:
+    """What is at ``path`` itself (a link's own, not its target's): inode, size,
+    modification time (ns), as the state keeps it; None when nothing is there."""
     try:
-        return os.lstat(path).st_ino
+        info = os.lstat(path)
     except OSError:
         return None
+    return [info.st_ino, info.st_size, info.st_mtime_ns]
 
 
 def _kill(child: Any) -> None:
