@@ -85,6 +85,7 @@ LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as u
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
 MAX_STATE = 64 * 1024  # a state file is a few hundred bytes: a bigger one is not ours
 MAX_TXID = 2**63 - 1
+MAX_INODE = 2**64 - 1  # st_ino: an unsigned 64-bit number
 SCHEMES = ("s3", "gs", "abs", "file")  # the Litestream replica types a replica follows
 
 
@@ -206,14 +207,19 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         if found is not None:
             checked[key] = float(found)
     # The served copy as checked, and the copy set aside for the next change to patch
-    # (``Follower._set_aside``): each its inode, size and modification time.
+    # (``Follower._set_aside``): each its inode, size and modification time. An inode is
+    # an unsigned 64-bit number (CIFS hands out NTFS file ids, whose top bits are a
+    # sequence number): bounded as a transaction id, a replica there read its own state as
+    # damaged at every start.
     for key in ("copy", "standby"):
         stamp = state.get(key)
         if stamp is not None:
             if (
                 type(stamp) is not list
                 or len(stamp) != 3
-                or any(type(n) is not int or not 0 <= n <= MAX_TXID for n in stamp)
+                or any(type(n) is not int for n in stamp)
+                or not 0 <= stamp[0] <= MAX_INODE
+                or any(not 0 <= n <= MAX_TXID for n in stamp[1:])
             ):
                 raise DamagedStateError(marker, f"{key} is not a file stamp")
             checked[key] = stamp
@@ -319,11 +325,38 @@ class Follower:
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         _check_folder(self.path)
+        self._clear_set_aside()
         self.state: dict[str, Any] = {"primary": self.primary}
         self.state = self._own_state()
         # Whether this follower started on a copy it serves (a restart), not on none.
         self.restarted = self.serving
         self._save()
+
+    def _clear_set_aside(self) -> None:
+        """Remove what a follower stopped inside ``_set_aside`` left at its temporary names
+        (``PATH.standby.PID.tmp``): a second name of the served file. Left there, it kept a
+        whole old revision on disk for good once the served file was replaced, and at a
+        restart with the same pid (a container's) every later set-aside failed. Only a
+        second name of the served file is removed (nothing is lost with it); anything else
+        at such a name is left as it is."""
+        prefix, suffix = f"{self.path.name}{STANDBY_SUFFIX}.", ".tmp"
+        try:
+            served = os.lstat(self.path)
+            names = os.scandir(self.path.parent)
+        except OSError:
+            return
+        with names:
+            for entry in names:
+                name = entry.name
+                if not (name.startswith(prefix) and name.endswith(suffix)):
+                    continue
+                pid = name[len(prefix) : -len(suffix)]
+                if not (pid.isascii() and pid.isdigit()):
+                    continue
+                with contextlib.suppress(OSError):
+                    info = os.lstat(entry.path)
+                    if _ours(info) and os.path.samestat(info, served):
+                        os.unlink(entry.path)
 
     def _own_state(self) -> dict[str, Any]:
         """The saved state when it is this follower's and the served copy checks out; a
@@ -688,7 +721,14 @@ class Follower:
             return
         temporary = Path(f"{self.standby}.{os.getpid()}.tmp")
         try:
-            if not _ours(os.lstat(self.path)):
+            served = os.lstat(self.path)
+            if not _ours(served):
+                return
+            if there is not None and os.path.samestat(os.lstat(self.standby), served):
+                # A set-aside stopped before its swap left the served file there already:
+                # kept as it is (a rename of a link of it over it would do nothing, and
+                # leave the link behind).
+                self.state["standby"] = there
                 return
             # Never over a name already there (``link`` makes a new one only): left as it is.
             os.link(self.path, temporary, follow_symlinks=False)
@@ -724,6 +764,10 @@ class Follower:
                     self.state.pop("standby", None)  # no longer at its name
                     if os.path.samestat(os.lstat(self.incoming), os.fstat(fd)):
                         return fd
+                    # Another file came to the name between the checks and the rename: put
+                    # back, never removed, and the incoming name left free for the copy.
+                    if not os.path.lexists(self.standby):
+                        os.rename(self.incoming, self.standby)
         except OSError:
             pass
         os.close(fd)
