@@ -127,3 +127,44 @@ def test_a_file_put_at_the_standby_name_between_its_checks_and_its_rename_stays(
     assert "copy" in following.steps  # copied from follow mode's file, not restored in full
     assert os.path.samestat(os.stat(following.staging), staged)  # follow mode kept its file
     assert following.standby.read_bytes() == b"not the replica's"  # where it was put
+
+
+@pytest.mark.parametrize("missing", ["no-leases", "EINVAL"])
+def test_where_no_lease_can_be_had_no_standby_is_kept_for_nothing(
+    primary: base.Primary,
+    following: Follower,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    missing: str,
+) -> None:
+    # The hole (a silent no-op): where no write lease can be had at all (a system without
+    # F_SETLEASE, a file system without leases: NFS; leases turned off), ``_alone`` said
+    # "open elsewhere" at every change, and nothing said why. The standby was never patched,
+    # yet set aside again at every change: a whole old revision kept on disk (2.2 GB at 1M
+    # tools) for nothing, for as long as the replica ran.
+    import errno
+    import fcntl
+
+    if missing == "no-leases":
+        monkeypatch.delattr(fcntl, "F_SETLEASE")
+    else:
+        real = fcntl.fcntl
+
+        def refused(fd: int, command: int, arg: Any = 0) -> Any:
+            if command == fcntl.F_SETLEASE and arg == fcntl.F_WRLCK:
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+            return real(fd, command, arg)
+
+        monkeypatch.setattr(fcntl, "fcntl", refused)
+    monkeypatch.setattr(replica, "FOLLOW_SETTLED", 0.0)
+    base.synced(following)
+    assert following.standby is not None
+    for toolkit in ("text.yaml", "files.yaml", "data.yaml"):
+        revision = primary.register(base.SAMPLE_TOOLKITS / toolkit)
+        base.synced(following)
+        assert following.state["revision"] == revision
+        assert "copy" in following.steps
+    assert not following.standby.exists()  # no old revision kept that nothing would patch
+    assert "standby" not in following.state
+    said = [r for r in caplog.records if "lease" in r.getMessage()]
+    assert len(said) == 1  # said once

@@ -321,6 +321,7 @@ class Follower:
         self._news_listed: float | None = None  # the store's last listing when it told
         self._damage: str | None = None  # what is wrong with it, until restored again
         self._standby_refused = False  # a file not set aside at the standby name was logged
+        self._leaseless = False  # no write lease can be had here: no standby is kept
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
@@ -704,8 +705,9 @@ class Follower:
         is replaced only when it is empty or still holds it, never when it holds anything
         else (a link, a FIFO, another user's file, a file of yours the replica did not set
         aside: logged once, and each change then copies). None while follow mode is off:
-        every change is a full restore then, and nothing would patch it."""
-        if self.standby is None or self.staging is None:
+        every change is a full restore then, and nothing would patch it; nor where no write
+        lease can be had (``_no_leases``)."""
+        if self.standby is None or self.staging is None or self._leaseless:
             return
         there = _own_stamp(self.standby)
         if there is not None and there != self.state.get("standby"):
@@ -759,7 +761,10 @@ class Follower:
             if stamp == recorded and _own_regular_file(info) and info.st_nlink == 1:
                 # No other user may open it from here on; whoever opened it before is seen.
                 os.fchmod(fd, 0o600)
-                if _alone(fd):
+                alone = _alone(fd)
+                if alone is None:
+                    self._no_leases(fd)
+                elif alone:
                     os.replace(self.standby, self.incoming)
                     self.state.pop("standby", None)  # no longer at its name
                     if os.path.samestat(os.lstat(self.incoming), os.fstat(fd)):
@@ -772,6 +777,25 @@ class Follower:
             pass
         os.close(fd)
         return None
+
+    def _no_leases(self, fd: int) -> None:
+        """No write lease can be had here: a standby could never be patched, and kept, it
+        held a whole old revision on disk for nothing. The one open as ``fd`` (the file this
+        replica set aside, checked just now) is removed, nothing is set aside from now on,
+        and the operator is told once."""
+        assert self.standby is not None
+        self._leaseless = True
+        logger.warning(
+            "replica %s: no write lease can be had on %r (a file system without leases, "
+            "or leases turned off): each change copies follow mode's file whole, and no "
+            "standby is kept",
+            self.path,
+            str(self.standby),
+        )
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.lstat(self.standby), os.fstat(fd)):
+                os.unlink(self.standby)
+                self.state.pop("standby", None)
 
     def _fresh_incoming(self, size: int) -> int:
         """The incoming file made afresh for a copy of ``size`` bytes (room checked)."""
@@ -1004,24 +1028,27 @@ def _copy_range(source: int, target: int, size: int) -> int:
     return offset
 
 
-def _alone(fd: int) -> bool:
+def _alone(fd: int) -> bool | None:
     """Whether no other open file (of any process, this one's included) reads or writes the
     file ``fd`` has open: a write lease is granted only then (Linux), and is still whole
     when asked before it is released (an open meanwhile breaks it). Released at once.
-    False where there are no leases."""
+    None where no lease can be had at all (another system, a file system without leases:
+    NFS; leases turned off)."""
+    import errno
     import fcntl
     import signal
 
     lease, tell = getattr(fcntl, "F_SETLEASE", None), getattr(fcntl, "F_SETSIG", None)
     if lease is None or tell is None:
-        return False
+        return None
     try:
         # Another's open while the lease is held signals the holder, by default with SIGIO,
         # which ends a process that does not handle it: SIGURG instead, ignored by default.
         fcntl.fcntl(fd, tell, signal.SIGURG)
         fcntl.fcntl(fd, lease, fcntl.F_WRLCK)
-    except OSError:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases on this file system
-        return False
+    except OSError as e:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases here
+        unsupported = (errno.EINVAL, errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
+        return None if e.errno in unsupported else False
     try:
         # An open that came while the lease was held broke it (the opener waits for the
         # holder to let go, then has the file): asked before letting go, that is seen.
