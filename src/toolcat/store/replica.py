@@ -85,6 +85,7 @@ LIST_TIMEOUT = 10.0  # seconds to list the store: past it, the store counts as u
 RESTORE_TIMEOUT = 600.0  # seconds one restore may take (a big catalog's first)
 MAX_STATE = 64 * 1024  # a state file is a few hundred bytes: a bigger one is not ours
 MAX_TXID = 2**63 - 1
+MAX_INODE = 2**64 - 1  # st_ino: an unsigned 64-bit number
 SCHEMES = ("s3", "gs", "abs", "file")  # the Litestream replica types a replica follows
 
 
@@ -206,14 +207,19 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         if found is not None:
             checked[key] = float(found)
     # The served copy as checked, and the copy set aside for the next change to patch
-    # (``Follower._set_aside``): each its inode, size and modification time.
+    # (``Follower._set_aside``): each its inode, size and modification time. An inode is
+    # an unsigned 64-bit number (CIFS hands out NTFS file ids, whose top bits are a
+    # sequence number): bounded as a transaction id, a replica there read its own state as
+    # damaged at every start.
     for key in ("copy", "standby"):
         stamp = state.get(key)
         if stamp is not None:
             if (
                 type(stamp) is not list
                 or len(stamp) != 3
-                or any(type(n) is not int or not 0 <= n <= MAX_TXID for n in stamp)
+                or any(type(n) is not int for n in stamp)
+                or not 0 <= stamp[0] <= MAX_INODE
+                or any(not 0 <= n <= MAX_TXID for n in stamp[1:])
             ):
                 raise DamagedStateError(marker, f"{key} is not a file stamp")
             checked[key] = stamp
@@ -315,15 +321,43 @@ class Follower:
         self._news_listed: float | None = None  # the store's last listing when it told
         self._damage: str | None = None  # what is wrong with it, until restored again
         self._standby_refused = False  # a file not set aside at the standby name was logged
+        self._leaseless = False  # no write lease can be had here: no standby is kept
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         _check_folder(self.path)
+        self._clear_set_aside()
         self.state: dict[str, Any] = {"primary": self.primary}
         self.state = self._own_state()
         # Whether this follower started on a copy it serves (a restart), not on none.
         self.restarted = self.serving
         self._save()
+
+    def _clear_set_aside(self) -> None:
+        """Remove what a follower stopped inside ``_set_aside`` left at its temporary names
+        (``PATH.standby.PID.tmp``): a second name of the served file. Left there, it kept a
+        whole old revision on disk for good once the served file was replaced, and at a
+        restart with the same pid (a container's) every later set-aside failed. Only a
+        second name of the served file is removed (nothing is lost with it); anything else
+        at such a name is left as it is."""
+        prefix, suffix = f"{self.path.name}{STANDBY_SUFFIX}.", ".tmp"
+        try:
+            served = os.lstat(self.path)
+            names = os.scandir(self.path.parent)
+        except OSError:
+            return
+        with names:
+            for entry in names:
+                name = entry.name
+                if not (name.startswith(prefix) and name.endswith(suffix)):
+                    continue
+                pid = name[len(prefix) : -len(suffix)]
+                if not (pid.isascii() and pid.isdigit()):
+                    continue
+                with contextlib.suppress(OSError):
+                    info = os.lstat(entry.path)
+                    if _ours(info) and os.path.samestat(info, served):
+                        os.unlink(entry.path)
 
     def _own_state(self) -> dict[str, Any]:
         """The saved state when it is this follower's and the served copy checks out; a
@@ -671,8 +705,9 @@ class Follower:
         is replaced only when it is empty or still holds it, never when it holds anything
         else (a link, a FIFO, another user's file, a file of yours the replica did not set
         aside: logged once, and each change then copies). None while follow mode is off:
-        every change is a full restore then, and nothing would patch it."""
-        if self.standby is None or self.staging is None:
+        every change is a full restore then, and nothing would patch it; nor where no write
+        lease can be had (``_no_leases``)."""
+        if self.standby is None or self.staging is None or self._leaseless:
             return
         there = _own_stamp(self.standby)
         if there is not None and there != self.state.get("standby"):
@@ -688,7 +723,14 @@ class Follower:
             return
         temporary = Path(f"{self.standby}.{os.getpid()}.tmp")
         try:
-            if not _ours(os.lstat(self.path)):
+            served = os.lstat(self.path)
+            if not _ours(served):
+                return
+            if there is not None and os.path.samestat(os.lstat(self.standby), served):
+                # A set-aside stopped before its swap left the served file there already:
+                # kept as it is (a rename of a link of it over it would do nothing, and
+                # leave the link behind).
+                self.state["standby"] = there
                 return
             # Never over a name already there (``link`` makes a new one only): left as it is.
             os.link(self.path, temporary, follow_symlinks=False)
@@ -719,15 +761,41 @@ class Follower:
             if stamp == recorded and _own_regular_file(info) and info.st_nlink == 1:
                 # No other user may open it from here on; whoever opened it before is seen.
                 os.fchmod(fd, 0o600)
-                if _alone(fd):
+                alone = _alone(fd)
+                if alone is None:
+                    self._no_leases(fd)
+                elif alone:
                     os.replace(self.standby, self.incoming)
                     self.state.pop("standby", None)  # no longer at its name
                     if os.path.samestat(os.lstat(self.incoming), os.fstat(fd)):
                         return fd
+                    # Another file came to the name between the checks and the rename: put
+                    # back, never removed, and the incoming name left free for the copy.
+                    if not os.path.lexists(self.standby):
+                        os.rename(self.incoming, self.standby)
         except OSError:
             pass
         os.close(fd)
         return None
+
+    def _no_leases(self, fd: int) -> None:
+        """No write lease can be had here: a standby could never be patched, and kept, it
+        held a whole old revision on disk for nothing. The one open as ``fd`` (the file this
+        replica set aside, checked just now) is removed, nothing is set aside from now on,
+        and the operator is told once."""
+        assert self.standby is not None
+        self._leaseless = True
+        logger.warning(
+            "replica %s: no write lease can be had on %r (a file system without leases, "
+            "or leases turned off): each change copies follow mode's file whole, and no "
+            "standby is kept",
+            self.path,
+            str(self.standby),
+        )
+        with contextlib.suppress(OSError):
+            if os.path.samestat(os.lstat(self.standby), os.fstat(fd)):
+                os.unlink(self.standby)
+                self.state.pop("standby", None)
 
     def _fresh_incoming(self, size: int) -> int:
         """The incoming file made afresh for a copy of ``size`` bytes (room checked)."""
@@ -960,24 +1028,27 @@ def _copy_range(source: int, target: int, size: int) -> int:
     return offset
 
 
-def _alone(fd: int) -> bool:
+def _alone(fd: int) -> bool | None:
     """Whether no other open file (of any process, this one's included) reads or writes the
     file ``fd`` has open: a write lease is granted only then (Linux), and is still whole
     when asked before it is released (an open meanwhile breaks it). Released at once.
-    False where there are no leases."""
+    None where no lease can be had at all (another system, a file system without leases:
+    NFS; leases turned off)."""
+    import errno
     import fcntl
     import signal
 
     lease, tell = getattr(fcntl, "F_SETLEASE", None), getattr(fcntl, "F_SETSIG", None)
     if lease is None or tell is None:
-        return False
+        return None
     try:
         # Another's open while the lease is held signals the holder, by default with SIGIO,
         # which ends a process that does not handle it: SIGURG instead, ignored by default.
         fcntl.fcntl(fd, tell, signal.SIGURG)
         fcntl.fcntl(fd, lease, fcntl.F_WRLCK)
-    except OSError:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases on this file system
-        return False
+    except OSError as e:  # EAGAIN: open elsewhere; EINVAL, ENOLCK: no leases here
+        unsupported = (errno.EINVAL, errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP)
+        return None if e.errno in unsupported else False
     try:
         # An open that came while the lease was held broke it (the opener waits for the
         # holder to let go, then has the file): asked before letting go, that is seen.
