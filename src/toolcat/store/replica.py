@@ -700,8 +700,9 @@ class Follower:
 
     def _set_aside(self) -> None:
         """Keep the served file, about to be replaced, under the standby name (a second
-        name of the same file: nothing is copied), for the next change to patch. Its inode
-        is recorded (the state's ``standby``): only that file is ever patched, and the name
+        name of the same file: nothing is copied), for the next change to patch. Its stamp
+        (inode, size, modification time) is recorded (the state's ``standby``): only that
+        file is ever patched, and the name
         is replaced only when it is empty or still holds it, never when it holds anything
         else (a link, a FIFO, another user's file, a file of yours the replica did not set
         aside: logged once, and each change then copies). None while follow mode is off:
@@ -744,8 +745,8 @@ class Follower:
 
     def _take_standby(self) -> int | None:
         """The standby copy moved to the incoming name and open for patching, when it is
-        the file this replica set aside (its recorded inode: whatever bytes it holds now,
-        all are compared), still this user's own regular file with no other name (never
+        the file this replica set aside (its recorded stamp; whatever bytes it holds, all
+        are compared), still this user's own regular file with no other name (never
         the served file), and no process has it open (a reader of the revision before still
         reading it); None otherwise: the change then copies follow mode's file whole."""
         recorded = self.state.get("standby")
