@@ -156,6 +156,11 @@ def test_the_replicas_own_standby_is_still_patched_across_a_restart(
     change(primary, following, "files.yaml")
     assert "patch" in following.steps
     following.close()
+    patches_after_a_restart(primary, following)
+
+
+def patches_after_a_restart(primary: base.Primary, following: Follower) -> None:
+    """A follower started again on ``following``'s folder patches at its first change."""
     restarted = Follower(following.path, primary.url, follow=True)
     try:
         change(primary, restarted, "data.yaml")
@@ -175,12 +180,7 @@ def test_a_kill_between_the_set_aside_and_the_saved_state_still_patches_after(
     change(primary, following, "files.yaml")
     following.close()
     replica.state_path(following.path).write_bytes(saved)  # as if killed before ``_save``
-    restarted = Follower(following.path, primary.url, follow=True)
-    try:
-        change(primary, restarted, "data.yaml")
-        assert "patch" in restarted.steps
-    finally:
-        restarted.close()
+    patches_after_a_restart(primary, following)
 
 
 def test_a_damaged_standby_record_is_damaged_state(tmp_path: Path) -> None:
