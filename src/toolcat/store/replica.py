@@ -15,7 +15,10 @@ With ``follow=True`` (``serve --replica-of``) the follower keeps Litestream's fo
 served one; a new revision is then a local copy of that file, taken under SQLite's lock
 bytes (Litestream writes a transaction's pages holding them), checked and renamed over the
 served file as above, so a change costs a local copy and a check rather than a download of
-the whole catalog. A restarted follower serves the copy it checked (the state's stamp of
+the whole catalog. The file a swap replaces is kept as ``PATH.standby``, and the next change
+patches it (``pages.patch``: only the blocks that differ from follow mode's file are
+written) rather than copying the whole file, when it is still the very file set aside and
+no process has it open. A restarted follower serves the copy it checked (the state's stamp of
 it) at once and checks it again at its first look.
 
 Vectors, FTS5 and learned queries live in the same SQLite file, so they travel with every
