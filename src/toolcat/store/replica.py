@@ -66,6 +66,7 @@ STAGING_SUFFIX = ".follow"  # Litestream's own copy in follow mode (``restore -f
 # The copy served before the one served now, kept in follow mode: the next change patches it
 # (the blocks that differ from follow mode's file) instead of copying that file whole.
 STANDBY_SUFFIX = ".standby"
+LOCK_SUFFIX = ".replica.lock"  # held by the process that follows into the file (``_hold``)
 FOLLOW_INTERVAL = "200ms"  # how often Litestream's follow mode looks for new transactions
 # Seconds published work may wait for follow mode before a full restore fetches it instead
 # (follow mode's first restore of a big catalog, a follower that died, a store that pruned
@@ -329,12 +330,18 @@ class Follower:
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         _check_folder(self.path)
-        self._clear_set_aside()
-        self.state: dict[str, Any] = {"primary": self.primary}
-        self.state = self._own_state()
-        # Whether this follower started on a copy it serves (a restart), not on none.
-        self.restarted = self.serving
-        self._save()
+        # One following process a file, for as long as it runs (``close`` lets go).
+        self._lock: int | None = _hold(self.path)
+        try:
+            self._clear_set_aside()
+            self.state: dict[str, Any] = {"primary": self.primary}
+            self.state = self._own_state()
+            # Whether this follower started on a copy it serves (a restart), not on none.
+            self.restarted = self.serving
+            self._save()
+        except BaseException:
+            self._let_go()
+            raise
 
     def _clear_set_aside(self) -> None:
         """Remove what a follower stopped inside ``_set_aside`` left at its temporary names
@@ -546,6 +553,13 @@ class Follower:
                     child.wait(5)
                     if child.stdin is not None:
                         child.stdin.close()
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Release the lock on the replica's file: another process may follow into it."""
+        if self._lock is not None:
+            os.close(self._lock)  # and the lock with it
+            self._lock = None
 
     def _following(self) -> None:
         """Keep Litestream's follow mode running into the staging file: started on the first
@@ -1272,6 +1286,52 @@ class _Checking:
     def verdict(self) -> str | None:
         self._thread.join()
         return self._verdict
+
+
+def _hold(path: Path) -> int | None:
+    """A lock on ``PATH.replica.lock`` held as long as this process follows ``path``: two
+    processes following into one file (a rolling restart on a shared volume) would copy
+    into the same incoming file, and one could check and serve what the other is still
+    writing. A POSIX record lock: another process is refused, this one may follow the same
+    file again (a restart in process). The lock file is input like every file in the folder:
+    your own regular file that others may not write, else refused. None where there are no
+    such locks.
+
+    Raises:
+        CatalogError: Another process follows into ``path``, or the lock file is no file of
+            this user's.
+    """
+    import errno
+    import fcntl
+
+    lock = Path(f"{path}{LOCK_SUFFIX}")
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:  # O_NONBLOCK: a FIFO planted there opens at once (and is refused below)
+        fd = os.open(lock, flags, 0o600)
+    except OSError as e:
+        raise CatalogError(
+            f"cannot open the replica's lock {str(lock)!r}: {e.strerror or e}"
+        ) from e
+    try:
+        if not _own_regular_file(os.fstat(fd)):
+            raise CatalogError(
+                f"{str(lock)!r} is no regular file of this user's that others may not write"
+            )
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EAGAIN, errno.EACCES):
+            raise CatalogError(
+                f"another process follows the primary into {str(path)!r}: one replica a "
+                "file (stop it, or give this one a folder of its own)"
+            ) from e
+        if e.errno in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            return None  # no record locks on this file system: as before
+        raise CatalogError(f"cannot lock {str(lock)!r}: {e.strerror or e}") from e
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _not_removable(path: Path) -> Path | None:

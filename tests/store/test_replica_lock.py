@@ -1,0 +1,117 @@
+"""One process follows into a replica's file at a time (``PATH.replica.lock``): two (a
+rolling restart on a shared volume) copied into the same incoming file, and one could check
+and serve what the other was still writing. The lock file is input like every file there."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+from tests.store import test_replica as base
+from toolcat.errors import CatalogError
+from toolcat.store import replica
+from toolcat.store.replica import Follower
+
+pytestmark = base.pytestmark
+SOURCE = "file:///nowhere"
+
+FOLLOW = """
+import sys
+from toolcat.errors import CatalogError
+from toolcat.store.replica import Follower
+try:
+    follower = Follower(sys.argv[1], sys.argv[2], follow=True)
+except CatalogError as e:
+    print("refused:", e, flush=True)
+    raise SystemExit(3)
+print("following", flush=True)
+sys.stdin.readline()
+follower.close()
+"""
+
+
+def follow_in_a_child(path: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", FOLLOW, str(path), SOURCE],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+
+
+def test_a_second_process_may_not_follow_into_the_same_file(tmp_path: Path) -> None:
+    path = tmp_path / "replica" / "catalog.db"
+    first = Follower(path, SOURCE, follow=True)
+    try:
+        child = follow_in_a_child(path)
+        out, err = child.communicate("\n", timeout=60)
+        assert child.returncode == 3, err
+        assert out.startswith("refused: another process follows the primary into")
+        assert len(out.strip().splitlines()) == 1  # one line
+    finally:
+        first.close()
+    child = follow_in_a_child(path)  # let go: the next one follows
+    assert child.stdout is not None and child.stdout.readline().strip() == "following"
+    child.communicate("\n", timeout=60)
+    assert child.returncode == 0
+    # This process may follow the same file again (a restart in process), closed or not.
+    again = Follower(path, SOURCE, follow=True)
+    also = Follower(path, SOURCE, follow=True)
+    again.close()
+    also.close()
+
+
+def test_a_follower_killed_outright_lets_go(tmp_path: Path) -> None:
+    path = tmp_path / "replica" / "catalog.db"
+    child = follow_in_a_child(path)
+    assert child.stdout is not None and child.stdout.readline().strip() == "following"
+    child.send_signal(signal.SIGKILL)
+    child.communicate(timeout=30)
+    Follower(path, SOURCE, follow=True).close()
+
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "folder", "writable by others"])
+def test_a_lock_file_of_another_kind_is_refused_and_left_as_it_is(
+    tmp_path: Path, kind: str
+) -> None:
+    path = tmp_path / "replica" / "catalog.db"
+    path.parent.mkdir()
+    lock = Path(f"{path}{replica.LOCK_SUFFIX}")
+    target = tmp_path / "precious"
+    target.write_text("the user's own\n")
+    if kind == "link":
+        lock.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "folder":
+        lock.mkdir()
+    else:
+        lock.write_text("")
+        os.chmod(lock, 0o666)
+    with pytest.raises(CatalogError) as refused:
+        Follower(path, SOURCE, follow=True)
+    assert "\n" not in str(refused.value) and str(lock) in str(refused.value)
+    assert target.read_text() == "the user's own\n"
+    assert os.path.lexists(lock)  # never removed
+    assert not path.exists() and not replica.state_path(path).exists()  # nothing done
+
+
+def test_a_follower_that_cannot_start_lets_go(tmp_path: Path) -> None:
+    path = tmp_path / "replica" / "catalog.db"
+    path.parent.mkdir()
+    path.write_bytes(b"")  # an empty file, named by no state: refused
+    with pytest.raises(CatalogError):
+        Follower(path, SOURCE, follow=True)
+    path.unlink()
+    child = follow_in_a_child(path)  # the refused one held nothing
+    assert child.stdout is not None and child.stdout.readline().strip() == "following"
+    child.communicate("\n", timeout=60)
+    assert child.returncode == 0
