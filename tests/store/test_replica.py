@@ -63,7 +63,9 @@ def primary(tmp_path: Path) -> Primary:
 @pytest.fixture
 def follower(primary: Primary, tmp_path: Path) -> Iterator[Follower]:
     primary.register(SAMPLE_TOOLKITS / "math.yaml")
-    yield Follower(tmp_path / "replica" / "catalog.db", primary.url)
+    follower = Follower(tmp_path / "replica" / "catalog.db", primary.url)
+    yield follower
+    follower.close()
 
 
 def test_a_replica_restores_the_newest_revision_and_follows(
@@ -246,6 +248,7 @@ def test_a_restarted_replica_serves_its_checked_copy_at_once_and_checks_it_at_it
         return problem(path, primary)
 
     monkeypatch.setattr(replica, "copy_problem", counted)
+    follower.close()  # a restart: the process before has let go
     restarted = Follower(follower.path, primary.url)
     assert restarted.serving and restarted.restarted and checks == []
     assert restarted.sync() is False and checks == [follower.path]  # checked, still current
@@ -264,6 +267,7 @@ def test_a_copy_damaged_under_its_stamp_is_served_only_until_the_first_look(
         f.seek(-3 * 4096, 2)
         f.write(b"\xff" * 3 * 4096)
     os.utime(follower.path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    follower.close()  # a restart: the process before has let go
     restarted = Follower(follower.path, primary.url)
     assert restarted.serving  # the stamp matches: served at once
     assert restarted.sync() is True  # checked, found damaged, restored again
@@ -277,6 +281,7 @@ def test_a_restarted_replica_with_a_changed_copy_checks_it_before_serving(
     follower.sync()
     with open(follower.path, "r+b") as f:
         f.truncate(4096)
+    follower.close()  # a restart: the process before has let go
     restarted = Follower(follower.path, primary.url)
     assert not restarted.serving and not restarted.restarted
     assert "damaged" in restarted.state["error"]
@@ -291,6 +296,7 @@ def test_a_restarted_server_warms_its_readers_at_its_first_look(
     from toolcat.server.mcp import CatalogServer
 
     follower.sync()
+    follower.close()  # a restart: the process before has let go
     restarted = Follower(follower.path, primary.url)
     with Catalog(restarted.path) as catalog:
         server = CatalogServer(catalog, follower=restarted)

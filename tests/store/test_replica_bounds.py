@@ -348,5 +348,6 @@ def test_a_publishing_time_before_1970_is_no_time(
     assert follower.sync() is False
     assert "time out of range" in follower.state["error"]
     monkeypatch.undo()
+    follower.close()  # a restart: the process before has let go
     restarted = Follower(follower.path, primary.url)
     assert restarted.restarted  # the state was not damaged: it serves its copy at once

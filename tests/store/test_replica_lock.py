@@ -1,4 +1,4 @@
-"""One process follows into a replica's file at a time (``PATH.replica.lock``): two (a
+"""One follower follows into a replica's file at a time (``PATH.replica.lock``): two (a
 rolling restart on a shared volume) copied into the same incoming file, and one could check
 and serve what the other was still writing. The lock file is input like every file there."""
 
@@ -54,7 +54,7 @@ def test_a_second_process_may_not_follow_into_the_same_file(tmp_path: Path) -> N
         child = follow_in_a_child(path)
         out, err = child.communicate("\n", timeout=60)
         assert child.returncode == 3, err
-        assert out.startswith("refused: another process follows the primary into")
+        assert out.startswith("refused: another replica follows the primary into")
         assert len(out.strip().splitlines()) == 1  # one line
     finally:
         first.close()
@@ -62,11 +62,16 @@ def test_a_second_process_may_not_follow_into_the_same_file(tmp_path: Path) -> N
     assert child.stdout is not None and child.stdout.readline().strip() == "following"
     child.communicate("\n", timeout=60)
     assert child.returncode == 0
-    # This process may follow the same file again (a restart in process), closed or not.
+    # In this process too: a second follower waits for the first to let go.
     again = Follower(path, SOURCE, follow=True)
-    also = Follower(path, SOURCE, follow=True)
+    with pytest.raises(CatalogError, match="another replica follows"):
+        Follower(path, SOURCE, follow=True)
     again.close()
-    also.close()
+    Follower(path, SOURCE, follow=True).close()
+    del again
+    dropped = Follower(path, SOURCE, follow=True)  # dropped without ``close``: lets go
+    del dropped
+    Follower(path, SOURCE, follow=True).close()
 
 
 def test_a_follower_killed_outright_lets_go(tmp_path: Path) -> None:

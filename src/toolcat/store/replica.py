@@ -330,7 +330,7 @@ class Follower:
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         _check_folder(self.path)
-        # One following process a file, for as long as it runs (``close`` lets go).
+        # One follower a file, for as long as it runs (``close`` lets go).
         self._lock: int | None = _hold(self.path)
         try:
             self._clear_set_aside()
@@ -554,6 +554,12 @@ class Follower:
                     if child.stdin is not None:
                         child.stdin.close()
         self._let_go()
+
+    def __del__(self) -> None:
+        # A follower dropped without ``close`` lets go of its file all the same (its lock
+        # is a bare descriptor, which nothing else would close).
+        with contextlib.suppress(Exception):
+            self._let_go()
 
     def _let_go(self) -> None:
         """Release the lock on the replica's file: another process may follow into it."""
@@ -1289,13 +1295,14 @@ class _Checking:
 
 
 def _hold(path: Path) -> int | None:
-    """A lock on ``PATH.replica.lock`` held as long as this process follows ``path``: two
-    processes following into one file (a rolling restart on a shared volume) would copy
-    into the same incoming file, and one could check and serve what the other is still
-    writing. A POSIX record lock: another process is refused, this one may follow the same
-    file again (a restart in process). The lock file is input like every file in the folder:
-    your own regular file that others may not write, else refused. None where there are no
-    such locks.
+    """A lock on ``PATH.replica.lock`` held as long as this follower follows ``path``: two
+    following into one file (a rolling restart on a shared volume) would copy into the same
+    incoming file, and one could check and serve what the other is still writing. An
+    ``flock`` of this descriptor's own: any other follower of the file is refused, in this
+    process or another, and closing another descriptor of the same file (SQLite opening a
+    catalog that is a link to it) never drops it, as it would a POSIX record lock. The lock
+    file is input like every file in the folder: your own regular file that others may not
+    write, else refused. None where there are no such locks.
 
     Raises:
         CatalogError: Another process follows into ``path``, or the lock file is no file of
@@ -1317,16 +1324,16 @@ def _hold(path: Path) -> int | None:
             raise CatalogError(
                 f"{str(lock)!r} is no regular file of this user's that others may not write"
             )
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EAGAIN, errno.EACCES):
             raise CatalogError(
-                f"another process follows the primary into {str(path)!r}: one replica a "
+                f"another replica follows the primary into {str(path)!r}: one replica a "
                 "file (stop it, or give this one a folder of its own)"
             ) from e
         if e.errno in (errno.ENOLCK, errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-            return None  # no record locks on this file system: as before
+            return None  # no such locks on this file system: as before
         raise CatalogError(f"cannot lock {str(lock)!r}: {e.strerror or e}") from e
     except BaseException:
         os.close(fd)
