@@ -15,7 +15,6 @@ import pytest
 from tests.helpers import ROOT
 from tests.store import test_replica as base
 from toolcat.errors import CatalogError
-from toolcat.store import replica
 from toolcat.store.replica import Follower
 
 pytestmark = base.pytestmark
@@ -83,30 +82,7 @@ def test_a_follower_killed_outright_lets_go(tmp_path: Path) -> None:
     Follower(path, SOURCE, follow=True).close()
 
 
-@pytest.mark.parametrize("kind", ["link", "fifo", "folder", "writable by others"])
-def test_a_lock_file_of_another_kind_is_refused_and_left_as_it_is(
-    tmp_path: Path, kind: str
-) -> None:
-    path = tmp_path / "replica" / "catalog.db"
-    path.parent.mkdir()
-    lock = Path(f"{path}{replica.LOCK_SUFFIX}")
-    target = tmp_path / "precious"
-    target.write_text("the user's own\n")
-    if kind == "link":
-        lock.symlink_to(target)
-    elif kind == "fifo":
-        os.mkfifo(lock)
-    elif kind == "folder":
-        lock.mkdir()
-    else:
-        lock.write_text("")
-        os.chmod(lock, 0o666)
-    with pytest.raises(CatalogError) as refused:
-        Follower(path, SOURCE, follow=True)
-    assert "\n" not in str(refused.value) and str(lock) in str(refused.value)
-    assert target.read_text() == "the user's own\n"
-    assert os.path.lexists(lock)  # never removed
-    assert not path.exists() and not replica.state_path(path).exists()  # nothing done
+# What is at the lock's name, as input: tests/store/test_attack63.py.
 
 
 def test_a_follower_that_cannot_start_lets_go(tmp_path: Path) -> None:
