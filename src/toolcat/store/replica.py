@@ -1305,7 +1305,7 @@ def _hold(path: Path) -> int | None:
     write, else refused. None where there are no such locks.
 
     Raises:
-        CatalogError: Another process follows into ``path``, or the lock file is no file of
+        CatalogError: Another follower follows into ``path``, or the lock file is no file of
             this user's.
     """
     import errno
