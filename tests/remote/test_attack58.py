@@ -6,13 +6,11 @@ URL and the ``--header`` credentials are the admin's."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,58 +18,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import ROOT
+from tests.remote.loopback import RawServer
 from toolcat import Catalog
 from toolcat.errors import InvalidArgumentsError, ToolTimeoutError
 from toolcat.remote.openapi import HTTPToolError, Operation, acall, build_request, call, close_all
 from toolcat.runtime.results import CutText, bound_results, reset_results, truncate
 
 SECRET = "s3cr3t-admin-token-7f1e"
-
-
-class RawServer:
-    """A loopback HTTP/1.1 server that records each request's head and answers ``{}``, or
-    what ``respond`` writes to the connection."""
-
-    def __init__(self, respond: Callable[[socket.socket], None] | None = None) -> None:
-        self.respond = respond
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.heads: list[str] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                self.heads.append(data.decode("latin-1"))
-                if self.respond is not None:
-                    with contextlib.suppress(OSError):  # the client stopped reading
-                        self.respond(conn)
-                    continue
-                body = b"{}"
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body
-                )
-
-    def header(self, name: str) -> list[str]:
-        head = self.heads[-1].split("\r\n")[1:]
-        return [
-            line.split(":", 1)[1].strip()
-            for line in head
-            if ":" in line and line.split(":", 1)[0].strip().lower() == name.lower()
-        ]
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 from tests.remote import test_attack58
-from tests.remote.test_attack58 import RawServer, _document, _operation
+from tests.remote.loopback import KeepAlive, RawServer, ok
+from tests.remote.test_attack58 import _document, _operation
 from toolcat import Catalog
 from toolcat.errors import ToolTimeoutError
 from toolcat.remote.openapi import (
@@ -49,19 +50,7 @@ def _bomb(status: bytes, layers: int, size: int) -> Callable[[socket.socket], No
     body = b"\0" * size
     for _ in range(layers):
         body = gzip.compress(body, 9)
-    encoding = b", ".join([b"gzip"] * layers)
-
-    def respond(conn: socket.socket) -> None:
-        conn.sendall(
-            b"HTTP/1.1 "
-            + status
-            + b"\r\nContent-Type: text/plain\r\nContent-Encoding: "
-            + encoding
-            + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
-            + body
-        )
-
-    return respond
+    return _encoded(body, b", ".join([b"gzip"] * layers), status)
 
 
 @pytest.mark.parametrize("status", [b"200 OK", b"500 Internal Server Error"], ids=["ok", "error"])
@@ -389,10 +378,11 @@ def _cookie_setter(server: list[RawServer]) -> Callable[[socket.socket], None]:
     return respond
 
 
-@pytest.mark.parametrize("path", ["sync", "async"])
-def test_no_cookie_an_answer_sets_comes_back_across_redirects_or_calls(
-    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
-) -> None:
+def _cookie_server(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], headers: dict[str, str]
+) -> tuple[RawServer, Operation]:
+    """A server setting cookies (``_cookie_setter``), and an operation on it with a cookie
+    parameter ``sid`` and the admin's ``headers``."""
     holder: list[RawServer] = []
     server = serve(_cookie_setter(holder))
     holder.append(server)
@@ -401,8 +391,16 @@ def test_no_cookie_an_answer_sets_comes_back_across_redirects_or_calls(
         method="GET",
         path="/me",
         args={"sid": ("cookie", "sid")},
-        headers={"Cookie": "admin=1"},
+        headers=headers,
     )
+    return server, operation
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_no_cookie_an_answer_sets_comes_back_across_redirects_or_calls(
+    serve: Callable[[Callable[[socket.socket], None]], RawServer], path: str
+) -> None:
+    server, operation = _cookie_server(serve, {"Cookie": "admin=1"})
     plain = _operation(server.port)
 
     async def both() -> None:
@@ -428,15 +426,7 @@ def test_no_cookie_an_answer_sets_comes_back_across_redirects_or_calls(
 def test_a_callers_own_cookie_parameter_is_still_sent(
     serve: Callable[[Callable[[socket.socket], None]], RawServer],
 ) -> None:
-    holder: list[RawServer] = []
-    server = serve(_cookie_setter(holder))
-    holder.append(server)
-    operation = Operation(
-        base_url=f"http://127.0.0.1:{server.port}/api",
-        method="GET",
-        path="/me",
-        args={"sid": ("cookie", "sid")},
-    )
+    server, operation = _cookie_server(serve, {})
     call(operation, {"sid": "mine"})
     call(operation, {"sid": "again"})
     assert [h for h in server.heads[2].split("\r\n") if h.lower().startswith("cookie:")] == [
@@ -479,51 +469,9 @@ def test_slow_redirect_hops_stop_at_the_timeout(
     assert took < 2.0, f"a call with a 1 s timeout took {took:.1f} s"
 
 
-class KeepAliveServer:
-    """A loopback server answering ``{}`` to every request, keeping each connection open."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.requests = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while True:
-                while b"\r\n\r\n" not in data:
-                    try:
-                        chunk = conn.recv(65536)
-                    except OSError:
-                        return
-                    if not chunk:
-                        return
-                    data += chunk
-                data = data.split(b"\r\n\r\n", 1)[1]
-                self.requests += 1
-                body = b'{"ok": true}'
-                conn.sendall(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n" % len(body) + body
-                )
-
-
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_a_fast_call_still_works_and_its_connection_is_pooled(path: str) -> None:
-    server = KeepAliveServer()
+    server = KeepAlive([ok(b'{"ok": true}')])
     operation = _operation(server.port, timeout=5.0)
 
     async def three() -> list[Any]:
@@ -540,7 +488,7 @@ def test_a_fast_call_still_works_and_its_connection_is_pooled(path: str) -> None
         server.sock.close()
         close_all()
     assert results == [{"ok": True}] * 3
-    assert (server.requests, server.connections) == (3, 1)
+    assert (len(server.heads), server.connections) == (3, 1)
     assert _deadline_now() is None, "the deadline outlived its call"
 
 

@@ -9,7 +9,6 @@ import asyncio
 import gzip
 import logging
 import socket
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -18,66 +17,10 @@ from typing import Any
 
 import pytest
 
+from tests.remote.loopback import Answer, KeepAlive, ok
 from toolcat.errors import ToolTimeoutError
 from toolcat.remote.openapi import HTTPToolError, Operation, acall, async_client, call, close_all
 from toolcat.runtime.results import CutText, bound_results, reset_results
-
-Answer = bytes | Callable[[socket.socket], None]
-
-
-class KeepAlive:
-    """Answers the n-th request (over all connections) with ``answers[n]`` (the last one
-    repeated), keeping each connection open for the next request."""
-
-    def __init__(self, answers: list[Answer]) -> None:
-        self.answers = answers
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen()
-        self.port = self.sock.getsockname()[1]
-        self.connections = 0
-        self.heads: list[bytes] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while True:
-                while b"\r\n\r\n" not in data:
-                    try:
-                        chunk = conn.recv(65536)
-                    except OSError:
-                        return
-                    if not chunk:
-                        return
-                    data += chunk
-                head, data = data.split(b"\r\n\r\n", 1)
-                self.heads.append(head)
-                answer = self.answers[min(len(self.heads) - 1, len(self.answers) - 1)]
-                try:
-                    answer(conn) if callable(answer) else conn.sendall(answer)
-                except OSError:
-                    return
-
-
-def ok(body: bytes, extra: bytes = b"", ctype: bytes = b"application/json") -> bytes:
-    return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: "
-        + ctype
-        + b"\r\n"
-        + extra
-        + b"Content-Length: %d\r\n\r\n" % len(body)
-        + body
-    )
 
 
 def trickle(conn: socket.socket) -> None:
