@@ -56,7 +56,7 @@ def make_standby(follower: Follower, before: Path) -> None:
     shutil.copyfile(before, follower.standby)
     os.chmod(follower.standby, 0o644)
     # Recorded as the replica records the file it sets aside: only that one is patched.
-    follower.state["standby"] = os.lstat(follower.standby).st_ino
+    follower.state["standby"] = replica._own_stamp(follower.standby)
 
 
 def one_round(follower: Follower, way: str, before: Path) -> dict[str, Any]:
