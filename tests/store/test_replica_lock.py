@@ -96,3 +96,18 @@ def test_a_follower_that_cannot_start_lets_go(tmp_path: Path) -> None:
     assert child.stdout is not None and child.stdout.readline().strip() == "following"
     child.communicate("\n", timeout=60)
     assert child.returncode == 0
+
+
+def test_an_ordinary_catalog_gets_no_lock_file_beside_it(tmp_path: Path) -> None:
+    from toolcat import Catalog
+
+    path = tmp_path / "primary" / "catalog.db"
+    path.parent.mkdir()
+    with Catalog(path):
+        pass
+    with pytest.raises(CatalogError, match="is an ordinary catalog"):
+        Follower(path, SOURCE, follow=True)
+    # Nothing of the replica's made beside the admin's file (SQLite's own -wal and -shm
+    # come with any reader of a WAL catalog).
+    made = {n for n in os.listdir(path.parent) if not n.endswith(("-wal", "-shm"))}
+    assert made == {"catalog.db"}

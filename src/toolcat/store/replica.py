@@ -330,6 +330,8 @@ class Follower:
         # shows them, so an operator sees where a replica's lag goes.
         self.steps: dict[str, float] = {}
         _check_folder(self.path)
+        if self.path.exists() and marker_of(self.path) == "":
+            raise _ordinary(self.path)  # before the lock: nothing is made beside it
         # One follower a file, for as long as it runs (``close`` lets go).
         self._lock: int | None = _hold(self.path)
         try:
@@ -394,9 +396,7 @@ class Follower:
             return fresh
         marked = marker_of(self.path)
         if marked == "":
-            raise CatalogError(
-                f"{str(self.path)!r} is an ordinary catalog; a replica needs its own file"
-            )
+            raise _ordinary(self.path)
         if marked is not None and marked != self.primary:
             raise CatalogError(
                 f"{str(self.path)!r} is a replica of {marked}, not of {self.primary}; give "
@@ -1395,6 +1395,10 @@ def _kill(child: Any) -> None:
     if child.poll() is None:
         with contextlib.suppress(OSError):
             os.killpg(child.pid, signal.SIGKILL)
+
+
+def _ordinary(path: Path) -> CatalogError:
+    return CatalogError(f"{str(path)!r} is an ordinary catalog; a replica needs its own file")
 
 
 def marker_of(path: Path) -> str | None:
