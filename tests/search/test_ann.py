@@ -180,11 +180,13 @@ def test_the_next_process_loads_the_saved_shortlist(
         assert stamp["rows"] == TOOLS
 
 
-def test_a_change_makes_the_shortlist_stale(
+def test_a_change_carries_the_shortlist_to_the_new_rows(
     db: Path, indexed: tuple[Path, list[str]], large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Another process registers and reindexes (which saves the new revision's shortlist):
-    the serving one drops its shortlist at its next query and loads the new one."""
+    """Another process registers and reindexes: the serving one brings its matrix forward at
+    its next query and carries its shortlist to it, the new tool scanned exactly beside it
+    (no build); once more rows than ``ann.CARRIED_MAX`` are outside its index, it loads the
+    new revision's saved shortlist (reindex saved it), or builds one."""
     queries = indexed[1]
     for catalog in served(db, queries):
         old = catalog.revision
@@ -197,9 +199,22 @@ def test_a_change_makes_the_shortlist_stale(
         hits = catalog.search("zygomorphic flowers", mode="embedding").hits
         assert vectors.key is not None and vectors.key[0] == catalog.revision != old
         assert hits[0].tool.id == "flora.zygomorphic_lookup"
+        assert vectors.shortlist is not None  # carried: served at once
+        assert len(vectors.shortlist) == TOOLS and vectors.shortlist.off_index == 1
+        with Catalog(db) as fresh:  # read whole, the shortlist reindex saved
+            assert answers(catalog, queries) == answers(fresh, queries)
+        vectors.wait_shortlist()
+        assert builds == []
+        monkeypatch.setattr(ann, "CARRIED_MAX", 1)
+        with Catalog(db) as admin:
+            more = Tool(name="actinomorphic_lookup", description="Find radial flowers")
+            admin.register(Toolkit(name="flora2", version="1", tools=[more]))
+            admin.reindex()
+        builds = counted_builds(monkeypatch)  # not the admin's own
+        catalog.search("radial flowers", mode="embedding")
         vectors.wait_shortlist()
         assert builds == [] and vectors.shortlist is not None
-        assert len(vectors.shortlist) == TOOLS + 1
+        assert len(vectors.shortlist) == TOOLS + 2 and vectors.shortlist.off_index == 0
         stamp = json.loads((ann.folder(str(db)) / ann.STAMP).read_text())
         assert stamp["revision"] == catalog.revision
         assert catalog.search("zygomorphic flowers", mode="embedding").hits[0].tool.id == (

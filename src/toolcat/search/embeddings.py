@@ -17,15 +17,17 @@ reindex after the export changed re-embeds everything.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import EmbeddingError
+from ..store import reader
 from ..text.documents import schema_texts
 from ..text.tokenize import split_words
 from . import ann
@@ -64,6 +66,10 @@ MAX_TEXT_CHARS = 2000
 QUERY_CACHE_SIZE = 4096
 # Vectors read from SQLite per fetch when the matrix is loaded.
 VECTOR_CHUNK = 4096
+# A matrix is brought forward by the rows changed since (``VectorIndex._bring_forward``)
+# while those are at most one tool in this many, or ``FORWARD_MIN``; past that, read whole.
+FORWARD_SHARE = 10
+FORWARD_MIN = 1000
 # Filter masks kept per vector matrix (one per distinct set of filters asked).
 MASK_CACHE_SIZE = 32
 # How much of the catalog file a one-shot search maps to read the vectors (address space).
@@ -562,6 +568,36 @@ def compact_from(rows: int) -> bool:
     return rows >= ann.ANN_FROM and ann.installed()
 
 
+def _fill(
+    matrix: np.ndarray,
+    at: int,
+    rows: Sequence[tuple[int, bytes]],
+    model_id: str,
+    staging: np.ndarray | None = None,
+) -> None:
+    """Copy the vectors of ``rows`` ((tool id, BLOB) pairs) into ``matrix`` from row ``at``:
+    each BLOB straight into its row of a float32 matrix (joining a chunk's BLOBs first cost
+    a fresh 6 MB buffer per chunk: 30% more page faults loading 10k tools in a fresh
+    process), or into the float32 ``staging`` rows converted into a float16 one."""
+    import numpy as np
+
+    size = 4 * matrix.shape[1]
+    into, start = (staging, 0) if matrix.dtype != np.float32 else (matrix, at * size)
+    if into is None:
+        raise ValueError("a float16 matrix is filled through float32 staging rows")
+    data = into.data.cast("B")
+    for _, blob in rows:
+        if len(blob) != size:
+            raise EmbeddingError(
+                f"the catalog's vectors for {model_id} differ in length: "
+                "run `toolcat reindex --full`"
+            )
+        data[start : start + size] = blob
+        start += size
+    if into is not matrix:
+        matrix[at : at + len(rows)] = into[: len(rows)]
+
+
 def to_blob(vector: np.ndarray) -> bytes:
     import numpy as np
 
@@ -608,40 +644,64 @@ class VectorIndex:
         self._shortlist_lock = threading.Lock()
         self._shortlist_builder: threading.Thread | None = None
         self._rows: PerFilter[np.ndarray] = PerFilter(MASK_CACHE_SIZE)
+        # The change log's mark of the revision loaded (``reader.fts_history``): a matrix
+        # is brought forward only along the history it was read in.
+        self.history: int | None = None
 
     def refresh(
         self, conn: sqlite3.Connection, revision: int, model_id: str, path: str = ""
     ) -> None:
-        """Load the matrix when the revision or model moved. Rows are read in chunks
-        straight into one preallocated matrix: holding every BLOB, their join and its copy
-        at once peaked at 2.5x the matrix (a serving process at 100k tools: 1,029 MB
-        against 796 MB after). They are read in the order SQLite finds them, not sorted by
-        id: sorting made SQLite copy every vector into a temporary B-tree, half the load
-        (10k tools: 58 against 30 ms); ``order`` puts the scores in id order instead.
-
-        From ``ann.ANN_FROM`` active tools on, with the ``ann`` extra, each chunk is
-        converted to float16 into the compact store (the float32 matrix is never held
-        whole), and a long-lived process then loads the shortlist saved beside the catalog
+        """Load the matrix when the revision or model moved: brought forward from the one
+        held by the rows that changed since (``_bring_forward``), or read whole
+        (``_load``). A long-lived process then loads the shortlist saved beside the catalog
         file at ``path`` for these vectors, or builds and saves one, on a background thread
-        (``shortlist``)."""
-        import numpy as np
-
+        (``shortlist``), from ``ann.ANN_FROM`` active tools on with the ``ann`` extra."""
         if self.key == (revision, model_id):
             return
         with self._shortlist_lock:
-            self.shortlist = None  # never served past its revision
-        self.active_tools = conn.execute(
+            held, self.shortlist = self.shortlist, None  # never served past its revision
+        learned = self._learned(conn, model_id)
+        carried = self._bring_forward(conn, revision, model_id, learned, held, path)
+        if carried is None:
+            self._load(conn, model_id, learned)
+        self.history = reader.fts_history(conn, revision)
+        self._masks, self._rows = PerFilter(MASK_CACHE_SIZE), PerFilter(MASK_CACHE_SIZE)
+        with self._shortlist_lock:
+            self.key = (revision, model_id)
+            self.shortlist = carried if isinstance(carried, ann.Shortlist) else None
+        self._shortlist_soon(path)
+
+    @staticmethod
+    def _learned(conn: sqlite3.Connection, model_id: str) -> list[tuple[int, bytes]]:
+        """(tool id, vector) of the queries recorded for active tools, when learning from use
+        is on (a few per tool at most: read whole at every revision)."""
+        if not conn.execute("SELECT value FROM meta WHERE key = 'learn_from_use'").fetchone()[0]:
+            return []
+        rows: list[tuple[int, bytes]] = conn.execute(
+            "SELECT t.id, u.vector FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
+            "AND t.name = u.name JOIN toolkits k ON k.id = t.toolkit_id "
+            "WHERE u.principal = '' AND k.active = 1 AND u.model = ? "
+            "AND u.vector IS NOT NULL",
+            (model_id,),
+        ).fetchall()
+        return rows
+
+    def _load(
+        self, conn: sqlite3.Connection, model_id: str, learned: list[tuple[int, bytes]]
+    ) -> None:
+        """Read every active tool's vector. Rows are read in chunks straight into one
+        preallocated matrix: holding every BLOB, their join and its copy at once peaked at
+        2.5x the matrix (a serving process at 100k tools: 1,029 MB against 796 MB after).
+        They are read in the order SQLite finds them, not sorted by id: sorting made SQLite
+        copy every vector into a temporary B-tree, half the load (10k tools: 58 against
+        30 ms); ``order`` puts the scores in id order instead. From ``ann.ANN_FROM`` active
+        tools on, with the ``ann`` extra, each chunk is converted to float16 into the
+        compact store (the float32 matrix is never held whole)."""
+        import numpy as np
+
+        active: int = conn.execute(
             "SELECT count(*) FROM tools t JOIN toolkits k ON k.id = t.toolkit_id WHERE k.active = 1"
         ).fetchone()[0]
-        learned: list[tuple[int, bytes]] = []
-        if conn.execute("SELECT value FROM meta WHERE key = 'learn_from_use'").fetchone()[0]:
-            learned = conn.execute(
-                "SELECT t.id, u.vector FROM usage u JOIN tools t ON t.toolkit = u.toolkit "
-                "AND t.name = u.name JOIN toolkits k ON k.id = t.toolkit_id "
-                "WHERE u.principal = '' AND k.active = 1 AND u.model = ? "
-                "AND u.vector IS NOT NULL",
-                (model_id,),
-            ).fetchall()
         if _one_shot:
             # Read every vector once through a memory map: SQLite then skips a read() and a
             # copy per page (a fresh process at 10k tools: 125 against 102 ms at load 6). A
@@ -653,51 +713,158 @@ class VectorIndex:
             "WHERE k.active = 1",
             (model_id,),
         )
-        compact = compact_from(self.active_tools)
-        ids = np.zeros(self.active_tools, dtype=np.int64)
+        compact = compact_from(active)
+        ids = np.zeros(active, dtype=np.int64)
         matrix = np.zeros((0, 0), dtype="<f4")
         store: ann.Store | None = None
+        staging: np.ndarray | None = None
         count = 0
         while chunk := cursor.fetchmany(VECTOR_CHUNK):
             if not count:
                 width = len(chunk[0][1]) // 4
-                size = 4 * width
-                allocated = self.active_tools + len(learned)
+                allocated = active + len(learned)
                 if compact:
                     store = ann.Store(allocated, width)
                     matrix = store.matrix
                     staging = np.empty((min(VECTOR_CHUNK, allocated), width), dtype="<f4")
                 else:
                     matrix = np.empty((allocated, width), dtype="<f4")
-            # Learned rows go after the tools'. Each BLOB is copied straight into its row
-            # (of the matrix, or of a float32 chunk converted into the store): joining a
-            # chunk's BLOBs first cost a fresh 6 MB buffer per chunk (30% more page faults
-            # loading 10k tools in a fresh process).
-            into, at = (staging, 0) if store is not None else (matrix, count * size)
-            rows = into.data.cast("B")
-            for _, blob in chunk:
-                if len(blob) != size:
-                    raise EmbeddingError(
-                        f"the catalog's vectors for {model_id} differ in length: "
-                        "run `toolcat reindex --full`"
-                    )
-                rows[at : at + size] = blob
-                at += size
-            if store is not None:
-                matrix[count : count + len(chunk)] = staging[: len(chunk)]
+            _fill(matrix, count, chunk, model_id, staging)
             ids[count : count + len(chunk)] = [tool_id for tool_id, _ in chunk]
             count += len(chunk)
-        self.ids = ids[:count]
+        self._settle(active, ids[:count], store, matrix, learned)
+
+    def _bring_forward(
+        self,
+        conn: sqlite3.Connection,
+        revision: int,
+        model_id: str,
+        learned: list[tuple[int, bytes]],
+        shortlist: ann.Shortlist | None,
+        path: str,
+    ) -> ann.Shortlist | Literal[False] | None:
+        """Make the matrix of ``revision`` from the one held, when the change logs reach
+        back to it along the same history: the rows of tools that joined or left the
+        active set since (``fts_changes``) or whose definition's vector was stored since
+        (``vector_changes``) are read again, the others copied (a one-toolkit change: 0.08
+        against 0.8 s read whole at 100k tools, 0.6 against 12 s at 1M). The held
+        ``shortlist`` is carried to the new rows while ``ann.CARRIED_MAX`` allows; past
+        that, or with none held, where a shortlist of this revision is saved beside the
+        catalog at ``path``, the matrix is read whole instead, in the order that one's rows
+        are in (a carried matrix's are in another, and a build takes 16 s at 100k rows).
+
+        Returns:
+            The shortlist carried, or False when there is none to carry; None, having
+            changed nothing, where it cannot: another model or history, a log that does
+            not reach back, more rows changed than ``FORWARD_SHARE`` allows, the compact
+            store crossing its threshold, or a result that does not add up to the
+            catalog's kept count of vectors (a row written by hand, unlogged).
+        """
+        import numpy as np
+
+        from ..store import counts
+
+        held, ids = self.matrix, self.ids
+        if self.key is None or held is None or ids is None or _one_shot:
+            return None
+        before, model = self.key
+        if model != model_id or revision < before or self.history is None:
+            return None
+        if self.history != reader.fts_history(conn, before):
+            return None  # another history reached that revision (a copy from a backup)
+        limit = max(FORWARD_MIN, self.tool_rows // FORWARD_SHARE)
+        rows = reader.fts_changes(conn, before, limit)
+        hashes = reader.vector_changes(conn, before, model_id, limit)
+        if rows is None or hashes is None:
+            return None
+        touched = set(rows)
+        if hashes:
+            touched.update(
+                row[0]
+                for row in conn.execute(
+                    "SELECT id FROM tools WHERE content_hash IN (SELECT value FROM json_each(?))",
+                    (json.dumps(hashes),),
+                )
+            )
+        active = counts.active_tools(conn)
+        if len(touched) > limit or compact_from(active) != (self.store is not None):
+            return None
+        fresh = conn.execute(
+            "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
+            "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
+            "WHERE k.active = 1 AND t.id IN (SELECT value FROM json_each(?))",
+            (model_id, json.dumps(sorted(touched))),
+        ).fetchall()
+        old = ids[: self.tool_rows]
+        keep = np.isin(old, np.fromiter(touched, dtype=np.int64, count=len(touched)), invert=True)
+        kept = int(np.count_nonzero(keep))
+        count = kept + len(fresh)
+        width = int(held.shape[1]) if held.ndim == 2 and held.shape[1] else 0
+        if count != counts.vectors(conn, model_id) or (fresh and not width):
+            return None  # the log and the kept counts disagree: read whole
+        carried: ann.Shortlist | Literal[False] = False
+        if shortlist is not None:
+            moved = np.full(len(old), -1, dtype=np.int64)
+            moved[keep] = np.arange(kept, dtype=np.int64)
+            carried = shortlist.carried(moved, np.arange(kept, count, dtype=np.int64))
+            if carried.off_index > ann.CARRIED_MAX:
+                carried = False
+        if (
+            not carried
+            and path
+            and self.store is not None
+            and ann.saved_for(path, revision, model_id, count)
+        ):
+            return None  # read whole, the rows line up with the shortlist saved for them
+        allocated = count + len(learned)
+        store = ann.Store(allocated, width) if self.store is not None else None
+        matrix = store.matrix if store is not None else np.empty((allocated, width), dtype="<f4")
+        if kept == len(old):
+            matrix[:kept] = held[:kept]
+        else:
+            np.compress(keep, held[: len(old)], axis=0, out=matrix[:kept])
+        staging = np.empty((VECTOR_CHUNK, width), dtype="<f4") if store is not None else None
+        try:
+            for at in range(0, len(fresh), VECTOR_CHUNK):
+                _fill(matrix, kept + at, fresh[at : at + VECTOR_CHUNK], model_id, staging)
+        except EmbeddingError:
+            return None  # read whole, which says so
+        self._settle(
+            active,
+            np.concatenate([old[keep], np.array([row[0] for row in fresh], dtype=np.int64)]),
+            store,
+            matrix,
+            learned,
+        )
+        return carried
+
+    def _settle(
+        self,
+        active: int,
+        ids: np.ndarray,
+        store: ann.Store | None,
+        matrix: np.ndarray,
+        learned: list[tuple[int, bytes]],
+    ) -> None:
+        """Take up ``matrix``, whose first ``len(ids)`` rows are those tools' vectors, with
+        the learned queries' rows after them (room for ``learned`` left there), of
+        ``active`` active tools."""
+        import numpy as np
+
+        count = len(ids)
+        self.active_tools = active
+        self.ids = ids
         self.tool_rows = count
-        order = np.argsort(self.ids, kind="stable")
-        in_order = bool((np.diff(self.ids) > 0).all())
+        order = np.argsort(ids, kind="stable")
+        in_order = bool((np.diff(ids) > 0).all())
         self.order = None if in_order else order
-        self.ids_in_order = None if in_order else self.ids[order]
+        self.ids_in_order = None if in_order else ids[order]
         # The first ``tool_rows`` rows are the tools' vectors; the rest are the vectors of
         # queries recorded for a tool (learning from use): ``owner`` gives each one's tool row.
         owners: list[int] = []
         if count and learned:
-            by_id = self.ids[order]
+            width = matrix.shape[1]
+            by_id = ids[order]
             slots = np.searchsorted(by_id, [tool_id for tool_id, _ in learned])
             for (tool_id, blob), slot in zip(learned, slots.tolist(), strict=True):
                 if slot < count and by_id[slot] == tool_id and len(blob) == 4 * width:
@@ -715,10 +882,6 @@ class VectorIndex:
                 matrix = matrix[:used].copy()
         self.store = store
         self.matrix = matrix[:used]
-        self._masks, self._rows = PerFilter(MASK_CACHE_SIZE), PerFilter(MASK_CACHE_SIZE)
-        with self._shortlist_lock:
-            self.key = (revision, model_id)
-        self._shortlist_soon(path)
 
     def _shortlist_soon(self, path: str) -> None:
         """Load or build the shortlist of the current vectors on a background thread, when
@@ -727,7 +890,7 @@ class VectorIndex:
         if _one_shot or self.tool_rows < ann.ANN_FROM or not ann.installed():
             return
         with self._shortlist_lock:
-            if self._shortlist_builder is not None:
+            if self._shortlist_builder is not None or self.shortlist is not None:
                 return
             self._shortlist_builder = threading.Thread(
                 target=self.prepare_shortlist,

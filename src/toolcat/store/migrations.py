@@ -240,6 +240,26 @@ def m006_fts_changes(db: Any) -> None:
     )
 
 
+@migration
+def m007_vector_changes(db: Any) -> None:
+    """Which definitions' vectors each revision stored, so that a process's vector matrix
+    at an earlier revision is brought forward by the rows that changed instead of read
+    whole again (``embeddings.VectorIndex``, a second or more a change at 100k tools):
+    ``vector_changes`` holds (revision, model, content hash) for every vector stored, with
+    the revision the storing transaction reaches, and ``meta.vector_changes_from`` the
+    revision after which the log is whole. Which tools joined or left the active set is
+    ``fts_changes``'s: a tool has a ``tools_fts`` row exactly while its version is active."""
+    db.execute(
+        "CREATE TABLE vector_changes (revision INTEGER NOT NULL, model TEXT NOT NULL, "
+        "content_hash TEXT NOT NULL)"
+    )
+    db.execute("CREATE INDEX vector_changes_revision ON vector_changes (revision)")
+    db.execute(
+        "INSERT INTO meta (key, value) "
+        "SELECT 'vector_changes_from', value FROM meta WHERE key = 'revision'"
+    )
+
+
 def _implementation(definition: Any) -> str:
     try:
         found = json.loads(definition).get("implementation")
@@ -313,12 +333,19 @@ SCHEMA_OBJECTS = frozenset(
         "tools_fts_vocab",
         "tools_fts_delete",
         "fts_changes",
+        "vector_changes",
         "usage",
         *TRIGGER_NAMES,
     }
 )
 REQUIRED_META = ("revision", "learn_from_use", "usage_revision")
-OPTIONAL_META = ("usage_folded", "embedding_dim", "fts_changes_from", ACTIVE_TOOLS)
+OPTIONAL_META = (
+    "usage_folded",
+    "embedding_dim",
+    "fts_changes_from",
+    "vector_changes_from",
+    ACTIVE_TOOLS,
+)
 
 
 def check_schema(conn: sqlite3.Connection) -> None:

@@ -180,6 +180,28 @@ def fts_changes(conn: sqlite3.Connection, after: int, limit: int) -> list[int] |
     return [row[0] for row in rows]
 
 
+def vector_changes(
+    conn: sqlite3.Connection, after: int, model: str, limit: int
+) -> list[str] | None:
+    """The definitions whose ``model`` vectors were stored since revision ``after`` (the log
+    of ``migrations.m007_vector_changes``), each once; None when the log does not reach
+    back that far or holds more than ``limit`` of them since."""
+    try:
+        start = meta(conn, "vector_changes_from")
+        if type(start) is not int or after < start:
+            return None
+        rows = conn.execute(
+            "SELECT DISTINCT content_hash FROM vector_changes "
+            "WHERE revision > ? AND model = ? LIMIT ?",
+            (after, model, limit + 1),
+        ).fetchall()
+    except sqlite3.OperationalError:  # no such table: not migrated (a read-only catalog)
+        return None
+    if len(rows) > limit or not all(type(row[0]) is str for row in rows):
+        return None
+    return [row[0] for row in rows]
+
+
 def fts_history(conn: sqlite3.Connection, revision: int) -> int | None:
     """The change log's random mark of ``revision`` (``writer.bump_revision``: a negative
     row): which history of the catalog reached that revision. None when there is none (a

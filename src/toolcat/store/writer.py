@@ -61,6 +61,9 @@ INSERT_FTS = (
 # Rows of the ``tools_fts`` change log kept: a saved BM25 index more changes behind than
 # ``lexical_index.bring_forward`` takes up is rebuilt whole, so older ones serve nothing.
 FTS_CHANGES_KEPT = 100_000
+# Rows of the stored-vectors change log kept (``m007_vector_changes``): more than a matrix
+# is brought forward by (``embeddings.VectorIndex``), which reads it whole instead.
+VECTOR_CHANGES_KEPT = 100_000
 
 
 @contextlib.contextmanager
@@ -95,6 +98,7 @@ def bump_revision(conn: sqlite3.Connection) -> int:
         "UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value"
     ).fetchone()
     _trim_fts_changes(conn)
+    _trim_vector_changes(conn)
     # The revision's mark in the change log (``reader.fts_history``): a random negative
     # "row", so that a saved BM25 index is brought forward only along the history it was
     # saved in, not along another one that reached the same revision numbers (a catalog
@@ -151,6 +155,41 @@ def _fts_changes_from(conn: sqlite3.Connection, revision: int) -> None:
     conn.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_changes_from', "
         "max(?, coalesce((SELECT value FROM meta WHERE key = 'fts_changes_from'), 0)))",
+        (revision,),
+    )
+
+
+def _vectors_changed(conn: sqlite3.Connection, model: str, hashes: Sequence[str]) -> None:
+    """Log that ``model``'s vectors of these definitions were stored (``m007_vector_changes``),
+    in the storing transaction; more than the log keeps are not logged: it starts after
+    this transaction."""
+    upcoming = read_revision(conn) + 1
+    if len(hashes) > VECTOR_CHANGES_KEPT:
+        _vector_changes_from(conn, upcoming)
+        return
+    conn.executemany(
+        "INSERT INTO vector_changes (revision, model, content_hash) VALUES (?, ?, ?)",
+        zip(itertools.repeat(upcoming), itertools.repeat(model), hashes),
+    )
+
+
+def _trim_vector_changes(conn: sqlite3.Connection) -> None:
+    """Keep the stored-vectors log to the newest ``VECTOR_CHANGES_KEPT`` rows (whole
+    revisions); ``vector_changes_from`` moves past what goes."""
+    cut = conn.execute(
+        "SELECT revision FROM vector_changes ORDER BY revision DESC LIMIT 1 OFFSET ?",
+        (VECTOR_CHANGES_KEPT,),
+    ).fetchone()
+    if cut is not None:
+        _vector_changes_from(conn, cut[0])
+
+
+def _vector_changes_from(conn: sqlite3.Connection, revision: int) -> None:
+    """Forget the stored-vectors log up to ``revision``: from now on it is whole only after it."""
+    conn.execute("DELETE FROM vector_changes WHERE revision <= ?", (revision,))
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('vector_changes_from', "
+        "max(?, coalesce((SELECT value FROM meta WHERE key = 'vector_changes_from'), 0)))",
         (revision,),
     )
 
@@ -946,6 +985,7 @@ def store_vectors(conn: sqlite3.Connection, model: str, rows: Sequence[tuple[str
             "ON CONFLICT (content_hash, model) DO UPDATE SET vector = excluded.vector",
             [(digest, model, blob) for digest, blob in rows],
         )
+        _vectors_changed(conn, model, [digest for digest, _ in rows])
         return bump_revision(conn)
 
 
@@ -954,6 +994,7 @@ def reset_vectors(conn: sqlite3.Connection, model: str, producer: str) -> int:
     in one transaction; returns the revision."""
     with write_transaction(conn):
         conn.execute("DELETE FROM embeddings WHERE model = ?", (model,))
+        _vector_changes_from(conn, read_revision(conn) + 1)  # every vector of it changed
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('embedding_producer', ?) "
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -974,6 +1015,8 @@ def prune_vectors(conn: sqlite3.Connection, keep_model: str) -> int:
             (keep_model,),
         ).rowcount
         if removed:
+            # Another model's vectors, which a process may still hold, went with them.
+            _vector_changes_from(conn, read_revision(conn) + 1)
             bump_revision(conn)
         return removed
 
