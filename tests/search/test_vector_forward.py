@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from toolcat import Catalog, Toolkit
+from toolcat.errors import EmbeddingError
 from toolcat.search import ann, embeddings
 from toolcat.search.embeddings import VectorIndex
 from toolcat.store import reader, writer
@@ -45,7 +46,9 @@ def store_random(conn: sqlite3.Connection, seed: int, everything: bool = False) 
     if hashes:
         matrix = np.random.default_rng(seed).standard_normal((len(hashes), WIDTH))
         matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype("<f4")
-        writer.store_vectors(conn, MODEL, [(h, v.tobytes()) for h, v in zip(hashes, matrix)])
+        writer.store_vectors(
+            conn, MODEL, [(h, v.tobytes()) for h, v in zip(hashes, matrix, strict=True)]
+        )
     return len(hashes)
 
 
@@ -71,6 +74,10 @@ def contents(index: VectorIndex) -> tuple[dict[int, bytes], list[tuple[int, byte
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    return counted_loads(monkeypatch)
+
+
+def counted_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Each whole read of a matrix (``VectorIndex._load``), counted."""
     counted: list[int] = []
     original = VectorIndex._load
@@ -148,7 +155,7 @@ def test_learned_queries_are_read_again(tmp_path: Path, loads: list[int]) -> Non
         rows = conn.execute("SELECT id FROM usage").fetchall()
         vectors = np.random.default_rng(5).standard_normal((len(rows), WIDTH)).astype("<f4")
         writer.store_usage_vectors(
-            conn, MODEL, [(r[0], v.tobytes()) for r, v in zip(rows, vectors)]
+            conn, MODEL, [(r[0], v.tobytes()) for r, v in zip(rows, vectors, strict=True)]
         )
         forward(index, conn, loads, read=False)
         assert len(index.owner) == 2
@@ -296,7 +303,7 @@ def test_a_failed_bring_forward_changes_nothing(
     registered(conn, kit("bad", 1))
     (digest,) = conn.execute("SELECT content_hash FROM tools WHERE toolkit = 'bad'").fetchone()
     writer.store_vectors(conn, MODEL, [(digest, b"\0" * 12)])
-    with pytest.raises(embeddings.EmbeddingError, match="differ in length"):
+    with pytest.raises(EmbeddingError, match="differ in length"):
         index.refresh(conn, reader.revision(conn), MODEL)
     assert contents(index) == held
 

@@ -778,12 +778,13 @@ class VectorIndex:
         if rows is None or hashes is None:
             return None
         touched = set(rows)
-        if hashes:
+        if hashes:  # one definition may be many tools': no more than the limit read
             touched.update(
                 row[0]
                 for row in conn.execute(
-                    "SELECT id FROM tools WHERE content_hash IN (SELECT value FROM json_each(?))",
-                    (json.dumps(hashes),),
+                    "SELECT id FROM tools WHERE content_hash IN "
+                    "(SELECT value FROM json_each(?)) LIMIT ?",
+                    (json.dumps(hashes), limit + 1),
                 )
             )
         active = counts.active_tools(conn)
