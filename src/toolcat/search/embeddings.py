@@ -587,7 +587,7 @@ def _fill(
         raise ValueError("a float16 matrix is filled through float32 staging rows")
     data = into.data.cast("B")
     for _, blob in rows:
-        if len(blob) != size:
+        if type(blob) is not bytes or len(blob) != size:  # a TEXT or number: damaged too
             raise EmbeddingError(
                 f"the catalog's vectors for {model_id} differ in length: "
                 "run `toolcat reindex --full`"
@@ -787,7 +787,10 @@ class VectorIndex:
                     (json.dumps(hashes), limit + 1),
                 )
             )
-        active = counts.active_tools(conn)
+        try:  # kept counts of the wrong type (a file edited by hand): read whole
+            active, vectors = counts.active_tools(conn), counts.vectors(conn, model_id)
+        except (TypeError, ValueError, OverflowError):
+            return None
         if len(touched) > limit or compact_from(active) != (self.store is not None):
             return None
         fresh = conn.execute(
@@ -801,7 +804,7 @@ class VectorIndex:
         kept = int(np.count_nonzero(keep))
         count = kept + len(fresh)
         width = int(held.shape[1]) if held.ndim == 2 and held.shape[1] else 0
-        if count != counts.vectors(conn, model_id) or (fresh and not width):
+        if count != vectors or (fresh and not width):
             return None  # the log and the kept counts disagree: read whole
         carried: ann.Shortlist | Literal[False] = False
         if shortlist is not None:
@@ -849,17 +852,15 @@ class VectorIndex:
     ) -> None:
         """Take up ``matrix``, whose first ``len(ids)`` rows are those tools' vectors, with
         the learned queries' rows after them (room for ``learned`` left there), of
-        ``active`` active tools."""
+        ``active`` active tools. Everything is made first and taken up at once at the end:
+        a failure on the way (memory) leaves the matrix held and its ids as they were, a
+        pair the next ``_bring_forward`` starts from (a half-taken one gave tools each
+        other's vectors), and the background build never sees one without the other."""
         import numpy as np
 
         count = len(ids)
-        self.active_tools = active
-        self.ids = ids
-        self.tool_rows = count
         order = np.argsort(ids, kind="stable")
         in_order = bool((np.diff(ids) > 0).all())
-        self.order = None if in_order else order
-        self.ids_in_order = None if in_order else ids[order]
         # The first ``tool_rows`` rows are the tools' vectors; the rest are the vectors of
         # queries recorded for a tool (learning from use): ``owner`` gives each one's tool row.
         owners: list[int] = []
@@ -868,10 +869,15 @@ class VectorIndex:
             by_id = ids[order]
             slots = np.searchsorted(by_id, [tool_id for tool_id, _ in learned])
             for (tool_id, blob), slot in zip(learned, slots.tolist(), strict=True):
-                if slot < count and by_id[slot] == tool_id and len(blob) == 4 * width:
+                # a vector of another length or type (a TEXT written by hand) is left out
+                if (
+                    slot < count
+                    and by_id[slot] == tool_id
+                    and type(blob) is bytes
+                    and len(blob) == 4 * width
+                ):
                     matrix[count + len(owners)] = np.frombuffer(blob, dtype="<f4")
                     owners.append(int(order[slot]))
-        self.owner = np.array(owners, dtype=np.int64)
         used = count + len(owners)
         # Tools without a vector leave rows unused: keep a view unless that wastes much.
         if used * 10 < len(matrix) * 9:
@@ -881,8 +887,15 @@ class VectorIndex:
                 store, matrix = kept, kept.matrix
             else:
                 matrix = matrix[:used].copy()
-        self.store = store
-        self.matrix = matrix[:used]
+        with self._shortlist_lock:
+            self.active_tools = active
+            self.ids = ids
+            self.tool_rows = count
+            self.order = None if in_order else order
+            self.ids_in_order = None if in_order else ids[order]
+            self.owner = np.array(owners, dtype=np.int64)
+            self.store = store
+            self.matrix = matrix[:used]
 
     def _shortlist_soon(self, path: str) -> None:
         """Load or build the shortlist of the current vectors on a background thread, when
