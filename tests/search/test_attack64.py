@@ -1,10 +1,12 @@
 """Attacks on a vector matrix brought forward by the change logs (``VectorIndex.refresh``):
 values of the wrong type in the catalog file where the logs' check reads them, and a
 refresh that fails half-way, must leave a matrix that holds what a whole read holds, or a
-clear refusal, never a crash or tools given each other's vectors."""
+clear refusal, never a crash or tools given each other's vectors; and a reindex saves the
+shortlist a later process loads, whatever the process that reindexes held."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -128,3 +130,38 @@ def test_a_tool_vector_of_another_type_is_refused_as_damaged(catalog: Catalog) -
         with pytest.raises(EmbeddingError, match="differ in length"):
             make()
     assert contents(index) == held
+
+
+def test_a_second_reindex_in_one_process_saves_the_shortlist_the_next_process_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalog object that reindexes again (the console's writer, an application's own):
+    reindex refreshes its engine's matrix to save the shortlist beside the catalog, but
+    the matrix was brought forward with the shortlist carried, so nothing was saved (the
+    stamp stayed at the first reindex's revision) and the next process built its own
+    (16 s at 100k tools). Reindex now reads the matrix whole, as every process does."""
+    pytest.importorskip("faiss")
+    pytest.importorskip("onnxruntime")
+    from tests.search.test_ann import THRESHOLD, counted_builds, served
+    from tests.search.test_postings import bench_toolkits
+    from toolcat import Tool, Toolkit
+    from toolcat.search import ann
+
+    monkeypatch.setattr(ann, "ANN_FROM", THRESHOLD)
+    kits, queries = bench_toolkits(300)
+    path = tmp_path / "catalog.db"
+    with Catalog(path) as admin:
+        admin.register(kits)
+        admin.reindex(batch_size=64)
+        new = Tool(name="zygomorphic_lookup", description="Find zygomorphic flowers by petal")
+        admin.register(Toolkit(name="flora", version="1", tools=[new]))
+        admin.reindex()
+        revision = admin.revision
+    stamp = json.loads((ann.folder(str(path)) / ann.STAMP).read_text())
+    assert stamp["revision"] == revision and stamp["rows"] == 301
+    builds = counted_builds(monkeypatch)
+    for catalog in served(path, queries):
+        assert catalog.search("zygomorphic flowers", mode="embedding").hits[0].tool.id == (
+            "flora.zygomorphic_lookup"
+        )
+    assert builds == []

@@ -957,6 +957,14 @@ class VectorIndex:
                         ann.save(root, valid, shortlist)
             return shortlist
 
+    def read_whole_next(self) -> None:
+        """Have the next ``refresh`` read the matrix whole, in the order every process
+        reads it, instead of bringing it forward (reindex, to save a shortlist that the
+        next process loads: a matrix brought forward carries its shortlist, saving none,
+        or holds its rows in another order, whose shortlist no whole read matches)."""
+        with self._shortlist_lock:
+            self.key = None
+
     def wait_shortlist(self, timeout: float | None = None) -> None:
         """Wait for a background shortlist load or build to finish (tests, benchmarks)."""
         builder = self._shortlist_builder

@@ -162,6 +162,7 @@ def _save_shortlist(
         if rows < ann.ANN_FROM or ann.saved_for(path, revision, model_id, rows):
             return
         with vectors.lock:
+            vectors.read_whole_next()  # not brought forward: what is saved is for any process
             vectors.refresh(conn, revision, model_id, path)
     vectors.wait_shortlist()
 
