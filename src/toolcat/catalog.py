@@ -334,11 +334,11 @@ class Catalog:
         mine.answers, mine.built = theirs.answers, theirs.built
         mine.namesakes, mine.modes = theirs.namesakes, theirs.modes
 
-    def forget_kept(self) -> None:
+    def forget_kept(self, revision: int | None = None) -> None:
         """Forget the kept search answers, built hit tools and shared names
         (``share_indexes`` shares them): the file was replaced by another copy at the same
-        revision."""
-        self._search.forget_kept()
+        revision. With that ``revision``, the vector matrix and BM25 index held at it too."""
+        self._search.forget_kept(revision)
 
     @property
     def replica_of(self) -> str | None:

@@ -381,3 +381,25 @@ def test_a_serving_catalog_ranks_as_a_fresh_one_after_changes(
         )
     # one whole read per fresh catalog (and the first), none in the serving one
     assert len(loads) - first == len(changes) * 1
+
+
+def test_a_copy_restored_again_at_the_same_revision_is_read_whole(
+    tmp_path: Path, loads: list[int]
+) -> None:
+    """A replica's copy found damaged and restored again at the same revision
+    (``Catalog.forget_kept(revision)``): the matrix held at it is read again from the new
+    copy at the next refresh, not kept and brought forward from."""
+    with Catalog(tmp_path / "c.db") as catalog:
+        catalog.register([kit("a", 5)])
+        conn = catalog._conn
+        writer.set_meta(conn, {"embedding_model": MODEL, "embedding_dim": WIDTH})
+        store_random(conn, 0)
+        vectors = catalog._search.vectors
+        vectors.refresh(conn, reader.revision(conn), MODEL)
+        catalog.forget_kept(reader.revision(conn) + 1)  # another revision: kept
+        registered(conn, kit("b", 2))
+        forward(vectors, conn, loads, read=False)
+        catalog.forget_kept(reader.revision(conn))
+        forward(vectors, conn, loads, read=True)
+        registered(conn, kit("c", 2))
+        forward(vectors, conn, loads, read=False)

@@ -144,10 +144,16 @@ class SearchEngine:
         self._allowed_ids: dict[FilterKey, frozenset[int]] = {}
         self._allowed_revision = -1
 
-    def forget_kept(self) -> None:
+    def forget_kept(self, revision: int | None = None) -> None:
         """Start new stores of kept answers, built hit tools and shared names: the file was
         replaced by another copy at the same revision (a replica's restored again), whose
-        rows the kept ones may not be. Whoever shares the old stores keeps them."""
+        rows the kept ones may not be. Whoever shares the old stores keeps them. With the
+        ``revision`` the new copy is at: the vector matrix and BM25 index held at that
+        revision are made again from it, not kept and brought forward from there on."""
+        if revision is not None:
+            if self.vectors.key is not None and self.vectors.key[0] == revision:
+                self.vectors.read_whole_next()
+            self.postings.forget(revision)
         self.built = KeptAtRevision(HIT_CACHE_SIZE)
         self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
         self.namesakes = KeptAtRevision(NAMESAKE_CACHE_SIZE)

@@ -325,6 +325,9 @@ class TantivyIndex(TermIndex):
         # revision: it covers the rows brought forward and never the stale documents.
         self._impacts = native.Impacts()
         self._masks: PerFilter[bytes] = PerFilter(NATIVE_MASKS)  # its masks of filters
+        # The change log's mark of ``revision`` (``reader.fts_history``) in the catalog it
+        # was made from: it is brought forward in memory only along that history.
+        self.history: int | None = None
 
     def build(
         self,
@@ -431,6 +434,7 @@ class TantivyIndex(TermIndex):
         if bounded and not self._bound_holds():
             self.bounded = False  # a tantivy that scores otherwise: a fixed depth instead
         self.revision, self.weights = revision, weights
+        self.history = reader.fts_history(conn, revision)
         self.content = content.hexdigest()
 
     @staticmethod
@@ -611,6 +615,7 @@ class TantivyIndex(TermIndex):
         new._weigh()
         new._index_delta()
         new.revision, new.weights = revision, self.weights
+        new.history = reader.fts_history(conn, revision)
         return new
 
     def forward_tools(
@@ -1034,6 +1039,7 @@ class LexicalIndex:
         # may ask for a build at once: one of them starts it.
         self._starting = threading.Lock()
         self._again = False  # asked while a build ran: build once more after it
+        self._saver: threading.Thread | None = None  # ``_save_soon``'s
 
     @property
     def revision(self) -> int:
@@ -1053,6 +1059,13 @@ class LexicalIndex:
         ``self.index``, not the index the query is using."""
         index = self.index
         return index if index is not None and index.current(revision, weights) else None
+
+    def forget(self, revision: int) -> None:
+        """Drop the index held at ``revision`` (the file replaced by another copy at it):
+        loaded or built again from the new copy, not served nor brought forward from."""
+        with self._starting:
+            if self.index is not None and self.index.revision == revision:
+                self.index = None
 
     @property
     def building(self) -> bool:
@@ -1143,11 +1156,56 @@ class LexicalIndex:
                 return True
             if self.building:  # a background build (or load) of its own is under way
                 return False
-            return self._restore(
-                lexical_file.load(path, lexical_file.stamp(conn, revision, weights)),
-                revision,
-                weights,
-            )
+            valid_for = lexical_file.stamp(conn, revision, weights)
+            forwarded = self._forward_held(conn, valid_for)
+            if not forwarded:
+                return self._restore(path, valid_for, revision, weights)
+        self._save_soon(path, weights)
+        return True
+
+    def _forward_held(self, conn: sqlite3.Connection, valid_for: dict[str, Any]) -> bool:
+        """Serve the index held, brought forward in memory to ``valid_for``'s revision by
+        the rows changed since (``TantivyIndex.apply``), where ``bring_forward`` would bring
+        a saved one forward: the same history, the log reaching back, few enough rows, and
+        FTS5's totals where the log says. A server's next revision then costs what changed
+        (a replica at 1M tools loaded its index from disk in 1.5 s a change, or answered from
+        FTS5 while a background thread brought the saved one forward)."""
+        held, revision = self.index, valid_for["revision"]
+        if not isinstance(held, TantivyIndex) or held.history is None:
+            return False
+        if held.weights != tuple(valid_for["weights"]) or not 0 <= held.revision < revision:
+            return False
+        if held.history != reader.fts_history(conn, held.revision):
+            return False  # another history reached that revision (a copy from a backup)
+        limit = max(FORWARD_MIN, valid_for["rows"] // FORWARD_SHARE)
+        changed = reader.fts_changes(conn, held.revision, limit)
+        if changed is None or len(held._delta_rows) + len(held._stale) + len(changed) > limit:
+            return False
+        try:
+            index = held.apply(conn, revision, changed)
+        except Exception:  # built or loaded as before
+            return False
+        if (index.n_docs, index._length_total) != (valid_for["rows"], valid_for["tokens"]):
+            return False  # the log and FTS5's totals disagree
+        self.backend, self.index = "tantivy", index
+        return True
+
+    def _save_soon(self, path: str, weights: tuple[float, ...]) -> None:
+        """Bring the index saved beside the catalog to its revision on a background thread
+        (``save_current``, as a write does), so that a restart loads it: the index served
+        was brought forward in memory. Nothing when there is no file or a save is under way."""
+        if not path:
+            return
+        with self._starting:
+            if self._saver is not None and self._saver.is_alive():
+                return
+
+            def save() -> None:
+                with contextlib.suppress(Exception):  # the next write or build saves it
+                    save_current(path, weights)
+
+            self._saver = threading.Thread(target=save, name="toolcat-lexical-save", daemon=True)
+            self._saver.start()
 
     def _load_or_build_saved(
         self, conn: sqlite3.Connection, revision: int, weights: tuple[float, ...], path: str
@@ -1161,7 +1219,7 @@ class LexicalIndex:
         if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
             return False
         valid_for = lexical_file.stamp(conn, revision, weights)
-        if self._restore(lexical_file.load(path, valid_for), revision, weights):
+        if self._restore(path, valid_for, revision, weights):
             return True
         root = lexical_file.trusted_folder(path, create=True)
         if root is None:
@@ -1170,7 +1228,7 @@ class LexicalIndex:
             if not held:
                 return False
             # Another process may have saved it while this one waited for the lock.
-            if self._restore(lexical_file.load(path, valid_for), revision, weights):
+            if self._restore(path, valid_for, revision, weights):
                 return True
             # An earlier revision's index, brought forward by the rows changed since (a
             # replica's case, or a writer that saved nothing).
@@ -1181,13 +1239,13 @@ class LexicalIndex:
             if forward is not None:
                 self.backend, self.index = "tantivy", forward
                 return True
-            if done and self._restore(lexical_file.load(path, valid_for), revision, weights):
+            if done and self._restore(path, valid_for, revision, weights):
                 return True
             # A revision that changed no row (vectors, by a writer that saved nothing): the
             # saved index is stamped forward and loaded, not built (a replica's case).
             if lexical_file.restamp_unchanged(
                 root, valid_for, lambda: content_digest(conn)
-            ) and self._restore(lexical_file.load(path, valid_for), revision, weights):
+            ) and self._restore(path, valid_for, revision, weights):
                 return True
             try:
                 directory = lexical_file.new_tantivy_folder(root)
@@ -1211,12 +1269,13 @@ class LexicalIndex:
         return True
 
     def _restore(
-        self,
-        saved: tuple[Path, dict[str, Any]] | None,
-        revision: int,
-        weights: tuple[float, ...],
+        self, path: str, valid_for: dict[str, Any], revision: int, weights: tuple[float, ...]
     ) -> bool:
-        """Take up a loaded save; False when there is none or it does not open."""
+        """Take up the index saved beside the catalog at ``path`` for ``valid_for``; False
+        when there is none or it does not open."""
+        from . import lexical_file
+
+        saved = lexical_file.load(path, valid_for)
         if saved is None:
             return False
         index = TantivyIndex()
@@ -1224,6 +1283,7 @@ class LexicalIndex:
             index.restore(revision, weights, *saved)
         except Exception:  # a saved index that does not open: built again
             return False
+        index.history = valid_for["history"]
         self.backend, self.index = "tantivy", index
         return True
 

@@ -304,7 +304,7 @@ class Readers:
         opened: list[Catalog] = []
         # Perhaps the same revision restored again over a copy found damaged: nothing
         # answered or built from that one is shared with the new readers.
-        self._catalog.forget_kept()
+        self._catalog.forget_kept(revision)
         for _ in range(self._size):
             reader = self._open()
             try:
