@@ -22,6 +22,7 @@ from tests.search.test_vector_forward import (
     kit,
     registered,
     store_random,
+    vector_catalog,
     whole,
 )
 from tests.search.test_vector_forward_hostile import by_hand
@@ -37,10 +38,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.fixture
 def catalog(tmp_path: Path) -> Iterator[Catalog]:
-    with Catalog(tmp_path / "catalog.db") as opened:
-        opened.register([kit(f"kit{n}", 10) for n in range(3)])
-        writer.set_meta(opened._conn, {"embedding_model": MODEL, "embedding_dim": WIDTH})
-        store_random(opened._conn, 0)
+    with vector_catalog(tmp_path / "catalog.db", 3, 10) as opened:
         yield opened
 
 

@@ -8,6 +8,7 @@ the same revision, a vector written by hand, the compact store's threshold cross
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -90,12 +91,20 @@ def counted_loads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return counted
 
 
-@pytest.fixture
-def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
-    with Catalog(tmp_path / "catalog.db") as catalog:
-        catalog.register([kit(f"kit{n}", 20) for n in range(10)])
+@contextlib.contextmanager
+def vector_catalog(path: Path, toolkits: int, tools: int) -> Iterator[Catalog]:
+    """A catalog of ``toolkits`` toolkits of ``tools`` tools each, a random vector stored for
+    each (as reindex stores them)."""
+    with Catalog(path) as catalog:
+        catalog.register([kit(f"kit{n}", tools) for n in range(toolkits)])
         writer.set_meta(catalog._conn, {"embedding_model": MODEL, "embedding_dim": WIDTH})
         store_random(catalog._conn, 0)
+        yield catalog
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[sqlite3.Connection]:
+    with vector_catalog(tmp_path / "catalog.db", 10, 20) as catalog:
         yield catalog._conn
 
 

@@ -11,7 +11,7 @@ import json
 import json.scanner
 import sqlite3
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..definitions.construct import construct
 from ..errors import CatalogDamagedError
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..models import RegisteredTool, ToolkitVersion
     from ..policy.rules import Policy, Rule
 
+T = TypeVar("T")
 TOOL_COLUMNS = (
     "t.id, t.name, t.toolkit, k.version, t.defer_loading, t.tags, t.definition, k.deprecated, "
     "k.module, k.kind"
@@ -165,19 +166,15 @@ def fts_changes(conn: sqlite3.Connection, after: int, limit: int) -> list[int] |
     ``migrations.m006_fts_changes``), each once; None when the log does not reach back that
     far (a catalog from before it, a log trimmed past ``after``, or one that was never
     kept) or holds more than ``limit`` rows since."""
-    try:
-        start = meta(conn, "fts_changes_from")
-        if type(start) is not int or after < start:
-            return None
-        rows = conn.execute(
-            "SELECT DISTINCT row FROM fts_changes WHERE revision > ? AND NOT row < 0 LIMIT ?",
-            (after, limit + 1),
-        ).fetchall()
-    except sqlite3.OperationalError:  # no such table: not migrated (a read-only catalog)
-        return None
-    if len(rows) > limit or not all(type(row[0]) is int for row in rows):
-        return None
-    return [row[0] for row in rows]
+    return _logged(
+        conn,
+        "fts_changes_from",
+        "SELECT DISTINCT row FROM fts_changes WHERE revision > ? AND NOT row < 0 LIMIT ?",
+        (after, limit + 1),
+        after,
+        limit,
+        int,
+    )
 
 
 def vector_changes(
@@ -186,18 +183,37 @@ def vector_changes(
     """The definitions whose ``model`` vectors were stored since revision ``after`` (the log
     of ``migrations.m007_vector_changes``), each once; None when the log does not reach
     back that far or holds more than ``limit`` of them since."""
+    return _logged(
+        conn,
+        "vector_changes_from",
+        "SELECT DISTINCT content_hash FROM vector_changes WHERE revision > ? AND model = ? LIMIT ?",
+        (after, model, limit + 1),
+        after,
+        limit,
+        str,
+    )
+
+
+def _logged(
+    conn: sqlite3.Connection,
+    start_key: str,
+    sql: str,
+    params: tuple[Any, ...],
+    after: int,
+    limit: int,
+    kind: type[T],
+) -> list[T] | None:
+    """A change log's entries since ``after`` (``sql``), when the log is whole from there
+    (``meta[start_key]``, a whole number at most ``after``), there are at most ``limit``
+    and each is a ``kind``; else None (the file is input: anything else means read whole)."""
     try:
-        start = meta(conn, "vector_changes_from")
+        start = meta(conn, start_key)
         if type(start) is not int or after < start:
             return None
-        rows = conn.execute(
-            "SELECT DISTINCT content_hash FROM vector_changes "
-            "WHERE revision > ? AND model = ? LIMIT ?",
-            (after, model, limit + 1),
-        ).fetchall()
+        rows = conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError:  # no such table: not migrated (a read-only catalog)
         return None
-    if len(rows) > limit or not all(type(row[0]) is str for row in rows):
+    if len(rows) > limit or not all(type(row[0]) is kind for row in rows):
         return None
     return [row[0] for row in rows]
 

@@ -97,8 +97,8 @@ def bump_revision(conn: sqlite3.Connection) -> int:
     row = conn.execute(
         "UPDATE meta SET value = value + 1 WHERE key = 'revision' RETURNING value"
     ).fetchone()
-    _trim_fts_changes(conn)
-    _trim_vector_changes(conn)
+    _trim_log(conn, "fts_changes", FTS_CHANGES_KEPT, _fts_changes_from)
+    _trim_log(conn, "vector_changes", VECTOR_CHANGES_KEPT, _vector_changes_from)
     # The revision's mark in the change log (``reader.fts_history``): a random negative
     # "row", so that a saved BM25 index is brought forward only along the history it was
     # saved in, not along another one that reached the same revision numbers (a catalog
@@ -134,15 +134,30 @@ def fts_changed(conn: sqlite3.Connection, rows: Sequence[int]) -> None:
     )
 
 
-def _trim_fts_changes(conn: sqlite3.Connection) -> None:
-    """Keep the change log to the newest ``FTS_CHANGES_KEPT`` rows (whole revisions): an
-    index further behind is rebuilt anyway. ``fts_changes_from`` moves past what goes."""
+def _trim_log(
+    conn: sqlite3.Connection,
+    table: str,
+    kept: int,
+    forget: Callable[[sqlite3.Connection, int], None],
+) -> None:
+    """Keep a change log (``fts_changes``, ``vector_changes``) to its newest ``kept`` rows
+    (whole revisions), ``forget`` moving its start past what goes: what is further behind
+    is made again whole anyway."""
     cut = conn.execute(
-        "SELECT revision FROM fts_changes ORDER BY revision DESC LIMIT 1 OFFSET ?",
-        (FTS_CHANGES_KEPT,),
+        f"SELECT revision FROM {table} ORDER BY revision DESC LIMIT 1 OFFSET ?", (kept,)
     ).fetchone()
     if cut is not None:
-        _fts_changes_from(conn, cut[0])
+        forget(conn, cut[0])
+
+
+def _whole_after(conn: sqlite3.Connection, key: str, revision: int) -> None:
+    """Record in ``meta[key]`` that a change log is whole only after ``revision`` (never
+    moved back)."""
+    conn.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES (?, "
+        "max(?, coalesce((SELECT value FROM meta WHERE key = ?), 0)))",
+        (key, revision, key),
+    )
 
 
 def _fts_changes_from(conn: sqlite3.Connection, revision: int) -> None:
@@ -152,11 +167,7 @@ def _fts_changes_from(conn: sqlite3.Connection, revision: int) -> None:
         "DELETE FROM fts_changes WHERE revision < ? OR (revision = ? AND row >= 0)",
         (revision, revision),
     )
-    conn.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES ('fts_changes_from', "
-        "max(?, coalesce((SELECT value FROM meta WHERE key = 'fts_changes_from'), 0)))",
-        (revision,),
-    )
+    _whole_after(conn, "fts_changes_from", revision)
 
 
 def _vectors_changed(conn: sqlite3.Connection, model: str, hashes: Sequence[str]) -> None:
@@ -173,25 +184,10 @@ def _vectors_changed(conn: sqlite3.Connection, model: str, hashes: Sequence[str]
     )
 
 
-def _trim_vector_changes(conn: sqlite3.Connection) -> None:
-    """Keep the stored-vectors log to the newest ``VECTOR_CHANGES_KEPT`` rows (whole
-    revisions); ``vector_changes_from`` moves past what goes."""
-    cut = conn.execute(
-        "SELECT revision FROM vector_changes ORDER BY revision DESC LIMIT 1 OFFSET ?",
-        (VECTOR_CHANGES_KEPT,),
-    ).fetchone()
-    if cut is not None:
-        _vector_changes_from(conn, cut[0])
-
-
 def _vector_changes_from(conn: sqlite3.Connection, revision: int) -> None:
     """Forget the stored-vectors log up to ``revision``: from now on it is whole only after it."""
     conn.execute("DELETE FROM vector_changes WHERE revision <= ?", (revision,))
-    conn.execute(
-        "INSERT OR REPLACE INTO meta (key, value) VALUES ('vector_changes_from', "
-        "max(?, coalesce((SELECT value FROM meta WHERE key = 'vector_changes_from'), 0)))",
-        (revision,),
-    )
+    _whole_after(conn, "vector_changes_from", revision)
 
 
 def same_version(a: str, b: str) -> bool:
