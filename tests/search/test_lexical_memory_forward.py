@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import SAMPLE_TOOLKITS
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import bm25, engine, lexical_file
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
@@ -42,11 +41,8 @@ def restores(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
-def path(tmp_path: Path) -> Path:
-    path = tmp_path / "catalog.db"
-    with Catalog(path) as catalog:
-        catalog.register(SAMPLE_TOOLKITS)
-    return path
+def path(sample_path: Path) -> Path:
+    return sample_path
 
 
 @pytest.fixture
