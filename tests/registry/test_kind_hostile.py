@@ -86,6 +86,8 @@ def test_migration_classifies_older_catalogs_once(db_path: Path, tmp_path: Path)
         conn.execute("ALTER TABLE toolkits DROP COLUMN kind")
         conn.execute("DROP TABLE fts_changes")  # m006
         conn.execute("DELETE FROM meta WHERE key = 'fts_changes_from'")
+        conn.execute("DROP TABLE vector_changes")  # m007
+        conn.execute("DELETE FROM meta WHERE key = 'vector_changes_from'")
         conn.execute(
             "UPDATE meta SET value = ? WHERE key = 'schema_version'", (MIGRATIONS.index(m005_kind),)
         )
