@@ -1,0 +1,236 @@
+"""attack65: outside attacks on the BM25 index a serving process brings forward in memory
+(``LexicalIndex._forward_held``), the save it brings forward behind it on a thread
+(``_save_soon``) and the index dropped when the file is replaced by another copy at the
+same revision (``LexicalIndex.forget``): a long-lived catalog must answer as a fresh process
+on the same revision, and the save on disk must follow the revision served."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolcat import Catalog, Tool, Toolkit
+from toolcat.search import bm25, engine, lexical_file, lexical_index
+from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
+from toolcat.store import writer
+
+pytest.importorskip("tantivy")
+
+QUERIES = [
+    "read a file",
+    "convert a time zone",
+    "count the words in a text",
+    "petal flowers",
+    "legs of insects",
+]
+BUILDER = "toolcat-lexical-index"
+SAVER = "toolcat-lexical-save"
+
+
+@pytest.fixture(autouse=True)
+def saved_index_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sample catalog served as a big one is: from a saved index, never built inline."""
+    monkeypatch.setattr(engine, "BACKGROUND_BUILD_FROM", 0)
+
+
+def weights() -> tuple[float, ...]:
+    return tuple(bm25.DEFAULT_WEIGHTS)
+
+
+def kit(name: str, description: str, version: str = "1") -> Toolkit:
+    return Toolkit(
+        name=name,
+        version=version,
+        tools=[Tool(name=f"{name}_lookup", description=description)],
+    )
+
+
+def unsaved(path: Path, *kits: Toolkit) -> None:
+    """A write that saves no index (another process's, as a replica's copy arrives)."""
+    with Catalog(path) as admin:
+        writer.register(admin._conn, [(k, None) for k in kits], replace=False)
+
+
+def hits(catalog: Catalog, k: int = 10, **filters: Any) -> list[list[tuple[str, float]]]:
+    return [
+        [(h.tool.id, h.score) for h in catalog.search(q, k=k, mode="bm25", **filters).hits]
+        for q in QUERIES
+    ]
+
+
+def fts5_hits(
+    path: Path, monkeypatch: pytest.MonkeyPatch, k: int = 10, **filters: Any
+) -> list[list[tuple[str, float]]]:
+    """A fresh process's answers from FTS5 itself (no in-memory index made)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "POSTINGS_AFTER", 10**9)
+        with Catalog(path) as fresh:
+            return hits(fresh, k, **filters)
+
+
+def settle(postings: LexicalIndex) -> None:
+    """Wait for the background build (and the builds it was asked again) and the save."""
+    for _ in range(10):
+        builder, saver = postings._builder, postings._saver
+        if builder is not None:
+            builder.join(60)
+        if saver is not None:
+            saver.join(60)
+        if not postings.building and (postings._saver is None or not postings._saver.is_alive()):
+            return
+
+
+@pytest.fixture
+def serving(sample_path: Path) -> Iterator[Catalog]:
+    with Catalog(sample_path) as catalog:
+        catalog.warm()  # nothing saved under 1,000 tools: built (and saved) in the background
+        settle(catalog._search.postings)
+        assert isinstance(catalog._search.postings.at(catalog.revision, weights()), TantivyIndex)
+        yield catalog
+
+
+def test_a_build_under_way_when_the_copy_is_restored_again_is_not_served_for_the_new_copy(
+    sample_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's background build reads the copy it opened (the one found damaged); the
+    copy is restored again at the same revision with other rows (``Readers.renew`` calls
+    ``forget_kept(revision)``) and the new readers warm while the build runs. Before, the
+    build finished into ``self.index`` at that revision and the build asked again saw an
+    index current at it: the old copy's rows were served for the new copy's for the whole
+    revision (tools answered by another tool's row ids)."""
+    path, old = sample_path, tmp_path / "old.db"
+    with Catalog(path) as admin:
+        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(path, old)
+    unsaved(old, kit("flora", "Find flowers by petal count"))
+    unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    with Catalog(old) as a, Catalog(path) as b:
+        assert a.revision == b.revision  # the same revision, other rows
+
+    real_read_only = lexical_index._read_only
+    reading_old = threading.Event()
+    reading_old.set()
+    built, release = threading.Event(), threading.Event()
+
+    def read_only(p: str) -> Any:
+        # the build opened the file before the copy was renamed over it
+        in_builder = threading.current_thread().name == BUILDER
+        return real_read_only(str(old) if in_builder and reading_old.is_set() else p)
+
+    original_build = TantivyIndex.build
+
+    def build(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
+        original_build(self, *args, **kwargs)
+        if threading.current_thread().name == BUILDER and not built.is_set():
+            built.set()
+            assert release.wait(60)
+
+    monkeypatch.setattr(lexical_index, "_read_only", read_only)
+    monkeypatch.setattr(TantivyIndex, "build", build)
+    with Catalog(path) as serving:
+        serving.warm()  # a background build of the old copy starts
+        assert built.wait(60)
+        serving.forget_kept(serving.revision)  # the copy restored again at its revision
+        serving.warm()  # the new copy's readers warm while the build runs
+        reading_old.clear()
+        release.set()
+        settle(serving._search.postings)
+        assert hits(serving) == fts5_hits(path, monkeypatch)
+
+
+def test_a_revision_brought_forward_while_the_save_runs_is_saved_after_it(
+    sample_path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save behind revision R+1 is under way (reading R+1) when R+2 arrives and is
+    brought forward in memory: ``_save_soon`` saw a save running and did nothing, so the
+    save on disk stayed at R+1 for good (a restart built or brought it forward again
+    instead of loading it). It is brought to R+2 after the one under way."""
+    path = sample_path
+    original = lexical_index.bring_forward
+    entered, release = threading.Event(), threading.Event()
+
+    def bring_forward(*args: Any) -> Any:
+        if threading.current_thread().name == SAVER and not entered.is_set():
+            entered.set()
+            assert release.wait(60)
+        return original(*args)
+
+    monkeypatch.setattr(lexical_index, "bring_forward", bring_forward)
+    postings = serving._search.postings
+    unsaved(path, kit("flora", "Find flowers by petal count"))
+    serving.warm()  # R+1 brought forward in memory; its save starts and waits
+    assert entered.wait(60)
+    unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    serving.warm()  # R+2 brought forward in memory while R+1's save runs
+    assert isinstance(postings.at(serving.revision, weights()), TantivyIndex)
+    release.set()
+    settle(postings)
+    with serving._snapshot() as conn:
+        valid_for = lexical_file.stamp(conn, serving.revision, weights())
+    assert lexical_file.stamped(str(path), valid_for)
+
+
+def test_a_chain_of_writes_brought_forward_answers_as_fts5_with_filters(
+    sample_path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registrations, a new version, deprecation, activation and removal by another
+    process, each brought forward in memory in turn: every answer (k 1..50, a toolkit, tags)
+    is FTS5's on that revision, bit for bit."""
+    path = sample_path
+    postings = serving._search.postings
+    with Catalog(path) as admin:
+        toolkits = sorted({h.tool.toolkit for h in admin.search("file", k=50, mode="bm25").hits})
+    steps: list[Any] = [
+        lambda a: writer.register(
+            a._conn, [(kit("flora", "Find flowers by petal count"), None)], replace=False
+        ),
+        lambda a: writer.register(
+            a._conn,
+            [(kit("flora", "Find flowers by petal colour and count", "2"), None)],
+            replace=False,
+        ),
+        lambda a: a.deprecate("flora", "2"),
+        lambda a: a.activate("flora", "2"),
+        lambda a: a.remove(toolkits[0]),
+        lambda a: writer.register(
+            a._conn, [(kit("fauna", "Count the legs of insects, read a file"), None)], replace=False
+        ),
+    ]
+    for step, write in enumerate(steps):
+        with Catalog(path) as admin:
+            write(admin)
+        serving.warm()
+        index = postings.at(serving.revision, weights())
+        assert isinstance(index, TantivyIndex), step
+        for k in (1, 7, 50):
+            assert hits(serving, k) == fts5_hits(path, monkeypatch, k), (step, k)
+        for toolkit in toolkits[1:3]:
+            assert hits(serving, 5, toolkit=toolkit) == fts5_hits(
+                path, monkeypatch, 5, toolkit=toolkit
+            ), (step, toolkit)
+        settle(postings)
+
+
+def test_a_save_behind_that_cannot_be_written_is_silent_and_leaves_nothing(
+    sample_path: Path, serving: Catalog
+) -> None:
+    """The folder beside the catalog replaced by a symlink to another folder: the save
+    behind the index brought forward fails without a word, writes nothing there, and the
+    answers are FTS5's."""
+    path = sample_path
+    folder = lexical_file.folder(str(path))
+    elsewhere = path.parent / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(folder)
+    folder.symlink_to(elsewhere, target_is_directory=True)
+    unsaved(path, kit("flora", "Find flowers by petal count"))
+    serving.warm()
+    settle(serving._search.postings)
+    assert list(elsewhere.iterdir()) == []
+    with Catalog(path) as fresh:
+        assert hits(serving) == hits(fresh)
