@@ -6,6 +6,7 @@ on the same revision, and the save on disk must follow the revision served."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -234,3 +235,40 @@ def test_a_save_behind_that_cannot_be_written_is_silent_and_leaves_nothing(
     assert list(elsewhere.iterdir()) == []
     with Catalog(path) as fresh:
         assert hits(serving) == hits(fresh)
+
+
+def test_an_old_reader_asking_after_the_copy_is_restored_again_does_not_serve_the_new_one(
+    sample_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's readers of copy D at revision R share the BM25 index (brought forward to
+    R, saved behind beside the file); copy G is renamed over D at the same revision and
+    ``Readers.renew`` forgets what was held at R. A request still under way on an old
+    reader of D asks for R's index: it loaded D's save (stamped for what that reader
+    reads) into the index the new readers of G share, which served D's rows for G."""
+    path, other = sample_path, tmp_path / "g.db"
+    with Catalog(path) as admin:
+        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(path, other)
+    unsaved(other, kit("fauna", "Count the legs of insects and spiders"))  # G at R+1
+    with Catalog(path) as owner:
+        owner.warm()
+        settle(owner._search.postings)
+        unsaved(path, kit("flora", "Find flowers by petal count"))  # D at R+1
+        old = Catalog(path)
+        old.share_indexes(owner)
+        old.warm()  # brought forward in memory to D's R+1, saved behind
+        settle(owner._search.postings)
+        assert old.revision == owner.revision
+        revision = old.revision
+        owner._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        os.replace(other, path)  # G renamed over D: ``old`` reads D still
+        owner.forget_kept(revision)
+        for _ in range(engine.POSTINGS_AFTER):  # a request under way on an old reader
+            old.search("petal flowers", k=10, mode="bm25")
+        with Catalog(path) as new:
+            assert new.revision == revision
+            new.share_indexes(owner)
+            new.warm()
+            settle(owner._search.postings)
+            assert hits(new) == fts5_hits(path, monkeypatch)
+        old.close()

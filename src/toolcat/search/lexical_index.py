@@ -1077,6 +1077,18 @@ class LexicalIndex:
             if self.building:  # it may read the copy replaced: not served, built again
                 self._again = True
 
+    def forgotten(self, revision: int) -> LexicalIndex:
+        """A new one for the readers of the copy that replaced the file at ``revision``,
+        holding this one's index unless it was held at that revision (``forget``): what
+        this one loads, builds or brings forward from now on (readers of the old copy
+        still under way share it) stays here."""
+        self.forget(revision)
+        fresh = LexicalIndex(self.backend)
+        fresh.index, fresh.error = self.index, self.error
+        if fresh.index is not None and fresh.index.revision == revision:
+            fresh.index = None  # made at it by a build that ended since ``forget``
+        return fresh
+
     @property
     def building(self) -> bool:
         """Whether a background build is running."""
