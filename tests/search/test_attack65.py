@@ -18,7 +18,7 @@ import pytest
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.search import bm25, engine, lexical_file, lexical_index
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
-from toolcat.store import writer
+from toolcat.store import reader, writer
 
 pytest.importorskip("tantivy")
 
@@ -271,4 +271,115 @@ def test_an_old_reader_asking_after_the_copy_is_restored_again_does_not_serve_th
             new.warm()
             settle(owner._search.postings)
             assert hits(new) == fts5_hits(path, monkeypatch)
+        old.close()
+
+
+def _built_now(path: Path) -> TantivyIndex:
+    conn = lexical_index._read_only(str(path))
+    try:
+        conn.execute("BEGIN")
+        built = TantivyIndex()
+        built.build(conn, reader.revision(conn), weights())
+    finally:
+        conn.close()
+    return built
+
+
+def test_the_native_stage_of_an_index_brought_forward_in_memory_ranks_as_a_new_build(
+    sample_path: Path, serving: Catalog
+) -> None:
+    """After removals, new versions and registrations brought forward in memory, the first
+    stage in C (built from the packed tools held: stale rows out, changed ones in) and the
+    tantivy stage answer every query, k 1..50 and filtered, as a new build does."""
+    path = sample_path
+    with Catalog(path) as admin:
+        kits = sorted({h.tool.toolkit for h in admin.search("file", k=50, mode="bm25").hits})
+        admin.remove(kits[0])
+    unsaved(path, kit("flora", "Find flowers by petal count, read a file"))
+    unsaved(path, kit("flora", "Find flowers by petal colour", "2"))
+    serving.warm()
+    index = serving._search.postings.at(serving.revision, weights())
+    assert isinstance(index, TantivyIndex) and index._delta_rows and index._stale
+    built = _built_now(path)
+    rows = sorted(built._tools)
+    filters = [None, frozenset(rows[::3]), frozenset(rows[:5])]
+    for native_first in (False, True):
+        if native_first:
+            assert index.wait_native(60) is not None
+            assert built.wait_native(60) is not None
+        for query in QUERIES:
+            terms = built.terms(query, 8)
+            assert index.terms(query, 8) == terms
+            for k in (1, 3, 10, 50):
+                for allowed in filters:
+                    assert index.rank(terms, k, allowed) == built.rank(terms, k, allowed), (
+                        query,
+                        k,
+                        native_first,
+                    )
+
+
+def test_a_log_naming_rows_that_do_not_exist_or_did_not_change_answers_as_fts5(
+    sample_path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalog whose change log names rows no tool has, negative rows past the marks,
+    and rows that did not change: brought forward (or not) it answers as FTS5 does."""
+    path = sample_path
+    unsaved(path, kit("flora", "Find flowers by petal count"))
+    with Catalog(path) as admin:
+        conn = admin._conn
+        revision = reader.revision(conn)
+        conn.executemany(
+            "INSERT INTO fts_changes (revision, row) VALUES (?, ?)",
+            [(revision, 10**12), (revision, 2**62), (revision, 1), (revision, 2), (revision, -5)],
+        )
+    serving.warm()
+    assert isinstance(serving._search.postings.at(serving.revision, weights()), TantivyIndex)
+    for k in (1, 10, 50):
+        assert hits(serving, k) == fts5_hits(path, monkeypatch, k)
+
+
+def test_an_old_reader_refreshing_after_the_copy_is_restored_again_keeps_its_matrix_apart(
+    tmp_path: Path,
+) -> None:
+    """The vector matrix's side of ``forget_kept(revision)``: a request still under way on
+    a reader of the old copy D refreshes the matrix at the revision after the new copy G
+    was renamed over it (``read_whole_next`` had dropped the one held); the new readers of
+    G, sharing the matrix, took up D's vectors as G's."""
+    pytest.importorskip("numpy")
+    from tests.search.test_vector_forward import MODEL, WIDTH, contents, store_random, whole
+    from tests.search.test_vector_forward import kit as vector_kit
+
+    path, other = tmp_path / "c.db", tmp_path / "g.db"
+
+    def changed(at: Path, name: str, seed: int) -> None:
+        with Catalog(at) as admin:
+            writer.register(admin._conn, [(vector_kit(name, 3), None)], replace=False)
+            store_random(admin._conn, seed)
+
+    with Catalog(path) as admin:
+        writer.register(admin._conn, [(vector_kit("a", 5), None)], replace=False)
+        writer.set_meta(admin._conn, {"embedding_model": MODEL, "embedding_dim": WIDTH})
+        store_random(admin._conn, 0)
+        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(path, other)
+    changed(other, "g", 2)  # G
+    with Catalog(path) as owner:
+        changed(path, "d", 1)  # D, at G's revision
+        old = Catalog(path)
+        old.share_indexes(owner)
+        with old._snapshot() as conn:
+            revision = reader.revision(conn)
+            old._search.vectors.refresh(conn, revision, MODEL)
+        owner._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        os.replace(other, path)  # G renamed over D: ``old`` reads D still
+        owner.forget_kept(revision)
+        with old._snapshot() as conn:  # a request under way on an old reader
+            old._search.vectors.refresh(conn, revision, MODEL)
+        with Catalog(path) as new:
+            new.share_indexes(owner)
+            with new._snapshot() as conn:
+                assert reader.revision(conn) == revision
+                new._search.vectors.refresh(conn, revision, MODEL)
+                assert contents(new._search.vectors) == contents(whole(conn))
         old.close()
