@@ -114,14 +114,17 @@ def test_a_build_under_way_when_the_copy_is_restored_again_is_not_served_for_the
         assert a.revision == b.revision  # the same revision, other rows
 
     real_read_only = lexical_index._read_only
-    reading_old = threading.Event()
-    reading_old.set()
+    first: list[threading.Thread] = []  # the build that opened the old copy
     built, release = threading.Event(), threading.Event()
 
     def read_only(p: str) -> Any:
-        # the build opened the file before the copy was renamed over it
-        in_builder = threading.current_thread().name == BUILDER
-        return real_read_only(str(old) if in_builder and reading_old.is_set() else p)
+        # the first build opened the file before the copy was renamed over it (its first
+        # round only: asked again, it opens the new copy)
+        here = threading.current_thread()
+        if here.name == BUILDER and not first:
+            first.append(here)
+            return real_read_only(str(old))
+        return real_read_only(p)
 
     original_build = TantivyIndex.build
 
@@ -138,7 +141,6 @@ def test_a_build_under_way_when_the_copy_is_restored_again_is_not_served_for_the
         assert built.wait(60)
         serving.forget_kept(serving.revision)  # the copy restored again at its revision
         serving.warm()  # the new copy's readers warm while the build runs
-        reading_old.clear()
         release.set()
         settle(serving._search.postings)
         assert hits(serving) == fts5_hits(path, monkeypatch)
@@ -383,3 +385,106 @@ def test_an_old_reader_refreshing_after_the_copy_is_restored_again_keeps_its_mat
                 new._search.vectors.refresh(conn, revision, MODEL)
                 assert contents(new._search.vectors) == contents(whole(conn))
         old.close()
+
+
+def test_the_python_postings_backend_answers_as_fts5_through_a_chain_of_writes(
+    sample_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without tantivy (the pure-Python index), nothing is brought forward in memory or
+    saved behind: each revision is built, and answers as FTS5 does."""
+    monkeypatch.setattr(lexical_index, "tantivy_module", lambda: None)
+    path = sample_path
+    with Catalog(path) as serving:
+        for step in range(3):
+            serving.warm()
+            settle(serving._search.postings)
+            assert serving._search.postings.backend == "postings"
+            assert serving._search.postings._saver is None
+            for k in (1, 10, 50):
+                assert hits(serving, k) == fts5_hits(path, monkeypatch, k), step
+            unsaved(path, kit("flora", f"Find flowers by petal count {step}", str(step + 1)))
+
+
+def test_readers_warming_at_once_bring_the_shared_index_forward_once(
+    sample_path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four readers sharing one index warm at once at a new revision: one brings it
+    forward, the others take it up; all answer as FTS5 does."""
+    path = sample_path
+    readers = [Catalog(path) for _ in range(4)]
+    try:
+        for r in readers:
+            r.share_indexes(serving)
+        unsaved(path, kit("flora", "Find flowers by petal count"))
+        applied: list[int] = []
+        original = TantivyIndex.apply
+
+        def apply(self: TantivyIndex, *args: Any) -> TantivyIndex:
+            if threading.current_thread().name != SAVER:  # (the save behind applies too)
+                applied.append(1)
+            return original(self, *args)
+
+        monkeypatch.setattr(TantivyIndex, "apply", apply)
+        threads = [threading.Thread(target=r.warm) for r in readers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert applied == [1]
+        settle(serving._search.postings)
+        expected = fts5_hits(path, monkeypatch)
+        for r in readers:
+            assert hits(r) == expected
+    finally:
+        for r in readers:
+            r.close()
+
+
+def test_forget_while_a_build_runs_does_not_serve_what_that_build_read(
+    sample_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LexicalIndex.forget(revision)`` itself (whoever holds the index): a background
+    build under way had opened the old copy; it finished into the index after ``forget``
+    and was served at that revision for the new copy. It is built again from the new one."""
+    path, old = sample_path, tmp_path / "old.db"
+    with Catalog(path) as admin:
+        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(path, old)
+    unsaved(old, kit("flora", "Find flowers by petal count"))
+    unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    real_read_only = lexical_index._read_only
+    first: list[threading.Thread] = []
+    built, release = threading.Event(), threading.Event()
+
+    def read_only(p: str) -> Any:
+        here = threading.current_thread()
+        if here.name == BUILDER and not first:
+            first.append(here)
+            return real_read_only(str(old))
+        return real_read_only(p)
+
+    original_build = TantivyIndex.build
+
+    def build(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
+        original_build(self, *args, **kwargs)
+        if threading.current_thread().name == BUILDER and not built.is_set():
+            built.set()
+            assert release.wait(60)
+
+    monkeypatch.setattr(lexical_index, "_read_only", read_only)
+    monkeypatch.setattr(TantivyIndex, "build", build)
+    lexical = LexicalIndex("tantivy")
+    with Catalog(path) as new, new._snapshot() as conn:
+        revision = reader.revision(conn)
+        lexical.build_soon(conn, revision, weights(), str(path))
+    assert built.wait(60)
+    lexical.forget(revision)
+    release.set()
+    settle(lexical)
+    index = lexical.at(revision, weights())
+    assert isinstance(index, TantivyIndex)
+    fresh = _built_now(path)
+    for query in QUERIES:
+        terms = fresh.terms(query, 8)
+        assert index.terms(query, 8) == terms, query
+        assert index.rank(terms, 10) == fresh.rank(terms, 10), query
