@@ -1039,7 +1039,12 @@ class LexicalIndex:
         # may ask for a build at once: one of them starts it.
         self._starting = threading.Lock()
         self._again = False  # asked while a build ran: build once more after it
+        # ``forget`` calls: a build under way when one came may have read the copy replaced
+        # (``_build_once`` serves what it made only if none came meanwhile)
+        self._forgotten = 0
         self._saver: threading.Thread | None = None  # ``_save_soon``'s
+        self._saving = False  # ``_saver`` saves (until it says otherwise under ``_starting``)
+        self._save_again = False  # brought forward while a save ran: save once more after it
 
     @property
     def revision(self) -> int:
@@ -1062,10 +1067,27 @@ class LexicalIndex:
 
     def forget(self, revision: int) -> None:
         """Drop the index held at ``revision`` (the file replaced by another copy at it):
-        loaded or built again from the new copy, not served nor brought forward from."""
+        loaded or built again from the new copy, not served nor brought forward from. A
+        build under way (of the copy it opened, perhaps the old one) is not served: it
+        builds again."""
         with self._starting:
             if self.index is not None and self.index.revision == revision:
                 self.index = None
+            self._forgotten += 1
+            if self.building:  # it may read the copy replaced: not served, built again
+                self._again = True
+
+    def forgotten(self, revision: int) -> LexicalIndex:
+        """A new one for the readers of the copy that replaced the file at ``revision``,
+        holding this one's index unless it was held at that revision (``forget``): what
+        this one loads, builds or brings forward from now on (readers of the old copy
+        still under way share it) stays here."""
+        self.forget(revision)
+        fresh = LexicalIndex(self.backend)
+        fresh.index, fresh.error = self.index, self.error
+        if fresh.index is not None and fresh.index.revision == revision:
+            fresh.index = None  # made at it by a build that ended since ``forget``
+        return fresh
 
     @property
     def building(self) -> bool:
@@ -1117,6 +1139,11 @@ class LexicalIndex:
                 self._again = False
 
     def _build_once(self, path: str, weights: tuple[float, ...]) -> None:
+        with self._starting:
+            forgotten = self._forgotten
+        # Made apart and served below only if no ``forget`` came meanwhile: the file may
+        # have been replaced by another copy at the same revision after it was opened.
+        made = LexicalIndex(self.backend)
         try:
             conn = _read_only(path)
         except (sqlite3.Error, OSError, ValueError) as e:  # FTS5 answers on; a later query retries
@@ -1125,14 +1152,21 @@ class LexicalIndex:
         try:
             conn.execute("BEGIN")
             revision = reader.revision(conn)
-            if self.at(revision, weights) is None and not self._load_or_build_saved(
+            if self.at(revision, weights) is None and not made._load_or_build_saved(
                 conn, revision, weights, path
             ):
-                self.build(conn, revision, weights)
+                self.index = None  # a stale index is not kept while its successor builds
+                made.build(conn, revision, weights)
         except Exception as e:  # FTS5 answers on; the next query past POSTINGS_AFTER retries
             self.index, self.error = None, f"background build: {e}"
+            return
         finally:
             conn.close()
+        with self._starting:
+            if made.error:
+                self.error = made.error
+            if made.index is not None and self._forgotten == forgotten:
+                self.backend, self.index = made.backend, made.index
 
     def load_saved(
         self, conn: sqlite3.Connection, revision: int, weights: Sequence[float], path: str
@@ -1197,15 +1231,33 @@ class LexicalIndex:
         if not path:
             return
         with self._starting:
-            if self._saver is not None and self._saver.is_alive():
+            if self._saving:
+                # it may have read an earlier revision: it saves once more when done
+                self._save_again = True
                 return
+            self._saving = True
+            self._saver = threading.Thread(
+                target=self._save_current,
+                args=(path, weights),
+                name="toolcat-lexical-save",
+                daemon=True,
+            )
+            try:
+                self._saver.start()
+            except RuntimeError:  # no thread to be had: the next write or build saves it
+                self._saving = False
 
-            def save() -> None:
-                with contextlib.suppress(Exception):  # the next write or build saves it
-                    save_current(path, weights)
-
-            self._saver = threading.Thread(target=save, name="toolcat-lexical-save", daemon=True)
-            self._saver.start()
+    def _save_current(self, path: str, weights: tuple[float, ...]) -> None:
+        """``_save_soon``'s thread: ``save_current`` until no revision was brought forward
+        in memory while it ran."""
+        while True:
+            with contextlib.suppress(Exception):  # the next write or build saves it
+                save_current(path, weights)
+            with self._starting:
+                if not self._save_again:
+                    self._saving = False
+                    return
+                self._save_again = False
 
     def _load_or_build_saved(
         self, conn: sqlite3.Connection, revision: int, weights: tuple[float, ...], path: str
