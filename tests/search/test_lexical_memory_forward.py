@@ -173,3 +173,27 @@ def test_a_copy_restored_again_at_the_same_revision_is_not_brought_forward(
     serving._search.postings.wait(60)
     assert forwarded == [False]  # nothing held to bring forward: loaded or built from disk
     assert serving._search.postings.at(serving.revision, weights()) is not None
+
+
+def test_a_renewal_at_a_new_revision_keeps_what_it_brings_forward(
+    path: Path, serving: Catalog
+) -> None:
+    """A replica's readers renewed at a new revision share the index and matrix the server
+    holds (brought forward, a build under way going on to it); renewed at the same
+    revision (a copy restored again), they get their own."""
+    from toolcat.server.mcp import Readers
+
+    readers = Readers(serving, 1)
+    try:
+        readers.renew(serving.revision)
+        postings, vectors = serving._search.postings, serving._search.vectors
+        unsaved(path, flowers())
+        readers.renew(serving.revision)  # a new revision
+        assert serving._search.postings is postings and serving._search.vectors is vectors
+        readers.renew(serving.revision)  # the same one again
+        assert serving._search.postings is not postings
+        assert serving._search.vectors is not vectors
+        with readers.borrowed() as reader:
+            assert reader._search.postings is serving._search.postings
+    finally:
+        readers.close()

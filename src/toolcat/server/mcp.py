@@ -214,6 +214,7 @@ class Readers:
         self._threads.yields_to_loop = yield_to_loop
         self._guard = threading.Lock()
         self._generation = 0  # bumped by renew: readers of older ones are retired
+        self._revision: int | None = None  # the revision renew last opened readers on
         self._current: set[int] = set()  # ids of the readers of this generation
         self._closed = False
         self.on_damaged: Callable[[], object] | None = None  # a replica checks its copy then
@@ -302,9 +303,13 @@ class Readers:
         have them. Readers of the old file finish what they do and are closed."""
         fresh: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         opened: list[Catalog] = []
-        # Perhaps the same revision restored again over a copy found damaged: nothing
-        # answered or built from that one is shared with the new readers.
-        self._catalog.forget_kept(revision)
+        # Nothing answered at the old revision is kept. The same revision restored again
+        # over a copy found damaged: nothing built from that one (the vector matrix, the
+        # BM25 index) is shared with the new readers either. At a new revision those are
+        # brought forward, a build under way going on to it.
+        again = revision == self._revision
+        self._catalog.forget_kept(revision if again else None)
+        self._revision = revision
         for _ in range(self._size):
             reader = self._open()
             try:
