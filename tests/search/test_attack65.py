@@ -113,29 +113,7 @@ def test_a_build_under_way_when_the_copy_is_restored_again_is_not_served_for_the
     with Catalog(old) as a, Catalog(path) as b:
         assert a.revision == b.revision  # the same revision, other rows
 
-    real_read_only = lexical_index._read_only
-    first: list[threading.Thread] = []  # the build that opened the old copy
-    built, release = threading.Event(), threading.Event()
-
-    def read_only(p: str) -> Any:
-        # the first build opened the file before the copy was renamed over it (its first
-        # round only: asked again, it opens the new copy)
-        here = threading.current_thread()
-        if here.name == BUILDER and not first:
-            first.append(here)
-            return real_read_only(str(old))
-        return real_read_only(p)
-
-    original_build = TantivyIndex.build
-
-    def build(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
-        original_build(self, *args, **kwargs)
-        if threading.current_thread().name == BUILDER and not built.is_set():
-            built.set()
-            assert release.wait(60)
-
-    monkeypatch.setattr(lexical_index, "_read_only", read_only)
-    monkeypatch.setattr(TantivyIndex, "build", build)
+    built, release = build_of_the_old_copy(monkeypatch, old)
     with Catalog(path) as serving:
         serving.warm()  # a background build of the old copy starts
         assert built.wait(60)
@@ -452,6 +430,30 @@ def test_forget_while_a_build_runs_does_not_serve_what_that_build_read(
     shutil.copy(path, old)
     unsaved(old, kit("flora", "Find flowers by petal count"))
     unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    built, release = build_of_the_old_copy(monkeypatch, old)
+    lexical = LexicalIndex("tantivy")
+    with Catalog(path) as new, new._snapshot() as conn:
+        revision = reader.revision(conn)
+        lexical.build_soon(conn, revision, weights(), str(path))
+    assert built.wait(60)
+    lexical.forget(revision)
+    release.set()
+    settle(lexical)
+    index = lexical.at(revision, weights())
+    assert isinstance(index, TantivyIndex)
+    fresh = _built_now(path)
+    for query in QUERIES:
+        terms = fresh.terms(query, 8)
+        assert index.terms(query, 8) == terms, query
+        assert index.rank(terms, 10) == fresh.rank(terms, 10), query
+
+
+def build_of_the_old_copy(
+    monkeypatch: pytest.MonkeyPatch, old: Path
+) -> tuple[threading.Event, threading.Event]:
+    """The first background build opens ``old`` (the file before the copy was renamed over
+    it; asked again, it opens the new copy), and waits after building until ``release`` is
+    set, ``built`` set then. Returns (built, release)."""
     real_read_only = lexical_index._read_only
     first: list[threading.Thread] = []
     built, release = threading.Event(), threading.Event()
@@ -473,18 +475,4 @@ def test_forget_while_a_build_runs_does_not_serve_what_that_build_read(
 
     monkeypatch.setattr(lexical_index, "_read_only", read_only)
     monkeypatch.setattr(TantivyIndex, "build", build)
-    lexical = LexicalIndex("tantivy")
-    with Catalog(path) as new, new._snapshot() as conn:
-        revision = reader.revision(conn)
-        lexical.build_soon(conn, revision, weights(), str(path))
-    assert built.wait(60)
-    lexical.forget(revision)
-    release.set()
-    settle(lexical)
-    index = lexical.at(revision, weights())
-    assert isinstance(index, TantivyIndex)
-    fresh = _built_now(path)
-    for query in QUERIES:
-        terms = fresh.terms(query, 8)
-        assert index.terms(query, 8) == terms, query
-        assert index.rank(terms, 10) == fresh.rank(terms, 10), query
+    return built, release
