@@ -405,10 +405,17 @@ def test_a_copy_restored_again_at_the_same_revision_is_read_whole(
         store_random(conn, 0)
         vectors = catalog._search.vectors
         vectors.refresh(conn, reader.revision(conn), MODEL)
-        catalog.forget_kept(reader.revision(conn) + 1)  # another revision: kept
         registered(conn, kit("b", 2))
         forward(vectors, conn, loads, read=False)
         catalog.forget_kept(reader.revision(conn))
-        forward(vectors, conn, loads, read=True)
+        forward(vectors, conn, loads, read=True)  # a reader of the old copy: its own
+        fresh = catalog._search.vectors
+        assert fresh is not vectors
+        forward(fresh, conn, loads, read=True)  # the new copy's readers: read whole
         registered(conn, kit("c", 2))
-        forward(vectors, conn, loads, read=False)
+        forward(fresh, conn, loads, read=False)
+        # held at an earlier revision than the copy restored again: read whole all the same
+        # (a reader of the old copy could bring the shared one forward from it)
+        registered(conn, kit("d", 2))
+        catalog.forget_kept(reader.revision(conn))
+        assert catalog._search.vectors is not fresh and catalog._search.vectors.key is None

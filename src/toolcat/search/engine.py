@@ -151,15 +151,14 @@ class SearchEngine:
         ``revision`` the new copy is at: the vector matrix and BM25 index held at that
         revision are made again from it, not kept and brought forward from there on. Both
         are this engine's anew (the BM25 index held at another revision carried:
-        ``LexicalIndex.forgotten``): readers of the old copy still under way keep the old
-        ones, and what they load, build or bring forward at that revision from the old
-        copy is never served to the new copy's readers."""
+        ``LexicalIndex.forgotten``; the matrix read whole, wherever it was held: a reader
+        of the old copy could bring one held at an earlier revision forward from it):
+        readers of the old copy still under way keep the old ones, and what they load,
+        build or bring forward at that revision from the old copy is never served to the
+        new copy's readers."""
         if revision is not None:
-            if self.vectors.key is None or self.vectors.key[0] == revision:
-                self.vectors.read_whole_next()
-                # a new one, read whole: readers of the old copy under way keep the old one
-                # (what they read at that revision from the old copy is not the new one's)
-                self.vectors = VectorIndex()
+            self.vectors.read_whole_next()
+            self.vectors = VectorIndex()
             self.postings = self.postings.forgotten(revision)
         self.built = KeptAtRevision(HIT_CACHE_SIZE)
         self.answers = KeptAtRevision(ANSWER_CACHE_SIZE)
