@@ -66,6 +66,11 @@ MAX_TEXT_CHARS = 2000
 QUERY_CACHE_SIZE = 4096
 # Vectors read from SQLite per fetch when the matrix is loaded.
 VECTOR_CHUNK = 4096
+# (tool id, vector) of the active tools with a vector from a model: the matrix's rows.
+ACTIVE_VECTORS = (
+    "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
+    "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? WHERE k.active = 1"
+)
 # A matrix is brought forward by the rows changed since (``VectorIndex._bring_forward``)
 # while those are at most one tool in this many, or ``FORWARD_MIN``; past that, read whole.
 FORWARD_SHARE = 10
@@ -707,12 +712,7 @@ class VectorIndex:
             # copy per page (a fresh process at 10k tools: 125 against 102 ms at load 6). A
             # serving process keeps the default, where mapped pages would count in its RSS.
             conn.execute(f"PRAGMA mmap_size = {ONE_SHOT_MMAP_BYTES}")
-        cursor = conn.execute(
-            "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
-            "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
-            "WHERE k.active = 1",
-            (model_id,),
-        )
+        cursor = conn.execute(ACTIVE_VECTORS, (model_id,))
         compact = compact_from(active)
         ids = np.zeros(active, dtype=np.int64)
         matrix = np.zeros((0, 0), dtype="<f4")
@@ -794,9 +794,7 @@ class VectorIndex:
         if len(touched) > limit or compact_from(active) != (self.store is not None):
             return None
         fresh = conn.execute(
-            "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
-            "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? "
-            "WHERE k.active = 1 AND t.id IN (SELECT value FROM json_each(?))",
+            ACTIVE_VECTORS + " AND t.id IN (SELECT value FROM json_each(?))",
             (model_id, json.dumps(sorted(touched))),
         ).fetchall()
         old = ids[: self.tool_rows]

@@ -157,7 +157,6 @@ class SearchEngine:
         build or bring forward at that revision from the old copy is never served to the
         new copy's readers."""
         if revision is not None:
-            self.vectors.read_whole_next()
             self.vectors = VectorIndex()
             self.postings = self.postings.forgotten(revision)
         self.built = KeptAtRevision(HIT_CACHE_SIZE)

@@ -1079,14 +1079,16 @@ class LexicalIndex:
 
     def forgotten(self, revision: int) -> LexicalIndex:
         """A new one for the readers of the copy that replaced the file at ``revision``,
-        holding this one's index unless it was held at that revision (``forget``): what
-        this one loads, builds or brings forward from now on (readers of the old copy
-        still under way share it) stays here."""
-        self.forget(revision)
+        holding this one's index unless it was held at that revision: what this one
+        loads, builds or brings forward from now on (readers of the old copy still under
+        way share it) stays here. A build of its own under way is served to no one (it
+        is not started again either: this one only serves readers on their way out)."""
+        with self._starting:
+            self._forgotten += 1
+            held = self.index
         fresh = LexicalIndex(self.backend)
-        fresh.index, fresh.error = self.index, self.error
-        if fresh.index is not None and fresh.index.revision == revision:
-            fresh.index = None  # made at it by a build that ended since ``forget``
+        if held is not None and held.revision != revision:
+            fresh.index, fresh.error = held, self.error
         return fresh
 
     @property
