@@ -133,7 +133,7 @@ def test_another_history_is_not_brought_forward(
 
 
 def test_past_the_log_or_other_weights_is_not_brought_forward(
-    path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch, restores: list[LexicalIndex]
+    path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     held = serving._search.postings.index
     assert isinstance(held, TantivyIndex)
@@ -141,8 +141,6 @@ def test_past_the_log_or_other_weights_is_not_brought_forward(
     unsaved(path, flowers())
     unsaved(path, flowers("2"))  # the log no longer reaches the held revision
     monkeypatch.setattr(writer, "FTS_CHANGES_KEPT", 100_000)
-    with Catalog(path) as admin:
-        admin._conn.execute("SELECT 1")
     with serving._snapshot() as conn:
         valid_for = lexical_file.stamp(conn, serving.revision, weights())
         assert serving._search.postings._forward_held(conn, valid_for) is False
