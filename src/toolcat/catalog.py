@@ -1632,13 +1632,18 @@ class Catalog:
         self._changed()
         return report
 
-    def warm(self) -> None:
-        """Get ready to answer searches at settled speed (a server, before it answers): the
-        BM25 index loaded from the one the last write saved beside the catalog (or built:
-        in the background from 1,000 tools, when nothing was saved at this revision). A
-        process that only asks a question or two need not call it."""
+    def warm(self, mode: str | None = None) -> None:
+        """Get ready to answer searches in ``mode`` (default: the best this catalog has) at
+        settled speed (a server, before it answers): the vector matrix read when the mode
+        uses one, then the BM25 index loaded from the one the last write saved beside the
+        catalog (or built: in the background from 1,000 tools, when nothing was saved at
+        this revision). A process that only asks a question or two need not call it.
+
+        Raises:
+            InvalidQueryError: ``mode`` is not a search mode.
+        """
         with self._snapshot() as conn:
-            self._search.warm_bm25(conn, reader.revision(conn))
+            self._search.warm(conn, reader.revision(conn), mode)
 
     def export_query_encoder(self) -> bool:
         """Make this host's ONNX export of the catalog's embedding model when it has none

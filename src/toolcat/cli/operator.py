@@ -233,8 +233,8 @@ def serve(
         # A restarted one answers from its last copy at once: its watcher's first look checks
         # that copy, catches up and warms the readers off the request path.
         follower.look()  # how fresh the copy is now, not when the last process looked
-    else:  # the index the last write saved: the first query is not FTS5's (readers share it)
-        catalog.warm()
+    else:  # the matrix, the index the last write saved: the first query waits for neither
+        catalog.warm(mode)
     if PROCESS.own and (follower is None or restarted):  # ``prepare`` settled a fresh one
         settle_heap()
     if not use_http:

@@ -202,8 +202,16 @@ class Readers:
     on one SQLite connection. A read runs on the readers' own threads (``run``); only a
     kept answer's few indexed reads run on the event loop (``now``)."""
 
-    def __init__(self, catalog: Catalog, size: int, *, yield_to_loop: bool = False) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        size: int,
+        *,
+        yield_to_loop: bool = False,
+        search_mode: str | None = None,
+    ) -> None:
         self._catalog = catalog
+        self._search_mode = search_mode  # what renew warms them for
         self._size = max(1, size)
         self._free: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         self._opened: list[Catalog] = []
@@ -316,9 +324,10 @@ class Readers:
                 if not opened:
                     if reader.export_query_encoder():
                         logger.info("revision %d: exported the query encoder here", revision)
-                    reader.warm()  # the readers share the BM25 index: loaded once
+                    # the readers share the vector matrix and the BM25 index: made once
+                    reader.warm(self._search_mode)
                 reader.list(limit=1)
-                reader.search("warm up", k=1)
+                reader.search("warm up", k=1, mode=self._search_mode)
             except ToolcatError as e:  # served as the primary serves it: say so, go on
                 logger.warning("revision %d: warming a reader: %s", revision, e)
             opened.append(reader)
@@ -430,7 +439,9 @@ class CatalogServer:
             any_tags=tuple(o.any_tags),
             exclude_tags=tuple(o.exclude_tags),
         )
-        self.readers = Readers(catalog, o.readers, yield_to_loop=o.yield_to_loop)
+        self.readers = Readers(
+            catalog, o.readers, yield_to_loop=o.yield_to_loop, search_mode=o.search_mode
+        )
         if o.yield_to_loop:
             catalog.runtime.executor.threads.yields_to_loop = True
         if follower is not None:
