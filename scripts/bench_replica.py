@@ -49,6 +49,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -354,6 +355,9 @@ def main() -> None:
     parser.add_argument(
         "--catalog", type=Path, help="Copy this catalog as the primary (instead of --tools)."
     )
+    parser.add_argument(
+        "--logs", type=Path, help="Copy the processes' logs (replica0.log, ...) into this folder."
+    )
     parser.add_argument("--stages-into", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--source", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -456,6 +460,10 @@ def main() -> None:
             }
         finally:
             cluster.stop()
+            if args.logs:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for log in Path(tmp).glob("*.log"):
+                    shutil.copy(log, args.logs / log.name)
     print(json.dumps(report) if args.json else json.dumps(report, indent=1))
 
 

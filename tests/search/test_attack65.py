@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -476,3 +477,58 @@ def build_of_the_old_copy(
     monkeypatch.setattr(lexical_index, "_read_only", read_only)
     monkeypatch.setattr(TantivyIndex, "build", build)
     return built, release
+
+
+def test_a_copy_restored_again_with_the_same_totals_does_not_take_up_the_old_copys_save(
+    sample_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """attack65's open case: the copy found damaged had its index saved beside the file at
+    its revision; the copy restored again over it at that revision has the same history and
+    the same FTS5 totals (rows and tokens) but other text. The stamp matched, so the new
+    readers took up the old copy's save: one tool found by words it does not hold, another
+    not found by its own. At a revision restored again, the save is taken up only if the
+    digest of the rows it was built from is the new copy's."""
+    path, damaged = sample_path, tmp_path / "damaged.db"
+    unsaved(path, kit("zoo", "Find insects by wing count"))
+    with Catalog(path) as admin:
+        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(path, damaged)
+    # Bytes of one row that differ, as damage that passes ``quick_check`` leaves them: the
+    # same revision and history, as many rows and tokens.
+    conn = sqlite3.connect(damaged)
+    with conn:
+        conn.execute(
+            "UPDATE tools_fts SET description = 'find flower petal count' "
+            "WHERE description = 'find insect wing count'"  # as the row holds it: stems
+        )
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    with Catalog(damaged) as a, Catalog(path) as b:
+        assert a.revision == b.revision
+        with a._snapshot() as ca, b._snapshot() as cb:
+            stamps = [lexical_file.stamp(c, a.revision, weights()) for c in (ca, cb)]
+        assert stamps[0] == stamps[1]  # nothing the stamp holds tells them apart
+    served = tmp_path / "served" / "catalog.db"
+    served.parent.mkdir()
+    shutil.copy(damaged, served)
+    with Catalog(served) as serving:
+        serving.warm()  # built and saved from the damaged copy, in the background
+        settle(serving._search.postings)
+        assert [h.tool.id for h in serving.search("petal flowers", mode="bm25").hits][:1] == [
+            "zoo.zoo_lookup"
+        ]
+        shutil.copy(path, served.with_name("incoming.db"))
+        os.replace(served.with_name("incoming.db"), served)  # restored again, same revision
+        serving.forget_kept(serving.revision)
+        serving.warm()
+        settle(serving._search.postings)
+        assert hits(serving) == fts5_hits(served, monkeypatch)
+        assert not serving.search("petal flowers", mode="bm25").hits
+        found = serving.search("insects wing", mode="bm25").hits
+        assert [h.tool.id for h in found][:1] == ["zoo.zoo_lookup"]
+    with Catalog(served) as restarted:  # the save now follows the new copy
+        restarted.warm()
+        assert isinstance(
+            restarted._search.postings.at(restarted.revision, weights()), TantivyIndex
+        )
+        assert hits(restarted) == fts5_hits(served, monkeypatch)

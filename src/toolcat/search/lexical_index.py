@@ -1042,6 +1042,10 @@ class LexicalIndex:
         # ``forget`` calls: a build under way when one came may have read the copy replaced
         # (``_build_once`` serves what it made only if none came meanwhile)
         self._forgotten = 0
+        # The revision at which the file was replaced by another copy (``forgotten``): the
+        # save beside it at that revision may be the replaced copy's, taken up only if it
+        # was built from this copy's rows (its content digest, a read of every row).
+        self._distrusted: int | None = None
         self._saver: threading.Thread | None = None  # ``_save_soon``'s
         self._saving = False  # ``_saver`` saves (until it says otherwise under ``_starting``)
         self._save_again = False  # brought forward while a save ran: save once more after it
@@ -1074,6 +1078,7 @@ class LexicalIndex:
             if self.index is not None and self.index.revision == revision:
                 self.index = None
             self._forgotten += 1
+            self._distrusted = revision
             if self.building:  # it may read the copy replaced: not served, built again
                 self._again = True
 
@@ -1087,6 +1092,7 @@ class LexicalIndex:
             self._forgotten += 1
             held = self.index
         fresh = LexicalIndex(self.backend)
+        fresh._distrusted = revision
         if held is not None and held.revision != revision:
             fresh.index, fresh.error = held, self.error
         return fresh
@@ -1146,6 +1152,7 @@ class LexicalIndex:
         # Made apart and served below only if no ``forget`` came meanwhile: the file may
         # have been replaced by another copy at the same revision after it was opened.
         made = LexicalIndex(self.backend)
+        made._distrusted = self._distrusted
         try:
             conn = _read_only(path)
         except (sqlite3.Error, OSError, ValueError) as e:  # FTS5 answers on; a later query retries
@@ -1195,7 +1202,10 @@ class LexicalIndex:
             valid_for = lexical_file.stamp(conn, revision, weights)
             forwarded = self._forward_held(conn, valid_for)
             if not forwarded:
-                return self._restore(path, valid_for, revision, weights)
+                # at the revision the file was replaced at, the save's rows are checked on
+                # the background build's thread (``_load_or_build_saved``), not here
+                distrusted = revision == self._distrusted
+                return not distrusted and self._restore(path, valid_for, revision, weights)
         self._save_soon(path, weights)
         return True
 
@@ -1273,6 +1283,8 @@ class LexicalIndex:
         if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
             return False
         valid_for = lexical_file.stamp(conn, revision, weights)
+        if revision == self._distrusted:
+            valid_for["content"] = content_digest(conn)
         if self._restore(path, valid_for, revision, weights):
             return True
         root = lexical_file.trusted_folder(path, create=True)

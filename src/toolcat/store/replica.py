@@ -674,6 +674,11 @@ class Follower:
         waited = now - self._waiting_since
         child = self._follower
         running = child is not None and child.poll() is None
+        if not self.path.exists():
+            # A fresh replica: follow mode's first restore is the one download, whether its
+            # file shows yet or not (it shows before the transactions after the snapshot
+            # are applied, and a look then restored in full beside it).
+            return running and waited < RESTORE_TIMEOUT
         if not self.staging.exists():
             return running and self.state.get("txid") is None and waited < RESTORE_TIMEOUT
         # Only a follow mode past its start is worth waiting for: one just started is
