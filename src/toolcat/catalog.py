@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -77,6 +78,8 @@ if TYPE_CHECKING:
     from .search.engine import Ranking, SearchEngine
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
@@ -336,9 +339,15 @@ class Catalog:
 
     def forget_kept(self, revision: int | None = None) -> None:
         """Forget the kept search answers, built hit tools and shared names
-        (``share_indexes`` shares them): the file was replaced by another copy at the same
-        revision. With that ``revision``, the vector matrix and BM25 index held at it too."""
+        (``share_indexes`` shares them): the file was replaced by another copy. With the
+        ``revision`` that copy is at (it replaced one found damaged), the vector matrix and
+        BM25 index held too, and the BM25 index saved beside the file is unstamped: every
+        one of them may have been made from the damaged copy."""
         self._search.forget_kept(revision)
+        if revision is not None:
+            from .search import lexical_file
+
+            lexical_file.forget_saved(str(self.path))
 
     @property
     def replica_of(self) -> str | None:
@@ -1642,8 +1651,14 @@ class Catalog:
         Raises:
             InvalidQueryError: ``mode`` is not a search mode.
         """
+        mode = self._search.checked_mode(mode)
+        try:  # a read of its own: a damaged file's error ends the transaction it is in
+            with self._snapshot() as conn:
+                self._search.warm_vectors(conn, reader.revision(conn), mode)
+        except ToolcatError as e:  # damaged vectors, a model that differs: searches say so
+            logger.warning("catalog %s: reading the vectors: %s", self.path, e)
         with self._snapshot() as conn:
-            self._search.warm(conn, reader.revision(conn), mode)
+            self._search.warm_bm25(conn, reader.revision(conn))
 
     def export_query_encoder(self) -> bool:
         """Make this host's ONNX export of the catalog's embedding model when it has none

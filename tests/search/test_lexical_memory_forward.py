@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolcat import Catalog, Tool, Toolkit
+from toolcat.files import checks as saved_files
 from toolcat.search import bm25, engine, lexical_file
 from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
 from toolcat.store import writer
@@ -152,11 +153,12 @@ def test_past_the_log_or_other_weights_is_not_brought_forward(
 def test_a_copy_restored_again_at_the_same_revision_is_not_brought_forward(
     path: Path, serving: Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``forget_kept(revision)`` (a replica's copy restored again at its revision): the BM25
-    index held at it is dropped, so the next one is loaded or built from the new copy."""
-    serving.forget_kept(serving.revision + 1)
+    """``forget_kept(revision)`` (a replica's copy that replaced one found damaged): the
+    BM25 index held is dropped at any revision (it may be the damaged copy's), so the next
+    one is loaded or built from the new copy."""
+    serving.forget_kept()  # kept answers only
     assert serving._search.postings.at(serving.revision, weights()) is not None
-    serving.forget_kept(serving.revision)
+    serving.forget_kept(serving.revision + 1)
     assert serving._search.postings.index is None
     forwarded: list[bool] = []
     original = LexicalIndex._forward_held
@@ -176,9 +178,10 @@ def test_a_copy_restored_again_at_the_same_revision_is_not_brought_forward(
 def test_a_renewal_at_a_new_revision_keeps_what_it_brings_forward(
     path: Path, serving: Catalog
 ) -> None:
-    """A replica's readers renewed at a new revision share the index and matrix the server
-    holds (brought forward, a build under way going on to it); renewed at the same
-    revision (a copy restored again), they get their own."""
+    """A replica's readers renewed at a new revision, or at the same one (a write that
+    changed no tool: recorded uses), share the index and matrix the server holds (brought
+    forward, a build under way going on to it); renewed over a copy found damaged, they
+    get their own, and the index saved beside the file is unstamped."""
     from toolcat.server.mcp import Readers
 
     readers = Readers(serving, 1)
@@ -189,8 +192,16 @@ def test_a_renewal_at_a_new_revision_keeps_what_it_brings_forward(
         readers.renew(serving.revision)  # a new revision
         assert serving._search.postings is postings and serving._search.vectors is vectors
         readers.renew(serving.revision)  # the same one again
+        assert serving._search.postings is postings and serving._search.vectors is vectors
+        root = lexical_file.trusted_folder(str(path))
+        assert root is not None
+        before = saved_files.read_stamp(root)
+        assert before is not None
+        readers.renew(serving.revision, replaced_damaged=True)
         assert serving._search.postings is not postings
         assert serving._search.vectors is not vectors
+        serving._search.postings.wait(60)  # built again from the new copy, and saved
+        assert saved_files.read_stamp(root) != before
         with readers.borrowed() as reader:
             assert reader._search.postings is serving._search.postings
     finally:

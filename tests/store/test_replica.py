@@ -584,3 +584,43 @@ def test_follow_modes_news_is_told_once_per_newer_transaction(
     sidecar.unlink()
     assert following.news() is False
     assert Follower(following.path, primary.url).news() is False  # no follow mode: none
+
+
+def test_only_a_swap_over_a_damaged_copy_forgets_what_the_server_made(
+    primary: Primary, follower: Follower, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica's server keeps its vector matrix and BM25 index across a swap, brought
+    forward or, at the same revision (a write that changed no tool: recorded uses), kept;
+    only a copy that replaced one found damaged makes it forget them (each was read whole
+    again at every same-revision swap before: 1M tools, a matrix of 1.5 GB per recorded
+    use)."""
+    pytest.importorskip("mcp")
+    import anyio
+
+    from toolcat.server.mcp import CatalogServer, Readers
+
+    renewed: list[bool] = []
+    real = Readers.renew
+
+    def renew(self: Readers, revision: int, *, replaced_damaged: bool = False) -> None:
+        renewed.append(replaced_damaged)
+        real(self, revision, replaced_damaged=replaced_damaged)
+
+    monkeypatch.setattr(Readers, "renew", renew)
+    follower.sync()
+    assert follower.damaged_swaps == 0
+    with Catalog(follower.path) as catalog:
+        server = CatalogServer(catalog, follower=follower)
+        try:
+            anyio.run(server.watcher.check)
+            primary.register(SAMPLE_TOOLKITS / "text.yaml")
+            anyio.run(server.watcher.check)  # a new revision
+            assert follower.damaged_swaps == 0 and renewed == [False, False]
+            with open(follower.path, "r+b") as f:  # a bad disk under the served copy
+                f.seek(-3 * 4096, 2)
+                f.write(b"\xff" * 3 * 4096)
+            follower.suspect()
+            anyio.run(server.watcher.check)  # found damaged, restored again
+            assert follower.damaged_swaps == 1 and renewed == [False, False, True]
+        finally:
+            server.close()

@@ -22,7 +22,7 @@ import os
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -71,14 +71,6 @@ ACTIVE_VECTORS = (
     "SELECT t.id, e.vector FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
     "JOIN embeddings e ON e.content_hash = t.content_hash AND e.model = ? WHERE k.active = 1"
 )
-# The same rows read whole: the active tools' hashes, then the model's vectors in file order,
-# joined here (``_whole_rows``), unless the table holds over this many times the active tools.
-ACTIVE_HASHES = (
-    "SELECT t.content_hash, t.id FROM tools t JOIN toolkits k ON k.id = t.toolkit_id "
-    "WHERE k.active = 1"
-)
-MODEL_VECTORS = "SELECT content_hash, vector FROM embeddings WHERE model = ?"
-SCAN_UP_TO = 2
 # A matrix is brought forward by the rows changed since (``VectorIndex._bring_forward``)
 # while those are at most one tool in this many, or ``FORWARD_MIN``; past that, read whole.
 FORWARD_SHARE = 10
@@ -611,48 +603,14 @@ def _fill(
         matrix[at : at + len(rows)] = into[: len(rows)]
 
 
-def _whole_rows(
-    conn: sqlite3.Connection, model_id: str, active: int
-) -> Iterator[list[tuple[int, bytes]]]:
-    """``ACTIVE_VECTORS``' rows, ``VECTOR_CHUNK`` at a time: two scans in file order, the
-    active tools' hashes and then the model's vectors, joined in a dict of the hashes. The
-    join in SQL looks every tool's vector up by its hash, in an index and then in the
-    table, at random: a matrix of 1M tools (a 4 GB file in the page cache) took 8.5 s to
-    read that way against 6.0 s. Where the table holds many more vectors than there are
-    active tools (other models, old versions), the lookups read less and SQL joins."""
-    stored = conn.execute("SELECT max(rowid) FROM embeddings").fetchone()[0]
-    if type(stored) is not int or stored > SCAN_UP_TO * max(active, 1):
-        cursor = conn.execute(ACTIVE_VECTORS, (model_id,))
-        while chunk := cursor.fetchmany(VECTOR_CHUNK):
-            yield chunk
-        return
-    tools: dict[Any, int | list[int]] = {}
-    keep = tools.setdefault
-    cursor = conn.execute(ACTIVE_HASHES)
-    while chunk := cursor.fetchmany(VECTOR_CHUNK):
-        for content_hash, tool_id in chunk:
-            # another object only when another tool holds the hash (ids are unique)
-            held = keep(content_hash, tool_id)
-            if held is not tool_id:  # tools that share a definition share its vector
-                if isinstance(held, list):
-                    held.append(tool_id)
-                else:
-                    tools[content_hash] = [held, tool_id]
-    rows: list[tuple[int, bytes]] = []
-    find, add = tools.get, rows.append
-    cursor = conn.execute(MODEL_VECTORS, (model_id,))
-    while chunk := cursor.fetchmany(VECTOR_CHUNK):
-        for content_hash, blob in chunk:
-            found = find(content_hash)
-            if isinstance(found, int):
-                add((found, blob))
-            elif found is not None:
-                rows.extend((tool_id, blob) for tool_id in found)
-        while len(rows) >= VECTOR_CHUNK:
-            yield rows[:VECTOR_CHUNK]
-            del rows[:VECTOR_CHUNK]
-    if rows:
-        yield rows
+def _width(blob: object, model_id: str) -> int:
+    """The width of the vectors a matrix is made for, from its first one: a BLOB of whole
+    float32s (a number or a TEXT there is a damaged vector, as ``_fill`` says of the rest)."""
+    if type(blob) is not bytes or not blob or len(blob) % 4:
+        raise EmbeddingError(
+            f"the catalog's vectors for {model_id} differ in length: run `toolcat reindex --full`"
+        )
+    return len(blob) // 4
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -770,9 +728,10 @@ class VectorIndex:
         store: ann.Store | None = None
         staging: np.ndarray | None = None
         count = 0
-        for chunk in _whole_rows(conn, model_id, active):
+        cursor = conn.execute(ACTIVE_VECTORS, (model_id,))
+        while chunk := cursor.fetchmany(VECTOR_CHUNK):
             if not count:
-                width = len(chunk[0][1]) // 4
+                width = _width(chunk[0][1], model_id)
                 allocated = active + len(learned)
                 if compact:
                     store = ann.Store(allocated, width)

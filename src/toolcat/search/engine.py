@@ -10,7 +10,6 @@ open a read snapshot and to turn a ``Scope`` into filters.
 from __future__ import annotations
 
 import functools
-import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -32,8 +31,6 @@ from .scope import Scope
 
 if TYPE_CHECKING:
     from ..models import RegisteredTool, SearchResult
-
-logger = logging.getLogger(__name__)
 
 SEARCH_MODES = modes.SEARCH_MODES
 VECTOR_MODES = modes.VECTOR_MODES
@@ -70,7 +67,6 @@ NAME_CACHE_SIZE = 200_000
 SPLIT_REQUESTS = True
 
 
-logger = logging.getLogger(__name__)
 T = TypeVar("T")
 # What a search builds: a ``SearchResult`` (``result``) or plain data (``summaries``).
 Answer = TypeVar("Answer")
@@ -150,16 +146,13 @@ class SearchEngine:
 
     def forget_kept(self, revision: int | None = None) -> None:
         """Start new stores of kept answers, built hit tools and shared names: the file was
-        replaced by another copy at the same revision (a replica's restored again), whose
-        rows the kept ones may not be. Whoever shares the old stores keeps them. With the
-        ``revision`` the new copy is at: the vector matrix and BM25 index held at that
-        revision are made again from it, not kept and brought forward from there on. Both
-        are this engine's anew (the BM25 index held at another revision carried:
-        ``LexicalIndex.forgotten``; the matrix read whole, wherever it was held: a reader
-        of the old copy could bring one held at an earlier revision forward from it):
-        readers of the old copy still under way keep the old ones, and what they load,
-        build or bring forward at that revision from the old copy is never served to the
-        new copy's readers."""
+        replaced by another copy (a replica's), whose rows the kept ones may not be.
+        Whoever shares the old stores keeps them. With the ``revision`` the new copy is at
+        (it replaced one found damaged): the vector matrix and BM25 index are this
+        engine's anew, holding nothing, made again from the new copy (read whole, loaded
+        or built: ``LexicalIndex.forgotten``); readers of the old copy still under way keep
+        the old ones, and what they load, build or bring forward from the old copy is
+        never served to the new copy's readers."""
         if revision is not None:
             self.vectors = VectorIndex()
             self.postings = self.postings.forgotten(revision)
@@ -649,21 +642,20 @@ class SearchEngine:
         if not self.postings.load_saved(conn, revision, weights, path):
             self.postings.build_soon(conn, revision, weights, path)
 
-    def warm(self, conn: sqlite3.Connection, revision: int, mode: str | None) -> None:
-        """Make what ``revision``'s searches in ``mode`` read (a server before it answers):
-        the vector matrix when the mode uses one, then the in-memory BM25 index, so the next
-        query is ranked by it, not by FTS5, unless a big catalog's index is still being
-        built in the background (nothing was saved at this revision). The matrix first:
-        read beside that build, which holds the GIL for most of a minute at 1M tools, it
-        took 27 s instead of 9 (a fresh replica's first answer waited for both). A matrix
-        that cannot be read is left to the searches, which say why."""
-        mode, model_id = self.plan(conn, mode)
+    def warm_vectors(self, conn: sqlite3.Connection, revision: int, mode: str | None) -> None:
+        """Read ``revision``'s vector matrix now when searches in ``mode`` (default: the best
+        one) use it (a server, before it answers, and before ``warm_bm25``: read beside a
+        big catalog's BM25 build, which holds the GIL for most of a minute at 1M tools, it
+        took 27 s instead of 9)."""
+        _, model_id = self.plan(conn, mode)
         if model_id:
-            try:
-                with self.vectors.lock:
-                    self.vectors.refresh(conn, revision, model_id, getattr(conn, "path", "") or "")
-            except EmbeddingError as e:
-                logger.warning("revision %d: reading the vectors: %s", revision, e)
+            with self.vectors.lock:
+                self.vectors.refresh(conn, revision, model_id, getattr(conn, "path", "") or "")
+
+    def warm_bm25(self, conn: sqlite3.Connection, revision: int) -> None:
+        """Make ``revision``'s in-memory BM25 index now (a server before it answers): the
+        next query is ranked by it, not by FTS5, unless a big catalog's index is still
+        being built in the background (nothing was saved at this revision)."""
         if self._index(conn, revision) is None:
             self._make_index(conn, revision)
 

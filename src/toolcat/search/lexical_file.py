@@ -27,6 +27,7 @@ Read from disk, so checked before it is trusted:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -190,6 +191,17 @@ def restamp_unchanged(root: Path, valid_for: dict[str, Any], content: Callable[[
     except OSError:  # a full disk: built (in memory, when it cannot be saved either)
         return False
     return True
+
+
+def forget_saved(catalog_path: str) -> None:
+    """Remove the stamp of the index saved beside the catalog, so no process takes it up
+    (its files go with the next save): the file was replaced by a copy whose rows it may
+    not be built from, with nothing in the stamp to tell (a replica's copy found damaged,
+    restored again at the same revision). Nothing when there is no folder to trust."""
+    root = trusted_folder(catalog_path)
+    if root is not None:
+        with contextlib.suppress(OSError):  # none there, or no file of ours (a folder)
+            (root / STAMP).unlink()
 
 
 def stamped(catalog_path: str, valid_for: dict[str, Any]) -> bool:

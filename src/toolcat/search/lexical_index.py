@@ -1083,18 +1083,17 @@ class LexicalIndex:
                 self._again = True
 
     def forgotten(self, revision: int) -> LexicalIndex:
-        """A new one for the readers of the copy that replaced the file at ``revision``,
-        holding this one's index unless it was held at that revision: what this one
-        loads, builds or brings forward from now on (readers of the old copy still under
-        way share it) stays here. A build of its own under way is served to no one (it
-        is not started again either: this one only serves readers on their way out)."""
+        """A new one, holding nothing, for the readers of the copy at ``revision`` that
+        replaced one found damaged: what this one holds, or loads, builds or brings forward
+        from now on (readers of the old copy still under way share it), may come from the
+        damaged copy, at any revision. A save beside the file at ``revision`` is taken up
+        only if built from the new copy's rows (``_distrusted``). A build of its own under
+        way is served to no one (nor started again: this one only serves readers on their
+        way out)."""
         with self._starting:
             self._forgotten += 1
-            held = self.index
         fresh = LexicalIndex(self.backend)
         fresh._distrusted = revision
-        if held is not None and held.revision != revision:
-            fresh.index, fresh.error = held, self.error
         return fresh
 
     @property

@@ -222,7 +222,6 @@ class Readers:
         self._threads.yields_to_loop = yield_to_loop
         self._guard = threading.Lock()
         self._generation = 0  # bumped by renew: readers of older ones are retired
-        self._revision: int | None = None  # the revision renew last opened readers on
         self._current: set[int] = set()  # ids of the readers of this generation
         self._closed = False
         self.on_damaged: Callable[[], object] | None = None  # a replica checks its copy then
@@ -305,19 +304,19 @@ class Readers:
             return None
         return self._read(reader, fn)
 
-    def renew(self, revision: int) -> None:
-        """A replica's file was replaced by a new revision: open the readers on it and warm
-        them (search statistics, the vector matrix) on the calling thread, then let requests
-        have them. Readers of the old file finish what they do and are closed."""
+    def renew(self, revision: int, *, replaced_damaged: bool = False) -> None:
+        """A replica's file was replaced by a new copy at ``revision``: open the readers on
+        it and warm them (search statistics, the vector matrix) on the calling thread, then
+        let requests have them. Readers of the old file finish what they do and are closed.
+        ``replaced_damaged``: the copy replaced was found damaged."""
         fresh: queue.SimpleQueue[Catalog] = queue.SimpleQueue()
         opened: list[Catalog] = []
-        # Nothing answered at the old revision is kept. The same revision restored again
-        # over a copy found damaged: nothing built from that one (the vector matrix, the
-        # BM25 index) is shared with the new readers either. At a new revision those are
-        # brought forward, a build under way going on to it.
-        again = revision == self._revision
-        self._catalog.forget_kept(revision if again else None)
-        self._revision = revision
+        # Nothing answered from the old file is kept. Over a copy found damaged, nothing
+        # made from that one (the vector matrix, the BM25 index, its save beside the file)
+        # is taken up either. Else they are brought forward to a new revision, a build
+        # under way going on to it, or kept (the same revision: a write that changed no
+        # tool, such as recorded uses).
+        self._catalog.forget_kept(revision if replaced_damaged else None)
         for _ in range(self._size):
             reader = self._open()
             try:
@@ -466,6 +465,7 @@ class CatalogServer:
         self._lists_revision = -1
         self._prepared: tuple[int, dict[Scope, ListPages]] = (-1, {})
         self._prepare_steps: dict[str, float] = {}  # what the last ``prepare`` took, by step
+        self._damaged_swaps = 0  # the follower's count at the last ``prepare``
         self.server = ToolcatServer(
             "toolcat",
             version=__version__,
@@ -635,7 +635,9 @@ class CatalogServer:
         started = time.perf_counter()
         if self.options.settle_heap:
             gc.unfreeze()  # the old revision's readers and index go with the next collection
-        self.readers.renew(revision)
+        damaged = self.follower.damaged_swaps if self.follower is not None else 0
+        self.readers.renew(revision, replaced_damaged=damaged != self._damaged_swaps)
+        self._damaged_swaps = damaged
         renewed = time.perf_counter()
         # A copy restored again at the same revision replaced one found damaged: nothing
         # resolved from that one is called (calls under way keep into the old object).

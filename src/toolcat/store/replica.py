@@ -324,6 +324,13 @@ class Follower:
         self._news: int | None = None  # the staged transaction ``news`` last told of
         self._news_listed: float | None = None  # the store's last listing when it told
         self._damage: str | None = None  # what is wrong with it, until restored again
+        # Swaps that replaced a copy found damaged: what was made from that copy (a server's
+        # indexes, the BM25 save beside the file) is not to be taken up (``Readers.renew``).
+        self.damaged_swaps = 0
+        # A fresh replica's follow-mode file as last seen (size, time, transaction), and
+        # when that last changed (``_follow_soon``).
+        self._staging_seen: tuple[int, int, int | None] | None = None
+        self._staging_moved = 0.0
         self._standby_refused = False  # a file not set aside at the standby name was logged
         self._leaseless = False  # no write lease can be had here: no standby is kept
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
@@ -497,6 +504,8 @@ class Follower:
         self._set_aside()
         os.replace(self.incoming, self.path)  # atomic: readers see the old or the new file
         self._copy = _stamp(self.path)
+        if self._damage is not None:
+            self.damaged_swaps += 1
         self._damage = None
         self.state.update(
             txid=newest,
@@ -674,11 +683,23 @@ class Follower:
         waited = now - self._waiting_since
         child = self._follower
         running = child is not None and child.poll() is None
-        if not self.path.exists():
-            # A fresh replica: follow mode's first restore is the one download, whether its
-            # file shows yet or not (it shows before the transactions after the snapshot
-            # are applied, and a look then restored in full beside it).
-            return running and waited < RESTORE_TIMEOUT
+        if self.state.get("txid") is None and not self.path.exists():
+            # A fresh replica: follow mode's first restore is the one download. Its file
+            # shows before the transactions after the snapshot are applied (a look then
+            # restored in full beside it): waited for while it moves on (its size, time or
+            # transaction), restored in full once it stood still for ``FOLLOW_GRACE``.
+            if not running or waited >= RESTORE_TIMEOUT:
+                return False
+            if not self.staging.exists():
+                return True
+            try:
+                info = os.lstat(self.staging)
+            except OSError:
+                return True
+            seen = (info.st_size, info.st_mtime_ns, self._staged_txid())
+            if seen != self._staging_seen:
+                self._staging_seen, self._staging_moved = seen, now
+            return now - self._staging_moved < FOLLOW_GRACE
         if not self.staging.exists():
             return running and self.state.get("txid") is None and waited < RESTORE_TIMEOUT
         # Only a follow mode past its start is worth waiting for: one just started is
