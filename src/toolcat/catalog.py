@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import inspect
 import json
-import logging
 import os
 import sqlite3
 import sys
@@ -78,8 +77,6 @@ if TYPE_CHECKING:
     from .search.engine import Ranking, SearchEngine
 
 __all__ = ["DEFAULT_LIST_LIMIT", "MAX_LIMIT", "SEARCH_MODES", "Catalog"]
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_LIST_LIMIT = 50
 MAX_LIMIT = 1000
@@ -1656,7 +1653,9 @@ class Catalog:
             with self._snapshot() as conn:
                 self._search.warm_vectors(conn, reader.revision(conn), mode)
         except ToolcatError as e:  # damaged vectors, a model that differs: searches say so
-            logger.warning("catalog %s: reading the vectors: %s", self.path, e)
+            import logging  # not on a plain list's path
+
+            logging.getLogger(__name__).warning("catalog %s: reading the vectors: %s", self.path, e)
         with self._snapshot() as conn:
             self._search.warm_bm25(conn, reader.revision(conn))
 
