@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import SAMPLE_TOOLKITS
+from tests.search.test_attack65 import settle as _settle
 from tests.search.test_vector_forward import (
     MODEL,
     contents,
@@ -30,7 +31,7 @@ from tests.search.test_vector_forward import (
 from toolcat import Catalog, Tool, Toolkit
 from toolcat.errors import EmbeddingError
 from toolcat.search import bm25, embeddings, engine
-from toolcat.search.lexical_index import LexicalIndex, TantivyIndex
+from toolcat.search.lexical_index import TantivyIndex
 from toolcat.store import reader, writer
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -267,17 +268,6 @@ def _fts5_hits(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[tuple[s
         patch.setattr(engine, "POSTINGS_AFTER", 10**9)
         with Catalog(path) as fresh:
             return _hits(fresh)
-
-
-def _settle(postings: LexicalIndex) -> None:
-    for _ in range(10):
-        builder, saver = postings._builder, postings._saver
-        if builder is not None:
-            builder.join(60)
-        if saver is not None:
-            saver.join(60)
-        if not postings.building and (postings._saver is None or not postings._saver.is_alive()):
-            return
 
 
 def _checkpoint(path: Path) -> None:
