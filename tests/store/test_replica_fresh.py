@@ -1,9 +1,10 @@
-"""A fresh replica waits for follow mode's first restore while its file moves on, not
-``FOLLOW_GRACE`` from its first look: the file shows before the transactions after the
-snapshot are applied, and a look in that moment restored the whole catalog in full beside
-it (at 1M tools with vectors, a second download of 4 GB: 56 s more before the replica
-first answered). A file that stands still for ``FOLLOW_GRACE`` is restored in full, as
-before (attack66: a follow mode that hangs)."""
+"""A fresh replica waits for follow mode's first restore while its file grows, not
+``FOLLOW_GRACE`` from its first look: the file shows while the snapshot is restored, and a
+look then restored the whole catalog in full beside it (at 1M tools with vectors, a second
+download of 4 GB: 56 s more before the replica first answered). A file that stands still
+for ``FOLLOW_GRACE`` is restored in full, as before (attack66: a follow mode that hangs),
+and so is one that holds transactions but stays behind for ``FOLLOW_GRACE`` (attack67: a
+busy primary)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def test_a_fresh_replica_waits_for_follow_modes_first_restore_while_it_moves_on(
     try:
         wait_for_staging(follower)
         assert follower.staging is not None
+        # still restoring its snapshot: no transaction in its -txid yet
+        monkeypatch.setattr(Follower, "_staged_txid", lambda self: None)
         deadline, tick = time.monotonic() + 2.0, 0  # four times FOLLOW_GRACE
         while time.monotonic() < deadline:
             tick += 1  # follow mode applying the transactions after its snapshot

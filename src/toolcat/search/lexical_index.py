@@ -1046,6 +1046,12 @@ class LexicalIndex:
         # save beside it at that revision may be the replaced copy's, taken up only if it
         # was built from this copy's rows (its content digest, a read of every row).
         self._distrusted: int | None = None
+        # Set on the index a copy found damaged was served from, once that copy is replaced
+        # (``forgotten``): what it makes from then on (from the damaged copy, perhaps) serves
+        # readers on their way out and is never saved. ``_saves_for``: the index whose flag
+        # fences this one's saves (a background build's index made apart).
+        self._replaced = False
+        self._saves_for: LexicalIndex | None = None
         self._saver: threading.Thread | None = None  # ``_save_soon``'s
         self._saving = False  # ``_saver`` saves (until it says otherwise under ``_starting``)
         self._save_again = False  # brought forward while a save ran: save once more after it
@@ -1092,9 +1098,15 @@ class LexicalIndex:
         way out)."""
         with self._starting:
             self._forgotten += 1
+            self._replaced = True
         fresh = LexicalIndex(self.backend)
         fresh._distrusted = revision
         return fresh
+
+    @property
+    def _fenced(self) -> bool:
+        """Whether what this one makes may not be saved (``_replaced``)."""
+        return (self._saves_for or self)._replaced
 
     @property
     def building(self) -> bool:
@@ -1151,7 +1163,7 @@ class LexicalIndex:
         # Made apart and served below only if no ``forget`` came meanwhile: the file may
         # have been replaced by another copy at the same revision after it was opened.
         made = LexicalIndex(self.backend)
-        made._distrusted = self._distrusted
+        made._distrusted, made._saves_for = self._distrusted, self
         try:
             conn = _read_only(path)
         except (sqlite3.Error, OSError, ValueError) as e:  # FTS5 answers on; a later query retries
@@ -1262,8 +1274,9 @@ class LexicalIndex:
         """``_save_soon``'s thread: ``save_current`` until no revision was brought forward
         in memory while it ran."""
         while True:
-            with contextlib.suppress(Exception):  # the next write or build saves it
-                save_current(path, weights)
+            if not self._fenced:
+                with contextlib.suppress(Exception):  # the next write or build saves it
+                    save_current(path, weights, distrusted=self._distrusted)
             with self._starting:
                 if not self._save_again:
                     self._saving = False
@@ -1281,6 +1294,8 @@ class LexicalIndex:
 
         if self.backend == "postings" or tantivy_module() is None or len(weights) != len(COLUMNS):
             return False
+        if self._fenced:
+            return False  # built in memory, never saved: perhaps the damaged copy's rows
         valid_for = lexical_file.stamp(conn, revision, weights)
         if revision == self._distrusted:
             valid_for["content"] = content_digest(conn)
@@ -1290,7 +1305,7 @@ class LexicalIndex:
         if root is None:
             return False
         with saved_files.build_lock(root) as held:
-            if not held:
+            if not held or self._fenced:
                 return False
             # Another process may have saved it while this one waited for the lock.
             if self._restore(path, valid_for, revision, weights):
@@ -1298,7 +1313,7 @@ class LexicalIndex:
             # An earlier revision's index, brought forward by the rows changed since (a
             # replica's case, or a writer that saved nothing).
             try:
-                done, forward = bring_forward(conn, path, root, valid_for)
+                done, forward = bring_forward(conn, path, root, valid_for, self._distrusted)
             except OSError:
                 done, forward = False, None
             if forward is not None:
@@ -1325,6 +1340,8 @@ class LexicalIndex:
                 shutil.rmtree(directory, ignore_errors=True)
                 return False  # ``build`` tries again in memory (or falls back to postings)
             try:
+                if self._fenced:  # replaced while it built: the narrowest window left
+                    raise OSError("the copy this was built from was replaced")
                 lexical_file.save(root, valid_for, directory, index.state())
             except OSError:
                 # A full disk: served from memory all the same (the open index keeps its
@@ -1396,7 +1413,9 @@ def _read_only(path: str) -> sqlite3.Connection:
     )
 
 
-def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> TantivyIndex | None:
+def save_current(
+    path: str, weights: Sequence[float], min_tools: int = 0, *, distrusted: int | None = None
+) -> TantivyIndex | None:
     """Bring the BM25 index saved beside the catalog at ``path`` (search/lexical_file.py) to
     the catalog's revision now, so that the next process to serve it loads it instead of
     building it: what every write to the catalog calls once it has committed.
@@ -1405,6 +1424,10 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
     (``bring_forward``) when the change log reaches back to it and they are few; else it is
     built whole. tantivy's own documents are never added or deleted: the padding that makes
     its scores bound FTS5's depends on the average length, which any change moves.
+
+    ``distrusted``: a revision at which the file replaced a copy found damaged
+    (``LexicalIndex._distrusted``): a save stamped at it counts only by its rows' digest,
+    and none stamped at or before it is brought forward.
 
     Returns:
         The index built and saved; None when there was nothing to do: the saved one is
@@ -1429,7 +1452,7 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
     except sqlite3.Error as e:
         raise OSError(f"cannot read the catalog: {e}") from e
     try:
-        if _saved_is_current(conn, path, weights, min_tools):
+        if distrusted is None and _saved_is_current(conn, path, weights, min_tools):
             return None
         root = lexical_file.trusted_folder(path, create=True)
         if root is None:
@@ -1445,9 +1468,11 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
             try:
                 revision = reader.revision(conn)
                 valid_for = lexical_file.stamp(conn, revision, weights)
+                if revision == distrusted:
+                    valid_for["content"] = content_digest(conn)
                 if valid_for["rows"] < min_tools or lexical_file.stamped(path, valid_for):
                     return None  # saved by another process while this one waited
-                done, forward = bring_forward(conn, path, root, valid_for)
+                done, forward = bring_forward(conn, path, root, valid_for, distrusted)
                 if done:
                     return forward
                 if lexical_file.restamp_unchanged(root, valid_for, lambda: content_digest(conn)):
@@ -1470,7 +1495,11 @@ def save_current(path: str, weights: Sequence[float], min_tools: int = 0) -> Tan
 
 
 def bring_forward(
-    conn: sqlite3.Connection, path: str, root: Path, valid_for: dict[str, Any]
+    conn: sqlite3.Connection,
+    path: str,
+    root: Path,
+    valid_for: dict[str, Any],
+    distrusted: int | None = None,
 ) -> tuple[bool, TantivyIndex | None]:
     """Bring the index saved beside the catalog at an earlier revision to ``valid_for``'s
     by the rows the change log says changed since (``TantivyIndex.apply``), and save it:
@@ -1478,6 +1507,9 @@ def bring_forward(
     its stamp is moved to this revision and nothing is read (``load`` checks the files
     before anything is served). Call holding ``build_lock``, inside ``valid_for``'s read
     transaction.
+
+    ``distrusted``: no save stamped at or before this revision is brought forward (the file
+    replaced a copy found damaged there: ``LexicalIndex._distrusted``).
 
     Returns:
         (whether it was done, the index brought forward: None when only the stamp moved).
@@ -1494,6 +1526,8 @@ def bring_forward(
     header = lexical_file.earlier_stamp(path, valid_for)
     if header is None:
         return False, None
+    if distrusted is not None and header["revision"] <= distrusted:
+        return False, None  # perhaps saved from the damaged copy the file replaced
     if header.get("history") != reader.fts_history(conn, header["revision"]):
         return False, None  # saved by another history of the catalog (one restored from a backup)
     limit = max(FORWARD_MIN, valid_for["rows"] // FORWARD_SHARE)

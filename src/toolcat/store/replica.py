@@ -327,9 +327,10 @@ class Follower:
         # Swaps that replaced a copy found damaged: what was made from that copy (a server's
         # indexes, the BM25 save beside the file) is not to be taken up (``Readers.renew``).
         self.damaged_swaps = 0
-        # A fresh replica's follow-mode file as last seen (size, time, transaction), and
-        # when that last changed (``_follow_soon``).
-        self._staging_seen: tuple[int, int, int | None] | None = None
+        # A fresh replica's follow-mode file as last seen while its snapshot is restored
+        # (size, time; None once it holds a transaction), and when that last changed
+        # (``_follow_soon``).
+        self._staging_seen: tuple[int, int] | None = None
         self._staging_moved = 0.0
         self._standby_refused = False  # a file not set aside at the standby name was logged
         self._leaseless = False  # no write lease can be had here: no standby is kept
@@ -685,19 +686,19 @@ class Follower:
         running = child is not None and child.poll() is None
         if self.state.get("txid") is None and not self.path.exists():
             # A fresh replica: follow mode's first restore is the one download. Its file
-            # shows before the transactions after the snapshot are applied (a look then
-            # restored in full beside it): waited for while it moves on (its size, time or
-            # transaction), restored in full once it stood still for ``FOLLOW_GRACE``.
+            # shows while its snapshot is restored, before it holds a transaction (a look
+            # then restored in full beside it): waited for while it grows, then
+            # ``FOLLOW_GRACE`` from its first transaction, as a serving replica waits (a
+            # file that moves on forever, one behind a busy primary, is not waited for).
             if not running or waited >= RESTORE_TIMEOUT:
                 return False
-            if not self.staging.exists():
-                return True
             try:
                 info = os.lstat(self.staging)
             except OSError:
-                return True
-            seen = (info.st_size, info.st_mtime_ns, self._staged_txid())
-            if seen != self._staging_seen:
+                return True  # not there yet
+            restoring = self._staged_txid() is None
+            seen = (info.st_size, info.st_mtime_ns) if restoring else None
+            if seen != self._staging_seen or self._staging_moved == 0.0:
                 self._staging_seen, self._staging_moved = seen, now
             return now - self._staging_moved < FOLLOW_GRACE
         if not self.staging.exists():
