@@ -3,10 +3,12 @@ the swap that replaced it, in this process or the next."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,34 +63,36 @@ def _ids(catalog: Catalog, query: str) -> list[str]:
     return [h.tool.name for h in catalog.search(query, mode="bm25", k=5).hits]
 
 
-@pytest.fixture
-def copies(tmp_path: Path) -> tuple[bytes, bytes, int]:
-    """(the damaged copy at revision R, the good copy at R + 1, R + 1)."""
+def _first_copy(tmp_path: Path) -> tuple[Path, bytes, int]:
+    """(the primary, its copy at revision R, R): 1,100 tools, past the background build's
+    threshold."""
     primary = tmp_path / "primary.db"
     with Catalog(primary) as cat:
         cat.register(_kits(0, 1100))
+        revision = cat.revision
     r1 = tmp_path / "r1.db"
     _snapshot(primary, r1)
+    good = r1.read_bytes()
+    assert good.count(WORD) >= 1
+    return primary, good, revision
+
+
+@pytest.fixture
+def copies(tmp_path: Path) -> tuple[bytes, bytes, int]:
+    """(the damaged copy at revision R, the good copy at R + 1, R + 1)."""
+    primary, good, _ = _first_copy(tmp_path)
     with Catalog(primary) as cat:
         cat.register(_kits(5000, 1))
         revision = cat.revision
     r2 = tmp_path / "r2.db"
     _snapshot(primary, r2)
-    good = r1.read_bytes()
-    assert good.count(WORD) >= 1
     return good.replace(WORD, DAMAGED), r2.read_bytes(), revision
 
 
 @pytest.fixture
 def same_revision(tmp_path: Path) -> tuple[bytes, bytes, int]:
     """(the damaged copy at R, the good copy at R, R)."""
-    primary = tmp_path / "primary.db"
-    with Catalog(primary) as cat:
-        cat.register(_kits(0, 1100))
-        revision = cat.revision
-    r1 = tmp_path / "r1.db"
-    _snapshot(primary, r1)
-    good = r1.read_bytes()
+    _, good, revision = _first_copy(tmp_path)
     return good.replace(WORD, DAMAGED), good, revision
 
 
@@ -99,20 +103,20 @@ def _reader(base: Catalog) -> Catalog:
     return reader
 
 
-def test_a_damaged_copys_build_saved_after_the_swap_is_not_brought_forward(
-    tmp_path: Path, copies: tuple[bytes, bytes, int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A replica serves a copy at R whose damage is not yet seen; its readers' BM25 index is
-    built from it in the background (80 s at 1M tools). The damage is seen, R + 1 is
-    swapped in over it and ``Readers.renew(R + 1, replaced_damaged=True)`` unstamps the
-    save beside the file. The old build then saves its index (from the damaged rows) at R,
-    and the new copy's build brings that save forward to R + 1 (``bring_forward``: no
-    content check) and serves it, and saves it for the next process."""
-    damaged, newer, revision = copies
-    served = tmp_path / "replica" / "catalog.db"
+@contextlib.contextmanager
+def _swapped_while_it_builds(
+    served: Path,
+    damaged: bytes,
+    replacement: bytes,
+    revisions: tuple[int, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Catalog]:
+    """``damaged`` served at ``revisions[0]``, its readers' BM25 index still building (held
+    back) when ``replacement`` is swapped in over it at ``revisions[1]`` and
+    ``Readers.renew(replaced_damaged=True)`` runs; then the old build finishes and saves.
+    Yields the server's catalog, both builds done."""
     served.parent.mkdir()
-    _put(damaged, served)  # served at R, its damage not yet seen
-
+    _put(damaged, served)  # served, its damage not yet seen
     started, release = threading.Event(), threading.Event()
     original = TantivyIndex.build
     calls: list[int] = []
@@ -128,25 +132,54 @@ def test_a_damaged_copys_build_saved_after_the_swap_is_not_brought_forward(
     base = Catalog(served)
     readers = Readers(base, 1, search_mode="bm25")
     try:
-        readers.renew(revision - 1)
+        readers.renew(revisions[0])
         assert started.wait(30)
         old = base._search.postings
-        _put(newer, served)  # the damage seen; the store moved on: R + 1 swapped in
-        readers.renew(revision, replaced_damaged=True)
+        _put(replacement, served)  # the damage seen, the copy restored
+        readers.renew(revisions[1], replaced_damaged=True)
         release.set()
         old.wait(30)
         base._search.postings.wait(30)
-        reader = _reader(base)
-        try:
-            assert reader.revision == revision
-            assert "t7" not in _ids(reader, DAMAGED.decode()), "served the damaged copy's rows"
-            assert "t7" in _ids(reader, WORD.decode())
-        finally:
-            reader.close()
+        yield base
     finally:
         release.set()
         readers.close()
         base.close()
+        monkeypatch.setattr(TantivyIndex, "build", original)
+
+
+def _answers_as_the_new_copy(catalog: Catalog) -> None:
+    assert "t7" not in _ids(catalog, DAMAGED.decode()), "served the damaged copy's rows"
+    assert "t7" in _ids(catalog, WORD.decode())
+
+
+def _the_next_process_answers_as_the_new_copy(served: Path) -> None:
+    with Catalog(served) as again:  # the next process: it loads what is saved
+        again.warm("bm25")
+        again._search.postings.wait(30)
+        _answers_as_the_new_copy(again)
+
+
+def test_a_damaged_copys_build_saved_after_the_swap_is_not_brought_forward(
+    tmp_path: Path, copies: tuple[bytes, bytes, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replica serves a copy at R whose damage is not yet seen; its readers' BM25 index is
+    built from it in the background (80 s at 1M tools). The damage is seen, R + 1 is
+    swapped in over it and ``Readers.renew(R + 1, replaced_damaged=True)`` unstamps the
+    save beside the file. The old build then saved its index (from the damaged rows) at R,
+    and the new copy's build brought that save forward to R + 1 (``bring_forward``: no
+    content check), served it, and saved it for the next process."""
+    damaged, newer, revision = copies
+    served = tmp_path / "replica" / "catalog.db"
+    with _swapped_while_it_builds(
+        served, damaged, newer, (revision - 1, revision), monkeypatch
+    ) as base:
+        reader = _reader(base)
+        try:
+            assert reader.revision == revision
+            _answers_as_the_new_copy(reader)
+        finally:
+            reader.close()
 
 
 def test_a_damaged_copys_build_saved_after_the_swap_is_not_taken_up_by_the_next_process(
@@ -155,44 +188,9 @@ def test_a_damaged_copys_build_saved_after_the_swap_is_not_taken_up_by_the_next_
     """As above, then the server restarts: the next process loads what is saved."""
     damaged, newer, revision = copies
     served = tmp_path / "replica" / "catalog.db"
-    served.parent.mkdir()
-    _put(damaged, served)
-    started, release = threading.Event(), threading.Event()
-    original = TantivyIndex.build
-    calls: list[int] = []
-
-    def slow(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            started.set()
-            release.wait(30)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(TantivyIndex, "build", slow)
-    base = Catalog(served)
-    readers = Readers(base, 1, search_mode="bm25")
-    try:
-        readers.renew(revision - 1)
-        assert started.wait(30)
-        old = base._search.postings
-        _put(newer, served)
-        readers.renew(revision, replaced_damaged=True)
-        release.set()
-        old.wait(30)
-        base._search.postings.wait(30)
-    finally:
-        release.set()
-        readers.close()
-        base.close()
-    monkeypatch.setattr(TantivyIndex, "build", original)
-    again = Catalog(served)  # the next process
-    try:
-        again.warm("bm25")
-        again._search.postings.wait(30)
-        assert "t7" not in _ids(again, DAMAGED.decode()), "took up the damaged copy's save"
-        assert "t7" in _ids(again, WORD.decode())
-    finally:
-        again.close()
+    with _swapped_while_it_builds(served, damaged, newer, (revision - 1, revision), monkeypatch):
+        pass
+    _the_next_process_answers_as_the_new_copy(served)
 
 
 def test_held_a_damaged_copys_build_saved_after_a_restore_at_the_same_revision(
@@ -202,50 +200,13 @@ def test_held_a_damaged_copys_build_saved_after_a_restore_at_the_same_revision(
     (``_distrusted``) and saves its own over it."""
     damaged, good, revision = same_revision
     served = tmp_path / "replica" / "catalog.db"
-    served.parent.mkdir()
-    _put(damaged, served)
-    started, release = threading.Event(), threading.Event()
-    original = TantivyIndex.build
-    calls: list[int] = []
-
-    def slow(self: TantivyIndex, *args: Any, **kwargs: Any) -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            started.set()
-            release.wait(30)
-        original(self, *args, **kwargs)
-
-    monkeypatch.setattr(TantivyIndex, "build", slow)
-    base = Catalog(served)
-    readers = Readers(base, 1, search_mode="bm25")
-    try:
-        readers.renew(revision)
-        assert started.wait(30)
-        old = base._search.postings
-        _put(good, served)
-        readers.renew(revision, replaced_damaged=True)
-        release.set()
-        old.wait(30)
-        base._search.postings.wait(30)
+    with _swapped_while_it_builds(served, damaged, good, (revision, revision), monkeypatch) as base:
         reader = _reader(base)
         try:
-            assert "t7" not in _ids(reader, DAMAGED.decode())
-            assert "t7" in _ids(reader, WORD.decode())
+            _answers_as_the_new_copy(reader)
         finally:
             reader.close()
-    finally:
-        release.set()
-        readers.close()
-        base.close()
-    monkeypatch.setattr(TantivyIndex, "build", original)
-    again = Catalog(served)
-    try:
-        again.warm("bm25")
-        again._search.postings.wait(30)
-        assert "t7" not in _ids(again, DAMAGED.decode())
-        assert "t7" in _ids(again, WORD.decode())
-    finally:
-        again.close()
+    _the_next_process_answers_as_the_new_copy(served)
 
 
 def test_held_forget_saved_follows_no_symlinked_folder(tmp_path: Path) -> None:
