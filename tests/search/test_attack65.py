@@ -105,12 +105,7 @@ def test_a_build_under_way_when_the_copy_is_restored_again_is_not_served_for_the
     build finished into ``self.index`` at that revision and the build asked again saw an
     index current at it: the old copy's rows were served for the new copy's for the whole
     revision (tools answered by another tool's row ids)."""
-    path, old = sample_path, tmp_path / "old.db"
-    with Catalog(path) as admin:
-        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    shutil.copy(path, old)
-    unsaved(old, kit("flora", "Find flowers by petal count"))
-    unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    path, old = two_copies_at_one_revision(sample_path, tmp_path)
     with Catalog(old) as a, Catalog(path) as b:
         assert a.revision == b.revision  # the same revision, other rows
 
@@ -419,34 +414,46 @@ def test_readers_warming_at_once_bring_the_shared_index_forward_once(
             r.close()
 
 
-def test_forget_while_a_build_runs_does_not_serve_what_that_build_read(
+def test_forgotten_while_a_build_runs_does_not_serve_what_that_build_read(
     sample_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``LexicalIndex.forget(revision)`` itself (whoever holds the index): a background
-    build under way had opened the old copy; it finished into the index after ``forget``
-    and was served at that revision for the new copy. It is built again from the new one."""
-    path, old = sample_path, tmp_path / "old.db"
-    with Catalog(path) as admin:
-        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    shutil.copy(path, old)
-    unsaved(old, kit("flora", "Find flowers by petal count"))
-    unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    """``LexicalIndex.forgotten(revision)`` itself (whoever holds the index): a background
+    build under way had opened the old copy; it finished into the index after the copy was
+    replaced and was served at that revision for the new copy. It is served to no one, and
+    the new copy's index is built from the new one."""
+    path, old = two_copies_at_one_revision(sample_path, tmp_path)
     built, release = build_of_the_old_copy(monkeypatch, old)
     lexical = LexicalIndex("tantivy")
     with Catalog(path) as new, new._snapshot() as conn:
         revision = reader.revision(conn)
         lexical.build_soon(conn, revision, weights(), str(path))
     assert built.wait(60)
-    lexical.forget(revision)
+    renewed = lexical.forgotten(revision)
     release.set()
     settle(lexical)
-    index = lexical.at(revision, weights())
+    assert lexical.at(revision, weights()) is None  # the old copy's build: served to no one
+    with Catalog(path) as new, new._snapshot() as conn:
+        renewed.build_soon(conn, revision, weights(), str(path))
+    settle(renewed)
+    index = renewed.at(revision, weights())
     assert isinstance(index, TantivyIndex)
     fresh = _built_now(path)
     for query in QUERIES:
         terms = fresh.terms(query, 8)
         assert index.terms(query, 8) == terms, query
         assert index.rank(terms, 10) == fresh.rank(terms, 10), query
+
+
+def two_copies_at_one_revision(sample_path: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """(the catalog, an old copy of it): one write each since the copy, so both are at the
+    same revision with other rows."""
+    path, old = sample_path, tmp_path / "old.db"
+    with Catalog(path) as admin:
+        admin._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shutil.copy(path, old)
+    unsaved(old, kit("flora", "Find flowers by petal count"))
+    unsaved(path, kit("fauna", "Count the legs of insects and spiders"))
+    return path, old
 
 
 def build_of_the_old_copy(

@@ -1039,17 +1039,15 @@ class LexicalIndex:
         # may ask for a build at once: one of them starts it.
         self._starting = threading.Lock()
         self._again = False  # asked while a build ran: build once more after it
-        # ``forget`` calls: a build under way when one came may have read the copy replaced
-        # (``_build_once`` serves what it made only if none came meanwhile)
-        self._forgotten = 0
         # The revision at which the file was replaced by another copy (``forgotten``): the
         # save beside it at that revision may be the replaced copy's, taken up only if it
         # was built from this copy's rows (its content digest, a read of every row).
         self._distrusted: int | None = None
         # Set on the index a copy found damaged was served from, once that copy is replaced
-        # (``forgotten``): what it makes from then on (from the damaged copy, perhaps) serves
-        # readers on their way out and is never saved. ``_saves_for``: the index whose flag
-        # fences this one's saves (a background build's index made apart).
+        # (``forgotten``): what it makes from then on (from the damaged copy, perhaps) is
+        # never served nor saved; it serves readers on their way out with what it holds.
+        # ``_saves_for``: the index whose flag fences this one (a background build's index
+        # made apart).
         self._replaced = False
         self._saves_for: LexicalIndex | None = None
         self._saver: threading.Thread | None = None  # ``_save_soon``'s
@@ -1075,19 +1073,6 @@ class LexicalIndex:
         index = self.index
         return index if index is not None and index.current(revision, weights) else None
 
-    def forget(self, revision: int) -> None:
-        """Drop the index held at ``revision`` (the file replaced by another copy at it):
-        loaded or built again from the new copy, not served nor brought forward from. A
-        build under way (of the copy it opened, perhaps the old one) is not served: it
-        builds again."""
-        with self._starting:
-            if self.index is not None and self.index.revision == revision:
-                self.index = None
-            self._forgotten += 1
-            self._distrusted = revision
-            if self.building:  # it may read the copy replaced: not served, built again
-                self._again = True
-
     def forgotten(self, revision: int) -> LexicalIndex:
         """A new one, holding nothing, for the readers of the copy at ``revision`` that
         replaced one found damaged: what this one holds, or loads, builds or brings forward
@@ -1097,7 +1082,6 @@ class LexicalIndex:
         way is served to no one (nor started again: this one only serves readers on their
         way out)."""
         with self._starting:
-            self._forgotten += 1
             self._replaced = True
         fresh = LexicalIndex(self.backend)
         fresh._distrusted = revision
@@ -1158,10 +1142,8 @@ class LexicalIndex:
                 self._again = False
 
     def _build_once(self, path: str, weights: tuple[float, ...]) -> None:
-        with self._starting:
-            forgotten = self._forgotten
-        # Made apart and served below only if no ``forget`` came meanwhile: the file may
-        # have been replaced by another copy at the same revision after it was opened.
+        # Made apart and served below only if this one was not replaced meanwhile: the file
+        # may have been replaced by another copy after it was opened.
         made = LexicalIndex(self.backend)
         made._distrusted, made._saves_for = self._distrusted, self
         try:
@@ -1185,7 +1167,7 @@ class LexicalIndex:
         with self._starting:
             if made.error:
                 self.error = made.error
-            if made.index is not None and self._forgotten == forgotten:
+            if made.index is not None and not self._replaced:
                 self.backend, self.index = made.backend, made.index
 
     def load_saved(

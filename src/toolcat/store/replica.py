@@ -331,7 +331,7 @@ class Follower:
         # (size, time; None once it holds a transaction), and when that last changed
         # (``_follow_soon``).
         self._staging_seen: tuple[int, int] | None = None
-        self._staging_moved = 0.0
+        self._staging_moved: float | None = None
         self._standby_refused = False  # a file not set aside at the standby name was logged
         self._leaseless = False  # no write lease can be had here: no standby is kept
         # Seconds each step of the last swap took (look, copy or restore, check): /healthz
@@ -698,7 +698,7 @@ class Follower:
                 return True  # not there yet
             restoring = self._staged_txid() is None
             seen = (info.st_size, info.st_mtime_ns) if restoring else None
-            if seen != self._staging_seen or self._staging_moved == 0.0:
+            if self._staging_moved is None or seen != self._staging_seen:
                 self._staging_seen, self._staging_moved = seen, now
             return now - self._staging_moved < FOLLOW_GRACE
         if not self.staging.exists():
