@@ -8,8 +8,9 @@ format (int8 ``MatMulNBits`` blocks of 32).
 
     python scripts/research/distill_documents.py corpus OUT.jsonl [--most N]
     python scripts/research/distill_documents.py targets CORPUS.jsonl OUT.npy
+    python scripts/research/distill_documents.py bench-texts TEACHER_CACHE.db OUT SOURCE...
     python scripts/research/distill_documents.py train CORPUS.jsonl TARGETS.npy OUT.pt \
-        [--keep 0,2,4] [--epochs 1] [--lr 1e-4] [--start CKPT.pt]
+        [--keep 0,2,4] [--epochs 1] [--lr 1e-4] [--start CKPT.pt] [--extra OUT --repeat 3]
     python scripts/research/distill_documents.py export CKPT.pt|teacher OUT.onnx
     python scripts/research/distill_documents.py speed CORPUS.jsonl N GRAPH.onnx...
     python scripts/research/distill_documents.py cache GRAPH.onnx TEACHER_CACHE.db OUT.db
@@ -21,7 +22,10 @@ and then the text reindex encodes (``embedding_text``). ``targets``: the package
 vectors of those texts, as reindex makes them. ``train``: a student built from the
 retriever's own weights (``encoders.torch.build``), keeping the layers ``--keep``, its word
 embeddings frozen, trained on cosine loss to the targets (1,000 texts held out for the
-cosine it prints). ``export``: the student as an ONNX graph, then int8 as toolcat makes the
+cosine it prints); ``--extra`` adds the documents (never the queries) of some benchmark
+sources with the retriever's vectors of them (``bench-texts``, from a cache an eval with the
+retriever filled), so the sources left out score a student that never saw their tools.
+``export``: the student as an ONNX graph, then int8 as toolcat makes the
 int8 graph (``onnx.int8_model``). ``speed``: texts per CPU-second on one thread (reindex's
 workers), each graph in turn, batches sorted by tokens. ``cache``: a file for ``toolcat
 eval --vector-cache`` holding the student's vectors of every tool of ../shared/bench under
