@@ -57,3 +57,19 @@ def test_encoding_in_batches_of_like_length_keeps_each_texts_vector_in_its_place
     # the packaged graph through the script gives the vectors reindex stores
     stored = embedder(DEFAULT_MODEL).encode(texts)
     assert float((batched * stored).sum(1).min()) > 0.999
+
+
+def test_a_text_longer_than_a_batch_is_encoded_alone_and_the_cache_never_overwrites(tmp_path):
+    pytest.importorskip("onnxruntime")
+    np = pytest.importorskip("numpy")
+    script = _script()
+    session = script._session(script.PACKAGED / "model.onnx", 1)
+    texts = ["short tool: reads a file", "long tool: " + "parses many records " * 20, "x: y"]
+    vectors = script._encode(session, texts, slots=16)  # the long one past 16 token slots
+    alone = np.vstack([script._encode(session, [t]) for t in texts])
+    assert vectors.shape == (3, 384) and np.allclose(vectors, alone, atol=1e-5)
+    taken = tmp_path / "taken.db"
+    taken.write_bytes(b"someone's cache")
+    with pytest.raises(SystemExit, match="exists"):
+        script.cache(script.PACKAGED / "model.onnx", tmp_path / "teacher.db", taken)
+    assert taken.read_bytes() == b"someone's cache"

@@ -189,7 +189,9 @@ def targets(corpus_path: Path, out: Path) -> None:
 # -- the student ----------------------------------------------------------------------------
 
 
-def _student(keep: list[int] | None, start: Path | None = None) -> Any:
+def _student(keep: list[int] | None, saved: dict[str, Any] | None = None) -> Any:
+    """The retriever's module keeping the layers ``keep`` (all: None), with ``saved``'s
+    weights when given (a checkpoint: ``{"keep", "state"}``)."""
     import torch
 
     from toolcat.search.encoders.export import checked_export
@@ -197,12 +199,9 @@ def _student(keep: list[int] | None, start: Path | None = None) -> Any:
 
     export, _ = checked_export(PACKAGED)
     model = build(export.folder / "model.onnx")
-    if start is not None:
-        saved = torch.load(start)
-        keep = saved["keep"]
     if keep is not None:
         model.encoder.layer = torch.nn.ModuleList([model.encoder.layer[i] for i in keep])
-    if start is not None:
+    if saved is not None:
         model.load_state_dict(saved["state"])
     return model
 
@@ -240,7 +239,9 @@ def train(args: argparse.Namespace) -> None:
     import torch
 
     torch.manual_seed(0)
-    model = _student([int(i) for i in args.keep.split(",")], args.start)
+    saved = torch.load(args.start) if args.start is not None else None
+    keep = saved["keep"] if saved is not None else [int(i) for i in args.keep.split(",")]
+    model = _student(keep, saved)
     for p in model.embeddings.parameters():
         p.requires_grad = False
     texts = _texts(args.corpus)
@@ -295,10 +296,7 @@ def train(args: argparse.Namespace) -> None:
                 flush=True,
             )
     print("end:", cosine(), flush=True)
-    keep = [int(i) for i in args.keep.split(",")] if args.start is None else None
-    torch.save(
-        {"keep": keep or torch.load(args.start)["keep"], "state": model.state_dict()}, args.out
-    )
+    torch.save({"keep": keep, "state": model.state_dict()}, args.out)
 
 
 def export(checkpoint: str, out: Path) -> None:
@@ -308,7 +306,8 @@ def export(checkpoint: str, out: Path) -> None:
     from toolcat.search.encoders.export import INT8_BLOCK
     from toolcat.search.encoders.onnx import int8_model
 
-    model = _student(None, None if checkpoint == "teacher" else Path(checkpoint)).eval()
+    saved = None if checkpoint == "teacher" else torch.load(checkpoint)
+    model = _student(saved and saved["keep"], saved).eval()
     ids = torch.ones((2, 16), dtype=torch.long)
     names = ["input_ids", "attention_mask", "token_type_ids"]
     plain = out.with_suffix(".fp32.onnx")
@@ -344,15 +343,15 @@ def _encode(session: Any, texts: list[str], slots: int = 4096) -> Any:
 
     encodings = _Batches(texts).encodings
     order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-    out = np.zeros((len(texts), 384), np.float32)
+    out: Any = None
     inputs = {i.name for i in session.get_inputs()}
     at = 0
     while at < len(order):
-        rows: list[int] = []
+        rows = [order[at]]  # a text past ``slots`` alone
+        at += 1
         while at < len(order) and (len(rows) + 1) * len(encodings[order[at]].ids) <= slots:
             rows.append(order[at])
             at += 1
-        rows = rows or [order[at - 1]]
         width = max(len(encodings[i].ids) for i in rows)
         ids = np.zeros((len(rows), width), np.int64)
         mask = np.zeros_like(ids)
@@ -361,7 +360,10 @@ def _encode(session: Any, texts: list[str], slots: int = 4096) -> Any:
             ids[row, :n] = encodings[i].ids
             mask[row, :n] = 1
         feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-        out[rows] = session.run(None, {k: v for k, v in feed.items() if k in inputs})[0]
+        vectors = session.run(None, {k: v for k, v in feed.items() if k in inputs})[0]
+        if out is None:  # the graph's width
+            out = np.zeros((len(texts), vectors.shape[1]), np.float32)
+        out[rows] = vectors
     return out
 
 
@@ -387,6 +389,8 @@ def cache(graph: Path, teacher_cache: Path, out: Path) -> None:
     from toolcat.search.embeddings import DEFAULT_MODEL, stored_embedding_text
     from toolcat.store import reader
 
+    if out.exists() or out.is_symlink():
+        raise SystemExit(f"{out} exists: name a new file (a cache is never written over)")
     texts: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp, Catalog(Path(tmp) / "all.db") as catalog:
         catalog.register(*(load_source(f).toolkit for f in source_folders(BENCH)))
