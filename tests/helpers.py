@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_TOOLKITS = ROOT / "data" / "toolkits"
 BENCH = ROOT.parent / "shared" / "bench"
+
+
+def stable_id(value: Any) -> str:
+    """A parametrized test's id: ``repr`` without memory addresses, so that every pytest-xdist
+    worker collects the same ids (``make test`` runs on several)."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
 
 
 def toolkit_data(

@@ -11,7 +11,7 @@ import pytest
 
 from toolcat.registry.limits import MAX_DEPTH, NotJson, plain_json, walk_values
 
-from ..helpers import toolkit_data
+from ..helpers import stable_id, toolkit_data
 
 ODD: list[Any] = [
     float("nan"),
@@ -40,7 +40,7 @@ def test_a_valid_manifest_takes_the_fast_path() -> None:
     assert plain_json(data) and not list(walk_values(data))
 
 
-@pytest.mark.parametrize("odd", ODD, ids=repr)
+@pytest.mark.parametrize("odd", ODD, ids=stable_id)
 def test_a_value_the_walk_reports_is_never_passed(odd: Any) -> None:
     rng = random.Random(repr(odd))
     for _ in range(20):
@@ -55,7 +55,7 @@ def test_a_value_the_walk_reports_is_never_passed(odd: Any) -> None:
         assert not plain_json(data)
 
 
-@pytest.mark.parametrize("fine", FINE, ids=repr)
+@pytest.mark.parametrize("fine", FINE, ids=stable_id)
 def test_plain_values_pass(fine: Any) -> None:
     data = toolkit_data(extra_value=fine)
     assert plain_json(data) and not list(walk_values(data))
