@@ -196,3 +196,38 @@ def test_a_principals_uses_never_pass_the_tool_a_query_names(sample_catalog: Cat
         for h in sample_catalog.search("read_file", mode="bm25", k=10, principal="mallory").hits
     ]
     assert mine[0] == "files.read_file" and mine[1] == ranked[2]
+
+
+def test_a_principal_without_uses_reads_no_hit_for_them(sample_catalog: Catalog) -> None:
+    """A search for a principal that recorded nothing (a new caller) looks the principal up
+    once in the uses' index and reads no hit's row for its uses; one that recorded uses of
+    other tools than the hits still has them read, and finds none of them there."""
+    from toolcat.store import reader
+
+    query = "delete the file report.txt"
+    sample_catalog.record_uses([("convert a time zone", "time.convert_timezone")], principal="bob")
+    ids = [
+        row_id
+        for row_id, _ in sample_catalog._search.bm25(
+            sample_catalog._conn, query, reader.Filters(), 5, reader.revision(sample_catalog._conn)
+        )
+    ]
+    assert ids
+    statements: list[str] = []
+    sample_catalog._conn.set_trace_callback(statements.append)
+    try:
+        assert reader.principal_uses(sample_catalog._conn, "alice", ids) == {}
+        assert not any("JOIN usage" in s for s in statements)
+        assert reader.principal_uses(sample_catalog._conn, "bob", ids) == {}
+        assert any("JOIN usage" in s for s in statements)
+        (timezone,) = sample_catalog._conn.execute(
+            "SELECT id FROM tools WHERE toolkit = 'time' AND name = 'convert_timezone'"
+        ).fetchone()
+        assert reader.principal_uses(sample_catalog._conn, "bob", [*ids, timezone]) == {
+            timezone: ["convert a time zone"]
+        }
+    finally:
+        sample_catalog._conn.set_trace_callback(None)
+    assert [
+        h.tool.id for h in sample_catalog.search(query, mode="bm25", k=5, principal="alice").hits
+    ] == [h.tool.id for h in sample_catalog.search(query, mode="bm25", k=5).hits]
