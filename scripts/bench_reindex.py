@@ -18,6 +18,7 @@ cosine). Needs toolcat, numpy, onnxruntime and tokenizers only.
 
     python scripts/bench_reindex.py --tools 5000 --rounds 2
     python scripts/bench_reindex.py --tools 5000 --src /tmp/before/src --src src --json
+    python scripts/bench_reindex.py --tools 1500 --src src --src src::bf16
     python scripts/bench_reindex.py --stale-at 1000000 --changed 1000
 """
 
@@ -226,10 +227,14 @@ CHILDREN = {
 }
 
 
-def in_child(kind: str, src: Path, *args: Any, workers: str = "") -> dict[str, Any]:
+def in_child(
+    kind: str, src: Path, *args: Any, workers: str = "", device: str = ""
+) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(src)}
     if workers:
         env["TOOLCAT_REINDEX_WORKERS"] = workers
+    if device:
+        env["TOOLCAT_REINDEX_DEVICE"] = device
     command = [sys.executable, __file__, "--child", kind, *map(str, args)]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
@@ -285,12 +290,12 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
     try:
         manifests, _ = workload(args.tools, args.seed)
         (work / "manifests.json").write_text(json.dumps(manifests))
-        # --src PATH or PATH:WORKERS (TOOLCAT_REINDEX_WORKERS for that variant)
+        # --src PATH[:WORKERS[:DEVICE]] (TOOLCAT_REINDEX_WORKERS, TOOLCAT_REINDEX_DEVICE)
         variants = [
-            (Path(s.split(":")[0]).resolve(), s.split(":")[1] if ":" in s else "")
-            for s in args.src or [str(ROOT / "src")]
+            (Path(path).resolve(), *[*rest, "", ""][:2])
+            for path, *rest in (s.split(":") for s in args.src or [str(ROOT / "src")])
         ]
-        sources = list(dict.fromkeys(src for src, _ in variants))
+        sources = list(dict.fromkeys(src for src, _, _ in variants))
         templates = {}
         for i, src in enumerate(sources):
             templates[src] = work / f"template-{i}.db"
@@ -302,13 +307,16 @@ def bench_reindex(args: argparse.Namespace) -> dict[str, Any]:
         runs: dict[str, list[dict[str, Any]]] = {"peer": []}
         agreement: dict[str, float] = {}
         for round_ in range(args.rounds):
-            for src, workers in variants:
+            for src, workers, device in variants:
                 name = f"{src}" + (f" workers={workers}" if workers else "")
+                name += f" device={device}" if device else ""
                 db = work / "round.db"
                 for suffix in ("", "-wal", "-shm"):
                     Path(f"{db}{suffix}").unlink(missing_ok=True)
                 shutil.copy(templates[src], db)
-                result = in_child("reindex", src, db, args.batch_size, workers=workers)
+                result = in_child(
+                    "reindex", src, db, args.batch_size, workers=workers, device=device
+                )
                 runs.setdefault(name, []).append(result)
                 if round_ == 0:
                     peer_file = work / "peer.npy"
@@ -376,8 +384,9 @@ def main() -> None:
         "--src",
         action="append",
         default=[],
-        help="toolcat sources to measure, PATH or PATH:WORKERS (TOOLCAT_REINDEX_WORKERS; "
-        "0: one session on onnxruntime's threads); repeat to alternate them",
+        help="toolcat sources to measure, PATH[:WORKERS[:DEVICE]] (TOOLCAT_REINDEX_WORKERS, "
+        "0: one session on onnxruntime's threads; TOOLCAT_REINDEX_DEVICE, e.g. bf16); repeat "
+        "to alternate them",
     )
     parser.add_argument(
         "--stale-at", type=int, help="measure an incremental reindex in a catalog this big"

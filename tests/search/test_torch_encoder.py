@@ -181,7 +181,13 @@ def test_reindex_with_the_torch_path_stores_the_same_models_vectors(
     import numpy as np
 
     paths = {}
-    for choice in ("cpu", "torch"):
+    engines = {
+        "cpu": {"cpu (onnxruntime)"},
+        "torch": {"cpu (torch float32)"},
+        # bfloat16 unless this CPU's bfloat16 products drift from float32 (then float32)
+        "bf16": {"cpu (torch bfloat16)", "cpu (torch float32)"},
+    }
+    for choice in ("cpu", "torch", "bf16"):
         monkeypatch.setenv(device.ENV, choice)
         embeddings._embedders.clear()
         paths[choice] = tmp_path / f"{choice}.db"
@@ -189,19 +195,22 @@ def test_reindex_with_the_torch_path_stores_the_same_models_vectors(
             catalog.register(SAMPLE_TOOLKITS)
             report = catalog.reindex()
         assert report.model == RETRIEVER and report.embedded > 30
-        assert report.device == ("cpu (onnxruntime)" if choice == "cpu" else "cpu (torch float32)")
-    cpu, gpu_path = _stored(paths["cpu"]), _stored(paths["torch"])
-    assert cpu.keys() == gpu_path.keys()
+        assert report.device in engines[choice]
+    cpu = _stored(paths["cpu"])
     a = np.vstack([np.frombuffer(cpu[h], dtype="<f4") for h in sorted(cpu)])
-    b = np.vstack([np.frombuffer(gpu_path[h], dtype="<f4") for h in sorted(cpu)])
-    assert unit_cosines(a, b).min() >= 0.999
+    for choice in ("torch", "bf16"):
+        other = _stored(paths[choice])
+        assert cpu.keys() == other.keys()
+        b = np.vstack([np.frombuffer(other[h], dtype="<f4") for h in sorted(cpu)])
+        assert unit_cosines(a, b).min() >= 0.999
     # The same model and producer: switching back to the CPU re-embeds nothing.
     monkeypatch.setenv(device.ENV, "cpu")
     embeddings._embedders.clear()
-    with Catalog(paths["torch"]) as catalog:
-        assert catalog.reindex().embedded == 0
-        hits = catalog.search("turn fahrenheit into celsius", mode="embedding").hits
-        assert hits and hits[0].tool.name == "convert_units"
+    for choice in ("torch", "bf16"):
+        with Catalog(paths[choice]) as catalog:
+            assert catalog.reindex().embedded == 0
+            hits = catalog.search("turn fahrenheit into celsius", mode="embedding").hits
+            assert hits and hits[0].tool.name == "convert_units"
 
 
 def test_reindex_device_override_errors_are_one_line(
@@ -218,7 +227,9 @@ def test_reindex_device_override_errors_are_one_line(
     embeddings._embedders.clear()
     result = CliRunner().invoke(cli, ["--db", str(db), "reindex"])
     assert result.exit_code != 0
-    assert "TOOLCAT_REINDEX_DEVICE='tpu': expected one of auto, cpu, gpu, torch" in result.output
+    assert (
+        "TOOLCAT_REINDEX_DEVICE='tpu': expected one of auto, cpu, gpu, torch, bf16" in result.output
+    )
     assert "Traceback" not in result.output
     with Catalog(db) as catalog:  # nothing changed
         assert catalog.status()["coverage"]["embedding"]["indexed"] == 0
@@ -256,3 +267,31 @@ def test_auto_reindex_imports_torch_only_for_a_gpu_build(tmp_path: Path) -> None
     else:  # this machine: torch is a CPU build, never imported by reindex
         assert where == "cpu (onnxruntime)"
         assert "torch" not in modules and "onnx" not in modules
+
+
+@pytest.mark.parametrize("choice", ["torch", "bf16"])
+def test_torch_on_the_cpu_encodes_in_process_never_in_onnxruntime_workers(
+    choice: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers run onnxruntime: a reindex large enough for them, with the torch module asked
+    for on the CPU, encodes with that module here (the report names it), not in workers
+    that would store onnxruntime's vectors under its name."""
+    from toolcat.search import batch_encoding
+
+    monkeypatch.setenv(device.ENV, choice)
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    embeddings._embedders.clear()
+    embedder = embeddings.embedder(RETRIEVER)
+    encoder = batch_encoding.encoder_for(embedder, 100_000, 64)
+    try:
+        assert isinstance(encoder, batch_encoding.InProcess)
+        assert embedder.document_device().startswith("cpu (torch ")
+    finally:
+        encoder.close()
+    monkeypatch.setenv(device.ENV, "cpu")
+    embeddings._embedders.clear()
+    encoder = batch_encoding.encoder_for(embeddings.embedder(RETRIEVER), 100_000, 64)
+    try:
+        assert isinstance(encoder, batch_encoding.WorkerPool)  # onnxruntime: workers
+    finally:
+        encoder.close()

@@ -302,10 +302,11 @@ def encoder_for(
     embedder: Any, texts: int, batch_size: int, workers: int | None = None
 ) -> BatchEncoder:
     """The encoder for a reindex of ``texts`` texts with ``embedder``: a ``WorkerPool`` when
-    the model runs as an ONNX export on the CPU and workers are wanted (``workers_wanted``),
-    else ``InProcess`` (a GPU encodes in this process)."""
+    the model runs as an ONNX export with onnxruntime on the CPU and workers are wanted
+    (``workers_wanted``), else ``InProcess`` (a GPU, or torch on the CPU on its own threads:
+    workers run onnxruntime, which would make other vectors than the encoder reported)."""
     count = workers_wanted(texts) if workers is None else workers
     fast = embedder.document_encoder() if count > 0 else None
-    if fast is None or fast.device != "cpu":
+    if fast is None or fast.device != "cpu" or fast.graph == "torch":
         return InProcess(embedder, batch_size)
     return WorkerPool(fast.export, count, fast.dimension)

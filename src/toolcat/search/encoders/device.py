@@ -24,8 +24,11 @@ from ...errors import EmbeddingError
 
 ENV = "TOOLCAT_REINDEX_DEVICE"
 # auto: a GPU when there is one; cpu: onnxruntime on the CPU; gpu: a GPU or a clear error;
-# torch: the GPU path's torch module on the CPU (to check it against onnxruntime; slow).
-CHOICES = ("auto", "cpu", "gpu", "torch")
+# torch: the GPU path's torch module on the CPU, float32 (to check it against onnxruntime);
+# bf16: the same module on the CPU with bfloat16 products, kept only while they keep its
+# float32 vectors (``TorchEncoder``'s check): on a CPU with AMX (Intel Xeon from Sapphire
+# Rapids on) 2.4-4.6x onnxruntime's int8 texts per CPU-second (docs/benchmarks.md).
+CHOICES = ("auto", "cpu", "gpu", "torch", "bf16")
 # Texts per encode call that reindex hands a GPU encoder: its default batches of 64 would
 # leave the GPU idle between commits.
 GPU_TEXTS_PER_CALL = 16384
@@ -70,8 +73,8 @@ def gpu_encoder(folder: Path) -> tuple[Any, str]:
     wanted = choice()
     if wanted == "cpu":
         return None, ""
-    if wanted == "torch":
-        return _torch(folder, "cpu", "float32"), ""
+    if wanted in ("torch", "bf16"):
+        return _torch(folder, "cpu", "bfloat16" if wanted == "bf16" else "float32"), ""
     tried: list[str] = []
     if ort_cuda():
         from .onnx import OnnxEncoder
