@@ -258,7 +258,14 @@ class Embedder:
                         self.note = f"searching with BM25 only: {self.problem}"
                     if self._documents is not None:
                         # the export checked above, its graph rebuilt or run on the GPU
-                        gpu, self.device_note = device.gpu_encoder(self._documents.export.folder)
+                        try:
+                            found = device.gpu_encoder(self._documents.export.folder)
+                        except BaseException:
+                            # refused (TOOLCAT_REINDEX_DEVICE): refused again at the next
+                            # reindex of this process, never left on onnxruntime unsaid
+                            self._documents, self._documents_checked = None, False
+                            raise
+                        gpu, self.device_note = found
                         self._documents = gpu or self._documents
             return self._documents
 

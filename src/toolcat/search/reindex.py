@@ -15,6 +15,7 @@ from ..store import counts, reader, writer
 from ..store.counts import index_totals
 from . import ann, batch_encoding
 from .embeddings import embedder, stored_embedding_text, to_blob
+from .encoders import device
 from .engine import SearchEngine, embeddings_installed
 
 
@@ -39,6 +40,7 @@ def reindex(
     resumes from what the new encoder made."""
     if batch_size < 1:
         raise InvalidQueryError("batch_size must be at least 1")
+    device.choice()  # a misspelt TOOLCAT_REINDEX_DEVICE is refused even with nothing to embed
     started = time.perf_counter()
     with lock:
         recorded, model_id = engine.models(conn, model)

@@ -38,7 +38,8 @@ def choice() -> str:
     """``TOOLCAT_REINDEX_DEVICE`` (default ``auto``); anything else is a one-line error."""
     wanted = os.environ.get(ENV, "").strip().lower() or "auto"
     if wanted not in CHOICES:
-        raise EmbeddingError(f"{ENV}={wanted!r}: expected one of {', '.join(CHOICES)}")
+        # the value cut short: an error names what was set, it never repeats all of it
+        raise EmbeddingError(f"{ENV}={wanted!r:.40}: expected one of {', '.join(CHOICES)}")
     return wanted
 
 
