@@ -295,3 +295,4 @@ def test_torch_on_the_cpu_encodes_in_process_never_in_onnxruntime_workers(
         assert isinstance(encoder, batch_encoding.WorkerPool)  # onnxruntime: workers
     finally:
         encoder.close()
+        embeddings._embedders.clear()  # none made under this test's settings is kept
