@@ -305,8 +305,10 @@ def encoder_for(
     the model runs as an ONNX export with onnxruntime on the CPU and workers are wanted
     (``workers_wanted``), else ``InProcess`` (a GPU, or torch on the CPU on its own threads:
     workers run onnxruntime, which would make other vectors than the encoder reported)."""
+    from .encoders.onnx import OnnxEncoder  # what workers run (the module needs no numpy)
+
     count = workers_wanted(texts) if workers is None else workers
     fast = embedder.document_encoder() if count > 0 else None
-    if fast is None or fast.device != "cpu" or fast.graph == "torch":
+    if not isinstance(fast, OnnxEncoder) or fast.device != "cpu":
         return InProcess(embedder, batch_size)
     return WorkerPool(fast.export, count, fast.dimension)
