@@ -80,9 +80,16 @@ def test_half_precision_is_kept_only_when_it_keeps_the_vectors(
 
     encoder = TorchEncoder(RETRIEVER_FOLDER, device="cpu", dtype="bfloat16")
     assert encoder.engine == "torch bfloat16" and encoder.dtype == torch.bfloat16
+    # the products' weights are cast once, at the kept precision; LayerNorm stays float32
+    linears = [m for m in encoder.module.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and {m.weight.dtype for m in linears} == {torch.bfloat16}
+    norms = [m for m in encoder.module.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert {m.weight.dtype for m in norms} == {torch.float32}
     monkeypatch.setattr(torch_encoder, "HALF_PRECISION_COSINE", 1.0001)  # cannot be met
     encoder = TorchEncoder(RETRIEVER_FOLDER, device="cpu", dtype="bfloat16")
     assert encoder.engine == "torch float32" and encoder.dtype == torch.float32
+    linears = [m for m in encoder.module.modules() if isinstance(m, torch.nn.Linear)]
+    assert {m.weight.dtype for m in linears} == {torch.float32}
 
 
 def test_a_gpu_out_of_memory_runs_shorter_passes() -> None:
@@ -296,3 +303,144 @@ def test_torch_on_the_cpu_encodes_in_process_never_in_onnxruntime_workers(
     finally:
         encoder.close()
         embeddings._embedders.clear()  # none made under this test's settings is kept
+
+
+# --- auto: bfloat16 for a large job on a CPU with AMX ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("fpu vme avx512_bf16 amx_bf16 amx_tile amx_int8", True),
+        ("fpu vme avx512_bf16 amx_tile amx_int8", False),  # tiles, but not bfloat16 ones
+        ("fpu amx_bf16x", False),  # a longer word is not the flag
+        ("", False),
+    ],
+)
+def test_amx_bfloat16_tiles_are_read_from_the_cpu_flags(
+    flags: str, expected: bool, tmp_path: Path
+) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n")
+    assert device.cpu_bf16_tiles(str(info)) is expected
+    assert device.cpu_bf16_tiles(str(tmp_path / "missing")) is False
+
+
+def _encoder_for(texts: int) -> object:
+    from toolcat.search import batch_encoding
+
+    embeddings._embedders.clear()
+    return batch_encoding.encoder_for(embeddings.embedder(RETRIEVER), texts, 64)
+
+
+def test_auto_runs_a_large_job_at_bfloat16_on_a_cpu_with_amx_else_on_onnxruntime(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a job of AUTO_BF16_TEXTS texts or more, with nothing chosen, on a CPU with AMX
+    bfloat16 tiles, gets the torch module at bfloat16; anything short of that keeps
+    onnxruntime's workers, and says so."""
+    from toolcat.search import batch_encoding
+
+    monkeypatch.delenv(device.ENV, raising=False)
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    monkeypatch.setattr(device, "cpu_bf16_tiles", lambda: True)
+    cases = [
+        (device.AUTO_BF16_TEXTS, batch_encoding.InProcess, "cpu (torch bfloat16)"),
+        (device.AUTO_BF16_TEXTS - 1, batch_encoding.WorkerPool, "cpu (onnxruntime)"),
+    ]
+    try:
+        for texts, kind, where in cases:
+            encoder = _encoder_for(texts)
+            try:
+                assert isinstance(encoder, kind) and encoder.device == where
+            finally:
+                encoder.close()
+        big = device.AUTO_BF16_TEXTS * 50
+        monkeypatch.setattr(device, "cpu_bf16_tiles", lambda: False)  # no AMX
+        encoder = _encoder_for(big)
+        assert isinstance(encoder, batch_encoding.WorkerPool)
+        encoder.close()
+        monkeypatch.setattr(device, "cpu_bf16_tiles", lambda: True)
+        monkeypatch.setenv(device.ENV, "cpu")  # onnxruntime asked for
+        encoder = _encoder_for(big)
+        assert isinstance(encoder, batch_encoding.WorkerPool)
+        encoder.close()
+        monkeypatch.delenv(device.ENV)
+        monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "0")  # one session asked for
+        encoder = _encoder_for(big)
+        assert isinstance(encoder, batch_encoding.InProcess)
+        assert encoder.device == "cpu (onnxruntime)"
+        encoder.close()
+    finally:
+        embeddings._embedders.clear()
+
+
+@pytest.mark.parametrize("missing", ["torch", "onnx", "drift", "broken"])
+def test_auto_keeps_onnxruntime_when_bfloat16_cannot_run_or_drifts(
+    missing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """auto never fails: without torch or onnx, with a module that cannot load, or with
+    bfloat16 products that would move the vectors, the job stays on onnxruntime."""
+    import importlib.util
+
+    from toolcat.search import batch_encoding
+    from toolcat.search.encoders import torch as torch_encoder
+
+    monkeypatch.delenv(device.ENV, raising=False)
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    monkeypatch.setattr(device, "cpu_bf16_tiles", lambda: True)
+    if missing in ("torch", "onnx"):
+        find = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == missing else find(name, *a),
+        )
+    elif missing == "drift":
+        monkeypatch.setattr(torch_encoder, "HALF_PRECISION_COSINE", 1.0001)  # cannot be met
+    else:
+        monkeypatch.setattr(torch_encoder, "build", lambda path: 1 / 0)
+    encoder = _encoder_for(device.AUTO_BF16_TEXTS)
+    try:
+        assert isinstance(encoder, batch_encoding.WorkerPool)
+        assert encoder.device == "cpu (onnxruntime)"
+    finally:
+        encoder.close()
+        embeddings._embedders.clear()
+
+
+def test_a_reindex_past_the_threshold_stores_bfloat16_vectors_of_the_same_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole path, with the threshold lowered to the sample catalog: the report names
+    bfloat16, the vectors are onnxruntime's at cosine >= 0.999, and a default reindex
+    afterwards finds nothing to embed (the same producer)."""
+    import numpy as np
+
+    if not device.cpu_bf16_tiles():
+        pytest.skip("this CPU has no AMX bfloat16 tiles")
+    monkeypatch.delenv(device.ENV, raising=False)
+    monkeypatch.setenv("TOOLCAT_REINDEX_WORKERS", "2")
+    paths = {}
+    try:
+        for name, threshold in (("bf16", 30), ("onnxruntime", 10**9)):
+            monkeypatch.setattr(device, "AUTO_BF16_TEXTS", threshold)
+            embeddings._embedders.clear()
+            paths[name] = tmp_path / f"{name}.db"
+            with Catalog(paths[name]) as catalog:
+                catalog.register(SAMPLE_TOOLKITS)
+                report = catalog.reindex()
+            assert report.embedded > 30
+            assert report.device == (
+                "cpu (torch bfloat16)" if name == "bf16" else "cpu (onnxruntime)"
+            )
+        mine, theirs = _stored(paths["bf16"]), _stored(paths["onnxruntime"])
+        assert mine.keys() == theirs.keys()
+        a = np.vstack([np.frombuffer(mine[h], dtype="<f4") for h in sorted(mine)])
+        b = np.vstack([np.frombuffer(theirs[h], dtype="<f4") for h in sorted(mine)])
+        assert unit_cosines(a, b).min() >= 0.999
+        assert not np.array_equal(a, b)  # really another engine's vectors
+        with Catalog(paths["bf16"]) as catalog:  # threshold back out of reach
+            assert catalog.reindex().embedded == 0
+    finally:
+        embeddings._embedders.clear()

@@ -4,8 +4,9 @@
 back, in that order, one unit float32 vector per text (``BatchEncoder.encode_batches``).
 Two encoders exist:
 
-- ``InProcess``: the process's own encoder (the ONNX export, or sentence-transformers for a
-  model without one), one batch at a time.
+- ``InProcess``: the process's own encoder (the ONNX export, sentence-transformers for a
+  model without one, a GPU, or the torch module at bfloat16 on a CPU with AMX), one batch
+  at a time.
 - ``WorkerPool``: one ONNX session per worker process, one thread each, on every core the
   process may use; a few batches in flight, so that the parent stores one batch while the
   workers encode the next. On 2 cores this gave more tools per CPU-second than one session
@@ -27,7 +28,7 @@ import contextlib
 import os
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -49,7 +50,10 @@ UNIT_TOLERANCE = 1e-3
 
 
 class BatchEncoder(Protocol):
-    """Encodes batches of texts in order; ``close`` releases what it started."""
+    """Encodes batches of texts in order; ``close`` releases what it started; ``device``
+    says what encodes them, in a few words (the reindex report's)."""
+
+    device: str
 
     def encode_batches(self, batches: Iterable[Batch]) -> Iterator[tuple[list[str], np.ndarray]]:
         """Yield (keys, vectors) for each batch, in the order given."""
@@ -113,19 +117,20 @@ def workers_wanted(texts: int) -> int:
 
 
 class InProcess:
-    """Batches encoded one after the other by this process's encoder (anything with
-    ``encode(texts, batch_size)``, such as ``embeddings.Embedder``)."""
+    """Batches encoded one after the other by this process: ``encode`` turns a list of
+    texts into their vectors; ``device`` says what runs it."""
 
-    def __init__(self, encoder: Any, batch_size: int = 64) -> None:
-        self.encoder = encoder
-        self.batch_size = batch_size
+    def __init__(self, encode: Callable[[list[str]], np.ndarray], device: str) -> None:
+        self.encode: Callable[[list[str]], np.ndarray] | None = encode
+        self.device = device
 
     def encode_batches(self, batches: Iterable[Batch]) -> Iterator[tuple[list[str], np.ndarray]]:
         for keys, texts in batches:
-            yield list(keys), self.encoder.encode(list(texts), batch_size=self.batch_size)
+            assert self.encode is not None, "encode_batches after close"
+            yield list(keys), self.encode(list(texts))
 
     def close(self) -> None:
-        pass
+        self.encode = None  # a model loaded for this job alone is freed with it
 
 
 # A worker's answer header is one JSON line of at most this many bytes.
@@ -159,6 +164,7 @@ class WorkerPool:
 
         self.export = export
         self.dimension = dimension
+        self.device = "cpu (onnxruntime)"
         src = str(Path(__file__).resolve().parents[2])  # the folder toolcat is imported from
         env = {
             **os.environ,
@@ -301,14 +307,22 @@ class WorkerPool:
 def encoder_for(
     embedder: Any, texts: int, batch_size: int, workers: int | None = None
 ) -> BatchEncoder:
-    """The encoder for a reindex of ``texts`` texts with ``embedder``: a ``WorkerPool`` when
-    the model runs as an ONNX export with onnxruntime on the CPU and workers are wanted
-    (``workers_wanted``), else ``InProcess`` (a GPU, or torch on the CPU on its own threads:
-    workers run onnxruntime, which would make other vectors than the encoder reported)."""
+    """The encoder for a reindex of ``texts`` texts with ``embedder``. When the model runs
+    as an ONNX export with onnxruntime on the CPU and workers are wanted
+    (``workers_wanted``): the torch module at bfloat16 in this process for a large job on a
+    CPU with AMX (``device.bulk_cpu_encoder``), else a ``WorkerPool``. Otherwise
+    ``InProcess`` with the embedder (a GPU, or torch on the CPU on its own threads: workers
+    run onnxruntime, which would make other vectors than the encoder reported)."""
+    from .encoders import device
     from .encoders.onnx import OnnxEncoder  # what workers run (the module needs no numpy)
 
     count = workers_wanted(texts) if workers is None else workers
     fast = embedder.document_encoder() if count > 0 else None
     if not isinstance(fast, OnnxEncoder) or fast.device != "cpu":
-        return InProcess(embedder, batch_size)
+        return InProcess(
+            partial(embedder.encode, batch_size=batch_size), embedder.document_device()
+        )
+    bulk = device.bulk_cpu_encoder(fast.export.folder, texts)
+    if bulk is not None:
+        return InProcess(bulk.encode, device.describe(bulk))
     return WorkerPool(fast.export, count, fast.dimension)

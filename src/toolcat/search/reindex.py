@@ -77,6 +77,8 @@ def reindex(
         with lock:
             fts_rows = writer.rebuild_fts(conn)
     done = 0
+    # what encoded the documents: the job's encoder, else the model's (nothing to embed)
+    where = encoder.document_device() if encoder is not None else ""
     if order:
         assert encoder is not None
         order = by_tokens(encoder, texts, order)
@@ -88,6 +90,7 @@ def reindex(
         # Encoding runs ahead on every core while each batch is stored, in order, one
         # transaction a batch (batch_encoding: checked before it is trusted).
         batch_encoder = batch_encoding.encoder_for(encoder, len(order), batch_size)
+        where = batch_encoder.device
         try:
             for keys, vectors in batch_encoder.encode_batches(batches):
                 rows = [(h, to_blob(v)) for h, v in zip(keys, vectors, strict=True)]
@@ -123,7 +126,7 @@ def reindex(
         tools_per_second=round(len(stale) / embedding, 1) if stale and embedding > 0 else 0.0,
         export_seconds=round(export_seconds, 3),
         shortlist_seconds=round(shortlist_seconds, 3),
-        device=encoder.document_device() if encoder is not None else "",
+        device=where,
     )
 
 

@@ -9,7 +9,14 @@ producer whichever made them. Queries are always encoded on the CPU (one at a ti
 would only add a copy).
 
 torch is imported only where its build was made for a GPU (CUDA or ROCm, read from its
-``version.py``): on a machine with a CPU build of torch, reindex never imports it.
+``version.py``), or for a large job on a CPU with AMX (``bulk_cpu_encoder``): on any other
+machine with a CPU build of torch, reindex never imports it.
+
+On a CPU with AMX bfloat16 tiles (Intel Xeon from Sapphire Rapids on), a reindex of
+``AUTO_BF16_TEXTS`` texts or more runs the same torch module there at bfloat16, when torch
+and ``onnx`` are installed and the module's load-time check keeps its vectors: 2-2.5x
+onnxruntime's int8 graph on two cores (docs/benchmarks.md). Anything short of that leaves
+the job on onnxruntime, saying nothing: ``auto`` never fails.
 """
 
 from __future__ import annotations
@@ -98,6 +105,43 @@ def gpu_encoder(folder: Path) -> tuple[Any, str]:
             f"({'; '.join(tried) or 'neither onnxruntime nor torch sees one'})"
         )
     return None, "; ".join(tried)
+
+
+# A reindex of this many texts or more goes to bfloat16 on a CPU with AMX (``auto``): torch's
+# import, the module's build and its check take ~2 s and ~400 MB, against ~8 minutes of
+# onnxruntime on two cores at this size.
+AUTO_BF16_TEXTS = 20_000
+
+
+def cpu_bf16_tiles(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has AMX bfloat16 tiles (Linux: ``amx_bf16`` among the flags)."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return "amx_bf16" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def bulk_cpu_encoder(folder: Path, texts: int) -> Any:
+    """For ``auto``: the torch module of the export in ``folder`` at bfloat16 on the CPU,
+    for a job of ``texts`` texts, when the job is large, the CPU has AMX, torch and onnx
+    are installed and the module keeps its vectors at bfloat16; else None (onnxruntime)."""
+    if (
+        texts < AUTO_BF16_TEXTS
+        or choice() != "auto"
+        or not cpu_bf16_tiles()
+        or importlib.util.find_spec("torch") is None
+        or importlib.util.find_spec("onnx") is None
+    ):
+        return None
+    try:
+        encoder = _torch(folder, "cpu", "bfloat16")
+    except EmbeddingError:
+        return None  # onnxruntime, as without torch
+    return encoder if encoder.engine == "torch bfloat16" else None
 
 
 # The matrix products' precision on a GPU: float16 autocast kept cosine ≥ 0.999 against the
