@@ -322,7 +322,7 @@ def encoder_for(
         return InProcess(
             partial(embedder.encode, batch_size=batch_size), embedder.document_device()
         )
-    bulk = device.bulk_cpu_encoder(fast.export.folder, texts)
+    bulk = device.bulk_cpu_encoder(fast, texts)
     if bulk is not None:
         return InProcess(bulk.encode, device.describe(bulk))
     return WorkerPool(fast.export, count, fast.dimension)

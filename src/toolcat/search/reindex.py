@@ -40,7 +40,10 @@ def reindex(
     resumes from what the new encoder made."""
     if batch_size < 1:
         raise InvalidQueryError("batch_size must be at least 1")
-    device.choice()  # a misspelt TOOLCAT_REINDEX_DEVICE is refused even with nothing to embed
+    # A misspelt TOOLCAT_REINDEX_DEVICE or TOOLCAT_REINDEX_WORKERS is refused even with
+    # nothing to embed, and before vectors of another producer are dropped.
+    device.choice()
+    batch_encoding.workers_wanted(0)
     started = time.perf_counter()
     with lock:
         recorded, model_id = engine.models(conn, model)

@@ -59,7 +59,7 @@ def ort_cuda() -> bool:
 
 def torch_gpu() -> bool:
     """Whether torch is a GPU build that sees a GPU (imported only when it is a GPU build)."""
-    spec = importlib.util.find_spec("torch")
+    spec = _spec("torch")
     if spec is None or not spec.submodule_search_locations:
         return False
     try:
@@ -92,7 +92,7 @@ def gpu_encoder(folder: Path) -> tuple[Any, str]:
         except Exception as e:  # a graph whose operators the provider lacks
             tried.append(f"onnxruntime's CUDA provider failed ({type(e).__name__})")
     if torch_gpu():
-        if importlib.util.find_spec("onnx") is None:
+        if _spec("onnx") is None:
             tried.append("torch sees a GPU, but reading the graph needs onnx (pip install onnx)")
         else:
             try:
@@ -125,23 +125,57 @@ def cpu_bf16_tiles(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return False
 
 
-def bulk_cpu_encoder(folder: Path, texts: int) -> Any:
-    """For ``auto``: the torch module of the export in ``folder`` at bfloat16 on the CPU,
-    for a job of ``texts`` texts, when the job is large, the CPU has AMX, torch and onnx
-    are installed and the module keeps its vectors at bfloat16; else None (onnxruntime)."""
+def bulk_cpu_encoder(documents: Any, texts: int) -> Any:
+    """For ``auto``: the torch module of the export that ``documents`` (an ``OnnxEncoder``
+    on the CPU) runs, at bfloat16 on the CPU, for a job of ``texts`` texts, when the job is
+    large, the CPU has AMX, torch and onnx are installed, the module keeps its vectors at
+    bfloat16 and they are onnxruntime's (``agrees``); else None (onnxruntime)."""
     if (
         texts < AUTO_BF16_TEXTS
         or choice() != "auto"
         or not cpu_bf16_tiles()
-        or importlib.util.find_spec("torch") is None
-        or importlib.util.find_spec("onnx") is None
+        or _spec("torch") is None
+        or _spec("onnx") is None
     ):
         return None
     try:
-        encoder = _torch(folder, "cpu", "bfloat16")
+        # the export itself, not its folder read again: files changed since it loaded are
+        # a mismatch, never vectors of another graph stored under its digest
+        encoder = _torch(documents.export, "cpu", "bfloat16")
     except EmbeddingError:
         return None  # onnxruntime, as without torch
-    return encoder if encoder.engine == "torch bfloat16" else None
+    if encoder.engine != "torch bfloat16" or not agrees(encoder, documents):
+        return None
+    return encoder
+
+
+# The torch module stands in for onnxruntime only when their vectors of a few real texts
+# agree at this cosine or more (the packaged retriever's: 0.9998 at bfloat16). A graph it
+# rebuilds but that computes something else (CLS pooling, as the bge models export, or
+# RoBERTa's positions) would otherwise be stored under the export's digest.
+AGREEMENT_COSINE = 0.999
+
+
+def agrees(encoder: Any, documents: Any) -> bool:
+    """Whether ``encoder`` gives the vectors of ``documents`` (onnxruntime) for the torch
+    module's check texts at ``AGREEMENT_COSINE`` or more."""
+    from .torch import SELF_CHECK_TEXTS, unit_cosines
+
+    texts = [*SELF_CHECK_TEXTS, " ".join(SELF_CHECK_TEXTS * 20)]
+    try:
+        cosines = unit_cosines(encoder.encode(texts), documents.encode(texts))
+    except Exception:
+        return False
+    return bool(cosines.min() >= AGREEMENT_COSINE)
+
+
+def _spec(name: str) -> Any:
+    """``importlib.util.find_spec(name)``, or None where it cannot say (a module put in
+    ``sys.modules`` without a spec, such as a stub, raises ValueError there)."""
+    try:
+        return importlib.util.find_spec(name)
+    except (ValueError, ImportError):
+        return None
 
 
 # The matrix products' precision on a GPU: float16 autocast kept cosine ≥ 0.999 against the
@@ -149,14 +183,16 @@ def bulk_cpu_encoder(folder: Path, texts: int) -> Any:
 TORCH_GPU_DTYPE = "float16"
 
 
-def _torch(folder: Path, device: str, dtype: str) -> Any:
+def _torch(source: Any, device: str, dtype: str) -> Any:
+    """The torch encoder of ``source`` (an export's folder, or the ``Export`` itself)."""
     from .torch import TorchEncoder
 
+    name = getattr(source, "folder", source).name
     try:
-        return TorchEncoder(folder, device=device, dtype=dtype)
+        return TorchEncoder(source, device=device, dtype=dtype)
     except Exception as e:
         raise EmbeddingError(
-            f"the torch encoder of {folder.name} cannot load ({type(e).__name__}: {str(e)[:200]})"
+            f"the torch encoder of {name} cannot load ({type(e).__name__}: {str(e)[:200]})"
         ) from e
 
 
