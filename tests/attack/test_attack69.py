@@ -150,6 +150,28 @@ def test_an_export_that_pools_otherwise_is_not_stored_from_the_torch_module(
     assert cosines.min() >= 0.999
 
 
+@pytest.mark.parametrize("chosen", ["torch", "bf16"])
+def test_the_torch_module_asked_for_by_name_is_refused_for_an_export_it_cannot_match(
+    chosen: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same check where the torch module is asked for (and on a GPU, where ``auto``
+    takes it: not testable here, the same ``device._torch``): before, ``bf16`` or ``torch``
+    with a CLS-pooled export stored the module's vectors under the export's digest. Now it
+    is a one-line error naming the way out, and nothing is stored."""
+    _cls_pooled(_retriever_copy(tmp_path, monkeypatch))
+    db = tmp_path / "c.db"
+    with Catalog(db) as catalog:
+        catalog.register(SAMPLE_TOOLKITS)
+    monkeypatch.setenv(device.ENV, chosen)
+    embeddings._embedders.clear()
+    with Catalog(db) as catalog, pytest.raises(EmbeddingError) as caught:
+        catalog.reindex()
+    message = str(caught.value)
+    assert "\n" not in message and "does not give onnxruntime's vectors" in message
+    assert "TOOLCAT_REINDEX_DEVICE=cpu" in message
+    assert _stored(db) == {}
+
+
 def test_an_export_changed_after_it_loaded_is_not_rebuilt_from_its_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -259,7 +259,7 @@ class Embedder:
                     if self._documents is not None:
                         # the export checked above, its graph rebuilt or run on the GPU
                         try:
-                            found = device.gpu_encoder(self._documents.export.folder)
+                            found = device.gpu_encoder(self._documents)
                         except BaseException:
                             # refused (TOOLCAT_REINDEX_DEVICE): refused again at the next
                             # reindex of this process, never left on onnxruntime unsaid

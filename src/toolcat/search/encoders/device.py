@@ -73,22 +73,23 @@ def torch_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def gpu_encoder(folder: Path) -> tuple[Any, str]:
-    """(an encoder of the export in ``folder`` for ``TOOLCAT_REINDEX_DEVICE``, "") when it
-    asks for a GPU and one can be used, else (None, why not: "" when the CPU was asked for
-    or there is no GPU). ``gpu`` without a usable GPU, and ``torch`` that cannot load, raise
-    ``EmbeddingError``."""
+def gpu_encoder(documents: Any) -> tuple[Any, str]:
+    """(an encoder, for ``TOOLCAT_REINDEX_DEVICE``, of the export that ``documents`` (an
+    ``OnnxEncoder`` on the CPU) runs, "") when it asks for a GPU and one can be used, else
+    (None, why not: "" when the CPU was asked for or there is no GPU). ``gpu`` without a
+    usable GPU, and ``torch`` or ``bf16`` that cannot load or would not give onnxruntime's
+    vectors, raise ``EmbeddingError``."""
     wanted = choice()
     if wanted == "cpu":
         return None, ""
     if wanted in ("torch", "bf16"):
-        return _torch(folder, "cpu", "bfloat16" if wanted == "bf16" else "float32"), ""
+        return _torch(documents, "cpu", "bfloat16" if wanted == "bf16" else "float32"), ""
     tried: list[str] = []
     if ort_cuda():
         from .onnx import OnnxEncoder
 
         try:
-            return OnnxEncoder(folder, cuda=True), ""
+            return OnnxEncoder(documents.export.folder, cuda=True), ""
         except Exception as e:  # a graph whose operators the provider lacks
             tried.append(f"onnxruntime's CUDA provider failed ({type(e).__name__})")
     if torch_gpu():
@@ -96,7 +97,7 @@ def gpu_encoder(folder: Path) -> tuple[Any, str]:
             tried.append("torch sees a GPU, but reading the graph needs onnx (pip install onnx)")
         else:
             try:
-                return _torch(folder, "cuda", TORCH_GPU_DTYPE), ""
+                return _torch(documents, "cuda", TORCH_GPU_DTYPE), ""
             except EmbeddingError as e:
                 tried.append(str(e))
     if wanted == "gpu":
@@ -139,14 +140,10 @@ def bulk_cpu_encoder(documents: Any, texts: int) -> Any:
     ):
         return None
     try:
-        # the export itself, not its folder read again: files changed since it loaded are
-        # a mismatch, never vectors of another graph stored under its digest
-        encoder = _torch(documents.export, "cpu", "bfloat16")
+        encoder = _torch(documents, "cpu", "bfloat16")
     except EmbeddingError:
         return None  # onnxruntime, as without torch
-    if encoder.engine != "torch bfloat16" or not agrees(encoder, documents):
-        return None
-    return encoder
+    return encoder if encoder.engine == "torch bfloat16" else None
 
 
 # The torch module stands in for onnxruntime only when their vectors of a few real texts
@@ -183,17 +180,26 @@ def _spec(name: str) -> Any:
 TORCH_GPU_DTYPE = "float16"
 
 
-def _torch(source: Any, device: str, dtype: str) -> Any:
-    """The torch encoder of ``source`` (an export's folder, or the ``Export`` itself)."""
+def _torch(documents: Any, device: str, dtype: str) -> Any:
+    """The torch encoder of the export ``documents`` (an ``OnnxEncoder`` on the CPU) runs,
+    when it gives onnxruntime's vectors (``agrees``); else ``EmbeddingError``. Built from
+    the export as loaded, not its folder read again: files changed since are refused,
+    never another graph's vectors stored under its digest."""
     from .torch import TorchEncoder
 
-    name = getattr(source, "folder", source).name
+    name = documents.export.folder.name
     try:
-        return TorchEncoder(source, device=device, dtype=dtype)
+        encoder = TorchEncoder(documents.export, device=device, dtype=dtype)
     except Exception as e:
         raise EmbeddingError(
             f"the torch encoder of {name} cannot load ({type(e).__name__}: {str(e)[:200]})"
         ) from e
+    if not agrees(encoder, documents):
+        raise EmbeddingError(
+            f"the torch encoder of {name} does not give onnxruntime's vectors (a graph other "
+            "than a mean-pooled BERT encoder); reindex with TOOLCAT_REINDEX_DEVICE=cpu"
+        )
+    return encoder
 
 
 def describe(encoder: Any) -> str:
