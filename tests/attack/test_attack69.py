@@ -300,15 +300,8 @@ def test_a_stubbed_or_broken_module_leaves_auto_on_onnxruntime(
         encoder.close()
 
 
-def test_the_threshold_counts_the_texts_to_embed_and_no_choice_outlives_its_job(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Held: in one process (the embedder cached for it), a job of exactly the threshold's
-    texts runs at bfloat16 and one text short of it on onnxruntime, each report saying so;
-    the module made for a job is freed with it (the embedder keeps onnxruntime's encoder);
-    a recorded use is embedded by the embedder (onnxruntime), not by the job's module."""
-    import numpy as np
-
+def _watch_bulk_encoders(monkeypatch: pytest.MonkeyPatch) -> list[weakref.ref[Any]]:
+    """Weak references to every module ``device.bulk_cpu_encoder`` makes from now on."""
     made: list[weakref.ref[Any]] = []
     bulk = device.bulk_cpu_encoder
 
@@ -319,6 +312,19 @@ def test_the_threshold_counts_the_texts_to_embed_and_no_choice_outlives_its_job(
         return found
 
     monkeypatch.setattr(device, "bulk_cpu_encoder", watched)
+    return made
+
+
+def test_the_threshold_counts_the_texts_to_embed_and_no_choice_outlives_its_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held: in one process (the embedder cached for it), a job of exactly the threshold's
+    texts runs at bfloat16 and one text short of it on onnxruntime, each report saying so;
+    the module made for a job is freed with it (the embedder keeps onnxruntime's encoder);
+    a recorded use is embedded by the embedder (onnxruntime), not by the job's module."""
+    import numpy as np
+
+    made = _watch_bulk_encoders(monkeypatch)
     first = tmp_path / "first.db"
     with Catalog(first) as catalog:
         catalog.register(SAMPLE_TOOLKITS)
@@ -343,19 +349,11 @@ def test_a_job_stopped_at_bfloat16_resumes_on_onnxruntime_with_the_same_models_v
     """Held: a reindex interrupted after its first bfloat16 batch keeps that batch; the rest
     (below the threshold now) is embedded on onnxruntime under the same producer, and every
     vector agrees with onnxruntime's; the module is freed though the interruption is kept."""
-    made: list[weakref.ref[Any]] = []
-    bulk = device.bulk_cpu_encoder
-
-    def watched(*args: Any) -> Any:
-        found = bulk(*args)
-        if found is not None:
-            made.append(weakref.ref(found))
-        return found
+    made = _watch_bulk_encoders(monkeypatch)
 
     def stop(done: int, total: int) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(device, "bulk_cpu_encoder", watched)
     db = tmp_path / "mixed.db"
     with pytest.raises(KeyboardInterrupt) as stopped:
         _reindexed(db, 31, monkeypatch, batch_size=8, progress=stop)
