@@ -14,9 +14,10 @@ machine with a CPU build of torch, reindex never imports it.
 
 On a CPU with AMX bfloat16 tiles (Intel Xeon from Sapphire Rapids on), a reindex of
 ``AUTO_BF16_TEXTS`` texts or more runs the same torch module there at bfloat16, when torch
-and ``onnx`` are installed and the module's load-time check keeps its vectors: 2-2.5x
-onnxruntime's int8 graph on two cores (docs/benchmarks.md). Anything short of that leaves
-the job on onnxruntime, saying nothing: ``auto`` never fails.
+and ``onnx`` are installed and the module's load-time checks keep its vectors and agree
+with onnxruntime's: 1.9-2.3x onnxruntime's int8 graph per CPU-second, 3.3x by wall at 25,000
+tools on two cores (docs/benchmarks.md). Anything short of that leaves the job on
+onnxruntime, saying nothing: ``auto`` never fails.
 """
 
 from __future__ import annotations
